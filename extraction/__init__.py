@@ -1,0 +1,1 @@
+"""LLM extraction: client, structured output, prompt rendering, redaction, embeddings."""

@@ -1,0 +1,1 @@
+"""Default extraction prompt and per-persona examples (data shipped in the wheel)."""

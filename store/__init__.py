@@ -1,0 +1,1 @@
+"""Memory store: schema, migrations, Postgres and SQLite stores, recall, hint and tools."""

@@ -1,0 +1,148 @@
+"""Plain data types shared by every store implementation, the worker and the tools (no I/O)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+Scope = Literal["user", "persona", "persona_user"]
+Status = Literal["active", "pending_review", "archived"]
+UpsertAction = Literal["created", "updated", "revision_proposed", "unchanged"]
+SettingsLevel = Literal["global", "team", "persona"]
+AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete"]
+
+SCOPES: tuple[Scope, ...] = ("user", "persona", "persona_user")
+STATUSES: tuple[Status, ...] = ("active", "pending_review", "archived")
+# Recall merges the same key across scopes; the most specific scope wins.
+SCOPE_PRIORITY: dict[Scope, int] = {"persona_user": 0, "persona": 1, "user": 2}
+NIL_UUID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Memory:
+    """One row of the `memories` table (seed §3.1), embedding excluded."""
+
+    id: uuid.UUID
+    scope: Scope
+    owner_id: uuid.UUID
+    user_id: uuid.UUID | None
+    key: str
+    value: str
+    source_channel_id: uuid.UUID | None
+    confidence: float
+    status: Status
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewMemory:
+    """What a writer hands to `MemoryStore.upsert`; the store assigns id and timestamps."""
+
+    scope: Scope
+    owner_id: uuid.UUID
+    user_id: uuid.UUID | None
+    key: str
+    value: str
+    confidence: float = 1.0
+    status: Status = "pending_review"
+    source_channel_id: uuid.UUID | None = None
+    embedding: list[float] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryFilter:
+    """Criteria for `MemoryStore.list`; unset fields do not filter."""
+
+    scope: Scope | None = None
+    owner_id: uuid.UUID | None = None
+    user_id: uuid.UUID | None = None
+    status: Status | None = None
+    key: str | None = None
+    source_channel_id: uuid.UUID | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UpsertResult:
+    """Outcome of one upsert: the memory's id, what happened, and the revision id if one was proposed."""
+
+    memory_id: uuid.UUID
+    action: UpsertAction
+    revision_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallHit:
+    """A recalled memory with its fused score (higher is better)."""
+
+    memory: Memory
+    score: float
+    sources: tuple[str, ...] = field(default_factory=tuple)  # "vector", "text", "top"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Revision:
+    """A proposed change to a reviewed (active) memory, awaiting approve/reject."""
+
+    id: uuid.UUID
+    memory_id: uuid.UUID
+    old_value: str
+    new_value: str
+    confidence: float
+    source_event_id: uuid.UUID | None
+    status: Literal["pending", "approved", "rejected"]
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEntry:
+    """One row of the audit trail."""
+
+    id: int
+    memory_id: uuid.UUID | None
+    action: AuditAction
+    old_value: str | None
+    new_value: str | None
+    actor: str
+    event_id: uuid.UUID | None
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemorySettings:
+    """Effective memory policy for one (team, persona) after merging global/team/persona rows."""
+
+    enabled: bool = True
+    persona_learning: bool = False
+    extraction_prompt: str | None = None
+    min_confidence: float = 0.5
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OwnerRef:
+    """Identifies one memory owner: (scope, owner_id, user_id for persona_user)."""
+
+    scope: Scope
+    owner_id: uuid.UUID
+    user_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventWrite:
+    """What `write_event` did: nothing (duplicate event) or one result per memory."""
+
+    duplicate: bool
+    results: tuple[UpsertResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatMessage:
+    """One message of a conversation window (bot plan §1)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    at: datetime | None = None

@@ -1,0 +1,52 @@
+"""Session fixtures: a real Postgres + pgvector and a real nats-server with JetStream, both on
+loopback in a temporary directory. Nothing here is mocked."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.embedded import EmbeddedNats, EmbeddedPostgres
+
+_database_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def embedded_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    """One real Postgres 18 + pgvector server for the whole test session."""
+    server = EmbeddedPostgres(data_dir=tmp_path_factory.mktemp("pg") / "data").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def new_database(embedded_postgres: EmbeddedPostgres) -> Callable[[], str]:
+    """Factory: a fresh, empty database (pgvector enabled) per call; returns its postgresql:// URL."""
+
+    def make() -> str:
+        return embedded_postgres.create_database(f"t{next(_database_counter)}_{uuid.uuid4().hex[:8]}")
+
+    return make
+
+
+@pytest.fixture
+def database_url(new_database: Callable[[], str]) -> str:
+    """A fresh database for one test."""
+    return new_database()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """One real nats-server with JetStream for the whole test session."""
+    server = EmbeddedNats(store_dir=tmp_path_factory.mktemp("nats")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path

