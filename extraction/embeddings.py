@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 def hashing_vector(text: str, dim: int) -> list[float]:
     """Unit-length bag of word unigrams and bigrams hashed into `dim` buckets (signed)."""
     tokens = _TOKEN.findall(text.lower())
-    features = tokens + [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]
+    features = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
     vector = [0.0] * dim
     for feature in features:
         digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()

@@ -79,9 +79,7 @@ class MemoryStore(Protocol):
         min_confidence: float | None = None,
     ) -> None: ...
 
-    async def existing_memories(
-        self, owners: Sequence[OwnerRef]
-    ) -> list[tuple[Memory, list[float] | None]]:
+    async def existing_memories(self, owners: Sequence[OwnerRef]) -> list[tuple[Memory, list[float] | None]]:
         """Active and pending memories (with embeddings) of the given (scope, owner, user) triples."""
         ...
 

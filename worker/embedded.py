@@ -72,7 +72,16 @@ class EmbeddedNats:
             self.port = free_port()
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
-            [nats_server_binary(), "-js", "-sd", str(self.store_dir), "-p", str(self.port), "-a", "127.0.0.1"],
+            [
+                nats_server_binary(),
+                "-js",
+                "-sd",
+                str(self.store_dir),
+                "-p",
+                str(self.port),
+                "-a",
+                "127.0.0.1",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
