@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -42,7 +43,7 @@ class MemoryStore(Protocol):
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None: ...
 
-    async def list(self, flt: MemoryFilter) -> list[Memory]: ...
+    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]: ...
 
     async def delete(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
 
@@ -50,7 +51,7 @@ class MemoryStore(Protocol):
 
     async def recall(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, query: str, limit: int = 20
-    ) -> list[RecallHit]: ...
+    ) -> builtins.list[RecallHit]: ...
 
     async def count_by_owner(self, scope: Scope, owner_id: uuid.UUID) -> int: ...
 
@@ -60,9 +61,9 @@ class MemoryStore(Protocol):
 
     async def edit(self, memory_id: uuid.UUID, value: str, *, actor: str) -> Memory | None: ...
 
-    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> list[Revision]: ...
+    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]: ...
 
-    async def audit_log(self, memory_id: uuid.UUID) -> list[AuditEntry]: ...
+    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]: ...
 
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
@@ -79,7 +80,9 @@ class MemoryStore(Protocol):
         min_confidence: float | None = None,
     ) -> None: ...
 
-    async def existing_memories(self, owners: Sequence[OwnerRef]) -> list[tuple[Memory, list[float] | None]]:
+    async def existing_memories(
+        self, owners: Sequence[OwnerRef]
+    ) -> builtins.list[tuple[Memory, list[float] | None]]:
         """Active and pending memories (with embeddings) of the given (scope, owner, user) triples."""
         ...
 

