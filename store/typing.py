@@ -82,7 +82,7 @@ class MemoryStore(Protocol):
 
     async def existing_memories(
         self, owners: Sequence[OwnerRef]
-    ) -> builtins.list[tuple[Memory, list[float] | None]]:
+    ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
         """Active and pending memories (with embeddings) of the given (scope, owner, user) triples."""
         ...
 
