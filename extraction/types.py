@@ -49,6 +49,8 @@ class Rejection:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenUsage:
+    """Tokens reported by the provider (summed over calls and retried attempts)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -67,3 +69,5 @@ class ExtractionResult:
     rejected: tuple[Rejection, ...] = ()
     usage: TokenUsage = field(default_factory=TokenUsage)
     llm_calls: int = 0
+    retries: int = 0  # LLM attempts that were retried (rate limit, 5xx, timeout, malformed output)
+    redacted_secrets: int = 0  # secrets redacted from the transcript before extraction

@@ -12,6 +12,8 @@ Status = Literal["active", "pending_review", "archived"]
 UpsertAction = Literal["created", "updated", "revision_proposed", "unchanged"]
 SettingsLevel = Literal["global", "team", "persona"]
 AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete"]
+# Which recall branch to run: both fused (default), or one alone (evaluation, benchmarks).
+Retriever = Literal["hybrid", "vector", "keyword"]
 
 SCOPES: tuple[Scope, ...] = ("user", "persona", "persona_user")
 STATUSES: tuple[Status, ...] = ("active", "pending_review", "archived")
@@ -62,6 +64,7 @@ class MemoryFilter:
     status: Status | None = None
     key: str | None = None
     source_channel_id: uuid.UUID | None = None
+    key_prefix: str | None = None  # keys starting with this text (case-sensitive)
     limit: int = 100
     offset: int = 0
 

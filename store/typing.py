@@ -17,6 +17,7 @@ from store.types import (
     NewMemory,
     OwnerRef,
     RecallHit,
+    Retriever,
     Revision,
     Scope,
     SettingsLevel,
@@ -50,8 +51,16 @@ class MemoryStore(Protocol):
     async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
 
     async def recall(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, query: str, limit: int = 20
-    ) -> builtins.list[RecallHit]: ...
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+    ) -> builtins.list[RecallHit]:
+        """Active memories for the user (and persona), best first; empty query: top by confidence."""
+        ...
 
     async def count_by_owner(self, scope: Scope, owner_id: uuid.UUID) -> int: ...
 

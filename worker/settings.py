@@ -13,7 +13,9 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
 class Settings(BaseSettings):
     """All runtime settings. Every field maps to `PMEM_<FIELD>` in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="PMEM_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="PMEM_", extra="ignore", frozen=True, populate_by_name=True
+    )
 
     # Storage
     database_url: str = DEFAULT_DATABASE_URL
@@ -31,6 +33,13 @@ class Settings(BaseSettings):
     retry_delay_s: float = Field(default=5.0, ge=0)
     extracted_subject: str = "memory.extracted"
     dlq_subject: str = "pmem.dlq.conversation.ended"
+    # Stream that keeps what the worker publishes (DLQ, memory.extracted) when no one listens.
+    output_stream: str = "PMEM"
+    max_retry_delay_s: float = Field(default=300.0, gt=0)
+    # A database outage is waited out in place (the message kept alive) before the event is nacked.
+    db_outage_timeout_s: float = Field(default=120.0, ge=0)
+    # SIGTERM/SIGINT: stop fetching, let in-flight events finish for up to this long.
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
     # Event limits
     max_messages: int = Field(default=500, ge=1)
@@ -55,6 +64,8 @@ class Settings(BaseSettings):
     embedding_model: str | None = None
     embedding_dim: int = Field(default=384, ge=1, le=16000)
     embedding_batch_size: int = Field(default=128, ge=1)
+    # Send `dimensions` to /v1/embeddings: None = only for models known to support it (text-embedding-3*)
+    embedding_send_dimensions: bool | None = None
 
     # Policy defaults (overridable per team/persona in the memory settings table)
     min_confidence: float = Field(default=0.5, ge=0.0, le=1.0)

@@ -1,0 +1,322 @@
+"""Pipeline throughput: conversations per second of one `pmem worker` process against a fake LLM.
+
+Setup (all real except the LLM): an embedded nats-server and Postgres + pgvector in a temporary
+directory; the fake OpenAI-compatible server (tests/fakes/fake_openai.py) in its own process, with
+300 ms per chat completion and 20 ms per embeddings call; the worker as a subprocess
+(`python -m worker.cli worker`), exactly as deployed. For each concurrency: a fresh database and
+fresh stream/consumer, N events published up front (the backlog), then the worker is started.
+
+Measured:
+- throughput = (N - 1) / (last commit - first commit), from `processed_events.processed_at`, so
+  process start-up is excluded;
+- ideal = concurrency / 0.32 s: each event waits for one LLM call (300 ms) and one embeddings call
+  (20 ms) in sequence; database and NATS time count against the worker;
+- worker RSS: peak resident memory of the worker process (psutil), sampled every 0.25 s.
+
+    python bench/pipeline_throughput.py                       # 2,000 events at 1, 8, 32, 64
+    python bench/pipeline_throughput.py --events 500 --concurrency 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import psutil
+import psycopg
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from store.migrate import migrate_async  # noqa: E402
+from worker.app import ensure_stream  # noqa: E402
+from worker.embedded import EmbeddedNats, EmbeddedPostgres  # noqa: E402
+
+LLM_LATENCY_S = 0.3
+EMBEDDING_LATENCY_S = 0.02
+PER_EVENT_IDEAL_S = LLM_LATENCY_S + EMBEDDING_LATENCY_S
+
+FAKE_SERVER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    from tests.fakes.fake_openai import FakeOpenAI
+    fake = FakeOpenAI(chat_latency_s=float(sys.argv[2]), embedding_latency_s=float(sys.argv[3]))
+    fake.start()
+    print(fake.base_url, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    print(dict(fake.counters), file=sys.stderr, flush=True)
+    fake.stop()
+    """
+)
+
+FACTS = (
+    "My name is {name}.",
+    "I live in {city}.",
+    "I work as a {job}.",
+    "I'm vegetarian.",
+    "I'm allergic to {allergen}.",
+    "I prefer {a} over {b}.",
+    "My favourite cuisine is {cuisine}.",
+)
+CITIES = ("Lisbon", "Porto", "Oslo", "Lima", "Kyoto", "Austin", "Nairobi", "Hanoi")
+JOBS = ("nurse", "teacher", "pilot", "data engineer", "chef", "lawyer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """One concurrency's figures."""
+
+    concurrency: int
+    events: int
+    seconds: float
+    conv_per_s: float
+    ideal_per_s: float
+    percent_of_ideal: float
+    peak_rss_mb: float
+    worker_cpu_ms_per_event: float
+
+
+def make_events(n: int, seed: int) -> list[dict[str, Any]]:
+    """n conversations over n/4 users (half with a persona), 2 facts each, deterministic."""
+    users = [uuid.UUID(int=seed * 1_000_000 + i) for i in range(max(1, n // 4))]
+    personas = [uuid.UUID(int=seed * 1_000_000 + 900_000 + i) for i in range(4)]
+    events = []
+    for i in range(n):
+        fact_a = FACTS[i % len(FACTS)]
+        fact_b = FACTS[(i * 3 + 1) % len(FACTS)]
+        words = {
+            "name": f"Person{i % len(users)}",
+            "city": CITIES[i % len(CITIES)],
+            "job": JOBS[i % len(JOBS)],
+            "allergen": "peanuts" if i % 2 else "shellfish",
+            "a": "tea",
+            "b": "coffee",
+            "cuisine": "Thai" if i % 3 else "Italian",
+        }
+        events.append(
+            {
+                "event_id": str(uuid.uuid4()),
+                "type": "conversation.ended",
+                "channel_id": str(uuid.uuid4()),
+                "user_id": str(users[i % len(users)]),
+                "persona_id": str(personas[i % len(personas)]) if i % 2 else None,
+                "messages": [
+                    {"role": "user", "content": fact_a.format(**words) + " " + fact_b.format(**words)},
+                    {"role": "assistant", "content": "Thanks, noted."},
+                    {"role": "user", "content": "What would you recommend for the weekend?"},
+                    {"role": "assistant", "content": "A long walk and a good book."},
+                ],
+            }
+        )
+    return events
+
+
+async def publish(nats_url: str, names: dict[str, str], events: list[dict[str, Any]]) -> None:
+    """Create the streams and publish every event (JetStream-acked) before the worker starts."""
+    nc = await nats.connect(nats_url)
+    try:
+        await ensure_stream(nc.jsm(), names["PMEM_STREAM"], [names["PMEM_SUBJECT"]], create=True)
+        js = nc.jetstream()
+        for start in range(0, len(events), 200):
+            await asyncio.gather(
+                *(
+                    js.publish(
+                        names["PMEM_SUBJECT"],
+                        json.dumps(e).encode(),
+                        headers={"Nats-Msg-Id": e["event_id"]},
+                        timeout=10,
+                    )
+                    for e in events[start : start + 200]
+                )
+            )
+    finally:
+        await nc.close()
+
+
+async def commits(database_url: str) -> tuple[int, float | None, float | None]:
+    """(processed events, first commit, last commit) as unix times."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT count(*), extract(epoch FROM min(processed_at)), extract(epoch FROM max(processed_at))"
+            " FROM processed_events"
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    first = float(row[1]) if row[1] is not None else None
+    last = float(row[2]) if row[2] is not None else None
+    return int(row[0]), first, last
+
+
+async def run_one(
+    *, concurrency: int, n: int, nats_url: str, postgres: EmbeddedPostgres, llm_url: str, log_dir: Path
+) -> Result:
+    """Publish n events, run a worker subprocess at `concurrency` until all committed."""
+    tag = uuid.uuid4().hex[:8]
+    database_url = postgres.create_database(f"bench_{tag}")
+    await migrate_async(database_url, 384)
+    names = {
+        "PMEM_SUBJECT": f"bench{tag}.conversation.ended",
+        "PMEM_STREAM": f"BENCH{tag}",
+        "PMEM_OUTPUT_STREAM": f"BENCH{tag}_OUT",
+        "PMEM_DLQ_SUBJECT": f"bench{tag}.dlq",
+        "PMEM_EXTRACTED_SUBJECT": f"bench{tag}.extracted",
+        "PMEM_DURABLE": f"bench{tag}",
+    }
+    await publish(nats_url, names, make_events(n, seed=concurrency))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+        **names,
+        "PMEM_NATS_URL": nats_url,
+        "PMEM_DATABASE_URL": database_url,
+        "PMEM_CONCURRENCY": str(concurrency),
+        "PMEM_EXTRACTOR": "llm",
+        "PMEM_LLM_BASE_URL": llm_url,
+        "PMEM_LLM_API_KEY": "bench",
+        "PMEM_LLM_MODEL": "fake-model",
+        "PMEM_EMBEDDING_PROVIDER": "openai",
+        "PMEM_EMBEDDING_MODEL": "fake-embedding",
+        "PMEM_EMBEDDING_DIM": "384",
+        "PMEM_HTTP_PORT": "0",
+        "PMEM_LOG_LEVEL": "WARNING",
+        "PMEM_DB_POOL_SIZE": str(max(10, concurrency // 2)),
+    }
+    log_path = log_dir / f"worker-c{concurrency}.log"
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "worker.cli", "worker", cwd=REPO, env=env, stdout=log, stderr=log
+        )
+    ps = psutil.Process(proc.pid)
+    peak_rss = 0
+    cpu_start: float | None = None
+    cpu_end = 0.0
+    first = last = None
+    deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 4
+    try:
+        while True:
+            peak_rss = max(peak_rss, ps.memory_info().rss)
+            done, first, last = await commits(database_url)
+            times = ps.cpu_times()
+            if cpu_start is None and done > 0:
+                cpu_start = times.user + times.system  # excludes imports and start-up
+            if done >= n:
+                cpu_end = times.user + times.system
+                break
+            if proc.returncode is not None:
+                raise RuntimeError(f"worker exited with {proc.returncode}; see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done}/{n} events after the deadline; see {log_path}")
+            await asyncio.sleep(0.25)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=30)
+        except TimeoutError:
+            proc.kill()
+    assert first is not None and last is not None
+    seconds = last - first
+    rate = (n - 1) / seconds if seconds > 0 else float("inf")
+    ideal = concurrency / PER_EVENT_IDEAL_S
+    return Result(
+        concurrency=concurrency,
+        events=n,
+        seconds=round(seconds, 2),
+        conv_per_s=round(rate, 1),
+        ideal_per_s=round(ideal, 1),
+        percent_of_ideal=round(100 * rate / ideal, 1),
+        peak_rss_mb=round(peak_rss / 2**20, 1),
+        worker_cpu_ms_per_event=round(1000 * (cpu_end - (cpu_start or 0.0)) / max(1, n - 1), 1),
+    )
+
+
+async def run_all(
+    args: argparse.Namespace, *, nats_url: str, postgres: EmbeddedPostgres, llm_url: str
+) -> list[Result]:
+    """Every requested concurrency in turn, printing each result as it comes."""
+    results = []
+    for concurrency in args.concurrency:
+        result = await run_one(
+            concurrency=concurrency,
+            n=args.events,
+            nats_url=nats_url,
+            postgres=postgres,
+            llm_url=llm_url,
+            log_dir=Path(args.log_dir),
+        )
+        results.append(result)
+        print(
+            f"concurrency {result.concurrency:>3}: {result.conv_per_s:>6.1f} conv/s "
+            f"(ideal {result.ideal_per_s:>6.1f}, {result.percent_of_ideal:>5.1f}%), "
+            f"{result.events} events in {result.seconds:.1f}s, peak RSS {result.peak_rss_mb:.0f} MB, "
+            f"worker CPU {result.worker_cpu_ms_per_event:.1f} ms/event",
+            flush=True,
+        )
+    return results
+
+
+def main(args: argparse.Namespace) -> list[Result]:
+    """Start the services and the fake LLM, run every concurrency, stop everything."""
+    with tempfile.TemporaryDirectory(prefix="pmem-bench-") as tmp:
+        root = Path(tmp)
+        nats_server = EmbeddedNats(store_dir=root / "nats").start()
+        postgres = EmbeddedPostgres(data_dir=root / "pg" / "data").start()
+        fake = subprocess.Popen(
+            [sys.executable, "-c", FAKE_SERVER, str(REPO), str(LLM_LATENCY_S), str(EMBEDDING_LATENCY_S)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert fake.stdout is not None
+            llm_url = fake.stdout.readline().strip()
+            return asyncio.run(run_all(args, nats_url=nats_server.url, postgres=postgres, llm_url=llm_url))
+        finally:
+            if fake.stdin is not None:
+                fake.stdin.close()
+            fake.wait(timeout=10)
+            postgres.stop()
+            nats_server.stop()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=2000, help="events per concurrency (default 2000)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8, 32, 64], help="PMEM_CONCURRENCY values to run"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
+    parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    options = parse_args()
+    figures = main(options)
+    print()
+    print(
+        "| concurrency | events | conv/s | ideal conv/s | % of ideal | worker peak RSS | worker CPU/event |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in figures:
+        print(
+            f"| {r.concurrency} | {r.events} | {r.conv_per_s} | {r.ideal_per_s} | {r.percent_of_ideal}% "
+            f"| {r.peak_rss_mb:.0f} MB | {r.worker_cpu_ms_per_event} ms |"
+        )
+    if options.json:
+        options.json.write_text(json.dumps([asdict(r) for r in figures], indent=2) + "\n")

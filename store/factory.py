@@ -1,0 +1,29 @@
+"""Pick the store implementation from the database URL."""
+
+from __future__ import annotations
+
+from store.postgres import PostgresMemoryStore
+from store.sqlite import SqliteMemoryStore
+from store.typing import Embedder
+from store.urls import backend_of
+
+
+async def open_store(
+    database_url: str, embedder: Embedder, *, check_schema: bool = True
+) -> PostgresMemoryStore | SqliteMemoryStore:
+    """A Postgres store for postgresql:// URLs, a SQLite store for sqlite:/// URLs.
+
+    With `check_schema` (default) the database is reached once: a missing or outdated schema, or an
+    embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`."""
+    store: PostgresMemoryStore | SqliteMemoryStore
+    if backend_of(database_url) == "sqlite":
+        store = SqliteMemoryStore(database_url, embedder)
+    else:
+        store = PostgresMemoryStore(database_url, embedder)
+    if check_schema:
+        try:
+            await store.check_schema()
+        except BaseException:
+            await store.close()
+            raise
+    return store

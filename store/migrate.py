@@ -1,0 +1,168 @@
+"""Create or upgrade the schema: alembic for Postgres (run programmatically; the scripts ship in the
+wheel), `create_all` for SQLite. Safe to run from several processes at once and to run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import Connection
+
+from store.schema import build_schema
+from store.urls import backend_of, to_sqlalchemy_url
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+VERSION_TABLE = "pmem_alembic_version"
+# any constant works; it only has to be the same for every `pmem migrate` racing on one database
+_ADVISORY_LOCK_KEY = 0x706D656D  # "pmem"
+
+
+class SchemaError(RuntimeError):
+    """The database schema cannot be used as it is; the message names the fix."""
+
+
+class EmbeddingDimensionMismatch(SchemaError):
+    """The `memories.embedding` column has a different dimension than configured."""
+
+    def __init__(self, *, existing: int, configured: int) -> None:
+        super().__init__(
+            f"memories.embedding is vector({existing}) in the database but PMEM_EMBEDDING_DIM is "
+            f"{configured}. Either set PMEM_EMBEDDING_DIM={existing} (and an embedding model of that size), "
+            "or migrate into a new, empty database and re-embed the memories with the "
+            f"{configured}-dimension model; pmem never changes the column silently."
+        )
+        self.existing = existing
+        self.configured = configured
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MigrationReport:
+    """What `migrate` did: revisions before and after, and the dimension in use."""
+
+    backend: str
+    from_revision: str | None
+    to_revision: str | None
+    embedding_dim: int
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything was applied."""
+        return self.from_revision != self.to_revision
+
+    def describe(self) -> str:
+        """One line for humans."""
+        if self.backend == "sqlite":
+            return f"sqlite: tables present (embedding dimension {self.embedding_dim}, stored as JSON)"
+        if not self.changed:
+            return f"postgresql: already at revision {self.to_revision}; nothing to do"
+        return (
+            f"postgresql: migrated {self.from_revision or '(empty database)'} -> {self.to_revision} "
+            f"(embedding vector({self.embedding_dim}))"
+        )
+
+
+def alembic_config(
+    *, embedding_dim: int, connection: Connection | None = None, url: str | None = None
+) -> Config:
+    """An in-memory alembic Config pointing at the shipped scripts (no alembic.ini needed)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("embedding_dim", str(embedding_dim))
+    if url is not None:
+        # alembic's Config interpolates %, so escape it in passwords
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["embedding_dim"] = embedding_dim
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str | None:
+    """The newest revision shipped with this package."""
+    return ScriptDirectory.from_config(alembic_config(embedding_dim=1)).get_current_head()
+
+
+def existing_embedding_dim(connection: Connection) -> int | None:
+    """Dimension of `memories.embedding` in this database, or None when the table does not exist."""
+    row = connection.execute(
+        text(
+            "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass('memories') AND a.attname = 'embedding' AND NOT a.attisdropped"
+        )
+    ).first()
+    if row is None:
+        return None
+    match = re.fullmatch(r"(?:vector|halfvec)\((\d+)\)", str(row[0]))
+    if match is None:
+        raise SchemaError(
+            f"memories.embedding has type {row[0]!r}, expected vector(N); this table was not created by "
+            "pmem migrate. Use a separate database (or schema via search_path) for persona-memory."
+        )
+    return int(match.group(1))
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The alembic revision this database is at (None before the first migration)."""
+    return MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
+
+
+def _migrate_postgres(database_url: str, embedding_dim: int) -> MigrationReport:
+    engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            # serialise concurrent `pmem migrate` runs (e.g. several workers starting at once)
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
+            before = current_revision(conn)
+            existing = existing_embedding_dim(conn)
+            if existing is not None and before is None:
+                raise SchemaError(
+                    "a `memories` table exists but was not created by pmem migrate (no "
+                    f"{VERSION_TABLE} table). Point PMEM_DATABASE_URL at a database of its own, or drop the "
+                    "foreign table if it is a leftover."
+                )
+            if existing is not None and existing != embedding_dim:
+                raise EmbeddingDimensionMismatch(existing=existing, configured=embedding_dim)
+            command.upgrade(alembic_config(embedding_dim=embedding_dim, connection=conn), "head")
+            after = current_revision(conn)
+    finally:
+        engine.dispose()
+    return MigrationReport(
+        backend="postgresql", from_revision=before, to_revision=after, embedding_dim=embedding_dim
+    )
+
+
+def _migrate_sqlite(database_url: str, embedding_dim: int) -> MigrationReport:
+    engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            build_schema(embedding_dim, "sqlite").metadata.create_all(conn)
+    finally:
+        engine.dispose()
+    return MigrationReport(
+        backend="sqlite", from_revision=None, to_revision=None, embedding_dim=embedding_dim
+    )
+
+
+def migrate(database_url: str, embedding_dim: int) -> MigrationReport:
+    """Bring the database at `database_url` (a plain postgresql:// or sqlite:/// URL) to the newest schema.
+
+    Raises `EmbeddingDimensionMismatch` when the existing column has another dimension."""
+    if embedding_dim < 1:
+        raise ValueError(f"embedding dimension must be positive, got {embedding_dim}")
+    if backend_of(database_url) == "sqlite":
+        return _migrate_sqlite(database_url, embedding_dim)
+    return _migrate_postgres(database_url, embedding_dim)
+
+
+async def migrate_async(database_url: str, embedding_dim: int) -> MigrationReport:
+    """`migrate` in a worker thread, for callers already inside an event loop."""
+    return await asyncio.to_thread(migrate, database_url, embedding_dim)

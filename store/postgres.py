@@ -1,0 +1,331 @@
+"""`PostgresMemoryStore`: the MemoryStore and HistoryStore on Postgres + pgvector (SQLAlchemy 2 async
+engine, psycopg 3). Writes, review and history come from `store._core`; this module adds recall.
+
+Recall is one SQL statement (one round trip): a vector branch (cosine nearest neighbours) and a
+full-text branch (`websearch_to_tsquery` over the query's terms joined with OR, ranked by
+`ts_rank_cd`), each limited to the caller's owners and `active` rows in its WHERE clause, plus the
+same-key rows of other scopes so overrides can be merged. Python then fuses the ranks (`store.recall`).
+
+Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
+HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead
+of silently returning fewer. Relaxed order is restored by ranking the CTE's rows by exact distance.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import event, func
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from store._core import CoreStore
+from store.migrate import (
+    EmbeddingDimensionMismatch,
+    SchemaError,
+    current_revision,
+    existing_embedding_dim,
+    head_revision,
+)
+from store.recall import (
+    DEFAULT_WEIGHTS,
+    RETRIEVERS,
+    candidate_count,
+    fuse,
+    is_empty_query,
+    resolve_scopes,
+    websearch_or_query,
+)
+from store.schema import TEXT_SEARCH_CONFIG, build_schema, hnsw_expression
+from store.types import Memory, OwnerRef, RecallHit, Retriever
+from store.typing import Embedder
+from store.urls import to_sqlalchemy_url
+
+_MEMORY_COLUMNS = (
+    "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
+    "m.status, m.created_at, m.updated_at"
+)
+# the same normalisation as store.recall.normalize_key: lower case, whitespace runs collapsed
+_NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallTuning:
+    """Knobs of the vector branch; the defaults hold for the benchmark in bench/README.md."""
+
+    ef_search: int = 100  # HNSW candidate list; at least the per-branch candidate count
+    max_scan_tuples: int = 20_000  # iterative scan budget before pgvector gives up
+    scan_mem_multiplier: float = 2.0  # work_mem multiple the iterative scan may use
+
+
+def owner_sql(owners: Sequence[OwnerRef], alias: str) -> str:
+    """SQL predicate (psycopg parameters `%(user_id)s`, `%(persona_id)s`) for the resolved owners."""
+    parts = []
+    for owner in owners:
+        if owner.scope == "user":
+            parts.append(f"({alias}.scope = 'user' AND {alias}.owner_id = %(user_id)s)")
+        elif owner.scope == "persona":
+            parts.append(f"({alias}.scope = 'persona' AND {alias}.owner_id = %(persona_id)s)")
+        else:
+            parts.append(
+                f"({alias}.scope = 'persona_user' AND {alias}.owner_id = %(persona_id)s "
+                f"AND {alias}.user_id = %(user_id)s)"
+            )
+    return "(" + " OR ".join(parts) + ")"
+
+
+def recall_sql(
+    *,
+    owners: Sequence[OwnerRef],
+    branches: Sequence[str],
+    embedding_dim: int,
+) -> str:
+    """The single recall statement for the given branches (`vector`, `text` or `top`).
+
+    Returns rows of memory columns plus `source` and `rank` (NULL for override-only rows)."""
+    where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
+    ctes: list[str] = []
+    ranked: list[str] = []
+    if "vector" in branches:
+        hnsw = hnsw_expression(embedding_dim)
+        if hnsw is not None and hnsw[0] != "embedding":
+            distance = (
+                f"CAST(m.embedding AS halfvec({embedding_dim})) <=> CAST(%(qv)s AS halfvec({embedding_dim}))"
+            )
+        else:
+            distance = f"m.embedding <=> CAST(%(qv)s AS vector({embedding_dim}))"
+        ctes.append(
+            f"vec AS MATERIALIZED (SELECT m.id, {distance} AS distance FROM memories m "
+            f"WHERE {where} AND m.embedding IS NOT NULL ORDER BY distance LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank FROM vec"
+        )
+    if "text" in branches:
+        ctes.append(
+            "txt AS MATERIALIZED (SELECT m.id, ts_rank_cd(m.search_tsv, q.query) AS relevance "
+            f"FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
+            f"WHERE {where} AND m.search_tsv @@ q.query ORDER BY relevance DESC, m.id LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank FROM txt"
+        )
+    if "top" in branches:
+        ctes.append(
+            "top AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at FROM memories m "
+            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'top' AS source, row_number() OVER "
+            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank FROM top"
+        )
+    if not ranked:
+        raise ValueError("recall_sql needs at least one branch")
+    ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
+    if len(owners) > 1:
+        # rows of other scopes with a ranked row's key: a persona_user override must win the merge
+        # even when only the user-scope row it overrides matched the query
+        ctes.append(
+            "hits AS (SELECT id FROM ranked UNION SELECT w.id FROM memories w "
+            f"WHERE w.status = 'active' AND {owner_sql(owners, 'w')} AND {_NORMALIZED_KEY.format(t='w')} IN "
+            f"(SELECT {_NORMALIZED_KEY.format(t='x')} FROM memories x WHERE x.id IN (SELECT id FROM ranked)))"
+        )
+    else:
+        ctes.append("hits AS (SELECT DISTINCT id FROM ranked)")
+    return (
+        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank FROM hits h "
+        "JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id"
+    )
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+class PostgresMemoryStore(CoreStore):
+    """MemoryStore + HistoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        embedder: Embedder,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        pool_pre_ping: bool = True,
+        tuning: RecallTuning | None = None,
+        weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        echo: bool = False,
+    ) -> None:
+        engine = create_async_engine(
+            to_sqlalchemy_url(database_url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_pre_ping=pool_pre_ping,
+            echo=echo,
+        )
+        self._tuning = tuning or RecallTuning()
+        self._weights = dict(weights)
+        event.listen(engine.sync_engine, "connect", self._configure_session)
+        super().__init__(engine=engine, schema=build_schema(embedder.dim, "postgresql"), embedder=embedder)
+        # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
+        self._read_engine: AsyncEngine = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def _configure_session(self, dbapi_connection: Any, _record: Any) -> None:
+        t = self._tuning
+        cursor = dbapi_connection.cursor()
+        cursor.execute(
+            "SET TIME ZONE 'UTC'; "
+            "SET hnsw.iterative_scan = relaxed_order; "
+            f"SET hnsw.ef_search = {int(t.ef_search)}; "
+            f"SET hnsw.max_scan_tuples = {int(t.max_scan_tuples)}; "
+            f"SET hnsw.scan_mem_multiplier = {float(t.scan_mem_multiplier)}"
+        )
+        cursor.close()
+        # a SET inside a transaction is undone by the pool's rollback-on-return: commit it
+        dbapi_connection.commit()
+
+    async def check_schema(self) -> None:
+        """Raise `SchemaError` unless the database is migrated to this version and dimension."""
+
+        def inspect(sync_conn: Connection) -> tuple[str | None, int | None]:
+            return current_revision(sync_conn), existing_embedding_dim(sync_conn)
+
+        async with self._engine.connect() as conn:
+            revision, dim = await conn.run_sync(inspect)
+        if revision is None or dim is None:
+            raise SchemaError(
+                "the database has no persona-memory schema yet: run `pmem migrate` "
+                "(it reads PMEM_DATABASE_URL and PMEM_EMBEDDING_DIM)"
+            )
+        if dim != self._schema.embedding_dim:
+            raise EmbeddingDimensionMismatch(existing=dim, configured=self._schema.embedding_dim)
+        head = head_revision()
+        if revision != head:
+            raise SchemaError(
+                f"the database schema is at revision {revision} but this version of persona-memory "
+                f"needs {head}: run `pmem migrate`"
+            )
+
+    def _now(self) -> Any:
+        # the server's clock, so timestamps agree across worker hosts
+        return func.now()
+
+    async def _statement(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int,
+        retriever: Retriever,
+        query_embedding: Sequence[float] | None,
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The recall SQL and its parameters; None when no branch can run (e.g. keyword, no terms)."""
+        if retriever not in RETRIEVERS:
+            raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+        params: dict[str, Any] = {"k": candidate_count(limit), "user_id": user_id, "persona_id": persona_id}
+        branches: list[str] = []
+        if is_empty_query(query):
+            branches.append("top")
+        else:
+            if retriever in ("hybrid", "vector"):
+                vector = (
+                    self._check_dim(query_embedding, "query embedding")
+                    if query_embedding is not None
+                    else await self.embed_query(query)
+                )
+                params["qv"] = vector_literal(vector)
+                branches.append("vector")
+            tsquery = websearch_or_query(query)
+            if retriever in ("hybrid", "keyword") and tsquery is not None:
+                params["tq"] = tsquery
+                branches.append("text")
+        if not branches:
+            return None
+        owners = resolve_scopes(user_id, persona_id)
+        return recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim), params
+
+    async def _fetch(
+        self, sql: str, params: Mapping[str, Any] | None = None
+    ) -> builtins.list[tuple[Any, ...]]:
+        """Run one statement on a pooled connection's psycopg driver, in autocommit.
+
+        Recall is the hot path: this skips SQLAlchemy's statement and row processing (about a
+        millisecond per call) and the BEGIN/COMMIT round trips; psycopg prepares the few
+        statement shapes server-side after their fifth use."""
+        async with self._read_engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            if driver is None:
+                raise RuntimeError("the pooled connection has no psycopg driver connection")
+            async with driver.cursor() as cursor:
+                await cursor.execute(sql, params)
+                rows: builtins.list[tuple[Any, ...]] = await cursor.fetchall()
+        return rows
+
+    async def recall(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+        query_embedding: Sequence[float] | None = None,
+    ) -> builtins.list[RecallHit]:
+        """Active memories of the user (and persona), hybrid-ranked; empty query → top by confidence."""
+        if limit <= 0:
+            return []
+        statement = await self._statement(user_id, persona_id, query, limit, retriever, query_embedding)
+        if statement is None:
+            return []
+        memories: dict[uuid.UUID, Memory] = {}
+        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
+        for row in await self._fetch(*statement):
+            memory = Memory(
+                id=row[0],
+                scope=row[1],
+                owner_id=row[2],
+                user_id=row[3],
+                key=row[4],
+                value=row[5],
+                source_channel_id=row[6],
+                confidence=row[7],
+                status=row[8],
+                created_at=row[9],
+                updated_at=row[10],
+            )
+            memories[memory.id] = memory
+            if row[11] is not None:
+                ranks.setdefault(row[11], []).append((row[12], memory.id))
+        rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
+        return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
+
+    async def explain_recall(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+    ) -> str:
+        """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""
+        statement = await self._statement(user_id, persona_id, query, limit, retriever, None)
+        if statement is None:
+            return "(no statement: the query has no searchable terms for this retriever)"
+        sql, params = statement
+        return "\n".join(
+            str(row[0]) for row in await self._fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        )
+
+    async def session_settings(self) -> dict[str, str]:
+        """The pgvector settings a pooled connection actually runs with."""
+        names = ("hnsw.iterative_scan", "hnsw.ef_search", "hnsw.max_scan_tuples")
+        # loading the extension library validates placeholder values set before it was loaded
+        await self._fetch("SELECT '[1]'::vector")
+        return {name: str((await self._fetch(f"SHOW {name}"))[0][0]) for name in names}

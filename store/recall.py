@@ -1,0 +1,210 @@
+"""Pure recall logic shared by both stores: scope resolution, query terms, reciprocal rank fusion,
+merging the same key across scopes, and the in-Python rankers the SQLite store uses. No I/O.
+
+Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
+rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
+folded) are one result: the most specific scope's row is shown (persona_user > persona > user),
+with the best score of the group and the union of its sources, so an override is never shadowed
+by the row it overrides.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+RETRIEVERS: tuple[Retriever, ...] = ("hybrid", "vector", "keyword")
+RRF_K = 60
+DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "text": 1.0, "top": 1.0}
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Postgres' english configuration drops these; the SQLite LIKE fallback drops them too so that
+# "what does he like" does not match every row containing "he".
+_STOPWORDS_TEXT = """
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves
+"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+
+def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
+    """Owners a recall may read (seed §2): with a persona its three scopes, without it `user` only."""
+    if persona_id is None:
+        return (OwnerRef(scope="user", owner_id=user_id),)
+    return (
+        OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id),
+        OwnerRef(scope="persona", owner_id=persona_id),
+        OwnerRef(scope="user", owner_id=user_id),
+    )
+
+
+def writable_owner(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> OwnerRef:
+    """Where an explicit save by this user goes (seed §5.1): persona_user with a persona, else user."""
+    if persona_id is None:
+        return OwnerRef(scope="user", owner_id=user_id)
+    return OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id)
+
+
+def query_terms(query: str) -> list[str]:
+    """Lower-cased word tokens of a query, first occurrence order, without duplicates."""
+    seen: dict[str, None] = {}
+    for token in _WORD.findall(query.lower()):
+        seen.setdefault(token, None)
+    return list(seen)
+
+
+def keyword_terms(query: str) -> list[str]:
+    """Terms worth matching as substrings (stop words and 1-character tokens removed)."""
+    return [t for t in query_terms(query) if t not in STOPWORDS and len(t) > 1]
+
+
+def is_empty_query(query: str | None) -> bool:
+    """True when the query has no word at all: recall then returns the top memories."""
+    return not query or not query_terms(query)
+
+
+def websearch_or_query(query: str) -> str | None:
+    """Input for Postgres `websearch_to_tsquery` that ORs every term (None when there is none).
+
+    Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
+    terms = [t for t in query_terms(query) if t != "or"]
+    return " or ".join(terms) if terms else None
+
+
+def embedding_text(key: str, value: str) -> str:
+    """The text embedded for a memory: key and value together, so both carry meaning."""
+    return f"{key}: {value}"
+
+
+def normalize_key(key: str) -> str:
+    """Key identity for cross-scope merging: case-insensitive, whitespace collapsed."""
+    return " ".join(key.lower().split())
+
+
+def candidate_count(limit: int) -> int:
+    """How many rows each retriever fetches for `limit` results (merging may drop some)."""
+    return max(limit * 3, 30)
+
+
+def rrf_scores(
+    rankings: Mapping[str, Sequence[uuid.UUID]],
+    *,
+    weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+    k: int = RRF_K,
+) -> dict[uuid.UUID, tuple[float, tuple[str, ...]]]:
+    """Reciprocal rank fusion: id → (sum of weight/(k+rank), names of the rankings it appears in)."""
+    scores: dict[uuid.UUID, float] = {}
+    sources: dict[uuid.UUID, list[str]] = {}
+    for name, ranking in rankings.items():
+        weight = weights.get(name, 1.0)
+        for rank, memory_id in enumerate(ranking, start=1):
+            scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + rank)
+            sources.setdefault(memory_id, []).append(name)
+    return {mid: (scores[mid], tuple(sources[mid])) for mid in scores}
+
+
+_SOURCE_ORDER = {"vector": 0, "text": 1, "top": 2}
+
+
+def _winner_order(memory: Memory) -> tuple[int, float, timedelta, uuid.UUID]:
+    # most specific scope, then most confident, then most recent (epoch minus time sorts newest first)
+    return (SCOPE_PRIORITY[memory.scope], -memory.confidence, _EPOCH - memory.updated_at, memory.id)
+
+
+def fuse(
+    rows: Iterable[Memory],
+    rankings: Mapping[str, Sequence[uuid.UUID]],
+    *,
+    limit: int,
+    weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+    k: int = RRF_K,
+) -> list[RecallHit]:
+    """Fuse rankings into at most `limit` hits, one per key, most specific scope shown.
+
+    `rows` must contain every ranked id plus any same-key rows of other scopes (for overrides);
+    rows that share no key with a ranked row are ignored."""
+    scored = rrf_scores(rankings, weights=weights, k=k)
+    groups: dict[str, list[Memory]] = {}
+    for memory in rows:
+        groups.setdefault(normalize_key(memory.key), []).append(memory)
+    fused: list[tuple[float, tuple[int, float, timedelta, uuid.UUID], Memory, set[str]]] = []
+    for members in groups.values():
+        best = 0.0
+        names: set[str] = set()
+        for m in members:
+            entry = scored.get(m.id)
+            if entry is not None:
+                best = max(best, entry[0])
+                names.update(entry[1])
+        if not names:
+            continue
+        winner = members[0] if len(members) == 1 else min(members, key=_winner_order)
+        fused.append((-best, _winner_order(winner), winner, names))
+    fused.sort(key=lambda item: (item[0], item[1]))
+    return [
+        RecallHit(
+            memory=winner,
+            score=-negative_score,
+            sources=tuple(sorted(names, key=lambda n: (_SOURCE_ORDER.get(n, 3), n))),
+        )
+        for negative_score, _, winner, names in fused[:limit]
+    ]
+
+
+def top_order(memories: Iterable[Memory]) -> list[Memory]:
+    """Empty-query order: confidence descending, then most recently updated first."""
+    return sorted(memories, key=lambda m: (-m.confidence, _EPOCH - m.updated_at, m.id))
+
+
+def vector_ranking(
+    query_vector: Sequence[float],
+    candidates: Iterable[tuple[uuid.UUID, Sequence[float] | None]],
+    *,
+    limit: int,
+) -> list[uuid.UUID]:
+    """Ids by cosine similarity to the query, best first (rows without a usable embedding skipped)."""
+    query = np.asarray(query_vector, dtype=np.float64)
+    q_norm = float(np.linalg.norm(query))
+    usable = [(mid, vec) for mid, vec in candidates if vec is not None and len(vec) == len(query)]
+    if q_norm == 0.0 or not usable:
+        return []
+    matrix = np.asarray([vec for _, vec in usable], dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosines = (matrix @ query) / (norms * q_norm)
+    scored = sorted(
+        (-float(cos), str(mid), mid)
+        for (mid, _), cos in zip(usable, cosines, strict=True)
+        if _finite(float(cos))
+    )
+    return [memory_id for _, _, memory_id in scored[:limit]]
+
+
+def _finite(cosine: float) -> bool:
+    # a zero-length stored vector gives NaN
+    return not math.isnan(cosine)
+
+
+def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit: int) -> list[uuid.UUID]:
+    """Ids of memories containing any term (substring, case-insensitive), most distinct terms first."""
+    scored: list[tuple[int, float, str, uuid.UUID]] = []
+    for memory in candidates:
+        haystack = f"{memory.key} {memory.value}".lower()
+        matched = sum(1 for term in terms if term in haystack)
+        if matched:
+            scored.append((-matched, -memory.confidence, str(memory.id), memory.id))
+    scored.sort()
+    return [memory_id for *_, memory_id in scored[:limit]]

@@ -1,0 +1,337 @@
+"""SQLAlchemy 2 table definitions: `memories` exactly as seed §3.1 (plus a generated tsvector), and
+beside it the audit trail, pending revisions, processed events, memory settings and chat history.
+
+The embedding dimension is a deployment setting (`PMEM_EMBEDDING_DIM`), so the tables are built by
+`build_schema(dim, dialect)`. Postgres gets its schema from the alembic migrations (`store.migrate`);
+these definitions are what the stores query and what SQLite creates directly. A test checks that
+the migrated Postgres database and these definitions do not drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pgvector.sqlalchemy import VECTOR
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Computed,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    TypeDecorator,
+    Uuid,
+    func,
+    literal_column,
+    text,
+)
+from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
+from sqlalchemy.types import Float, TypeEngine
+
+Dialect_ = Literal["postgresql", "sqlite"]
+
+NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
+# pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
+HNSW_VECTOR_MAX_DIM = 2000
+HNSW_HALFVEC_MAX_DIM = 4000
+TEXT_SEARCH_CONFIG = "english"
+
+
+class TextUuid(TypeDecorator[uuid.UUID]):
+    """UUID stored as canonical dashed TEXT on SQLite (seed §3.1: "UUID / TEXT")."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        """UUID (or its string) → dashed text."""
+        return None if value is None else str(uuid.UUID(str(value)))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
+        """Dashed text → UUID."""
+        return None if value is None else uuid.UUID(str(value))
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Normalise to UTC; SQLite gets it naive because it cannot store an offset."""
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected datetime, got {type(value).__name__}")
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        utc = aware.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Attach UTC to naive values read back from SQLite."""
+        if value is None:
+            return None
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+class JsonVector(TypeDecorator[list[float]]):
+    """An embedding as a JSON array in TEXT (SQLite has no vector type)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        """List of floats → compact JSON."""
+        return None if value is None else json.dumps([float(x) for x in value], separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[float] | None:
+        """JSON → list of floats."""
+        return None if value is None else [float(x) for x in json.loads(value)]
+
+
+def _guid(dialect: Dialect_) -> TypeEngine[uuid.UUID]:
+    return TextUuid() if dialect == "sqlite" else Uuid(as_uuid=True)
+
+
+def _real(dialect: Dialect_) -> TypeEngine[float]:
+    # seed §3.1 says REAL; SQLAlchemy's Float would be double precision on Postgres
+    return Float() if dialect == "sqlite" else REAL()
+
+
+def _embedding_type(dim: int, dialect: Dialect_) -> TypeEngine[Any]:
+    return JsonVector() if dialect == "sqlite" else VECTOR(dim)
+
+
+def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:
+    """(indexed expression, operator class) of the HNSW index for a dimension; None above 4000."""
+    if embedding_dim <= HNSW_VECTOR_MAX_DIM:
+        return "embedding", "vector_cosine_ops"
+    if embedding_dim <= HNSW_HALFVEC_MAX_DIM:
+        return f"(embedding::halfvec({embedding_dim}))", "halfvec_cosine_ops"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schema:
+    """All tables of the store for one dialect and embedding dimension."""
+
+    metadata: MetaData
+    memories: Table
+    revisions: Table
+    audit: Table
+    processed_events: Table
+    settings: Table
+    chat_messages: Table
+    embedding_dim: int
+    dialect: Dialect_
+
+
+def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
+    guid = _guid(dialect)
+    embedding_type = _embedding_type(dim, dialect)
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    columns: list[Any] = [
+        Column(
+            "id",
+            guid,
+            primary_key=True,
+            server_default=func.gen_random_uuid() if dialect == "postgresql" else None,
+        ),
+        Column("scope", Text, nullable=False),
+        Column("owner_id", guid, nullable=False),
+        Column("user_id", guid, nullable=True),
+        Column("key", Text, nullable=False),
+        Column("value", Text, nullable=False),
+        Column("source_channel_id", guid, nullable=True),
+        Column("confidence", _real(dialect), nullable=False, server_default=text("1.0")),
+        Column("status", Text, nullable=False, server_default=text("'pending_review'")),
+        Column("embedding", embedding_type, nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("scope IN ('user', 'persona', 'persona_user')", name="ck_memories_scope"),
+        CheckConstraint("status IN ('active', 'pending_review', 'archived')", name="ck_memories_status"),
+        CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
+        CheckConstraint("(scope = 'persona_user') = (user_id IS NOT NULL)", name="ck_memories_user_id"),
+    ]
+    if dialect == "postgresql":
+        columns.append(
+            Column(
+                "search_tsv",
+                TSVECTOR,
+                Computed(
+                    f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value)", persisted=True
+                ),
+            )
+        )
+    table = Table("memories", md, *columns)
+    Index("ix_memories_scope_owner_status", table.c.scope, table.c.owner_id, table.c.status)
+    Index(
+        "ix_memories_persona_user",
+        table.c.owner_id,
+        table.c.user_id,
+        postgresql_where=text("scope = 'persona_user'"),
+        sqlite_where=text("scope = 'persona_user'"),
+    )
+    Index(
+        "uq_memories_scope_owner_user_key",
+        table.c.scope,
+        table.c.owner_id,
+        func.coalesce(table.c.user_id, literal_column(nil)),
+        table.c.key,
+        unique=True,
+    )
+    Index("ix_memories_source_channel_id", table.c.source_channel_id)
+    if dialect == "postgresql":
+        Index("ix_memories_search_tsv", table.c.search_tsv, postgresql_using="gin")
+        hnsw = hnsw_expression(dim)
+        if hnsw is not None:
+            expression, opclass = hnsw
+            target: Any = table.c.embedding if expression == "embedding" else text(expression)
+            Index(
+                "ix_memories_embedding_hnsw",
+                target,
+                postgresql_using="hnsw",
+                postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
+            )
+    return table
+
+
+def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema:
+    """Tables for one dialect and embedding dimension (a fresh MetaData each call)."""
+    if embedding_dim < 1:
+        raise ValueError(f"embedding dimension must be positive, got {embedding_dim}")
+    md = MetaData()
+    guid = _guid(dialect)
+    real = _real(dialect)
+    serial: TypeEngine[int] = Integer() if dialect == "sqlite" else BigInteger()
+    identity: list[Any] = [] if dialect == "sqlite" else [Identity()]
+    memories = _memories(md, embedding_dim, dialect)
+
+    revisions = Table(
+        "memory_revisions",
+        md,
+        Column("id", guid, primary_key=True),
+        Column("memory_id", guid, ForeignKey("memories.id", ondelete="CASCADE"), nullable=False),
+        Column("old_value", Text, nullable=False),
+        Column("new_value", Text, nullable=False),
+        Column("confidence", real, nullable=False),
+        # the proposal's embedding, so approving needs no embedding call inside the transaction
+        Column("embedding", _embedding_type(embedding_dim, dialect), nullable=True),
+        Column("source_channel_id", guid, nullable=True),
+        Column("source_event_id", guid, nullable=True),
+        Column("status", Text, nullable=False, server_default=text("'pending'")),
+        Column("proposed_by", Text, nullable=False),
+        Column("decided_by", Text, nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("decided_at", UtcDateTime(), nullable=True),
+        CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="ck_memory_revisions_status"),
+    )
+    # one open proposal per memory: a newer extraction replaces the older proposal
+    Index(
+        "uq_memory_revisions_pending",
+        revisions.c.memory_id,
+        unique=True,
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    )
+
+    audit = Table(
+        "memory_audit",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        # no foreign key: the trail must outlive a hard delete
+        Column("memory_id", guid, nullable=True),
+        Column("action", Text, nullable=False),
+        Column("scope", Text, nullable=True),
+        Column("owner_id", guid, nullable=True),
+        Column("user_id", guid, nullable=True),
+        Column("key", Text, nullable=True),
+        Column("old_value", Text, nullable=True),
+        Column("new_value", Text, nullable=True),
+        Column("actor", Text, nullable=False),
+        Column("event_id", guid, nullable=True),
+        Column("revision_id", guid, nullable=True),
+        Column("at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint(
+            "action IN ('add', 'update', 'propose', 'approve', 'reject', 'edit', 'archive', 'delete')",
+            name="ck_memory_audit_action",
+        ),
+    )
+    Index("ix_memory_audit_memory_id", audit.c.memory_id, audit.c.id)
+    Index("ix_memory_audit_event_id", audit.c.event_id)
+
+    processed_events = Table(
+        "processed_events",
+        md,
+        Column("event_id", guid, primary_key=True),
+        Column("processed_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("memory_count", Integer, nullable=False, server_default=text("0")),
+        Column("actor", Text, nullable=False, server_default=text("'worker'")),
+    )
+
+    settings = Table(
+        "memory_settings",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        Column("level", Text, nullable=False),
+        Column("target_id", guid, nullable=True),
+        Column("enabled", Boolean, nullable=True),
+        Column("persona_learning", Boolean, nullable=True),
+        Column("extraction_prompt", Text, nullable=True),
+        Column("min_confidence", real, nullable=True),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
+        CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
+        CheckConstraint(
+            "min_confidence IS NULL OR (min_confidence >= 0 AND min_confidence <= 1)",
+            name="ck_memory_settings_min_confidence",
+        ),
+    )
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    Index(
+        "uq_memory_settings_level_target",
+        settings.c.level,
+        func.coalesce(settings.c.target_id, literal_column(nil)),
+        unique=True,
+    )
+
+    chat_messages = Table(
+        "chat_messages",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        Column("agent_id", Text, nullable=False),
+        Column("room_id", Text, nullable=False),
+        Column("role", Text, nullable=False),
+        Column("content", Text, nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="ck_chat_messages_role"),
+    )
+    Index(
+        "ix_chat_messages_agent_room", chat_messages.c.agent_id, chat_messages.c.room_id, chat_messages.c.id
+    )
+
+    return Schema(
+        metadata=md,
+        memories=memories,
+        revisions=revisions,
+        audit=audit,
+        processed_events=processed_events,
+        settings=settings,
+        chat_messages=chat_messages,
+        embedding_dim=embedding_dim,
+        dialect=dialect,
+    )

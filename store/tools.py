@@ -1,0 +1,387 @@
+"""LLM function tools over the memory store: OpenAI function-tool JSON schemas plus async handlers
+bound to one conversation's context (user, optional persona, store).
+
+Seed §5 tools:
+
+* `memory_save(key, value, confidence=1.0)` — an explicit save, so `active` at once. Scope follows
+  whether a persona is active: `persona_user` (owner = persona, user_id = user), else `user`.
+* `memory_recall(query="", max_results=20)` — hybrid recall over every scope the user may read.
+
+Bot-plan tools (`remember` / `recall` / `forget`, facts keyed by subject) map onto the same rows:
+
+* The subject becomes part of the key. A subject naming the user ("me", "user", "I", "myself", the
+  user's id, or empty) adds nothing: `remember("me", "diet", "vegan")` is `memory_save("diet",
+  "vegan")`. Any other subject prefixes the key: `remember("Alice", "birthday", "3 March")` stores
+  key `Alice / birthday`. The hint then reads `- Alice / birthday: 3 March`.
+* Facts are saved where `memory_save` saves (never `persona` scope: what one user tells a bot must
+  not become visible to the persona's other users).
+* `recall(subject, key)` looks the exact key up across the readable scopes (most specific wins);
+  without a key it lists the subject's facts; when nothing matches exactly it returns related
+  memories from hybrid recall so the model can still answer.
+* `forget(subject, key)` hard-deletes the key from the scopes the user owns (persona_user and
+  user), whatever its status; the audit trail keeps a record of the deletion.
+
+Handlers return JSON-serialisable dicts. `MemoryTools.handle_tool_call(name, arguments_json)`
+dispatches a model's tool call and raises `ToolCallError` (message fit to send back to the model)
+for an unknown tool or bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from store.recall import normalize_key, resolve_scopes, writable_owner
+from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef
+from store.typing import MemoryStore
+
+MAX_KEY_CHARS = 120
+MAX_VALUE_CHARS = 2000
+MAX_RESULTS = 100
+SUBJECT_SEPARATOR = " / "
+_SELF_SUBJECTS = frozenset({"", "me", "i", "myself", "self", "user", "the user"})
+
+
+class ToolCallError(ValueError):
+    """A tool call that cannot run (unknown tool, malformed or invalid arguments)."""
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class MemorySaveArgs(_Args):
+    key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
+    value: str = Field(min_length=1, max_length=MAX_VALUE_CHARS)
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
+class MemoryRecallArgs(_Args):
+    query: str = Field(default="", max_length=2000)
+    max_results: int = Field(default=20, ge=1, le=MAX_RESULTS)
+
+
+class RememberArgs(_Args):
+    subject: str = Field(default="", max_length=MAX_KEY_CHARS)
+    key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
+    value: str = Field(min_length=1, max_length=MAX_VALUE_CHARS)
+
+
+class RecallArgs(_Args):
+    subject: str = Field(default="", max_length=MAX_KEY_CHARS)
+    key: str | None = Field(default=None, max_length=MAX_KEY_CHARS)
+
+
+class ForgetArgs(_Args):
+    subject: str = Field(default="", max_length=MAX_KEY_CHARS)
+    key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
+
+
+def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+_SUBJECT = {
+    "type": "string",
+    "description": 'Who or what the fact is about: "me" for the user you are talking to, or a name.',
+}
+TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "memory_save": _function(
+        "memory_save",
+        "Save a lasting fact about the user (a preference, detail or piece of context) so it is "
+        "remembered in future conversations. Use a short key of 2-6 words.",
+        {
+            "key": {"type": "string", "description": "Short label of 2-6 words, e.g. 'preferred language'."},
+            "value": {"type": "string", "description": "The fact itself, one sentence."},
+            "confidence": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "description": "How sure you are, 0-1 (default 1.0).",
+            },
+        },
+        ["key", "value"],
+    ),
+    "memory_recall": _function(
+        "memory_recall",
+        "Search what is remembered about the user. Without a query, returns the most important memories.",
+        {
+            "query": {"type": "string", "description": "What to look for, in natural language (optional)."},
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_RESULTS,
+                "description": "Maximum number of memories (default 20).",
+            },
+        },
+        [],
+    ),
+    "remember": _function(
+        "remember",
+        "Remember a fact about someone or something for future conversations.",
+        {
+            "subject": _SUBJECT,
+            "key": {"type": "string", "description": "What aspect, e.g. 'birthday' or 'favourite food'."},
+            "value": {"type": "string", "description": "The fact."},
+        },
+        ["subject", "key", "value"],
+    ),
+    "recall": _function(
+        "recall",
+        "Look up remembered facts about someone or something; omit key to list all of them.",
+        {
+            "subject": _SUBJECT,
+            "key": {"type": "string", "description": "The aspect to look up (optional)."},
+        },
+        ["subject"],
+    ),
+    "forget": _function(
+        "forget",
+        "Forget (delete) a remembered fact about someone or something.",
+        {"subject": _SUBJECT, "key": {"type": "string", "description": "The aspect to forget."}},
+        ["subject", "key"],
+    ),
+}
+TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SCHEMAS)
+
+
+def tool_schemas(names: tuple[str, ...] = TOOL_NAMES) -> list[dict[str, Any]]:
+    """OpenAI `tools=[…]` entries for the named tools (all five by default)."""
+    unknown = [n for n in names if n not in TOOL_SCHEMAS]
+    if unknown:
+        raise ToolCallError(f"unknown memory tool(s) {unknown}; available: {', '.join(TOOL_NAMES)}")
+    return [json.loads(json.dumps(TOOL_SCHEMAS[n])) for n in names]
+
+
+def is_self_subject(subject: str, user_id: uuid.UUID) -> bool:
+    """Whether a subject names the user being talked to."""
+    folded = " ".join(subject.lower().split())
+    return folded in _SELF_SUBJECTS or folded == str(user_id)
+
+
+def fact_key(subject: str, key: str, user_id: uuid.UUID) -> str:
+    """The memories key for a bot-plan fact: the key itself for the user, `subject / key` otherwise."""
+    key = " ".join(key.split())
+    if is_self_subject(subject, user_id):
+        return key
+    return f"{' '.join(subject.split())}{SUBJECT_SEPARATOR}{key}"
+
+
+def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
+    """What a tool returns for one memory (ids are strings so the result is JSON)."""
+    view: dict[str, Any] = {
+        "id": str(memory.id),
+        "key": memory.key,
+        "value": memory.value,
+        "scope": memory.scope,
+        "confidence": round(memory.confidence, 3),
+        "updated_at": memory.updated_at.isoformat(),
+    }
+    if score is not None:
+        view["score"] = round(score, 6)
+    return view
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolContext:
+    """Whose conversation the tools act for."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    store: MemoryStore
+    source_channel_id: uuid.UUID | None = None
+    actor: str | None = None  # audit actor; default "user:<user_id>"
+
+    @property
+    def audit_actor(self) -> str:
+        """The actor recorded in the audit trail."""
+        return self.actor or f"user:{self.user_id}"
+
+
+class MemoryTools:
+    """The five memory tools bound to one context."""
+
+    def __init__(self, context: ToolContext) -> None:
+        self.context = context
+        self._handlers: dict[str, tuple[type[_Args], Callable[[Any], Awaitable[dict[str, Any]]]]] = {
+            "memory_save": (MemorySaveArgs, self._memory_save),
+            "memory_recall": (MemoryRecallArgs, self._memory_recall),
+            "remember": (RememberArgs, self._remember),
+            "recall": (RecallArgs, self._recall),
+            "forget": (ForgetArgs, self._forget),
+        }
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas of every tool this object handles."""
+        return tool_schemas()
+
+    async def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """Run a model's tool call (`arguments` as the JSON string the API returns, or a dict)."""
+        if name not in self._handlers:
+            raise ToolCallError(f"unknown tool {name!r}; memory tools are: {', '.join(self._handlers)}")
+        if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+            raw: Any = {}
+        elif isinstance(arguments, str):
+            try:
+                raw = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                raise ToolCallError(
+                    f"arguments for {name} are not valid JSON: {exc.msg} at {exc.pos}"
+                ) from exc
+        else:
+            raw = dict(arguments)
+        if not isinstance(raw, dict):
+            raise ToolCallError(f"arguments for {name} must be a JSON object, got {type(raw).__name__}")
+        model, handler = self._handlers[name]
+        try:
+            args = model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ToolCallError(f"bad arguments for {name}: {problems}") from exc
+        return await handler(args)
+
+    # -- seed §5 --------------------------------------------------------------------------------
+
+    async def memory_save(self, key: str, value: str, confidence: float = 1.0) -> dict[str, Any]:
+        """Save an explicit (active) fact about the user in the persona_user or user scope."""
+        return await self.handle_tool_call(
+            "memory_save", {"key": key, "value": value, "confidence": confidence}
+        )
+
+    async def memory_recall(self, query: str = "", max_results: int = 20) -> dict[str, Any]:
+        """Hybrid recall over every scope the user can read."""
+        return await self.handle_tool_call("memory_recall", {"query": query, "max_results": max_results})
+
+    # -- bot plan -------------------------------------------------------------------------------
+
+    async def remember(self, subject: str, key: str, value: str) -> dict[str, Any]:
+        """Save a fact about a subject (see the module docstring for the key mapping)."""
+        return await self.handle_tool_call("remember", {"subject": subject, "key": key, "value": value})
+
+    async def recall(self, subject: str, key: str | None = None) -> dict[str, Any]:
+        """Look up facts about a subject."""
+        return await self.handle_tool_call("recall", {"subject": subject, "key": key})
+
+    async def forget(self, subject: str, key: str) -> dict[str, Any]:
+        """Delete a fact about a subject from the user's own scopes."""
+        return await self.handle_tool_call("forget", {"subject": subject, "key": key})
+
+    # -- handlers -------------------------------------------------------------------------------
+
+    async def _save(self, key: str, value: str, confidence: float) -> dict[str, Any]:
+        ctx = self.context
+        owner = writable_owner(ctx.user_id, ctx.persona_id)
+        result = await ctx.store.upsert(
+            NewMemory(
+                scope=owner.scope,
+                owner_id=owner.owner_id,
+                user_id=owner.user_id,
+                key=key,
+                value=value,
+                confidence=confidence,
+                status="active",
+                source_channel_id=ctx.source_channel_id,
+            ),
+            actor=ctx.audit_actor,
+        )
+        return {
+            "saved": True,
+            "id": str(result.memory_id),
+            "action": result.action,
+            "scope": owner.scope,
+            "key": key,
+        }
+
+    async def _memory_save(self, args: MemorySaveArgs) -> dict[str, Any]:
+        return await self._save(" ".join(args.key.split()), args.value, args.confidence)
+
+    async def _memory_recall(self, args: MemoryRecallArgs) -> dict[str, Any]:
+        ctx = self.context
+        hits = await ctx.store.recall(ctx.user_id, ctx.persona_id, args.query, args.max_results)
+        return {"count": len(hits), "memories": [memory_view(h.memory, h.score) for h in hits]}
+
+    async def _remember(self, args: RememberArgs) -> dict[str, Any]:
+        return await self._save(fact_key(args.subject, args.key, self.context.user_id), args.value, 1.0)
+
+    async def _find(
+        self, owners: tuple[OwnerRef, ...], *, key: str | None, prefix: str | None
+    ) -> list[Memory]:
+        found: list[Memory] = []
+        for owner in owners:
+            found += await self.context.store.list(
+                MemoryFilter(
+                    scope=owner.scope,
+                    owner_id=owner.owner_id,
+                    user_id=owner.user_id,
+                    status="active",
+                    key=key,
+                    key_prefix=prefix,
+                    limit=MAX_RESULTS,
+                )
+            )
+        return found
+
+    async def _recall(self, args: RecallArgs) -> dict[str, Any]:
+        ctx = self.context
+        owners = resolve_scopes(ctx.user_id, ctx.persona_id)
+        if args.key:
+            stored = fact_key(args.subject, args.key, ctx.user_id)
+            matches = await self._find(owners, key=stored, prefix=None)
+        elif is_self_subject(args.subject, ctx.user_id):
+            hits = await ctx.store.recall(ctx.user_id, ctx.persona_id, "", 20)
+            matches = [h.memory for h in hits]
+        else:
+            prefix = f"{' '.join(args.subject.split())}{SUBJECT_SEPARATOR}"
+            matches = await self._find(owners, key=None, prefix=prefix)
+        facts = _most_specific(matches)
+        result: dict[str, Any] = {"found": bool(facts), "facts": [memory_view(m) for m in facts]}
+        if not facts:
+            query = " ".join(part for part in (args.subject, args.key or "") if part)
+            related = await ctx.store.recall(ctx.user_id, ctx.persona_id, query, 5)
+            result["related"] = [memory_view(h.memory, h.score) for h in related]
+        return result
+
+    async def _forget(self, args: ForgetArgs) -> dict[str, Any]:
+        ctx = self.context
+        stored = fact_key(args.subject, args.key, ctx.user_id)
+        own = [writable_owner(ctx.user_id, ctx.persona_id)]
+        if ctx.persona_id is not None:
+            own.append(OwnerRef(scope="user", owner_id=ctx.user_id))
+        deleted = 0
+        for owner in own:
+            rows = await ctx.store.list(
+                MemoryFilter(scope=owner.scope, owner_id=owner.owner_id, user_id=owner.user_id, key=stored)
+            )
+            for memory in rows:
+                deleted += int(await ctx.store.delete(memory.id, actor=ctx.audit_actor))
+        return {"forgotten": deleted, "key": stored}
+
+
+def _most_specific(memories: list[Memory]) -> list[Memory]:
+    """One memory per key, the most specific scope first (persona_user > persona > user)."""
+    best: dict[str, Memory] = {}
+    for memory in memories:
+        slot = normalize_key(memory.key)
+        current = best.get(slot)
+        if current is None or SCOPE_PRIORITY[memory.scope] < SCOPE_PRIORITY[current.scope]:
+            best[slot] = memory
+    return sorted(best.values(), key=lambda m: (m.key.lower(), SCOPE_PRIORITY[m.scope]))

@@ -1,0 +1,140 @@
+"""`pmem eval locomo`: option parsing, the report, and one end-to-end run on the synthetic fixture
+through the real Postgres store and recall (hashing embedder, so it is fast and offline)."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from store.locomo import Unit
+from worker.cli import build_parser, main
+from worker.commands.evaluate import (
+    RETRIEVERS,
+    Progress,
+    format_table,
+    memory_key,
+    options_from_args,
+    parse_retrievers,
+    report_json,
+    resolve_embedding_provider,
+    unit_memories,
+)
+
+FIXTURE = Path(__file__).parent / "locomo_tiny.json"
+
+
+def test_parse_retrievers_defaults_to_all_three_and_accepts_lists() -> None:
+    assert parse_retrievers(None) == RETRIEVERS == ("hybrid", "vector", "keyword")
+    assert parse_retrievers(["keyword", "vector"]) == ("vector", "keyword")
+    assert parse_retrievers(["keyword,hybrid", "hybrid"]) == ("hybrid", "keyword")
+    with pytest.raises(ValueError, match="choose from hybrid, vector, keyword"):
+        parse_retrievers(["bm25"])
+
+
+def test_embedding_provider_resolution() -> None:
+    assert resolve_embedding_provider("hashing", {"PMEM_EMBEDDING_PROVIDER": "openai"}, True) == "hashing"
+    assert resolve_embedding_provider(None, {"PMEM_EMBEDDING_PROVIDER": "openai"}, True) == "openai"
+    assert resolve_embedding_provider(None, {}, True) == "local"
+    assert resolve_embedding_provider(None, {}, False) == "hashing"
+
+
+def test_unit_memories_are_active_user_scope_with_unique_content_free_keys() -> None:
+    owner = uuid.uuid4()
+    units = [
+        Unit(kind="observation", text=f"fact {i}", dia_ids=("D1:1",), session=1, speaker="A")
+        for i in range(3)
+    ]
+    memories = unit_memories(units, owner, [[0.0, 1.0]] * 3)
+    assert {m.scope for m in memories} == {"user"}
+    assert {m.status for m in memories} == {"active"}
+    assert {m.owner_id for m in memories} == {owner}
+    assert len({m.key for m in memories}) == 3
+    assert memories[0].key == memory_key("observation", 0) == "observation x00001"
+    assert [m.value for m in memories] == ["fact 0", "fact 1", "fact 2"]
+    assert memories[0].embedding == [0.0, 1.0]
+
+
+def test_options_from_args() -> None:
+    args = build_parser().parse_args(
+        ["eval", "locomo", str(FIXTURE), "--unit", "dialog", "--k", "10,5", "--retriever", "vector"]
+    )
+    options = options_from_args(args, {"PMEM_DATABASE_URL": "postgresql://u@/db?host=/tmp"})
+    assert options.unit == "dialog"
+    assert options.ks == (5, 10)
+    assert options.retrievers == ("vector",)
+    assert options.database_url == "postgresql://u@/db?host=/tmp"
+
+
+def test_bad_options_exit_2_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "locomo", str(FIXTURE), "--k", "five"]) == 2
+    assert "5,10,25,50" in capsys.readouterr().err
+    assert (
+        main(["eval", "locomo", str(FIXTURE.parent / "missing.json"), "--embedding-provider", "hashing"]) == 2
+    )
+    assert "locomo10.json" in capsys.readouterr().err
+
+
+def test_progress_bar_writes_lines_when_not_a_terminal() -> None:
+    stream = io.StringIO()
+    progress = Progress(total=20, stream=stream)
+    for _ in range(20):
+        progress.update(1, "conv-1: querying")
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert 1 <= len(lines) <= 11
+    assert lines[-1].startswith("[" + "#" * 30 + "] 100% 20/20 conv-1: querying")
+
+
+def test_report_and_table() -> None:
+    summary = {
+        "questions": 2,
+        "recall@5": 0.5,
+        "by_category": {"single-hop": {"questions": 2, "recall@5": 0.5}},
+    }
+    report = report_json(questions=2, unit="dialog", embedder="hashing", summaries={"hybrid": summary})
+    assert report == {
+        "questions": 2,
+        "unit": "dialog",
+        "embedder": "hashing",
+        "retrievers": {"hybrid": summary},
+    }
+    table = format_table(report, (5,))
+    assert "hybrid" in table and "0.500" in table and "single-hop (2)" in table
+
+
+@pytest.mark.slow
+def test_eval_locomo_end_to_end_on_the_fixture(
+    database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PMEM_EMBEDDING_PROVIDER", raising=False)
+    argv = ["eval", "locomo", str(FIXTURE), "--json", "--k", "1,3,50", "--embedding-provider", "hashing"]
+    assert main([*argv, "--database-url", database_url]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["questions"] == 9
+    assert report["unit"] == "observation"
+    assert set(report["retrievers"]) == {"hybrid", "vector", "keyword"}
+    for summary in report["retrievers"].values():
+        assert set(summary) >= {"questions", "recall@1", "recall@3", "recall@50", "by_category"}
+        assert 0.0 <= summary["recall@1"] <= summary["recall@3"] <= summary["recall@50"] <= 1.0
+        # 7 + 2 units: at k=50 every unit is retrieved (vector search returns all of a tiny owner)
+        assert summary["by_category"]["adversarial"] == {
+            "questions": 1,
+            "recall@1": 1.0,
+            "recall@3": 1.0,
+            "recall@50": 1.0,
+        }
+    assert report["retrievers"]["vector"]["recall@50"] == 1.0
+    # lexical overlap is strong in the fixture: the hashing embedder and full text both find "Pixel"
+    assert report["retrievers"]["hybrid"]["recall@3"] >= 0.5
+    assert "%" in captured.err  # the progress bar went to stderr
+
+    # dialog units, one retriever
+    assert main([*argv, "--database-url", database_url, "--unit", "dialog", "--retriever", "keyword"]) == 0
+    dialog = json.loads(capsys.readouterr().out)
+    assert set(dialog["retrievers"]) == {"keyword"}
+    assert dialog["unit"] == "dialog"

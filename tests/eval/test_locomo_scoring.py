@@ -1,0 +1,158 @@
+"""The LoCoMo loader and the official-way scoring, on a small hand-written LoCoMo-shaped fixture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from store.locomo import (
+    CATEGORY_NAMES,
+    LocomoFormatError,
+    QuestionResult,
+    canonical_dia_id,
+    dialog_text,
+    evidence_recall,
+    load_locomo,
+    normalise_evidence,
+    parse_ks,
+    parse_locomo,
+    recall_at_k,
+    split_dia_ids,
+    summarise,
+)
+
+FIXTURE = Path(__file__).parent / "locomo_tiny.json"
+
+
+def test_category_names_are_the_data_sets_ids() -> None:
+    assert CATEGORY_NAMES == {
+        1: "multi-hop",
+        2: "temporal",
+        3: "open-domain",
+        4: "single-hop",
+        5: "adversarial",
+    }
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [("D1:3", "D1:3"), (" D30:05 ", "D30:5"), ("D", None), ("D:11:26", None), ("S1", None), ("", None)],
+)
+def test_canonical_dia_id(token: str, expected: str | None) -> None:
+    assert canonical_dia_id(token) == expected
+
+
+def test_split_dia_ids_on_semicolons_commas_and_spaces() -> None:
+    assert split_dia_ids("D1:3; D2:1") == ["D1:3", "D2:1"]
+    assert split_dia_ids("D1:3,D1:4") == ["D1:3", "D1:4"]
+    assert split_dia_ids("D9:1 D4:4  D4:6") == ["D9:1", "D4:4", "D4:6"]
+    assert split_dia_ids(["D1:1", "D1:1", "D", "D2:2"]) == ["D1:1", "D2:2"]
+
+
+def test_normalise_evidence_drops_unknown_ids() -> None:
+    known = {"D1:1", "D1:4", "D2:3"}
+    assert normalise_evidence(["D2:3,D1:4", "D9:99"], known) == ("D2:3", "D1:4")
+    assert normalise_evidence(["D1:04"], known) == ("D1:4",)
+    assert normalise_evidence([], known) == ()
+
+
+def test_evidence_recall_is_the_covered_fraction() -> None:
+    assert evidence_recall(["D1:1", "D1:2"], [("D1:2",), ("D3:3",)]) == 0.5
+    assert evidence_recall(["D1:1", "D1:2"], [("D1:1", "D1:2")]) == 1.0
+    assert evidence_recall(["D1:1"], []) == 0.0
+    assert evidence_recall([], []) == 1.0  # no (known) evidence scores 1, as in the official code
+
+
+def test_recall_at_k_only_looks_at_the_top_k() -> None:
+    result = QuestionResult(category=1, evidence=("D1:1", "D2:2"), ranked=(("D1:1",), ("X",), ("D2:2",)))
+    assert recall_at_k(result, 1) == 0.5
+    assert recall_at_k(result, 2) == 0.5
+    assert recall_at_k(result, 3) == 1.0
+    assert recall_at_k(result, 50) == 1.0
+
+
+def test_parse_ks() -> None:
+    assert parse_ks("50,5, 10,25,5") == (5, 10, 25, 50)
+    with pytest.raises(ValueError, match="5,10,25,50"):
+        parse_ks("5,ten")
+    with pytest.raises(ValueError, match="positive"):
+        parse_ks("0,5")
+
+
+def test_summarise_overall_and_by_category() -> None:
+    results = [
+        QuestionResult(category=4, evidence=("D1:1",), ranked=(("D1:1",), ("D1:2",))),
+        QuestionResult(category=4, evidence=("D1:1",), ranked=(("D1:2",), ("D1:1",))),
+        QuestionResult(category=1, evidence=("D1:1", "D1:2"), ranked=(("D1:2",), ("D1:3",))),
+        QuestionResult(category=5, evidence=(), ranked=()),
+    ]
+    summary = summarise(results, (1, 2))
+    assert summary["questions"] == 4
+    assert summary["recall@1"] == pytest.approx((1 + 0 + 0.5 + 1) / 4)
+    assert summary["recall@2"] == pytest.approx((1 + 1 + 0.5 + 1) / 4)
+    assert list(summary["by_category"]) == ["multi-hop", "single-hop", "adversarial"]
+    assert summary["by_category"]["single-hop"] == {"questions": 2, "recall@1": 0.5, "recall@2": 1.0}
+    assert summary["by_category"]["adversarial"]["recall@1"] == 1.0
+
+
+def test_load_fixture_questions_units_and_evidence() -> None:
+    conversations = load_locomo(FIXTURE)
+    assert [c.sample_id for c in conversations] == ["tiny-1", "tiny-2"]
+    first = conversations[0]
+    assert first.speakers == ("Ada", "Bo")
+    assert len(first.turns) == 7
+    assert len(first.questions) == 7
+    assert first.session_dates == {1: "1:56 pm on 8 May, 2023", 2: "10:00 am on 2 June, 2023"}
+
+    by_question = {q.question: q for q in first.questions}
+    assert by_question["What instrument does Bo play and when was his recital?"].evidence == ("D1:2", "D2:1")
+    assert by_question["Where did Bo go hiking with his sister?"].evidence == ("D2:3", "D1:4")
+    assert by_question["What did Ada's cat spill?"].evidence == ("D2:2",)  # D9:99 and D are unknown
+    assert by_question["When did Clara visit?"].evidence == ("D1:4", "D2:3")  # D1:04 → D1:4
+    adversarial = by_question["What is Bo's favourite colour?"]
+    assert adversarial.category_name == "adversarial"
+    assert (adversarial.answer, adversarial.evidence) == ("blue", ())
+    assert conversations[1].questions[1].evidence == ()  # "D:1:1" is malformed: dropped
+
+
+def test_observation_units_carry_their_dia_ids() -> None:
+    first = load_locomo(FIXTURE)[0]
+    observations = first.units("observation")
+    assert len(observations) == 7
+    assert observations[0].text == "Ada adopted a grey cat named Pixel."
+    assert observations[0].dia_ids == ("D1:1",)
+    assert observations[0].session_date == "1:56 pm on 8 May, 2023"
+    hiking = next(u for u in observations if "Alps" in u.text)
+    assert hiking.dia_ids == ("D2:3", "D1:4")
+    assert hiking.session == 2
+
+
+def test_dialog_units_quote_the_speaker_and_add_the_image_caption() -> None:
+    dialog = load_locomo(FIXTURE)[0].units("dialog")
+    assert [u.dia_ids for u in dialog][:3] == [("D1:1",), ("D1:2",), ("D1:3",)]
+    assert dialog[0].text == 'Ada said, "Hi Bo! I adopted a grey cat named Pixel last week."'
+    assert dialog[2].text == (
+        'Ada said, "Lovely. I work as a marine biologist in Lisbon."'
+        " [shares a photo of a research boat in a harbour]"
+    )
+    assert dialog_text("Bo", "  hi \n") == 'Bo said, "hi"'
+
+
+def test_parse_rejects_what_is_not_locomo(tmp_path: Path) -> None:
+    with pytest.raises(LocomoFormatError, match="list of conversations"):
+        parse_locomo({"qa": []})
+    with pytest.raises(LocomoFormatError, match="missing key 'conversation'"):
+        parse_locomo([{"qa": []}])
+    with pytest.raises(LocomoFormatError, match="no such file"):
+        load_locomo(tmp_path / "missing.json")
+    with pytest.raises(LocomoFormatError, match="cannot read"):
+        load_locomo(tmp_path)  # a directory
+    broken = tmp_path / "broken.json"
+    broken.write_text("{nope")
+    with pytest.raises(LocomoFormatError, match="not valid JSON"):
+        load_locomo(broken)
+    bad_turn = [{"conversation": {"session_1": [{"speaker": "A", "dia_id": "x", "text": "t"}]}, "qa": []}]
+    with pytest.raises(LocomoFormatError, match="D<session>:<turn>"):
+        parse_locomo(json.loads(json.dumps(bad_turn)))

@@ -1,0 +1,227 @@
+"""Prompt rendering: template, scopes, existing keys, overrides, token budget and chunking."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extraction.errors import PromptBudgetError
+from extraction.prompt import (
+    PromptBudget,
+    count_tokens,
+    render_prompts,
+    render_system,
+    transcript_lines,
+)
+from extraction.types import ExtractionRequest, TranscriptMessage
+from prompts import list_persona_examples, load_prompt
+from store.types import Memory, Scope
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def msg(role: str, content: str) -> TranscriptMessage:
+    return TranscriptMessage(role=role, content=content)  # type: ignore[arg-type]
+
+
+def memory(key: str, scope: Scope = "user", minutes_ago: int = 0) -> Memory:
+    return Memory(
+        id=uuid.uuid4(),
+        scope=scope,
+        owner_id=uuid.uuid4(),
+        user_id=None,
+        key=key,
+        value="some value",
+        source_channel_id=None,
+        confidence=0.9,
+        status="active",
+        created_at=NOW,
+        updated_at=NOW - timedelta(minutes=minutes_ago),
+    )
+
+
+CONVERSATION = (
+    msg("system", "You are a helpful bot. SYSTEM-SECRET-INSTRUCTIONS"),
+    msg("user", "Hi, my name is Ann and I live in Lyon."),
+    msg("assistant", "Nice to meet you, Ann!"),
+    msg("tool", "TOOL-OUTPUT"),
+    msg("user", "  "),
+)
+
+
+def test_default_prompt_without_persona_allows_only_user_scope() -> None:
+    [prompt] = render_prompts(ExtractionRequest(messages=CONVERSATION, allowed_scopes=("user",)))
+    assert 'always "user"' in prompt.system
+    assert "persona_user" not in prompt.system
+    assert '{"memories":' in prompt.system  # the output shape
+    assert prompt.user == (
+        "Conversation:\nuser: Hi, my name is Ann and I live in Lyon.\nassistant: Nice to meet you, Ann!"
+    )
+    assert "SYSTEM-SECRET" not in prompt.user and "TOOL-OUTPUT" not in prompt.user
+    assert [m["role"] for m in prompt.as_messages()] == ["system", "user"]
+    assert prompt.chunk_index == 0 and prompt.chunk_count == 1
+
+
+def test_persona_prompt_lists_the_allowed_scopes_and_the_persona() -> None:
+    request = ExtractionRequest(
+        messages=CONVERSATION, allowed_scopes=("user", "persona_user", "persona"), persona_name="Math\nTutor"
+    )
+    system = render_system(request)
+    assert '"persona_user"' in system and '"persona"' in system and '"user"' in system
+    assert 'for the assistant "Math Tutor"' in system
+    # the most specific scope is described first
+    assert system.index('"persona_user"') < system.index('"persona" =') < system.index('"user" =')
+
+
+def test_override_replaces_the_instructions_but_not_the_contract() -> None:
+    helpdesk = load_prompt("personas/helpdesk")
+    request = ExtractionRequest(messages=CONVERSATION, allowed_scopes=("user",), prompt_override=helpdesk)
+    system = render_system(request)
+    assert helpdesk.strip() in system
+    assert load_prompt("extraction_instructions").strip() not in system
+    assert 'always "user"' in system and '{"memories":' in system
+
+
+def test_existing_keys_are_listed_newest_first_capped_and_only_for_allowed_scopes() -> None:
+    existing = (
+        memory("old key", minutes_ago=50),
+        memory("new key", minutes_ago=1),
+        memory("persona fact", scope="persona"),
+        memory("new key", minutes_ago=2),  # same key again: listed once
+        memory("tutor note", scope="persona_user", minutes_ago=3),
+    )
+    request = ExtractionRequest(
+        messages=CONVERSATION, allowed_scopes=("user", "persona_user"), existing=existing
+    )
+    system = render_system(request)
+    line = next(line for line in system.splitlines() if line.startswith("Existing keys"))
+    assert (
+        line == "Existing keys (reuse for the same fact): user: new key, old key; persona_user: tutor note."
+    )
+    capped = render_system(request, budget=PromptBudget(max_existing_keys=1))
+    assert "user: new key." in capped and "old key" not in capped
+
+
+def test_fixed_part_stays_small_even_with_many_existing_keys() -> None:
+    """Benchmark goal: prompt tokens per conversation ≤ transcript tokens + 500."""
+    existing = tuple(memory(f"some fairly long memory key {i}", minutes_ago=i) for i in range(300))
+    transcript = tuple(
+        msg("user" if i % 2 == 0 else "assistant", f"Message number {i} about hiking, tea and Lyon.")
+        for i in range(20)
+    )
+    request = ExtractionRequest(
+        messages=transcript, allowed_scopes=("user", "persona", "persona_user"), existing=existing
+    )
+    [prompt] = render_prompts(request)
+    transcript_tokens = sum(count_tokens(m.content) for m in transcript)
+    assert prompt.tokens <= transcript_tokens + 500
+    assert count_tokens(prompt.system) <= 450
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\S+", text)
+
+
+def transcript_words(prompts_user: list[str]) -> list[str]:
+    """Words of the transcript as it was sent (headers and role prefixes removed)."""
+    out: list[str] = []
+    for user in prompts_user:
+        body = user.split("\n", 1)[1]
+        for line in body.split("\n"):
+            line = re.sub(r"^(user|assistant)( \(continued\))?: ", "", line)
+            out.extend(words(line))
+    return out
+
+
+def test_a_long_transcript_is_split_not_cut() -> None:
+    transcript = tuple(
+        msg("user" if i % 2 == 0 else "assistant", f"Sentence {i} says something about topic {i}. " * 5)
+        for i in range(60)
+    )
+    budget = PromptBudget(max_input_tokens=600)
+    prompts = render_prompts(ExtractionRequest(messages=transcript, allowed_scopes=("user",)), budget=budget)
+    assert len(prompts) > 1
+    assert all(p.chunk_count == len(prompts) for p in prompts)
+    assert [p.chunk_index for p in prompts] == list(range(len(prompts)))
+    assert all(p.tokens <= budget.max_input_tokens for p in prompts)
+    assert prompts[1].user.startswith(f"Conversation (part 2 of {len(prompts)}):\n")
+    expected = [w for m in transcript for w in words(m.content)]
+    assert transcript_words([p.user for p in prompts]) == expected
+
+
+def test_one_huge_message_is_split_with_its_role_repeated() -> None:
+    content = " ".join(f"word{i}" for i in range(3000))  # no sentence ends at all
+    blob = "x" * 20000  # one "word" longer than any budget
+    transcript = (msg("user", content), msg("assistant", blob))
+    budget = PromptBudget(max_input_tokens=500)
+    prompts = render_prompts(ExtractionRequest(messages=transcript, allowed_scopes=("user",)), budget=budget)
+    assert all(p.tokens <= 500 for p in prompts)
+    assert any("user (continued): " in p.user for p in prompts)
+    assert any("assistant (continued): " in p.user for p in prompts)
+    sent = transcript_words([p.user for p in prompts])
+    assert sent[:3000] == words(content)
+    assert "".join(sent[3000:]) == blob
+
+
+def test_a_budget_too_small_for_the_fixed_part_is_a_clear_error() -> None:
+    request = ExtractionRequest(
+        messages=CONVERSATION, allowed_scopes=("user",), prompt_override="keep it " * 400
+    )
+    with pytest.raises(PromptBudgetError, match="PMEM_LLM_MAX_INPUT_TOKENS"):
+        render_prompts(request, budget=PromptBudget(max_input_tokens=300))
+
+
+def test_existing_keys_are_dropped_before_giving_up_on_the_budget() -> None:
+    existing = tuple(memory(f"key number {i}") for i in range(40))
+    request = ExtractionRequest(messages=CONVERSATION, allowed_scopes=("user",), existing=existing)
+    budget = PromptBudget(max_input_tokens=330, max_existing_tokens=150)
+    [prompt] = render_prompts(request, budget=budget)
+    assert "Existing keys" not in prompt.system
+    assert prompt.tokens <= 330
+
+
+def test_no_transcript_means_no_prompt() -> None:
+    request = ExtractionRequest(messages=(msg("system", "x"), msg("user", " ")), allowed_scopes=("user",))
+    assert render_prompts(request) == []
+    assert transcript_lines(request.messages) == []
+
+
+def test_a_custom_counter_and_template_are_used() -> None:
+    request = ExtractionRequest(messages=CONVERSATION, allowed_scopes=("user",))
+    [prompt] = render_prompts(request, template="Scopes: {{scopes}}.", counter=len)
+    assert prompt.system == 'Scopes: always "user".'
+    assert prompt.tokens == len(prompt.system) + len(prompt.user) + 11
+
+
+def test_bundled_prompts_load() -> None:
+    assert "{{scopes}}" in load_prompt("extraction")
+    assert list_persona_examples() == ["helpdesk", "tutor"]
+    assert "student" in load_prompt("personas/tutor.md")
+    with pytest.raises(FileNotFoundError, match="available: extraction, personas/helpdesk"):
+        load_prompt("personas/nope")
+    with pytest.raises(FileNotFoundError):
+        load_prompt("../pyproject.toml")
+
+
+message_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=400
+).filter(lambda s: s.strip() != "")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    contents=st.lists(message_text, min_size=1, max_size=25),
+    max_tokens=st.integers(min_value=300, max_value=1500),
+)
+def test_every_chunk_fits_and_every_word_is_sent(contents: list[str], max_tokens: int) -> None:
+    transcript = tuple(msg("user" if i % 2 == 0 else "assistant", c) for i, c in enumerate(contents))
+    budget = PromptBudget(max_input_tokens=max_tokens)
+    prompts = render_prompts(ExtractionRequest(messages=transcript, allowed_scopes=("user",)), budget=budget)
+    assert all(p.tokens <= max_tokens for p in prompts)
+    sent = "".join("".join(transcript_words([p.user])) for p in prompts)
+    assert sent == "".join("".join(words(c)) for c in contents)

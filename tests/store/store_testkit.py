@@ -1,0 +1,86 @@
+"""Helpers for the store tests: a tiny concept embedder and memory builders."""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from store.postgres import PostgresMemoryStore
+from store.sqlite import SqliteMemoryStore
+from store.types import NewMemory, Scope, Status
+
+Store = PostgresMemoryStore | SqliteMemoryStore
+MakeStore = Callable[..., Awaitable[Store]]
+
+_WORD = re.compile(r"[a-z]+")
+
+# words that share a meaning share an axis; everything else carries no meaning
+CONCEPTS: dict[str, int] = {
+    "dog": 0,
+    "puppy": 0,
+    "canine": 0,
+    "retriever": 0,
+    "coffee": 1,
+    "espresso": 1,
+    "latte": 1,
+    "city": 2,
+    "lisbon": 2,
+    "porto": 2,
+    "project": 3,
+    "launch": 3,
+    "deadline": 3,
+    "park": 4,
+    "garden": 4,
+    "vet": 6,
+}
+FALLBACK_AXIS = 7
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConceptEmbedder:
+    """Deterministic 8-dimension embedder: synonyms land on the same axis, other words nowhere."""
+
+    dim: int = 8
+
+    def vector(self, text: str) -> list[float]:
+        """Unit vector of the text's concepts (the fallback axis when it has none)."""
+        vector = [0.0] * self.dim
+        for word in _WORD.findall(text.lower()):
+            axis = CONCEPTS.get(word)
+            if axis is not None:
+                vector[axis] += 1.0
+        if not any(vector):
+            vector[FALLBACK_AXIS] = 1.0
+        norm = math.sqrt(sum(x * x for x in vector))
+        return [x / norm for x in vector]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One concept vector per text."""
+        return [self.vector(t) for t in texts]
+
+
+def mem(
+    *,
+    scope: Scope = "user",
+    owner: uuid.UUID,
+    user: uuid.UUID | None = None,
+    key: str,
+    value: str,
+    status: Status = "active",
+    confidence: float = 1.0,
+    channel: uuid.UUID | None = None,
+) -> NewMemory:
+    """A NewMemory with test-friendly defaults (explicit, active)."""
+    return NewMemory(
+        scope=scope,
+        owner_id=owner,
+        user_id=user,
+        key=key,
+        value=value,
+        status=status,
+        confidence=confidence,
+        source_channel_id=channel,
+    )

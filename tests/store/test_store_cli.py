@@ -1,0 +1,141 @@
+"""`pmem migrate`, `pmem recall` and `pmem review` against a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from extraction.embeddings import HashingEmbedder
+from store.postgres import PostgresMemoryStore
+from tests.store.store_testkit import mem
+from worker.cli import main
+
+
+@pytest.fixture
+def cli_env(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PMEM_DATABASE_URL", database_url)
+    monkeypatch.setenv("PMEM_EMBEDDING_PROVIDER", "hashing")
+    monkeypatch.setenv("PMEM_EMBEDDING_DIM", "384")
+    return database_url
+
+
+async def pmem(*argv: str) -> int:
+    """Run the CLI in a thread (it starts its own event loop)."""
+    return await asyncio.to_thread(main, list(argv))
+
+
+def test_pmem_migrate_reports_what_it_did_and_is_idempotent(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["migrate"]) == 0
+    assert "migrated (empty database) -> 0001" in capsys.readouterr().out
+    assert main(["migrate"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert main(["migrate", "--embedding-dim", "768"]) == 2
+    err = capsys.readouterr().err
+    assert "vector(384)" in err and "768" in err
+
+
+def test_pmem_migrate_accepts_a_database_url_flag(
+    new_database: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = new_database()  # type: ignore[operator]
+    assert main(["migrate", "--database-url", url]) == 0
+    assert "migrated" in capsys.readouterr().out
+
+
+def test_pmem_migrate_refuses_an_unusable_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "--database-url", "sqlite://"]) == 2
+    assert "names no file" in capsys.readouterr().err
+
+
+async def test_pmem_recall_prints_json_and_a_table(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert await pmem("migrate") == 0
+    user, persona = uuid.uuid4(), uuid.uuid4()
+    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
+    try:
+        await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
+        await store.upsert(mem(scope="persona_user", owner=persona, user=user, key="level", value="Beginner"))
+        await store.upsert(mem(owner=user, key="pending", value="Lisbon maybe", status="pending_review"))
+    finally:
+        await store.close()
+    capsys.readouterr()
+
+    assert (
+        await pmem("recall", "--user-id", str(user), "--json", "where", "does", "she", "live", "Lisbon") == 0
+    )
+    records = json.loads(capsys.readouterr().out)
+    assert [r["key"] for r in records] == ["home city"]
+    assert {"id", "scope", "owner_id", "user_id", "key", "value", "confidence", "status", "score"} <= set(
+        records[0]
+    )
+    assert (records[0]["owner_id"], records[0]["status"]) == (str(user), "active")
+
+    assert await pmem("recall", "--user-id", str(user), "--persona-id", str(persona), "--limit", "5") == 0
+    table = capsys.readouterr().out
+    assert "home city" in table and "level" in table and "persona_user" in table and "pending" not in table
+
+    assert await pmem("recall", "--user-id", str(user), "--retriever", "keyword", "--json", "Lisbon") == 0
+    assert [r["sources"] for r in json.loads(capsys.readouterr().out)] == [["text"]]
+
+
+async def test_pmem_recall_on_an_unmigrated_database_says_to_migrate(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await pmem("recall", "--user-id", str(uuid.uuid4())) == 2
+    assert "pmem migrate" in capsys.readouterr().err
+
+
+def test_pmem_recall_rejects_a_non_uuid_user(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["recall", "--user-id", "bob"])
+    assert "not a UUID" in capsys.readouterr().err
+
+
+async def test_pmem_review_lists_approves_rejects_and_edits(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await pmem("migrate") == 0
+    user = uuid.uuid4()
+    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
+    try:
+        pending = await store.upsert(mem(owner=user, key="pet", value="Has a cat", status="pending_review"))
+        rejected = await store.upsert(mem(owner=user, key="city", value="Porto", status="pending_review"))
+        active = await store.upsert(mem(owner=user, key="diet", value="Is vegetarian"))
+        await store.upsert(mem(owner=user, key="diet", value="Is vegan", status="pending_review"))
+    finally:
+        await store.close()
+    capsys.readouterr()
+
+    assert await pmem("review", "list", "--json") == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert {m["key"] for m in listing["memories"]} == {"pet", "city"}
+    assert [(c["key"], c["old_value"], c["new_value"]) for c in listing["proposed_changes"]] == [
+        ("diet", "Is vegetarian", "Is vegan")
+    ]
+
+    assert await pmem("review", "--actor", "admin:ana", "approve", str(pending.memory_id)) == 0
+    assert "[active] pet: Has a cat" in capsys.readouterr().out
+    assert await pmem("review", "approve", str(active.memory_id)) == 0
+    assert "[active] diet: Is vegan" in capsys.readouterr().out
+    assert await pmem("review", "reject", str(rejected.memory_id)) == 0
+    assert "[archived] city" in capsys.readouterr().out
+    assert await pmem("review", "edit", str(active.memory_id), "Eats fish on Fridays") == 0
+    assert "diet: Eats fish on Fridays" in capsys.readouterr().out
+    assert await pmem("review", "approve", str(active.memory_id)) == 1
+    assert "nothing to do" in capsys.readouterr().err
+    assert await pmem("review", "approve", str(uuid.uuid4())) == 1
+    assert "no memory with id" in capsys.readouterr().err
+
+    assert await pmem("review", "list") == 0
+    assert capsys.readouterr().out.startswith("0 memories")
+
+    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
+    try:
+        log = await store.audit_log(pending.memory_id)
+    finally:
+        await store.close()
+    assert (log[-1].action, log[-1].actor) == ("approve", "admin:ana")

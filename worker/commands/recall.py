@@ -1,0 +1,149 @@
+"""`pmem recall --user-id U [--persona-id P] [QUERY]`: what the store recalls for a user (and
+persona), as a table or, with --json, a list of objects."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from store.factory import open_store
+from store.migrate import SchemaError
+from store.recall import RETRIEVERS
+from store.types import RecallHit, Retriever
+from store.urls import DatabaseUrlError
+from worker.settings import Settings, load_settings
+
+
+def uuid_arg(value: str) -> uuid.UUID:
+    """argparse type: a UUID, with an error that says so."""
+    try:
+        return uuid.UUID(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a UUID: {value!r}") from exc
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add the arguments of `pmem recall`."""
+    parser.add_argument("query", nargs="*", help="what to look for (empty: top memories by confidence)")
+    parser.add_argument("--user-id", type=uuid_arg, required=True, help="the user (UUID)")
+    parser.add_argument("--persona-id", type=uuid_arg, help="the active persona (UUID), if any")
+    parser.add_argument("--limit", type=int, default=20, help="maximum results (default 20)")
+    parser.add_argument(
+        "--retriever",
+        choices=RETRIEVERS,
+        default="hybrid",
+        help="hybrid (default), or one branch alone: vector or keyword",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
+    parser.set_defaults(run=run)
+
+
+def hit_record(hit: RecallHit) -> dict[str, Any]:
+    """The --json object of one hit."""
+    m = hit.memory
+    return {
+        "id": str(m.id),
+        "scope": m.scope,
+        "owner_id": str(m.owner_id),
+        "user_id": str(m.user_id) if m.user_id else None,
+        "key": m.key,
+        "value": m.value,
+        "confidence": m.confidence,
+        "status": m.status,
+        "score": hit.score,
+        "sources": list(hit.sources),
+        "source_channel_id": str(m.source_channel_id) if m.source_channel_id else None,
+        "created_at": m.created_at.isoformat(),
+        "updated_at": m.updated_at.isoformat(),
+    }
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_table(hits: Sequence[RecallHit]) -> str:
+    """A plain-text table of hits, best first."""
+    if not hits:
+        return "(no memories)"
+    header = f"{'#':>3}  {'score':>7}  {'scope':<12}  {'conf':>4}  {'key':<24}  {'value':<48}  id"
+    lines = [header, "-" * len(header)]
+    for i, hit in enumerate(hits, start=1):
+        m = hit.memory
+        lines.append(
+            f"{i:>3}  {hit.score:>7.4f}  {m.scope:<12}  {m.confidence:>4.2f}  {_clip(m.key, 24):<24}  "
+            f"{_clip(m.value, 48):<48}  {m.id}"
+        )
+    return "\n".join(lines)
+
+
+async def recall_hits(
+    settings: Settings,
+    *,
+    user_id: uuid.UUID,
+    persona_id: uuid.UUID | None,
+    query: str,
+    limit: int,
+    retriever: Retriever,
+) -> list[RecallHit]:
+    """Open the configured store and embedder, recall, close both."""
+    from extraction.embeddings import build_embedder
+
+    embedder = build_embedder(settings)
+    try:
+        store = await open_store(settings.database_url, embedder)
+        try:
+            return await store.recall(user_id, persona_id, query, limit, retriever=retriever)
+        finally:
+            await store.close()
+    finally:
+        close = getattr(embedder, "close", None)
+        if close is not None:
+            await close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the recall for the given user/persona/query."""
+    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
+    settings = load_settings(**overrides)
+    if args.limit < 1:
+        print("pmem recall: --limit must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        hits = asyncio.run(
+            recall_hits(
+                settings,
+                user_id=args.user_id,
+                persona_id=args.persona_id,
+                query=" ".join(args.query),
+                limit=args.limit,
+                retriever=args.retriever,
+            )
+        )
+    except (DatabaseUrlError, SchemaError) as exc:
+        print(f"pmem recall: {exc}", file=sys.stderr)
+        return 2
+    except ProgrammingError as exc:
+        print(
+            f"pmem recall: {exc.orig}. Has the database been migrated? Run `pmem migrate`.", file=sys.stderr
+        )
+        return 1
+    except OperationalError as exc:
+        print(
+            f"pmem recall: cannot reach the database ({exc.orig}); check PMEM_DATABASE_URL", file=sys.stderr
+        )
+        return 1
+    if args.json:
+        print(json.dumps([hit_record(h) for h in hits], indent=2, ensure_ascii=False))
+    else:
+        print(format_table(hits))
+    return 0

@@ -1,0 +1,257 @@
+"""Wire models of the worker: `conversation.ended` (in), `memory.extracted` and the DLQ record (out).
+
+`parse_event` is pure and total: any bytes give either a valid `ConversationEnded` or an
+`InvalidEvent` naming what is wrong. It never raises, so a malformed event can always be sent to the
+DLQ instead of looping through redeliveries.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from store.types import Scope, UpsertAction
+from worker.settings import Settings
+
+EVENT_TYPE = "conversation.ended"
+DLQ_REASON_HEADER = "Pmem-Dlq-Reason"
+
+Role = Literal["user", "assistant", "system", "tool"]
+# Bounded set: used as a metric label, so never free text.
+InvalidKind = Literal["not_utf8", "not_json", "schema", "empty", "oversized"]
+
+
+class EventMessage(BaseModel):
+    """One message of the ended conversation."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=False)
+
+    role: Role
+    content: str
+    at: datetime | None = None
+
+
+class ConversationEnded(BaseModel):
+    """The `conversation.ended` event (DESIGN.md, "Event contract"). Unknown fields are ignored so
+    that publishers can add fields without breaking older workers."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    event_id: uuid.UUID
+    type: Literal["conversation.ended"]
+    occurred_at: datetime | None = None
+    team_id: uuid.UUID | None = None
+    channel_id: uuid.UUID
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None = None
+    messages: tuple[EventMessage, ...] = Field(min_length=1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventLimits:
+    """Size limits of one event; anything larger is rejected to the DLQ, never truncated silently."""
+
+    max_messages: int = 500
+    max_message_chars: int = 20_000
+    max_total_chars: int = 200_000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EventLimits:
+        """The limits configured by PMEM_MAX_MESSAGES / PMEM_MAX_MESSAGE_CHARS / PMEM_MAX_TOTAL_CHARS."""
+        return cls(
+            max_messages=settings.max_messages,
+            max_message_chars=settings.max_message_chars,
+            max_total_chars=settings.max_total_chars,
+        )
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Upper bound on a valid event's encoded size: JSON escapes take up to 6 bytes a character
+        (`\\uXXXX`), plus room for ids and per-message overhead. Checked before parsing, so a huge
+        body is rejected without being parsed."""
+        return 6 * self.max_total_chars + 256 * self.max_messages + 64 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InvalidEvent:
+    """An event that can never succeed: `kind` is a bounded category, `reason` the details."""
+
+    kind: InvalidKind
+    reason: str
+    event_id: str | None = None  # best effort, for logs and the DLQ record
+
+
+def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidEvent:
+    """Validate one event body against the contract and the limits. Pure; never raises."""
+    if len(raw) > limits.max_body_bytes:
+        return InvalidEvent(
+            kind="oversized",
+            reason=f"event body is {len(raw)} bytes, over the {limits.max_body_bytes}-byte bound "
+            "implied by PMEM_MAX_TOTAL_CHARS/PMEM_MAX_MESSAGES",
+        )
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return InvalidEvent(
+            kind="not_utf8", reason=f"event body is not UTF-8: {exc.reason} at byte {exc.start}"
+        )
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return InvalidEvent(kind="not_json", reason=f"event body is not JSON: {_short(str(exc))}")
+    if not isinstance(document, dict):
+        return InvalidEvent(
+            kind="schema", reason=f"event must be a JSON object, got {type(document).__name__}"
+        )
+    event_id = document.get("event_id")
+    best_effort_id = event_id if isinstance(event_id, str) else None
+    try:
+        event = ConversationEnded.model_validate(document)
+    except ValidationError as exc:
+        return InvalidEvent(kind="schema", reason=_describe(exc), event_id=best_effort_id)
+    except (ValueError, TypeError, RecursionError) as exc:  # pydantic wraps most; belt and braces
+        return InvalidEvent(kind="schema", reason=_short(str(exc)), event_id=best_effort_id)
+    problem = _limit_problem(event, limits)
+    if problem is not None:
+        return InvalidEvent(kind="oversized", reason=problem, event_id=best_effort_id)
+    problem = _text_problem(event)
+    if problem is not None:
+        return InvalidEvent(kind="schema", reason=problem, event_id=best_effort_id)
+    if not any(message.content.strip() for message in event.messages):
+        return InvalidEvent(kind="empty", reason="every message content is blank", event_id=best_effort_id)
+    return event
+
+
+def _limit_problem(event: ConversationEnded, limits: EventLimits) -> str | None:
+    if len(event.messages) > limits.max_messages:
+        return f"{len(event.messages)} messages, over PMEM_MAX_MESSAGES={limits.max_messages}"
+    total = 0
+    for index, message in enumerate(event.messages):
+        size = len(message.content)
+        if size > limits.max_message_chars:
+            return (
+                f"message {index} has {size} characters, over "
+                f"PMEM_MAX_MESSAGE_CHARS={limits.max_message_chars}"
+            )
+        total += size
+    if total > limits.max_total_chars:
+        return f"{total} characters in total, over PMEM_MAX_TOTAL_CHARS={limits.max_total_chars}"
+    return None
+
+
+def _text_problem(event: ConversationEnded) -> str | None:
+    # JSON can carry NUL and unpaired surrogates; Postgres text and the LLM API cannot.
+    for index, message in enumerate(event.messages):
+        if "\x00" in message.content:
+            return f"message {index} contains a NUL character"
+        if not _encodable(message.content):
+            return f"message {index} contains an unpaired UTF-16 surrogate"
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        parts.append(f"{location}: {error['msg']}")
+    more = exc.error_count() - len(parts)
+    suffix = f" (+{more} more)" if more > 0 else ""
+    return _short("; ".join(parts)) + suffix
+
+
+def _short(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ExtractedMemoryRef(BaseModel):
+    """One memory written for an event, as announced on `memory.extracted`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: uuid.UUID
+    action: UpsertAction
+    scope: Scope
+    key: str
+
+
+class MemoryExtracted(BaseModel):
+    """Published on `memory.extracted` after the event's transaction committed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: uuid.UUID
+    channel_id: uuid.UUID
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    memories: tuple[ExtractedMemoryRef, ...]
+
+
+class DeadLetter(BaseModel):
+    """Published on `pmem.dlq.conversation.ended`: the original body (text when it is UTF-8, else
+    base64), why it failed and how often it was delivered, so it can be inspected and replayed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: str
+    kind: str
+    subject: str
+    stream: str | None = None
+    stream_sequence: int | None = None
+    delivery_count: int
+    event_id: str | None = None
+    body_text: str | None = None
+    body_base64: str | None = None
+    failed_at: datetime
+
+    @classmethod
+    def for_body(
+        cls,
+        body: bytes,
+        *,
+        reason: str,
+        kind: str,
+        subject: str,
+        delivery_count: int,
+        failed_at: datetime,
+        stream: str | None = None,
+        stream_sequence: int | None = None,
+        event_id: str | None = None,
+    ) -> DeadLetter:
+        """Build the record, keeping the body byte-exact (text if UTF-8, else base64)."""
+        try:
+            text: str | None = body.decode("utf-8")
+            encoded: str | None = None
+        except UnicodeDecodeError:
+            text, encoded = None, base64.b64encode(body).decode("ascii")
+        return cls(
+            reason=reason,
+            kind=kind,
+            subject=subject,
+            stream=stream,
+            stream_sequence=stream_sequence,
+            delivery_count=delivery_count,
+            event_id=event_id,
+            body_text=text,
+            body_base64=encoded,
+            failed_at=failed_at,
+        )
+
+    def original_body(self) -> bytes:
+        """The original event body, byte for byte."""
+        if self.body_base64 is not None:
+            return base64.b64decode(self.body_base64)
+        return (self.body_text or "").encode("utf-8")

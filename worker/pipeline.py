@@ -1,0 +1,372 @@
+"""The per-event pipeline: pure planning functions (policy, owners, candidate screening, rows,
+failure decisions) and one thin async shell, `process_event`, that runs them against the store,
+the extractor and the embedder.
+
+Order (issue 3): policy → existing memories of the applicable owners → extraction (prompt, LLM
+calls, validation, redaction happen inside the extractor) → allowed scopes and minimum confidence
+→ ONE batched embeddings call → semantic dedup against existing memories of the same owner →
+ONE transaction (`store.write_event`) → what was written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar
+
+from extraction.dedup import dedup_candidates, memory_text
+from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
+from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
+from extraction.typing import Embedder, Extractor
+from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
+from store.typing import MemoryStore
+from worker.events import ConversationEnded
+from worker.metrics import Metrics
+
+log = logging.getLogger("pmem.pipeline")
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------------------------------------
+# Pure core
+# ---------------------------------------------------------------------------------------------
+
+
+def allowed_scopes(event: ConversationEnded, policy: MemorySettings) -> tuple[Scope, ...]:
+    """Scopes this event may write: none when memory is disabled; `user` only without a persona;
+    with a persona `user` and `persona_user`, plus `persona` when persona learning is on (seed §8)."""
+    if not policy.enabled:
+        return ()
+    if event.persona_id is None:
+        return ("user",)
+    if policy.persona_learning:
+        return ("user", "persona", "persona_user")
+    return ("user", "persona_user")
+
+
+def owner_for(scope: Scope, event: ConversationEnded) -> OwnerRef:
+    """Owner of a memory of `scope` from this event (seed §2). The LLM never chooses owner ids."""
+    if scope == "user":
+        return OwnerRef(scope="user", owner_id=event.user_id)
+    if event.persona_id is None:
+        raise ValueError(f"scope {scope!r} needs a persona, and event {event.event_id} has none")
+    if scope == "persona":
+        return OwnerRef(scope="persona", owner_id=event.persona_id)
+    return OwnerRef(scope="persona_user", owner_id=event.persona_id, user_id=event.user_id)
+
+
+def owners_for(event: ConversationEnded, scopes: Sequence[Scope]) -> tuple[OwnerRef, ...]:
+    """One owner per allowed scope."""
+    return tuple(owner_for(scope, event) for scope in scopes)
+
+
+def transcript(event: ConversationEnded) -> tuple[TranscriptMessage, ...]:
+    """The event's messages as the extractor's input."""
+    return tuple(TranscriptMessage(role=m.role, content=m.content) for m in event.messages)
+
+
+DropReason = Literal["scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dropped:
+    """A candidate the worker did not write, and why (bounded reason: a metric label)."""
+
+    reason: DropReason
+    candidate: Candidate
+
+
+def screen_candidates(
+    candidates: Sequence[Candidate], *, allowed: Sequence[Scope], min_confidence: float
+) -> tuple[tuple[Candidate, ...], tuple[Dropped, ...]]:
+    """Keep candidates of allowed scopes at or above `min_confidence` (in order); the rest are
+    dropped with their reason."""
+    kept: list[Candidate] = []
+    dropped: list[Dropped] = []
+    for candidate in candidates:
+        if candidate.scope not in allowed:
+            # defence in depth: the extractor filters too, but the owner decision is the worker's
+            dropped.append(Dropped(reason="scope_not_allowed", candidate=candidate))
+        elif not (candidate.confidence >= min_confidence):  # also drops NaN
+            dropped.append(Dropped(reason="low_confidence", candidate=candidate))
+        else:
+            kept.append(candidate)
+    return tuple(kept), tuple(dropped)
+
+
+def build_row(
+    event: ConversationEnded,
+    candidate: Candidate,
+    embedding: Sequence[float] | None,
+    *,
+    key: str | None = None,
+) -> NewMemory:
+    """A `pending_review` row for one candidate (under `key` when dedup matched a stored key),
+    owned per its scope, with the event's channel as provenance."""
+    owner = owner_for(candidate.scope, event)
+    return NewMemory(
+        scope=candidate.scope,
+        owner_id=owner.owner_id,
+        user_id=owner.user_id,
+        key=candidate.key if key is None else key,
+        value=candidate.value,
+        confidence=max(0.0, min(1.0, candidate.confidence)),
+        status="pending_review",
+        source_channel_id=event.channel_id,
+        embedding=list(embedding) if embedding is not None else None,
+    )
+
+
+def plan_rows(
+    event: ConversationEnded,
+    scopes: Sequence[Scope],
+    candidates: Sequence[Candidate],
+    embeddings: Sequence[Sequence[float]] | None,
+    existing: Sequence[tuple[Memory, Sequence[float] | None]],
+) -> tuple[tuple[NewMemory, ...], tuple[Dropped, ...]]:
+    """Semantic dedup (extraction/dedup.py) against the existing memories of this event's owners
+    and within the batch, then one row per candidate to write. A candidate with an existing key is
+    written (the store turns it into an update or a pending revision); one that restates an
+    existing memory under another key, or repeats the batch, is dropped."""
+    owners = {scope: owner_for(scope, event) for scope in scopes}
+    rows: list[NewMemory] = []
+    dropped: list[Dropped] = []
+    for decision in dedup_candidates(candidates, embeddings, existing, owners=owners):
+        if decision.action == "write":
+            rows.append(build_row(event, decision.candidate, decision.embedding, key=decision.key))
+        else:
+            reason: DropReason = (
+                "semantic_duplicate" if decision.outcome == "duplicate" else "duplicate_in_event"
+            )
+            dropped.append(Dropped(reason=reason, candidate=decision.candidate))
+    return tuple(rows), tuple(dropped)
+
+
+FailureCategory = Literal["llm", "embedding", "database", "unexpected"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FailureDecision:
+    """What to do with an event whose processing raised: retry later (nack with a delay) or send it
+    to the DLQ now. `label` is bounded (metric label), `reason` is for humans (DLQ header/body)."""
+
+    action: Literal["retry", "dead_letter"]
+    delay_s: float
+    label: str
+    reason: str
+
+
+def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
+    """(category, transient?) of an exception raised while processing an event."""
+    if isinstance(exc, TransientEmbeddingError | PermanentEmbeddingError):
+        return "embedding", isinstance(exc, TransientError)
+    if isinstance(exc, TransientError | PermanentError):
+        return "llm", isinstance(exc, TransientError)
+    if is_database_unavailable(exc):
+        return "database", True
+    # A bug or an unforeseen error: retried like a transient failure, then dead-lettered, so it
+    # is neither lost nor retried forever.
+    return "unexpected", True
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """True for errors that mean "the database cannot be reached right now" (not "this write is
+    wrong"): connection refused/reset, server shutting down, pool timeouts."""
+    import psycopg
+    import sqlalchemy.exc
+
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        return True
+    if isinstance(exc, sqlalchemy.exc.TimeoutError):  # connection pool exhausted
+        return True
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and _is_unavailable_cause(cause)
+
+
+def _is_unavailable_cause(exc: BaseException, depth: int = 0) -> bool:
+    # a store may wrap the driver's error in its own exception type
+    if depth > 3:
+        return False
+    import psycopg
+
+    if isinstance(exc, psycopg.OperationalError | ConnectionError):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and _is_unavailable_cause(cause, depth + 1)
+
+
+def retry_delay(delivery_count: int, *, base_s: float, max_s: float) -> float:
+    """Exponential backoff for the next delivery: base, 2·base, 4·base, … capped at `max_s`."""
+    exponent = max(0, delivery_count - 1)
+    return min(max_s, base_s * (2.0 ** min(exponent, 30)))
+
+
+def decide_failure(
+    exc: BaseException,
+    *,
+    delivery_count: int,
+    max_deliver: int,
+    retry_delay_s: float,
+    max_retry_delay_s: float,
+) -> FailureDecision:
+    """Retry transient failures with a delay (the provider's Retry-After when it gave one, else
+    exponential backoff) until the `max_deliver`-th delivery; dead-letter permanent ones at once."""
+    category, transient = categorize(exc)
+    detail = f"{type(exc).__name__}: {exc}"
+    if not transient:
+        return FailureDecision(
+            action="dead_letter", delay_s=0.0, label=f"{category}_permanent", reason=detail
+        )
+    if delivery_count >= max_deliver:
+        return FailureDecision(
+            action="dead_letter",
+            delay_s=0.0,
+            label=f"{category}_exhausted",
+            reason=f"still failing after {delivery_count} deliveries "
+            f"(PMEM_MAX_DELIVER={max_deliver}): {detail}",
+        )
+    hint = getattr(exc, "retry_after_s", None)
+    if isinstance(hint, int | float) and math.isfinite(hint) and hint >= 0:
+        delay = min(float(hint), max_retry_delay_s)
+    else:
+        delay = retry_delay(delivery_count, base_s=retry_delay_s, max_s=max_retry_delay_s)
+    return FailureDecision(action="retry", delay_s=delay, label=category, reason=detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shell
+# ---------------------------------------------------------------------------------------------
+
+
+class DbRunner(Protocol):
+    """Runs one database call; the app's runner waits out database outages (see worker/app.py)."""
+
+    async def __call__(self, operation: str, call: Callable[[], Awaitable[T]]) -> T: ...
+
+
+async def run_directly(operation: str, call: Callable[[], Awaitable[T]]) -> T:
+    """The plain `DbRunner`: call once, let errors propagate."""
+    return await call()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineDeps:
+    """What `process_event` needs from the outside."""
+
+    store: MemoryStore
+    extractor: Extractor
+    embedder: Embedder
+    metrics: Metrics
+    run_db: DbRunner = run_directly
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Written:
+    """One memory the event's transaction wrote."""
+
+    id: uuid.UUID
+    action: UpsertAction
+    scope: Scope
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """Result of one event: processed (possibly with nothing to write), duplicate or disabled."""
+
+    status: Literal["processed", "duplicate", "disabled"]
+    written: tuple[Written, ...] = ()
+    dropped: tuple[Dropped, ...] = ()
+    rejected: int = 0
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+async def process_event(event: ConversationEnded, deps: PipelineDeps) -> Outcome:
+    """Run the pipeline for one valid event and commit its memories in one transaction.
+
+    Raises on failure (classify with `decide_failure`); a redelivered or duplicate event returns
+    `duplicate` and writes nothing.
+    """
+    store, metrics = deps.store, deps.metrics
+
+    async def db(operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        start = time.perf_counter()
+        try:
+            return await deps.run_db(operation, call)
+        finally:
+            metrics.db_duration.labels(operation=operation).observe(time.perf_counter() - start)
+
+    # The duplicate check first, so a redelivery after a crash does not pay for the LLM again; the
+    # policy is read at the same time (two independent reads, one round trip of latency).
+    processed, policy = await asyncio.gather(
+        db("is_processed", lambda: store.is_processed(event.event_id)),
+        db("settings_for", lambda: store.settings_for(event.team_id, event.persona_id)),
+    )
+    if processed:
+        return Outcome(status="duplicate")
+    scopes = allowed_scopes(event, policy)
+    if not scopes:
+        write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
+        return Outcome(status="duplicate" if write.duplicate else "disabled")
+
+    owners = owners_for(event, scopes)
+    existing = await db("existing_memories", lambda: store.existing_memories(owners))
+
+    request = ExtractionRequest(
+        messages=transcript(event),
+        allowed_scopes=scopes,
+        existing=tuple(memory for memory, _ in existing),
+        prompt_override=policy.extraction_prompt,
+    )
+    with metrics.time(metrics.llm_duration):
+        result = await deps.extractor.extract(request)
+    metrics.llm_tokens.labels(kind="prompt").inc(result.usage.prompt_tokens)
+    metrics.llm_tokens.labels(kind="completion").inc(result.usage.completion_tokens)
+    metrics.llm_calls.inc(result.llm_calls)
+
+    kept, dropped = screen_candidates(result.candidates, allowed=scopes, min_confidence=policy.min_confidence)
+    vectors: list[list[float]] = []
+    if kept:
+        with metrics.time(metrics.embedding_duration):
+            vectors = await deps.embedder.embed([memory_text(c.key, c.value) for c in kept])
+        if len(vectors) != len(kept):
+            raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
+    rows, deduped = plan_rows(event, scopes, kept, vectors, existing)
+
+    write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=rows))
+    dropped_all = dropped + deduped
+    for item in dropped_all:
+        metrics.candidates_dropped.labels(reason=item.reason).inc()
+    if result.rejected:
+        metrics.candidates_dropped.labels(reason="rejected_by_validation").inc(len(result.rejected))
+    if write.duplicate:
+        # another worker committed the same event between our check and our write
+        return Outcome(status="duplicate", usage=result.usage)
+    if len(write.results) != len(rows):
+        raise RuntimeError(
+            f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
+        )
+    written = tuple(
+        Written(id=r.memory_id, action=r.action, scope=row.scope, key=row.key)
+        for r, row in zip(write.results, rows, strict=True)
+    )
+    for done in written:
+        metrics.memories_written.labels(scope=done.scope, action=done.action).inc()
+    return Outcome(
+        status="processed",
+        written=written,
+        dropped=dropped_all,
+        rejected=len(result.rejected),
+        usage=result.usage,
+    )
