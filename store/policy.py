@@ -123,7 +123,8 @@ def merge_settings(
 
 
 def storable_confidence(value: float) -> float:
-    """A confidence rounded to what a REAL column holds (tiny values would underflow it)."""
+    """A confidence rounded to 6 decimals: REAL keeps ~7 digits, so this is what it holds (written
+    unrounded, tiny values underflow it; read back unrounded, 0.7 shows as 0.69999998)."""
     return round(float(value), 6)
 
 

@@ -5,6 +5,11 @@ SQL WHERE clause selects — owner isolation never depends on Python filtering.
 
 The tables are created on first use (`store.migrate` does the same), so `sqlite:///:memory:` works.
 Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`.
+
+Differences from Postgres, by design of the fallback: no stemming (LIKE matches substrings, so
+"prefer" finds "prefers" but "preferences" does not find "prefers"), SQLite's lower() folds ASCII
+only, and vector recall reads every active row of the caller's owners (fine for thousands of
+memories per user, not for a persona with hundreds of thousands).
 """
 
 from __future__ import annotations

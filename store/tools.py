@@ -56,28 +56,38 @@ class _Args(BaseModel):
 
 
 class MemorySaveArgs(_Args):
+    """Arguments of `memory_save`."""
+
     key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
     value: str = Field(min_length=1, max_length=MAX_VALUE_CHARS)
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
 
 
 class MemoryRecallArgs(_Args):
+    """Arguments of `memory_recall`."""
+
     query: str = Field(default="", max_length=2000)
     max_results: int = Field(default=20, ge=1, le=MAX_RESULTS)
 
 
 class RememberArgs(_Args):
+    """Arguments of `remember`."""
+
     subject: str = Field(default="", max_length=MAX_KEY_CHARS)
     key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
     value: str = Field(min_length=1, max_length=MAX_VALUE_CHARS)
 
 
 class RecallArgs(_Args):
+    """Arguments of `recall`."""
+
     subject: str = Field(default="", max_length=MAX_KEY_CHARS)
     key: str | None = Field(default=None, max_length=MAX_KEY_CHARS)
 
 
 class ForgetArgs(_Args):
+    """Arguments of `forget`."""
+
     subject: str = Field(default="", max_length=MAX_KEY_CHARS)
     key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)
 

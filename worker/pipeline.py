@@ -10,7 +10,6 @@ ONE transaction (`store.write_event`) → what was written.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -248,6 +247,34 @@ def decide_failure(
 # Shell
 # ---------------------------------------------------------------------------------------------
 
+PolicyKey = tuple[uuid.UUID | None, uuid.UUID | None]
+
+
+@dataclass(kw_only=True)
+class PolicyCache:
+    """Memory settings per (team, persona) for `ttl_s` seconds: they change rarely, and reading them
+    for every event costs a database round trip. A change takes effect within `ttl_s`."""
+
+    ttl_s: float
+    max_entries: int = 10_000
+    clock: Callable[[], float] = time.monotonic
+    _entries: dict[PolicyKey, tuple[float, MemorySettings]] = field(default_factory=dict)
+
+    def get(self, key: PolicyKey) -> MemorySettings | None:
+        """The cached settings, or None when absent or expired."""
+        entry = self._entries.get(key)
+        if entry is None or entry[0] <= self.clock():
+            return None
+        return entry[1]
+
+    def put(self, key: PolicyKey, value: MemorySettings) -> None:
+        """Remember `value` for `ttl_s`; when full, forget everything (simple and bounded)."""
+        if self.ttl_s <= 0:
+            return
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[key] = (self.clock() + self.ttl_s, value)
+
 
 class DbRunner(Protocol):
     """Runs one database call; the app's runner waits out database outages (see worker/app.py)."""
@@ -269,6 +296,7 @@ class PipelineDeps:
     embedder: Embedder
     metrics: Metrics
     run_db: DbRunner = run_directly
+    policy_cache: PolicyCache | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -292,11 +320,14 @@ class Outcome:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-async def process_event(event: ConversationEnded, deps: PipelineDeps) -> Outcome:
+async def process_event(
+    event: ConversationEnded, deps: PipelineDeps, *, check_processed: bool = True
+) -> Outcome:
     """Run the pipeline for one valid event and commit its memories in one transaction.
 
     Raises on failure (classify with `decide_failure`); a redelivered or duplicate event returns
-    `duplicate` and writes nothing.
+    `duplicate` and writes nothing. `check_processed=False` (first deliveries) skips the early
+    processed-event lookup; the transaction still refuses a duplicate.
     """
     store, metrics = deps.store, deps.metrics
 
@@ -307,14 +338,12 @@ async def process_event(event: ConversationEnded, deps: PipelineDeps) -> Outcome
         finally:
             metrics.db_duration.labels(operation=operation).observe(time.perf_counter() - start)
 
-    # The duplicate check first, so a redelivery after a crash does not pay for the LLM again; the
-    # policy is read at the same time (two independent reads, one round trip of latency).
-    processed, policy = await asyncio.gather(
-        db("is_processed", lambda: store.is_processed(event.event_id)),
-        db("settings_for", lambda: store.settings_for(event.team_id, event.persona_id)),
-    )
-    if processed:
+    # A redelivery (a crash or a nack happened) is checked against processed_events first, so it
+    # does not pay for the LLM again. A first delivery skips that round trip: a duplicate that
+    # arrives as a new message is still caught, without writing anything, by write_event.
+    if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
         return Outcome(status="duplicate")
+    policy = await _policy(event, deps, db)
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
@@ -370,3 +399,15 @@ async def process_event(event: ConversationEnded, deps: PipelineDeps) -> Outcome
         rejected=len(result.rejected),
         usage=result.usage,
     )
+
+
+async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) -> MemorySettings:
+    key = (event.team_id, event.persona_id)
+    cache = deps.policy_cache
+    cached = cache.get(key) if cache is not None else None
+    if cached is not None:
+        return cached
+    policy = await db("settings_for", lambda: deps.store.settings_for(event.team_id, event.persona_id))
+    if cache is not None:
+        cache.put(key, policy)
+    return policy

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     db_outage_timeout_s: float = Field(default=120.0, ge=0)
     # SIGTERM/SIGINT: stop fetching, let in-flight events finish for up to this long.
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    # The worker caches memory settings (per team/persona) this long; 0 reads them for every event.
+    settings_cache_s: float = Field(default=10.0, ge=0)
 
     # Event limits
     max_messages: int = Field(default=500, ge=1)

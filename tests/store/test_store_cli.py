@@ -117,7 +117,7 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
         ("diet", "Is vegetarian", "Is vegan")
     ]
 
-    assert await pmem("review", "--actor", "admin:ana", "approve", str(pending.memory_id)) == 0
+    assert await pmem("review", "approve", str(pending.memory_id), "--actor", "admin:ana") == 0
     assert "[active] pet: Has a cat" in capsys.readouterr().out
     assert await pmem("review", "approve", str(active.memory_id)) == 0
     assert "[active] diet: Is vegan" in capsys.readouterr().out

@@ -42,7 +42,7 @@ async def test_upsert_creates_a_row_with_the_seed_columns(store: Store) -> None:
     assert (memory.scope, memory.owner_id, memory.user_id) == ("user", user, None)
     assert (memory.key, memory.value, memory.status) == ("diet", "Is vegetarian", "pending_review")
     assert memory.source_channel_id == channel
-    assert memory.confidence == pytest.approx(0.8)
+    assert memory.confidence == 0.8  # read back exactly, although REAL stores 0.80000001
     assert memory.created_at.tzinfo is not None and memory.updated_at >= memory.created_at
 
 
@@ -153,10 +153,26 @@ async def test_approve_applies_the_pending_revision(store: Store) -> None:
 async def test_approved_revision_is_found_by_its_new_wording(store: Store) -> None:
     user = new_id()
     saved = await store.upsert(mem(owner=user, key="hobby", value="Plays chess", status="active"))
+    # closer to the query than the old wording, farther than the new one
+    await store.upsert(mem(owner=user, key="music", value="Listens to records"))
     await store.upsert(mem(owner=user, key="hobby", value="Collects vinyl records", status="pending_review"))
     await store.approve(saved.memory_id, actor="admin")
     hits = await store.recall(user, None, "vinyl records", retriever="vector")
-    assert hits and hits[0].memory.id == saved.memory_id
+    assert hits[0].memory.id == saved.memory_id
+
+
+async def test_approving_a_revision_stored_without_embedding_embeds_it(store: Store) -> None:
+    user = new_id()
+    saved = await store.upsert(mem(owner=user, key="hobby", value="Plays chess", status="active"))
+    await store.upsert(mem(owner=user, key="music", value="Listens to records"))
+    await store.upsert(mem(owner=user, key="hobby", value="Collects vinyl records", status="pending_review"))
+    revisions = store._schema.revisions
+    async with store.engine.begin() as conn:  # as another writer (e.g. the platform) might leave it
+        await conn.execute(revisions.update().values(embedding=None))
+    approved = await store.approve(saved.memory_id, actor="admin")
+    assert approved is not None and approved.value == "Collects vinyl records"
+    hits = await store.recall(user, None, "vinyl records", retriever="vector")
+    assert hits[0].memory.id == saved.memory_id
 
 
 async def test_reject_discards_the_pending_revision(store: Store) -> None:
@@ -221,6 +237,7 @@ async def test_review_of_missing_or_settled_memories_returns_none(store: Store) 
 async def test_edit_sets_the_value_reembeds_and_audits(store: Store) -> None:
     user = new_id()
     saved = await store.upsert(mem(owner=user, key="hobby", value="Plays chess", status="active"))
+    await store.upsert(mem(owner=user, key="garage", value="Keeps old bicycles"))
     edited = await store.edit(saved.memory_id, "Restores old motorcycles", actor="user:me")
     assert edited is not None and (edited.value, edited.status) == ("Restores old motorcycles", "active")
     log = await store.audit_log(saved.memory_id)

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Callable
 
 import psycopg
+import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore, RecallTuning, recall_sql, vector_literal
+from store.postgres import PostgresMemoryStore, RecallTuning, recall_sql, session_settings_sql, vector_literal
 from store.recall import resolve_scopes
 
 DIM = 16
@@ -76,6 +77,25 @@ async def test_pooled_connections_carry_the_tuning(pg_url: str) -> None:
             "hnsw.iterative_scan": "relaxed_order",
             "hnsw.ef_search": "64",
             "hnsw.max_scan_tuples": "5000",
+            "plan_cache_mode": "force_custom_plan",
+            "random_page_cost": "1.1",
+            "TimeZone": "UTC",
         }
     finally:
         await store.close()
+
+
+async def test_tuning_can_leave_the_planner_settings_to_the_server(pg_url: str) -> None:
+    store = PostgresMemoryStore(
+        pg_url, HashingEmbedder(dim=384), tuning=RecallTuning(plan_cache_mode=None, random_page_cost=None)
+    )
+    try:
+        settings = await store.session_settings()
+        assert (settings["plan_cache_mode"], settings["random_page_cost"]) == ("auto", "4")
+    finally:
+        await store.close()
+
+
+def test_an_unknown_plan_cache_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="plan_cache_mode must be"):
+        session_settings_sql(RecallTuning(plan_cache_mode="always"))

@@ -19,6 +19,7 @@ from extraction.types import Candidate
 from store.types import MemorySettings, OwnerRef
 from worker.events import ConversationEnded
 from worker.pipeline import (
+    PolicyCache,
     allowed_scopes,
     build_row,
     decide_failure,
@@ -173,3 +174,20 @@ def test_database_unavailable_classification() -> None:
     assert is_database_unavailable(wrapped)
     assert not is_database_unavailable(ValueError("bad value"))
     assert not is_database_unavailable(sqlalchemy.exc.IntegrityError("insert", {}, Exception("dup")))
+
+
+def test_policy_cache_expires_and_stays_bounded() -> None:
+    now = [100.0]
+    cache = PolicyCache(ttl_s=10, max_entries=2, clock=lambda: now[0])
+    key = (None, PERSONA)
+    cache.put(key, MemorySettings(persona_learning=True))
+    assert cache.get(key) == MemorySettings(persona_learning=True)
+    now[0] += 10.01
+    assert cache.get(key) is None
+    cache.put((None, None), MemorySettings())
+    cache.put((USER, None), MemorySettings())
+    cache.put((USER, USER), MemorySettings())  # full: starts over rather than growing
+    assert cache.get((None, None)) is None and cache.get((USER, USER)) == MemorySettings()
+    off = PolicyCache(ttl_s=0)
+    off.put(key, MemorySettings())
+    assert off.get(key) is None

@@ -15,7 +15,9 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from tests.fakes.fake_openai import Reply
 from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
-from worker.events import DLQ_REASON_HEADER
+from worker.app import build_worker
+from worker.events import DLQ_REASON_HEADER, ConversationEnded
+from worker.pipeline import process_event
 
 pytestmark = pytest.mark.asyncio
 
@@ -111,14 +113,33 @@ async def test_duplicates_write_one_set_of_rows(harness: Harness) -> None:
         await processed_at_least(h, 1)
         await wait_for(lambda: _settled(h), what="consumer drained")
         before = await rows(h)
-        # the same event delivered again (a different message id: outside the dedup window)
-        await h.publish(event, msg_id=f"{event['event_id']}-redelivery")
+        # the same event again as a new message (a publisher retry outside the dedup window)
+        await h.publish(event, msg_id=f"{event['event_id']}-again")
         await wait_for(lambda: _outcome(worker, "duplicate", 1), what="duplicate outcome")
     assert await rows(h) == before
     assert len(before) == 2
     assert await h.processed() == 1
     assert await h.count("SELECT count(*) FROM memory_audit") == 2
-    assert h.fake.counters["chat"] == 1  # the duplicate never reached the LLM
+    # a first delivery skips the early processed-event lookup: the transaction refused it
+    assert h.fake.counters["chat"] == 2
+
+
+async def test_a_redelivered_committed_event_never_reaches_the_llm(harness: Harness) -> None:
+    # what a redelivery after "committed, then crashed before the ack" does
+    h = harness
+    event = ConversationEnded.model_validate(conversation("I live in Bern.", "Ok."))
+    worker = await build_worker(h.settings(), serve_http=False)
+    try:
+        first = await process_event(event, worker.deps, check_processed=False)
+        assert first.status == "processed" and len(first.written) == 1
+        calls = h.fake.counters["chat"]
+        again = await process_event(event, worker.deps, check_processed=True)
+        assert again.status == "duplicate" and again.written == ()
+        assert h.fake.counters["chat"] == calls
+    finally:
+        await worker.store.close()
+        await worker.extractor.close()
+    assert await h.count("SELECT count(*) FROM memories") == 1
 
 
 async def test_rate_limit_with_retry_after_then_success(harness: Harness) -> None:

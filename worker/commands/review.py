@@ -34,10 +34,11 @@ def _default_actor() -> str:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Add `list`, `approve`, `reject` and `edit` under `pmem review`."""
-    parser.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
-    parser.add_argument("--actor", default=_default_actor(), help="who is reviewing (audit trail)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
+    common.add_argument("--actor", default=_default_actor(), help="who is reviewing (audit trail)")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="pending memories and proposed changes")
+    listing = actions.add_parser("list", parents=[common], help="pending memories and proposed changes")
     listing.add_argument(
         "--status",
         choices=(*STATUSES, "all"),
@@ -52,9 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         ("approve", "activate a pending memory, or apply its proposed change"),
         ("reject", "archive a pending memory, or discard its proposed change"),
     ):
-        sub = actions.add_parser(name, help=help_text)
+        sub = actions.add_parser(name, parents=[common], help=help_text)
         sub.add_argument("memory_id", type=uuid_arg, metavar="ID")
-    edit = actions.add_parser("edit", help="set a memory's value (re-embedded)")
+    edit = actions.add_parser("edit", parents=[common], help="set a memory's value (re-embedded)")
     edit.add_argument("memory_id", type=uuid_arg, metavar="ID")
     edit.add_argument("value", help="the new value")
     parser.set_defaults(run=run)

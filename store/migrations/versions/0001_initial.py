@@ -20,7 +20,11 @@ NIL = "'00000000-0000-0000-0000-000000000000'::uuid"
 
 
 def _dim() -> int:
-    return int(context.config.attributes.get("embedding_dim") or context.config.get_main_option("embedding_dim") or 384)
+    return int(
+        context.config.attributes.get("embedding_dim")
+        or context.config.get_main_option("embedding_dim")
+        or 384
+    )
 
 
 def _hnsw_index(dim: int) -> str | None:
@@ -72,6 +76,12 @@ def upgrade() -> None:
     )
     op.execute("CREATE INDEX ix_memories_search_tsv ON memories USING gin (search_tsv)")
     op.execute("CREATE INDEX ix_memories_source_channel_id ON memories (source_channel_id)")
+    # owner_id determines scope (an id is a user or a persona): without this the planner multiplies
+    # their selectivities, underestimates an owner's rows and can pick a worse recall plan
+    op.execute(
+        "CREATE STATISTICS st_memories_scope_owner (dependencies, ndistinct) ON scope, owner_id, status "
+        "FROM memories"
+    )
     hnsw = _hnsw_index(dim)
     if hnsw is not None:
         op.execute(hnsw)
