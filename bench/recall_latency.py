@@ -246,6 +246,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         "limit": args.limit,
         "queries_per_retriever": args.queries,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average_at_start": os.getloadavg(),
     }
     if not args.skip_load:
         migrate(url, 384)
@@ -253,6 +254,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     with psycopg.connect(url) as conn:
         report["total_rows"] = conn.execute("SELECT count(*) FROM memories").fetchone()[0]  # type: ignore[index]
         report["server"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
+        report["shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
     store = PostgresMemoryStore(
         url,
         HashingEmbedder(dim=384),
@@ -316,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", help="use this database instead of an embedded Postgres")
     parser.add_argument("--skip-load", action="store_true", help="reuse the data loaded by an earlier run")
     parser.add_argument("--keep", action="store_true", help="keep the embedded server's data directory")
+    parser.add_argument(
+        "--shared-buffers",
+        help="set the embedded server's shared_buffers (e.g. 1GB) and restart it; default: its own (128MB)",
+    )
     parser.add_argument("--explain", action="store_true", help="include EXPLAIN ANALYZE of one query each")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
@@ -327,6 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_dir = args.data_dir or Path(temp.name)  # type: ignore[union-attr]
         server = EmbeddedPostgres(data_dir=data_dir / "pg").start()
         try:
+            if args.shared_buffers:
+                with psycopg.connect(server.url, autocommit=True) as conn:
+                    conn.execute(f"ALTER SYSTEM SET shared_buffers = '{args.shared_buffers}'")
+                server.stop_server()
+                server.restart_server()
             url = server.url_for("bench")
             if not args.skip_load:
                 with psycopg.connect(server.url, autocommit=True) as conn:

@@ -202,8 +202,8 @@ class Worker:
             stream=JStream(name=s.stream, declare=False),  # declared by `_ensure_streams`
             durable=s.durable,
             config=consumer_config(s),
-            # one message per fetch: a message is pulled only when a handler slot is free, so its
-            # ack_wait clock does not run while it waits behind busy handlers
+            # one message per fetch: at most about one fetched message waits for a free handler
+            # (its ack_wait clock running), never a whole batch behind busy handlers
             pull_sub=PullSub(batch_size=1, timeout=1.0),
             max_workers=s.concurrency,
             ack_policy=AckPolicy.MANUAL,
@@ -253,9 +253,12 @@ class Worker:
             self.health = None
 
     async def close(self) -> None:
-        """Stop, then close the extractor and the store."""
+        """Stop, then close the extractor, the embedder (if it holds a client) and the store."""
         await self.stop()
         await self.extractor.close()
+        close_embedder = getattr(self.embedder, "close", None)
+        if close_embedder is not None:
+            await close_embedder()
         await self.store.close()
 
     async def run_until_signalled(self) -> None:
