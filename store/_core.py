@@ -290,7 +290,7 @@ class CoreStore:
                 confidence=storable_confidence(new.confidence),
                 status=new.status,
                 embedding=embedding,
-                created_at=now,
+                created_at=new.observed_at if new.observed_at is not None else now,
                 updated_at=now,
             )
             .on_conflict_do_nothing(index_elements=self._key_index)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -344,3 +345,16 @@ def summarise(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str,
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def session_datetime(session_date: str | None) -> datetime | None:
+    """The time of a session (`"1:56 pm on 8 May, 2023"`, UTC) or None when absent or unreadable."""
+    if not session_date:
+        return None
+    text = " ".join(session_date.split())
+    for layout in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B, %Y"):
+        try:
+            return datetime.strptime(text, layout).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None

@@ -17,13 +17,16 @@ import builtins
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import event, func
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store._core import CoreStore
+from store.cues import TimeWindow, informative_query, parse_time_cue
 from store.migrate import (
     EmbeddingDimensionMismatch,
     SchemaError,
@@ -35,9 +38,13 @@ from store.policy import storable_confidence
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
+    ScoreFusion,
+    bm25_idf,
     candidate_count,
     fuse,
+    fuse_scores,
     is_empty_query,
+    query_terms,
     resolve_scopes,
     websearch_or_query,
 )
@@ -67,6 +74,55 @@ class RecallTuning:
     plan_cache_mode: str | None = "force_custom_plan"
     # SSD/cached storage: with the default 4.0 the planner over-prices the owner's few heap pages
     random_page_cost: float | None = 1.1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bm25:
+    """Full-text scoring: BM25 (binary term frequency) with idf from the owner's own memories."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    stats_sample: int = 5000  # memories read to estimate document frequencies
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TermStats:
+    """Document frequencies of a query's words among the recalled owners' active memories."""
+
+    documents: int
+    mean_length: float
+    idf: dict[str, float]  # lexeme -> BM25 idf
+    word_share: dict[str, float]  # query word -> fraction of memories containing it
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallPlan:
+    """One recall statement with its parameters and the query's time window (if it named one)."""
+
+    sql: str
+    params: dict[str, Any]
+    time_window: TimeWindow | None
+
+
+def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
+    """`TermStats` from the rows of `term_stats_sql` (word, lexeme, containing, documents, mean length)."""
+    if not rows:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    documents, mean_length = int(rows[0][3]), float(rows[0][4])
+    idf: dict[str, float] = {}
+    word_share: dict[str, float] = {}
+    for word, lexeme, containing, *_ in rows:
+        idf[lexeme] = bm25_idf(documents, int(containing))
+        share = int(containing) / documents if documents else 0.0
+        word_share[word] = max(word_share.get(word, 0.0), share)
+    return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
+
+
+def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The unit-length mean of unit vectors (the direction between them)."""
+    summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(summed))
+    return [float(x) for x in (summed / norm if norm > 0 else summed)]
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -131,16 +187,24 @@ def recall_sql(
             f"WHERE {where} AND m.embedding IS NOT NULL ORDER BY distance LIMIT %(k)s)"
         )
         ranked.append(
-            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank FROM vec"
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
+            "1 - distance AS score FROM vec"
         )
     if "text" in branches:
+        # BM25 with binary term frequency: idf per query lexeme comes from the owner's own memories
+        # (computed by `term_stats_sql`), so a word most of them contain weighs almost nothing
         ctes.append(
-            "txt AS MATERIALIZED (SELECT m.id, ts_rank_cd(m.search_tsv, q.query) AS relevance "
-            f"FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
+            "txt AS MATERIALIZED (SELECT m.id, "
+            "coalesce((SELECT sum(t.idf) FROM "
+            "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS t(lex, idf) "
+            "WHERE m.search_tsv @@ plainto_tsquery('simple', t.lex)), 0) "
+            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(m.search_tsv) / %(avglen)s)) "
+            f"AS relevance FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
             f"WHERE {where} AND m.search_tsv @@ q.query ORDER BY relevance DESC, m.id LIMIT %(k)s)"
         )
         ranked.append(
-            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank FROM txt"
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
+            "relevance AS score FROM txt"
         )
     if "top" in branches:
         ctes.append(
@@ -149,7 +213,7 @@ def recall_sql(
         )
         ranked.append(
             "SELECT id, 'top' AS source, row_number() OVER "
-            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank FROM top"
+            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank, confidence AS score FROM top"
         )
     if not ranked:
         raise ValueError("recall_sql needs at least one branch")
@@ -165,8 +229,25 @@ def recall_sql(
     else:
         ctes.append("hits AS (SELECT DISTINCT id FROM ranked)")
     return (
-        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank FROM hits h "
+        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score FROM hits h "
         "JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id"
+    )
+
+
+def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
+    """Per query word: its lexemes and how many of the owners' active memories contain each, plus
+    the number of memories and their mean lexeme count (read from at most `%(sample)s` rows, so a
+    huge persona scope costs a bounded scan)."""
+    where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
+    return (
+        f"WITH owned AS MATERIALIZED (SELECT m.search_tsv FROM memories m WHERE {where} LIMIT %(sample)s), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
+        "lexes AS (SELECT DISTINCT lex FROM words), "
+        "df AS (SELECT x.lex, count(o.search_tsv) AS containing FROM lexes x "
+        "LEFT JOIN owned o ON o.search_tsv @@ plainto_tsquery('simple', x.lex) GROUP BY x.lex) "
+        "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
+        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
     )
 
 
@@ -188,6 +269,8 @@ class PostgresMemoryStore(CoreStore):
         pool_pre_ping: bool = True,
         tuning: RecallTuning | None = None,
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        fusion: ScoreFusion | None = None,
+        bm25: Bm25 | None = None,
         echo: bool = False,
     ) -> None:
         engine = create_async_engine(
@@ -199,6 +282,8 @@ class PostgresMemoryStore(CoreStore):
         )
         self._tuning = tuning or RecallTuning()
         self._weights = dict(weights)
+        self._fusion = fusion or ScoreFusion()
+        self._bm25 = bm25 or Bm25()
         event.listen(engine.sync_engine, "connect", self._configure_session)
         super().__init__(engine=engine, schema=build_schema(embedder.dim, "postgresql"), embedder=embedder)
         # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
@@ -246,31 +331,64 @@ class PostgresMemoryStore(CoreStore):
         limit: int,
         retriever: Retriever,
         query_embedding: Sequence[float] | None,
-    ) -> tuple[str, dict[str, Any]] | None:
-        """The recall SQL and its parameters; None when no branch can run (e.g. keyword, no terms)."""
+    ) -> RecallPlan | None:
+        """The recall SQL, its parameters and the query's time window; None when no branch can run."""
         if retriever not in RETRIEVERS:
             raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+        owners = resolve_scopes(user_id, persona_id)
         params: dict[str, Any] = {"k": candidate_count(limit), "user_id": user_id, "persona_id": persona_id}
-        branches: list[str] = []
         if is_empty_query(query):
-            branches.append("top")
-        else:
-            if retriever in ("hybrid", "vector"):
-                vector = (
-                    self._check_dim(query_embedding, "query embedding")
-                    if query_embedding is not None
-                    else await self.embed_query(query)
-                )
-                params["qv"] = vector_literal(vector)
-                branches.append("vector")
-            tsquery = websearch_or_query(query)
-            if retriever in ("hybrid", "keyword") and tsquery is not None:
-                params["tq"] = tsquery
-                branches.append("text")
+            sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._schema.embedding_dim)
+            return RecallPlan(sql=sql, params=params, time_window=None)
+        cue = parse_time_cue(query, now=datetime.now(UTC))
+        text = cue.remaining_query if cue is not None and not is_empty_query(cue.remaining_query) else query
+        branches: list[str] = []
+        needs_stats = retriever != "vector" or query_embedding is None
+        stats = await self._term_stats(owners, params, text) if needs_stats else None
+        if retriever in ("hybrid", "vector"):
+            if query_embedding is not None:
+                vector = self._check_dim(query_embedding, "query embedding")
+            else:
+                assert stats is not None
+                vector = await self._query_vector(text, stats)
+            params["qv"] = vector_literal(vector)
+            branches.append("vector")
+        tsquery = websearch_or_query(text)
+        if retriever in ("hybrid", "keyword") and tsquery is not None and stats is not None and stats.idf:
+            params.update(
+                tq=tsquery,
+                lexemes=list(stats.idf),
+                idfs=list(stats.idf.values()),
+                k1=self._bm25.k1,
+                b=self._bm25.b,
+                avglen=max(stats.mean_length, 1.0),
+            )
+            branches.append("text")
         if not branches:
             return None
-        owners = resolve_scopes(user_id, persona_id)
-        return recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim), params
+        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim)
+        return RecallPlan(sql=sql, params=params, time_window=cue.window if cue is not None else None)
+
+    async def _term_stats(
+        self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str
+    ) -> TermStats:
+        """Document frequencies of the query's words among the owners' active memories."""
+        words = query_terms(text)
+        if not words:
+            return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+        rows = await self._fetch(
+            term_stats_sql(owners),
+            {**params, "words": words, "sample": self._bm25.stats_sample},
+        )
+        return term_stats(rows)
+
+    async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
+        """Embedding of the query, averaged with the query minus the words most memories contain."""
+        focused = informative_query(text, stats.word_share)
+        if focused == text:
+            return await self.embed_query(text)
+        vectors = await self._embedder.embed([text, focused])
+        return self._check_dim(mean_direction(vectors), "query embedding")
 
     async def _fetch(
         self, sql: str, params: Mapping[str, Any] | None = None
@@ -302,12 +420,13 @@ class PostgresMemoryStore(CoreStore):
         """Active memories of the user (and persona), hybrid-ranked; empty query → top by confidence."""
         if limit <= 0:
             return []
-        statement = await self._statement(user_id, persona_id, query, limit, retriever, query_embedding)
-        if statement is None:
+        plan = await self._statement(user_id, persona_id, query, limit, retriever, query_embedding)
+        if plan is None:
             return []
         memories: dict[uuid.UUID, Memory] = {}
         ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
-        for row in await self._fetch(*statement):
+        scores: dict[str, dict[uuid.UUID, float]] = {}
+        for row in await self._fetch(plan.sql, plan.params):
             memory = Memory(
                 id=row[0],
                 scope=row[1],
@@ -324,8 +443,13 @@ class PostgresMemoryStore(CoreStore):
             memories[memory.id] = memory
             if row[11] is not None:
                 ranks.setdefault(row[11], []).append((row[12], memory.id))
-        rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
-        return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
+                scores.setdefault(row[11], {})[memory.id] = float(row[13])
+        if "top" in ranks:
+            rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
+            return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
+        return fuse_scores(
+            memories.values(), scores, limit=limit, fusion=self._fusion, time_window=plan.time_window
+        )
 
     async def explain_recall(
         self,
@@ -337,12 +461,11 @@ class PostgresMemoryStore(CoreStore):
         retriever: Retriever = "hybrid",
     ) -> str:
         """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""
-        statement = await self._statement(user_id, persona_id, query, limit, retriever, None)
-        if statement is None:
+        plan = await self._statement(user_id, persona_id, query, limit, retriever, None)
+        if plan is None:
             return "(no statement: the query has no searchable terms for this retriever)"
-        sql, params = statement
         return "\n".join(
-            str(row[0]) for row in await self._fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+            str(row[0]) for row in await self._fetch("EXPLAIN (ANALYZE, BUFFERS) " + plan.sql, plan.params)
         )
 
     async def session_settings(self) -> dict[str, str]:

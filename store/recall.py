@@ -14,10 +14,12 @@ import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from store.cues import TimeWindow
 from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -132,11 +134,93 @@ def fuse(
     weights: Mapping[str, float] = DEFAULT_WEIGHTS,
     k: int = RRF_K,
 ) -> list[RecallHit]:
-    """Fuse rankings into at most `limit` hits, one per key, most specific scope shown.
+    """Fuse rankings by reciprocal rank into at most `limit` hits, one per key, most specific scope shown.
 
     `rows` must contain every ranked id plus any same-key rows of other scopes (for overrides);
     rows that share no key with a ranked row are ignored."""
-    scored = rrf_scores(rankings, weights=weights, k=k)
+    return merge_by_key(rows, rrf_scores(rankings, weights=weights, k=k), limit=limit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoreFusion:
+    """How score fusion weighs the branches and the query's cues (measured in bench/README.md)."""
+
+    vector_weight: float = 0.5  # the rest goes to full text
+    time_boost: float = 0.3  # added when a memory's created_at falls in the query's time window
+    time_slack: timedelta = timedelta(days=3)
+    conversation_boost: float = 0.2  # share of the strong hits coming from the memory's conversation
+    conversation_top: int = 10
+
+
+def fuse_scores(
+    rows: Iterable[Memory],
+    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    *,
+    limit: int,
+    fusion: ScoreFusion = ScoreFusion(),
+    time_window: TimeWindow | None = None,
+) -> list[RecallHit]:
+    """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
+
+    Vector scores are min-max normalised over the candidates, text scores divided by the best one,
+    then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
+    memories from the same conversation as the strongest hits get up to `conversation_boost`
+    (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
+    by_id = {m.id: m for m in rows}
+    combined: dict[uuid.UUID, float] = {}
+    sources: dict[uuid.UUID, list[str]] = {}
+    for name, scores in branch_scores.items():
+        if not scores:
+            continue
+        weight = fusion.vector_weight if name == "vector" else 1.0 - fusion.vector_weight
+        if len(branch_scores) == 1:
+            weight = 1.0
+        normalised = _normalise(scores, min_max=name == "vector")
+        for memory_id, value in normalised.items():
+            combined[memory_id] = combined.get(memory_id, 0.0) + weight * value
+            sources.setdefault(memory_id, []).append(name)
+    if time_window is not None and fusion.time_boost:
+        window = time_window.widened(fusion.time_slack)
+        for memory_id in combined:
+            memory = by_id.get(memory_id)
+            if memory is not None and window.contains(memory.created_at):
+                combined[memory_id] += fusion.time_boost
+    if fusion.conversation_boost and combined:
+        strongest = sorted(combined, key=lambda mid: (-combined[mid], str(mid)))[: fusion.conversation_top]
+        per_conversation: dict[uuid.UUID, float] = {}
+        for memory_id in strongest:
+            channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+            if channel is not None:
+                per_conversation[channel] = per_conversation.get(channel, 0.0) + combined[memory_id]
+        if per_conversation:
+            best = max(per_conversation.values()) or 1.0
+            for memory_id in combined:
+                channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+                if channel in per_conversation:
+                    combined[memory_id] += fusion.conversation_boost * per_conversation[channel] / best
+    scored = {mid: (score, tuple(sources[mid])) for mid, score in combined.items()}
+    return merge_by_key(by_id.values(), scored, limit=limit)
+
+
+def _normalise(scores: Mapping[uuid.UUID, float], *, min_max: bool) -> dict[uuid.UUID, float]:
+    values = [v for v in scores.values() if math.isfinite(v)]
+    if not values:
+        return {}
+    high = max(values)
+    low = min(values) if min_max else 0.0
+    span = high - low
+    if span <= 0.0:
+        return {mid: 1.0 for mid, v in scores.items() if math.isfinite(v)}
+    return {mid: (v - low) / span for mid, v in scores.items() if math.isfinite(v)}
+
+
+def merge_by_key(
+    rows: Iterable[Memory],
+    scored: Mapping[uuid.UUID, tuple[float, tuple[str, ...]]],
+    *,
+    limit: int,
+) -> list[RecallHit]:
+    """One hit per key (most specific scope shown, best score of the group), best first."""
     groups: dict[str, list[Memory]] = {}
     for memory in rows:
         groups.setdefault(normalize_key(memory.key), []).append(memory)
@@ -162,6 +246,11 @@ def fuse(
         )
         for negative_score, _, winner, names in fused[:limit]
     ]
+
+
+def bm25_idf(documents: int, containing: int) -> float:
+    """BM25 inverse document frequency (always positive) of a term in `containing` of `documents`."""
+    return math.log(1.0 + (documents - containing + 0.5) / (containing + 0.5))
 
 
 def top_order(memories: Iterable[Memory]) -> list[Memory]:

@@ -52,6 +52,9 @@ class NewMemory:
     status: Status = "pending_review"
     source_channel_id: uuid.UUID | None = None
     embedding: list[float] | None = None
+    # when the conversation it came from happened; becomes created_at of a new row (default: now),
+    # so recall can honour time cues ("what did I say in March?")
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -118,6 +118,7 @@ def build_row(
         status="pending_review",
         source_channel_id=event.channel_id,
         embedding=list(embedding) if embedding is not None else None,
+        observed_at=event.occurred_at,
     )
 
 

@@ -31,6 +31,7 @@ from store.locomo import (
     UnitKind,
     load_locomo,
     parse_ks,
+    session_datetime,
     summarise,
 )
 from store.migrate import SchemaError, migrate_async
@@ -112,6 +113,10 @@ def unit_memories(
             confidence=1.0,
             status="active",
             embedding=embedding,
+            # the session is the conversation a memory came from, its date when it was said:
+            # what the worker records from a conversation.ended event
+            source_channel_id=uuid.uuid5(owner, f"session {unit.session}"),
+            observed_at=session_datetime(unit.session_date),
         )
         for index, (unit, embedding) in enumerate(zip(units, embeddings, strict=True))
     ]

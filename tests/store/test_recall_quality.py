@@ -1,0 +1,194 @@
+"""Recall-quality pieces: time cues, informative query words, score fusion with boosts, BM25 idf,
+and the Postgres recall using them end to end."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from extraction.embeddings import HashingEmbedder
+from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.migrate import migrate
+from store.postgres import PostgresMemoryStore, mean_direction, term_stats
+from store.recall import ScoreFusion, bm25_idf, fuse_scores
+from store.types import Memory, NewMemory
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end", "remaining"),
+    [
+        (
+            "What did Maria share on 16 June, 2023?",
+            datetime(2023, 6, 16),
+            datetime(2023, 6, 17),
+            "What did Maria share ?",
+        ),
+        (
+            "What did Maria share on June 16th, 2023?",
+            datetime(2023, 6, 16),
+            datetime(2023, 6, 17),
+            "What did Maria share ?",
+        ),
+        (
+            "Where did John travel in August 2023?",
+            datetime(2023, 8, 1),
+            datetime(2023, 9, 1),
+            "Where did John travel ?",
+        ),
+        (
+            "Which gigs did I play in 2022?",
+            datetime(2022, 1, 1),
+            datetime(2023, 1, 1),
+            "Which gigs did I play ?",
+        ),
+        (
+            "What did I say yesterday about Rust?",
+            datetime(2026, 11, 28),
+            datetime(2026, 11, 29),
+            "What did I say about Rust?",
+        ),
+    ],
+)
+def test_time_cue_finds_the_window_and_removes_its_words(
+    query: str, start: datetime, end: datetime, remaining: str
+) -> None:
+    cue = parse_time_cue(query, now=NOW)
+    assert cue is not None
+    assert cue.window == TimeWindow(start=start.replace(tzinfo=UTC), end=end.replace(tzinfo=UTC))
+    assert cue.remaining_query == remaining
+
+
+@pytest.mark.parametrize("query", ["what is my name", "I may go to 42nd street", "the year 2023 model"])
+def test_queries_without_a_time_expression_have_no_cue(query: str) -> None:
+    assert parse_time_cue(query, now=NOW) is None
+
+
+def test_an_impossible_day_falls_back_to_its_month() -> None:
+    cue = parse_time_cue("what happened on 31 February, 2023", now=NOW)
+    assert cue is not None
+    assert cue.window == TimeWindow(
+        start=datetime(2023, 2, 1, tzinfo=UTC), end=datetime(2023, 3, 1, tzinfo=UTC)
+    )
+
+
+def test_informative_query_drops_words_most_memories_contain() -> None:
+    share = {"caroline": 0.6, "support": 0.02, "group": 0.05}
+    assert (
+        informative_query("When did Caroline join the support group?", share)
+        == "When did join the support group?"
+    )
+
+
+def test_informative_query_keeps_the_query_when_every_word_is_common() -> None:
+    assert informative_query("Caroline", {"caroline": 0.9}) == "Caroline"
+
+
+def test_bm25_idf_falls_as_more_documents_contain_the_term() -> None:
+    assert bm25_idf(100, 1) > bm25_idf(100, 10) > bm25_idf(100, 90) > 0.0
+
+
+def test_term_stats_maps_words_to_their_highest_share() -> None:
+    stats = term_stats([("running", "run", 5, 10, 7.0), ("caroline", "carolin", 8, 10, 7.0)])
+    assert stats.documents == 10
+    assert stats.word_share == {"running": 0.5, "caroline": 0.8}
+    assert stats.idf["run"] > stats.idf["carolin"]
+
+
+def test_mean_direction_is_unit_length_between_its_inputs() -> None:
+    assert mean_direction([[1.0, 0.0], [0.0, 1.0]]) == pytest.approx([2**-0.5, 2**-0.5])
+
+
+def _memory(key: str, *, created: datetime = NOW, channel: uuid.UUID | None = None) -> Memory:
+    return Memory(
+        id=uuid.uuid4(),
+        scope="user",
+        owner_id=uuid.UUID(int=1),
+        user_id=None,
+        key=key,
+        value=key,
+        source_channel_id=channel,
+        confidence=1.0,
+        status="active",
+        created_at=created,
+        updated_at=created,
+    )
+
+
+def test_score_fusion_mixes_normalised_branch_scores() -> None:
+    a, b, c = _memory("a k"), _memory("b k"), _memory("c k")
+    hits = fuse_scores(
+        [a, b, c],
+        {"vector": {a.id: 0.9, b.id: 0.5, c.id: 0.1}, "text": {c.id: 6.0, b.id: 8.0}},
+        limit=3,
+        fusion=ScoreFusion(conversation_boost=0.0),
+    )
+    assert [h.memory.id for h in hits] == [b.id, a.id, c.id]  # b: .25+.5, a: .5+0, c: 0+.375
+    assert hits[0].sources == ("vector", "text")
+
+
+def test_time_boost_lifts_memories_from_the_named_window() -> None:
+    old = _memory("old fact", created=datetime(2023, 6, 16, 15, tzinfo=UTC))
+    new = _memory("new fact", created=datetime(2024, 1, 1, tzinfo=UTC))
+    weak = _memory("weak fact")
+    scores = {"vector": {new.id: 0.8, old.id: 0.7, weak.id: 0.0}}
+    window = TimeWindow(start=datetime(2023, 6, 16, tzinfo=UTC), end=datetime(2023, 6, 17, tzinfo=UTC))
+    plain = fuse_scores([old, new, weak], scores, limit=2)
+    cued = fuse_scores([old, new, weak], scores, limit=2, time_window=window)
+    assert plain[0].memory.id == new.id
+    assert cued[0].memory.id == old.id
+
+
+def test_conversation_boost_lifts_memories_told_with_the_strongest_hits() -> None:
+    talk = uuid.uuid4()
+    strong = _memory("strong hit", channel=talk)
+    sibling = _memory("sibling fact", channel=talk)
+    stranger = _memory("stranger fact", channel=uuid.uuid4())
+    scores = {"vector": {strong.id: 1.0, stranger.id: 0.5, sibling.id: 0.45, uuid.uuid4(): 0.0}}
+    without = fuse_scores(
+        [strong, sibling, stranger], scores, limit=3, fusion=ScoreFusion(conversation_boost=0)
+    )
+    with_boost = fuse_scores([strong, sibling, stranger], scores, limit=3)
+    assert [h.memory.id for h in without][1] == stranger.id
+    assert [h.memory.id for h in with_boost][1] == sibling.id
+
+
+async def test_postgres_recall_uses_the_time_cue_and_owner_term_statistics(
+    new_database: Callable[[], str],
+) -> None:
+    url = new_database()
+    migrate(url, 384)
+    store = PostgresMemoryStore(url, HashingEmbedder(dim=384))
+    user = uuid.uuid4()
+    try:
+        june = datetime(2023, 6, 16, 10, tzinfo=UTC)
+        facts = [
+            ("joined gym", "Maria joined a gym and loves the people there", june),
+            ("shelter volunteering", "Maria volunteers at a homeless shelter", june - timedelta(days=60)),
+            ("new puppy", "Maria adopted a puppy named Coco", june + timedelta(days=90)),
+            ("favourite food", "Maria likes spicy chili", june + timedelta(days=120)),
+        ]
+        for key, value, when in facts:
+            await store.upsert(
+                NewMemory(
+                    scope="user",
+                    owner_id=user,
+                    user_id=None,
+                    key=key,
+                    value=value,
+                    status="active",
+                    observed_at=when,
+                )
+            )
+        hits = await store.recall(user, None, "What exciting news did Maria share on 16 June, 2023?", 4)
+        assert hits[0].memory.key == "joined gym"
+        assert hits[0].memory.created_at == june
+        # "maria" is in every memory: it alone ranks nothing first by keyword
+        keyword = await store.recall(user, None, "Maria puppy", 4, retriever="keyword")
+        assert keyword[0].memory.key == "new puppy"
+    finally:
+        await store.close()
