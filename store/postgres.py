@@ -384,7 +384,8 @@ class PostgresMemoryStore(CoreStore):
 
     async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
         """Embedding of the query, averaged with the query minus the words most memories contain."""
-        focused = informative_query(text, stats.word_share)
+        share = self._fusion.focus_share
+        focused = text if share is None else informative_query(text, stats.word_share, max_share=share)
         if focused == text:
             return await self.embed_query(text)
         vectors = await self._embedder.embed([text, focused])

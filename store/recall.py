@@ -150,6 +150,9 @@ class ScoreFusion:
     time_slack: timedelta = timedelta(days=3)
     conversation_boost: float = 0.2  # share of the strong hits coming from the memory's conversation
     conversation_top: int = 10
+    # query words found in more than this share of the owner's memories (the user's own name) are
+    # dropped from a second query embedding averaged with the first; None: embed the query as is
+    focus_share: float | None = 0.15
 
 
 def fuse_scores(

@@ -35,7 +35,7 @@ from store.locomo import (
     summarise,
 )
 from store.migrate import SchemaError, migrate_async
-from store.recall import RETRIEVERS
+from store.recall import RETRIEVERS, ScoreFusion
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
 
@@ -236,6 +236,7 @@ class EvalOptions:
     concurrency: int = 8
     max_conversations: int | None = None
     keep: bool = False
+    fusion: ScoreFusion | None = None  # recall fusion knobs (bench/recall_ablation.py); None: defaults
 
 
 async def _embed_units(
@@ -321,7 +322,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         if database_url is None:
             database_url = stack.enter_context(embedded_database(options.data_dir))
         await migrate_async(database_url, embedder.dim)
-        store = PostgresMemoryStore(database_url, embedder)
+        store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
         stack.push_async_callback(store.close)
 
         total = sum(

@@ -1,0 +1,65 @@
+"""What each recall-quality change buys on LoCoMo (observations, local MiniLM): runs the real
+`pmem eval locomo` pipeline once per fusion setting, switching the query cues off one at a time.
+
+    python bench/recall_ablation.py /path/to/locomo10.json [--unit observation] [--json-out FILE]
+
+The data set is CC BY-NC 4.0: pass its path, never copy it here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from store.recall import ScoreFusion
+from worker.commands.evaluate import (
+    EvalOptions,
+    local_embedder_available,
+    resolve_embedding_provider,
+    run_locomo,
+)
+
+VARIANTS: dict[str, ScoreFusion] = {
+    "score fusion + BM25 only": ScoreFusion(time_boost=0.0, conversation_boost=0.0, focus_share=None),
+    "+ informative query words": ScoreFusion(time_boost=0.0, conversation_boost=0.0),
+    "+ time cues": ScoreFusion(conversation_boost=0.0),
+    "+ conversation boost (default)": ScoreFusion(),
+}
+
+
+async def main(argv: list[str] | None = None) -> int:
+    """Run every variant and print (and optionally write) recall@k per variant."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {}
+    for name, fusion in VARIANTS.items():
+        print(f"== {name}", file=sys.stderr)
+        options = EvalOptions(
+            file=args.file,
+            unit=args.unit,
+            ks=(5, 10, 25, 50),
+            retrievers=("hybrid",),
+            embedding_provider=resolve_embedding_provider(None, {}, local_embedder_available()),
+            database_url=None,
+            data_dir=None,
+            fusion=fusion,
+        )
+        report = await run_locomo(options, progress_stream=sys.stderr)
+        hybrid = report["retrievers"]["hybrid"]
+        results[name] = {k: v for k, v in hybrid.items() if k.startswith("recall@")}
+        print(name, json.dumps(results[name]), flush=True)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
