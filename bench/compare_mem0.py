@@ -1197,48 +1197,66 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def run_parts(args: argparse.Namespace, services: Services) -> dict[str, Any]:
-    """Run the requested parts in order (tokens, throughput, recall-latency, locomo)."""
+async def run_parts(
+    args: argparse.Namespace, services: Services, out: Path | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Run the requested parts in order (tokens, throughput, recall-latency, locomo), merging each
+    part into `out` as soon as it is done; a failing part is reported and the next one still runs.
+    Returns the report and the failures."""
     from store.locomo import parse_ks
 
     parts = PARTS if args.part == "all" else (args.part,)
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"machine": machine()}
+    failures: list[str] = []
     for part in parts:
         started = time.perf_counter()
-        log(f"== {part}")
-        if part == "tokens":
-            report["tokens"] = await run_tokens(services, args.locomo, args.max_conversations)
-        elif part == "throughput":
-            report["throughput"] = await run_throughput(
-                services, args.events, args.concurrency, services.work_dir("logs")
-            )
-        elif part == "recall-latency":
-            report["recall_latency"] = await run_recall_latency(
-                services,
-                memories=args.memories,
-                owners=args.owners,
-                queries=args.queries,
-                limit=args.limit,
-                seed=args.seed,
-                large_memories=args.large_memories,
-                large_owners=args.large_owners,
-                large_budget_min=args.large_budget_min,
-                force_large=args.force_large,
-            )
-        else:
-            report["locomo"] = await run_locomo(
-                services, args.locomo, parse_ks(args.k), args.max_conversations
-            )
         key = part.replace("-", "_")
-        report[key]["runtime_s"] = round(time.perf_counter() - started, 1)
-        report[key]["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        report[key]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-        log(f"== {part} done in {report[key]['runtime_s']:.0f}s")
-    return report
+        load_before = [round(x, 2) for x in os.getloadavg()]
+        log(f"== {part}")
+        try:
+            if part == "tokens":
+                result = await run_tokens(services, args.locomo, args.max_conversations)
+            elif part == "throughput":
+                result = await run_throughput(
+                    services, args.events, args.concurrency, services.work_dir("logs")
+                )
+            elif part == "recall-latency":
+                result = await run_recall_latency(
+                    services,
+                    memories=args.memories,
+                    owners=args.owners,
+                    queries=args.queries,
+                    limit=args.limit,
+                    seed=args.seed,
+                    large_memories=args.large_memories,
+                    large_owners=args.large_owners,
+                    large_budget_min=args.large_budget_min,
+                    force_large=args.force_large,
+                )
+            else:
+                result = await run_locomo(services, args.locomo, parse_ks(args.k), args.max_conversations)
+        except Exception as exc:  # report it and go on with the next part
+            import traceback
+
+            traceback.print_exc()
+            failures.append(f"{part}: {type(exc).__name__}: {exc}")
+            log(f"== {part} FAILED: {type(exc).__name__}: {exc}")
+            continue
+        result["runtime_s"] = round(time.perf_counter() - started, 1)
+        result["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        result["load_average_before"] = load_before
+        result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        report[key] = result
+        if out is not None:
+            merge_json(out, {"machine": report["machine"], key: result})
+            log(f"== {part} done in {result['runtime_s']:.0f}s; merged into {out}")
+        else:
+            log(f"== {part} done in {result['runtime_s']:.0f}s")
+    return report, failures
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: start the services, run the parts, print and save the report."""
+    """Entry point: start the services, run the parts, print and save the report (1 if a part failed)."""
     args = parse_args(argv)
     if args.part in ("tokens", "locomo", "all") and not args.locomo.exists():
         print(f"compare_mem0: {args.locomo}: no such file; pass --locomo PATH/locomo10.json", file=sys.stderr)
@@ -1252,23 +1270,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # mem0's home and telemetry switch must be set before anything imports mem0
     mem0_setup.prepare_offline_env(data_dir / "mem0-home")
     services = Services(data_dir)
-    header = {"machine": machine()}
     try:
-        report = asyncio.run(run_parts(args, services))
+        report, failures = asyncio.run(run_parts(args, services, None if args.no_json_out else args.json_out))
     finally:
         services.close()
         if temp is not None:
             temp.cleanup()
-    report = {**header, **report}
-    report["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    summary = {k: v for k, v in report.items() if k != "tokens"}
-    if "tokens" in report:
-        summary["tokens"] = {k: v for k, v in report["tokens"].items() if k != "per_session"}
-    print(json.dumps(summary, indent=2, default=str))
-    if not args.no_json_out:
-        merge_json(args.json_out, {**report, "machine": report["machine"]})
-        log(f"report merged into {args.json_out}")
-    return 0
+    if "tokens" in report:  # the per-session rows stay in the JSON file
+        report["tokens"] = {k: v for k, v in report["tokens"].items() if k != "per_session"}
+    print(json.dumps(report, indent=2, default=str))
+    for failure in failures:
+        print(f"compare_mem0: part failed: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

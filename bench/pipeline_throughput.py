@@ -11,10 +11,13 @@ Measured:
   process start-up is excluded;
 - ideal = concurrency / 0.32 s: each event waits for one LLM call (300 ms) and one embeddings call
   (20 ms) in sequence; database and NATS time count against the worker;
-- worker RSS: peak resident memory of the worker process (psutil), sampled every 0.25 s.
+- worker RSS: peak resident memory of a worker process (psutil), sampled every 0.25 s;
+- CPU per event of the worker process(es), the fake LLM and every Postgres process, from the
+  first to the last commit (psutil), which shows what the run was bound by.
 
     python bench/pipeline_throughput.py                       # 2,000 events at 1, 8, 32, 64
     python bench/pipeline_throughput.py --events 500 --concurrency 32
+    python bench/pipeline_throughput.py --concurrency 32 --workers 2   # 2 processes x 16
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Result:
     """One concurrency's figures."""
 
     concurrency: int
+    workers: int
     events: int
     seconds: float
     conv_per_s: float
@@ -88,6 +92,8 @@ class Result:
     percent_of_ideal: float
     peak_rss_mb: float
     worker_cpu_ms_per_event: float
+    fake_llm_cpu_ms_per_event: float
+    postgres_cpu_ms_per_event: float
 
 
 def make_events(n: int, seed: int) -> list[dict[str, Any]]:
@@ -161,10 +167,39 @@ async def commits(database_url: str) -> tuple[int, float | None, float | None]:
     return int(row[0]), first, last
 
 
+def postgres_cpu_s(postgres: EmbeddedPostgres) -> float:
+    """CPU seconds used so far by the bench's Postgres: its postmaster and every live backend (the
+    worker's pooled connections live for the whole run)."""
+    pid = int((postgres.data_dir / "postmaster.pid").read_text().split()[0])
+    postmaster = psutil.Process(pid)
+    total = 0.0
+    for process in [postmaster, *postmaster.children(recursive=True)]:
+        try:
+            total += cpu_s(process)
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def cpu_s(process: psutil.Process) -> float:
+    """CPU seconds of one process (user + system)."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 async def run_one(
-    *, concurrency: int, n: int, nats_url: str, postgres: EmbeddedPostgres, llm_url: str, log_dir: Path
+    *,
+    concurrency: int,
+    workers: int,
+    n: int,
+    nats_url: str,
+    postgres: EmbeddedPostgres,
+    llm_url: str,
+    log_dir: Path,
+    fake_pid: int,
 ) -> Result:
-    """Publish n events, run a worker subprocess at `concurrency` until all committed."""
+    """Publish n events, then run `workers` worker subprocesses sharing the durable consumer, with
+    `concurrency` events in flight in total, until every event committed."""
     tag = uuid.uuid4().hex[:8]
     database_url = postgres.create_database(f"bench_{tag}")
     await migrate_async(database_url, 384)
@@ -177,12 +212,13 @@ async def run_one(
         "PMEM_DURABLE": f"bench{tag}",
     }
     await publish(nats_url, names, make_events(n, seed=concurrency))
+    per_worker = max(1, concurrency // workers)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
         **names,
         "PMEM_NATS_URL": nats_url,
         "PMEM_DATABASE_URL": database_url,
-        "PMEM_CONCURRENCY": str(concurrency),
+        "PMEM_CONCURRENCY": str(per_worker),
         "PMEM_EXTRACTOR": "llm",
         "PMEM_LLM_BASE_URL": llm_url,
         "PMEM_LLM_API_KEY": "bench",
@@ -192,76 +228,90 @@ async def run_one(
         "PMEM_EMBEDDING_DIM": "384",
         "PMEM_HTTP_PORT": "0",
         "PMEM_LOG_LEVEL": "WARNING",
-        "PMEM_DB_POOL_SIZE": str(max(10, concurrency // 2)),
     }
-    log_path = log_dir / f"worker-c{concurrency}.log"
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "worker.cli", "worker", cwd=REPO, env=env, stdout=log, stderr=log
-        )
-    ps = psutil.Process(proc.pid)
+    procs = []
+    for index in range(workers):
+        log_path = log_dir / f"worker-c{concurrency}-{index}.log"
+        with log_path.open("wb") as log:
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "worker.cli", "worker", cwd=REPO, env=env, stdout=log, stderr=log
+                )
+            )
+    ps = [psutil.Process(proc.pid) for proc in procs]
+    fake = psutil.Process(fake_pid)
+    start_cpu = end_cpu = (0.0, 0.0, 0.0)  # workers, fake LLM, Postgres
+    started = False
     peak_rss = 0
-    cpu_start: float | None = None
-    cpu_end = 0.0
     first = last = None
     deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 4
     try:
         while True:
-            peak_rss = max(peak_rss, ps.memory_info().rss)
+            peak_rss = max(peak_rss, *(p.memory_info().rss for p in ps))
             done, first, last = await commits(database_url)
-            times = ps.cpu_times()
-            if cpu_start is None and done > 0:
-                cpu_start = times.user + times.system  # excludes imports and start-up
+            if not started and done > 0:  # excludes imports and start-up
+                start_cpu = (sum(cpu_s(p) for p in ps), cpu_s(fake), postgres_cpu_s(postgres))
+                started = True
             if done >= n:
-                cpu_end = times.user + times.system
+                end_cpu = (sum(cpu_s(p) for p in ps), cpu_s(fake), postgres_cpu_s(postgres))
                 break
-            if proc.returncode is not None:
-                raise RuntimeError(f"worker exited with {proc.returncode}; see {log_path}")
+            if any(proc.returncode is not None for proc in procs):
+                raise RuntimeError(f"a worker exited early; see {log_dir}/worker-c{concurrency}-*.log")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"only {done}/{n} events after the deadline; see {log_path}")
+                raise RuntimeError(f"only {done}/{n} events after the deadline; see {log_dir}")
             await asyncio.sleep(0.25)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=30)
-        except TimeoutError:
-            proc.kill()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=30)
+            except TimeoutError:
+                proc.kill()
     assert first is not None and last is not None
     seconds = last - first
     rate = (n - 1) / seconds if seconds > 0 else float("inf")
-    ideal = concurrency / PER_EVENT_IDEAL_S
+    ideal = per_worker * workers / PER_EVENT_IDEAL_S
+    per_event = [round(1000 * (e - s) / max(1, n - 1), 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
     return Result(
-        concurrency=concurrency,
+        concurrency=per_worker * workers,
+        workers=workers,
         events=n,
         seconds=round(seconds, 2),
         conv_per_s=round(rate, 1),
         ideal_per_s=round(ideal, 1),
         percent_of_ideal=round(100 * rate / ideal, 1),
         peak_rss_mb=round(peak_rss / 2**20, 1),
-        worker_cpu_ms_per_event=round(1000 * (cpu_end - (cpu_start or 0.0)) / max(1, n - 1), 1),
+        worker_cpu_ms_per_event=per_event[0],
+        fake_llm_cpu_ms_per_event=per_event[1],
+        postgres_cpu_ms_per_event=per_event[2],
     )
 
 
 async def run_all(
-    args: argparse.Namespace, *, nats_url: str, postgres: EmbeddedPostgres, llm_url: str
+    args: argparse.Namespace, *, nats_url: str, postgres: EmbeddedPostgres, llm_url: str, fake_pid: int
 ) -> list[Result]:
     """Every requested concurrency in turn, printing each result as it comes."""
     results = []
     for concurrency in args.concurrency:
         result = await run_one(
             concurrency=concurrency,
+            workers=args.workers,
             n=args.events,
             nats_url=nats_url,
             postgres=postgres,
             llm_url=llm_url,
             log_dir=Path(args.log_dir),
+            fake_pid=fake_pid,
         )
         results.append(result)
         print(
-            f"concurrency {result.concurrency:>3}: {result.conv_per_s:>6.1f} conv/s "
+            f"concurrency {result.concurrency:>3} ({result.workers} worker process(es)): "
+            f"{result.conv_per_s:>6.1f} conv/s "
             f"(ideal {result.ideal_per_s:>6.1f}, {result.percent_of_ideal:>5.1f}%), "
-            f"{result.events} events in {result.seconds:.1f}s, peak RSS {result.peak_rss_mb:.0f} MB, "
-            f"worker CPU {result.worker_cpu_ms_per_event:.1f} ms/event",
+            f"{result.events} events in {result.seconds:.1f}s, peak RSS/worker {result.peak_rss_mb:.0f} MB, "
+            f"CPU/event: worker {result.worker_cpu_ms_per_event:.1f} ms, fake LLM "
+            f"{result.fake_llm_cpu_ms_per_event:.1f} ms, Postgres {result.postgres_cpu_ms_per_event:.1f} ms",
             flush=True,
         )
     return results
@@ -282,7 +332,9 @@ def main(args: argparse.Namespace) -> list[Result]:
         try:
             assert fake.stdout is not None
             llm_url = fake.stdout.readline().strip()
-            return asyncio.run(run_all(args, nats_url=nats_server.url, postgres=postgres, llm_url=llm_url))
+            return asyncio.run(
+                run_all(args, nats_url=nats_server.url, postgres=postgres, llm_url=llm_url, fake_pid=fake.pid)
+            )
         finally:
             if fake.stdin is not None:
                 fake.stdin.close()
@@ -300,6 +352,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 8, 32, 64], help="PMEM_CONCURRENCY values to run"
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes sharing the consumer (concurrency is split)"
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
     return parser.parse_args(argv)
@@ -310,13 +365,15 @@ if __name__ == "__main__":
     figures = main(options)
     print()
     print(
-        "| concurrency | events | conv/s | ideal conv/s | % of ideal | worker peak RSS | worker CPU/event |"
+        "| concurrency | worker processes | events | conv/s | ideal conv/s | % of ideal "
+        "| peak RSS per worker | CPU per event: workers / fake LLM / Postgres |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in figures:
         print(
-            f"| {r.concurrency} | {r.events} | {r.conv_per_s} | {r.ideal_per_s} | {r.percent_of_ideal}% "
-            f"| {r.peak_rss_mb:.0f} MB | {r.worker_cpu_ms_per_event} ms |"
+            f"| {r.concurrency} | {r.workers} | {r.events} | {r.conv_per_s} | {r.ideal_per_s} "
+            f"| {r.percent_of_ideal}% | {r.peak_rss_mb:.0f} MB | {r.worker_cpu_ms_per_event} / "
+            f"{r.fake_llm_cpu_ms_per_event} / {r.postgres_cpu_ms_per_event} ms |"
         )
     if options.json:
         options.json.write_text(json.dumps([asdict(r) for r in figures], indent=2) + "\n")

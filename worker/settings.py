@@ -13,9 +13,7 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
 class Settings(BaseSettings):
     """All runtime settings. Every field maps to `PMEM_<FIELD>` in the environment."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="PMEM_", extra="ignore", frozen=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="PMEM_", extra="ignore", frozen=True, populate_by_name=True)
 
     # Storage
     database_url: str = DEFAULT_DATABASE_URL
