@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from store.recall import ScoreFusion
 from worker.commands.evaluate import (
     EvalOptions,
