@@ -516,8 +516,9 @@ FAKE_SERVER = textwrap.dedent(
 
 
 @contextlib.contextmanager
-def fake_server_process(chat_latency_s: float, embedding_latency_s: float) -> Iterator[str]:
-    """The fake OpenAI-compatible server in its own process (so neither side pays for its CPU)."""
+def fake_server_process(chat_latency_s: float, embedding_latency_s: float) -> Iterator[tuple[str, int]]:
+    """The fake OpenAI-compatible server in its own process (so neither side pays for its CPU);
+    yields (base URL, pid)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", FAKE_SERVER, str(REPO), str(chat_latency_s), str(embedding_latency_s)],
         stdin=subprocess.PIPE,
@@ -529,7 +530,7 @@ def fake_server_process(chat_latency_s: float, embedding_latency_s: float) -> It
         url = proc.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError("the fake OpenAI-compatible server did not start")
-        yield url
+        yield url, proc.pid
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -540,11 +541,20 @@ def fake_server_process(chat_latency_s: float, embedding_latency_s: float) -> It
 
 
 async def mem0_throughput(
-    memory: Any, events: Sequence[Mapping[str, Any]], concurrency: int, warmup: Sequence[Mapping[str, Any]]
+    memory: Any,
+    events: Sequence[Mapping[str, Any]],
+    concurrency: int,
+    warmup: Sequence[Mapping[str, Any]],
+    *,
+    postgres: Any,
+    fake_pid: int,
 ) -> dict[str, Any]:
     """`AsyncMemory.add(messages, user_id=…, agent_id=persona, infer=True)` for every event, at most
-    `concurrency` in flight; rate = (n - 1) / (last completion - first completion)."""
+    `concurrency` in flight; rate = (n - 1) / (last completion - first completion). CPU per event is
+    split like the harness splits ours: this process (mem0), the fake LLM, Postgres."""
     import psutil
+
+    from bench.pipeline_throughput import cpu_s, postgres_cpu_s
 
     loop = asyncio.get_running_loop()
     executor = mem0_setup.use_thread_pool(loop, concurrency + 4)
@@ -574,12 +584,12 @@ async def mem0_throughput(
 
     try:
         await asyncio.gather(*(add(e, False) for e in warmup))
-        process = psutil.Process()
-        cpu = process.cpu_times()
+        processes = (psutil.Process(), psutil.Process(fake_pid))
+        cpu = (cpu_s(processes[0]), cpu_s(processes[1]), postgres_cpu_s(postgres))
         started = time.time()
         peak = 0
         await asyncio.gather(*(add(e, True) for e in events))
-        cpu_end = process.cpu_times()
+        cpu_end = (cpu_s(processes[0]), cpu_s(processes[1]), postgres_cpu_s(postgres))
     finally:
         loop.set_default_executor(ThreadPoolExecutor())  # the next part gets a fresh default executor
         executor.shutdown(wait=False)
@@ -593,27 +603,30 @@ async def mem0_throughput(
         "wall_seconds": round(max(completions) - started, 2),
         "conv_per_s": round((n - 1) / seconds, 1) if seconds > 0 else None,
         "peak_in_flight": peak,
-        "cpu_ms_per_event": round(
-            1000 * ((cpu_end.user + cpu_end.system) - (cpu.user + cpu.system)) / max(1, n), 1
-        ),
+        "mem0_cpu_ms_per_event": round(1000 * (cpu_end[0] - cpu[0]) / max(1, n), 1),
+        "fake_llm_cpu_ms_per_event": round(1000 * (cpu_end[1] - cpu[1]) / max(1, n), 1),
+        "postgres_cpu_ms_per_event": round(1000 * (cpu_end[2] - cpu[2]) / max(1, n), 1),
     }
 
 
 async def run_throughput(
-    services: Services, events: int, concurrencies: Sequence[int], log_dir: Path
+    services: Services, events: int, concurrencies: Sequence[int], log_dir: Path, workers: int = 1
 ) -> dict[str, Any]:
-    """Part 2: our worker vs mem0 add at each concurrency, same events, same fake server settings."""
+    """Part 2: our worker vs mem0 add at each concurrency, same events, same fake server settings.
+    `workers` worker processes share our concurrency (1: one process each side)."""
     import psycopg
 
     from bench import pipeline_throughput as harness
 
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with fake_server_process(harness.LLM_LATENCY_S, harness.EMBEDDING_LATENCY_S) as llm_url:
+    with fake_server_process(harness.LLM_LATENCY_S, harness.EMBEDDING_LATENCY_S) as (llm_url, fake_pid):
         for concurrency in concurrencies:
             log(f"throughput: our worker, {events} events at concurrency {concurrency}")
             ours = await harness.run_one(
                 concurrency=concurrency,
+                workers=workers,
+                fake_pid=fake_pid,
                 n=events,
                 nats_url=services.nats_url,
                 postgres=services.postgres,
@@ -634,7 +647,9 @@ async def run_throughput(
             same_events = harness.make_events(events, seed=concurrency)
             warmup = harness.make_events(min(concurrency, 8), seed=10_000 + concurrency)
             try:
-                theirs = await mem0_throughput(memory, same_events, concurrency, warmup)
+                theirs = await mem0_throughput(
+                    memory, same_events, concurrency, warmup, postgres=services.postgres, fake_pid=fake_pid
+                )
             finally:
                 with contextlib.suppress(Exception):
                     memory.close()
@@ -1183,6 +1198,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[8, 32], help="throughput: concurrencies (8 32)"
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="throughput: our worker processes sharing the concurrency (1)"
+    )
     parser.add_argument("--memories", type=int, default=100_000, help="recall-latency: memories (100,000)")
     parser.add_argument("--owners", type=int, default=1_000, help="recall-latency: owners (1,000)")
     parser.add_argument("--queries", type=int, default=250, help="recall-latency: measured queries per side")
@@ -1218,7 +1236,7 @@ async def run_parts(
                 result = await run_tokens(services, args.locomo, args.max_conversations)
             elif part == "throughput":
                 result = await run_throughput(
-                    services, args.events, args.concurrency, services.work_dir("logs")
+                    services, args.events, args.concurrency, services.work_dir("logs"), args.workers
                 )
             elif part == "recall-latency":
                 result = await run_recall_latency(
