@@ -1,10 +1,12 @@
 """`PostgresMemoryStore`: the MemoryStore and HistoryStore on Postgres + pgvector (SQLAlchemy 2 async
 engine, psycopg 3). Writes, review and history come from `store._core`; this module adds recall.
 
-Recall is one SQL statement (one round trip): a vector branch (cosine nearest neighbours) and a
-full-text branch (`websearch_to_tsquery` over the query's terms joined with OR, ranked by
-`ts_rank_cd`), each limited to the caller's owners and `active` rows in its WHERE clause, plus the
-same-key rows of other scopes so overrides can be merged. Python then fuses the ranks (`store.recall`).
+Recall takes two round trips. The first reads the query words' document frequencies among the
+owners' active memories (`term_stats_sql`); the second is one statement with a vector branch
+(cosine nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics,
+idf from the first trip), each limited to the caller's owners and `active` rows in its WHERE
+clause, plus the same-key rows of other scopes so overrides can be merged. Python then fuses the
+scores with the query's time cue (`store.recall.fuse_scores`, `store.cues`).
 
 Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
 HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead

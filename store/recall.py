@@ -1,5 +1,5 @@
-"""Pure recall logic shared by both stores: scope resolution, query terms, reciprocal rank fusion,
-merging the same key across scopes, and the in-Python rankers the SQLite store uses. No I/O.
+"""Pure recall logic shared by both stores: scope resolution, query terms, reciprocal rank and score
+fusion, merging the same key across scopes, and the in-Python rankers the SQLite store uses. No I/O.
 
 Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
 rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
