@@ -36,6 +36,7 @@ from store.types import (
     AuditAction,
     AuditEntry,
     ChatMessage,
+    EventMemory,
     EventWrite,
     Memory,
     MemoryFilter,
@@ -45,11 +46,18 @@ from store.types import (
     Revision,
     Scope,
     SettingsLevel,
+    UpsertAction,
     UpsertResult,
 )
 from store.typing import Embedder
 
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
+# The audit actions `write_event` records, as the upsert actions they stand for.
+_EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
+    "add": "created",
+    "update": "updated",
+    "propose": "revision_proposed",
+}
 
 
 class StoreError(RuntimeError):
@@ -458,6 +466,24 @@ class CoreStore:
         async with self._reading() as conn:
             row = (await conn.execute(select(pe.c.event_id).where(pe.c.event_id == event_id))).first()
         return row is not None
+
+    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+        """What `write_event` created, updated or proposed for this event, in write order, from the
+        audit trail (so also for memories deleted since). Unchanged memories left no audit row."""
+        a = self._schema.audit
+        stmt = (
+            select(a.c.memory_id, a.c.action, a.c.scope, a.c.key)
+            .where(a.c.event_id == event_id, a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)))
+            .order_by(a.c.id)
+        )
+        async with self._reading() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            EventMemory(
+                memory_id=row.memory_id, action=_EVENT_AUDIT_ACTIONS[row.action], scope=row.scope, key=row.key
+            )
+            for row in rows
+        ]
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
         """One memory by id, any status."""

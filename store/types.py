@@ -146,6 +146,16 @@ class EventWrite:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EventMemory:
+    """One memory an event's `write_event` changed, read back from the audit trail (`event_writes`)."""
+
+    memory_id: uuid.UUID
+    action: UpsertAction  # never "unchanged": an unchanged memory leaves no audit row
+    scope: Scope
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ChatMessage:
     """One message of a conversation window (bot plan §1)."""
 

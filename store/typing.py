@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from store.types import (
     AuditEntry,
     ChatMessage,
+    EventMemory,
     EventWrite,
     Memory,
     MemoryFilter,
@@ -109,6 +110,11 @@ class MemoryStore(Protocol):
         ...
 
     async def is_processed(self, event_id: uuid.UUID) -> bool: ...
+
+    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+        """What `write_event` created, updated or proposed for this event, in write order (from the
+        audit trail; unchanged memories are not audited, so not listed). Empty for unknown events."""
+        ...
 
     async def ping(self) -> None:
         """Raise if the database is unreachable."""

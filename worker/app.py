@@ -6,6 +6,10 @@ Delivery semantics (read this first):
   processed-event row are one transaction, and the message is acked only after it committed. A
   redelivery (crash, lost ack, a second publish outside the dedup window) finds the processed-event
   row and writes nothing.
+- `memory.extracted` is published after the commit, before the ack, with `Nats-Msg-Id:
+  extracted:<event_id>`. A duplicate delivery publishes it again, rebuilt from the audit trail, in
+  case the delivery that committed died before publishing; within the output stream's duplicate
+  window JetStream drops the second copy, so the republish is idempotent.
 - Transient failures (LLM/embeddings 429, 5xx, timeouts, connection errors; unexpected errors) are
   nacked with a delay: the provider's Retry-After when given, else exponential backoff from
   PMEM_RETRY_DELAY_S. The PMEM_MAX_DELIVER-th failed delivery goes to the DLQ.
@@ -32,7 +36,7 @@ import dataclasses
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -64,9 +68,9 @@ from worker.health import HealthServer
 from worker.logs import event_context
 from worker.metrics import Metrics
 from worker.pipeline import (
-    Outcome,
     PipelineDeps,
     PolicyCache,
+    Written,
     decide_failure,
     is_database_unavailable,
     process_event,
@@ -378,8 +382,11 @@ class Worker:
                 await self._on_failure(raw, exc, delivered=delivered, event_id=event_id)
                 return
             if outcome.status == "processed":
-                await self._publish_extracted(parsed, outcome)
+                await self._publish_extracted(parsed, outcome.written)
                 self.metrics.last_processed.set(time.time())
+            elif outcome.status == "duplicate" and outcome.earlier:
+                # a duplicate: the delivery that committed it may have died before publishing
+                await self._publish_extracted(parsed, outcome.earlier)
             await raw.ack()
             self.metrics.events.labels(outcome=outcome.status).inc()
             log.info(
@@ -478,7 +485,9 @@ class Worker:
     def _js(self) -> JetStreamContext:
         return self.broker.connection.jetstream()
 
-    async def _publish_extracted(self, event: ConversationEnded, outcome: Outcome) -> None:
+    async def _publish_extracted(self, event: ConversationEnded, written: Sequence[Written]) -> None:
+        """Announce the event's memories; the Nats-Msg-Id makes a republish (duplicate delivery)
+        a no-op within the output stream's duplicate window."""
         s = self.settings
         payload = MemoryExtracted(
             event_id=event.event_id,
@@ -486,8 +495,7 @@ class Worker:
             user_id=event.user_id,
             persona_id=event.persona_id,
             memories=tuple(
-                ExtractedMemoryRef(id=w.id, action=w.action, scope=w.scope, key=w.key)
-                for w in outcome.written
+                ExtractedMemoryRef(id=w.id, action=w.action, scope=w.scope, key=w.key) for w in written
             ),
         )
         try:
@@ -498,8 +506,8 @@ class Worker:
                 timeout=PUBLISH_TIMEOUT_S,
             )
         except Exception as exc:
-            # The memories are committed; a redelivery would find the event processed and could not
-            # republish what it did not write. Count it and say so rather than fail the event.
+            # The memories are committed and the event is acked anyway: count it and say so rather
+            # than fail the event (only a redelivery, e.g. after a crash, publishes it again).
             self.metrics.publish_failures.labels(kind="extracted").inc()
             log.error(
                 "could not publish %s after commit: %s: %s", s.extracted_subject, type(exc).__name__, exc

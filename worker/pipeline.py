@@ -312,10 +312,15 @@ class Written:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
-    """Result of one event: processed (possibly with nothing to write), duplicate or disabled."""
+    """Result of one event: processed (possibly with nothing to write), duplicate or disabled.
+
+    `earlier` (duplicates only) is what the delivery that committed the event wrote, read back from
+    the audit trail, so that its `memory.extracted` can be published again in case that delivery
+    died between commit and publish."""
 
     status: Literal["processed", "duplicate", "disabled"]
     written: tuple[Written, ...] = ()
+    earlier: tuple[Written, ...] = ()
     dropped: tuple[Dropped, ...] = ()
     rejected: int = 0
     usage: TokenUsage = field(default_factory=TokenUsage)
@@ -327,8 +332,9 @@ async def process_event(
     """Run the pipeline for one valid event and commit its memories in one transaction.
 
     Raises on failure (classify with `decide_failure`); a redelivered or duplicate event returns
-    `duplicate` and writes nothing. `check_processed=False` (first deliveries) skips the early
-    processed-event lookup; the transaction still refuses a duplicate.
+    `duplicate`, writes nothing and carries what the event wrote before (`Outcome.earlier`).
+    `check_processed=False` (first deliveries) skips the early processed-event lookup; the
+    transaction still refuses a duplicate.
     """
     store, metrics = deps.store, deps.metrics
 
@@ -339,16 +345,21 @@ async def process_event(
         finally:
             metrics.db_duration.labels(operation=operation).observe(time.perf_counter() - start)
 
+    async def duplicate(usage: TokenUsage | None = None) -> Outcome:
+        writes = await db("event_writes", lambda: store.event_writes(event.event_id))
+        earlier = tuple(Written(id=w.memory_id, action=w.action, scope=w.scope, key=w.key) for w in writes)
+        return Outcome(status="duplicate", earlier=earlier, usage=usage or TokenUsage())
+
     # A redelivery (a crash or a nack happened) is checked against processed_events first, so it
     # does not pay for the LLM again. A first delivery skips that round trip: a duplicate that
     # arrives as a new message is still caught, without writing anything, by write_event.
     if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
-        return Outcome(status="duplicate")
+        return await duplicate()
     policy = await _policy(event, deps, db)
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
-        return Outcome(status="duplicate" if write.duplicate else "disabled")
+        return await duplicate() if write.duplicate else Outcome(status="disabled")
 
     owners = owners_for(event, scopes)
     existing = await db("existing_memories", lambda: store.existing_memories(owners))
@@ -381,8 +392,8 @@ async def process_event(
     if result.rejected:
         metrics.candidates_dropped.labels(reason="rejected_by_validation").inc(len(result.rejected))
     if write.duplicate:
-        # another worker committed the same event between our check and our write
-        return Outcome(status="duplicate", usage=result.usage)
+        # another delivery committed the same event between our check and our write
+        return await duplicate(result.usage)
     if len(write.results) != len(rows):
         raise RuntimeError(
             f"store.write_event returned {len(write.results)} results for {len(rows)} memories"

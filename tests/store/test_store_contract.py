@@ -340,6 +340,43 @@ async def test_an_empty_event_is_still_marked_processed(store: Store) -> None:
     event = new_id()
     assert (await store.write_event(event_id=event, memories=[])).duplicate is False
     assert await store.is_processed(event) is True
+    assert await store.event_writes(event) == []
+
+
+async def test_event_writes_reads_back_what_the_event_wrote_in_write_order(store: Store) -> None:
+    user, persona, event = new_id(), new_id(), new_id()
+    await store.upsert(mem(owner=user, key="b same", value="Same", status="active"))
+    reviewed = await store.upsert(mem(owner=user, key="c reviewed", value="Old", status="active"))
+    draft = await store.upsert(mem(owner=user, key="d draft", value="V1", status="pending_review"))
+    batch = [
+        mem(owner=user, key="a new", value="New", status="pending_review"),
+        mem(owner=user, key="b same", value="Same", status="pending_review"),  # unchanged: not audited
+        mem(owner=user, key="c reviewed", value="Newer", status="pending_review"),  # proposal
+        mem(owner=user, key="d draft", value="V2", status="pending_review"),  # update
+        mem(scope="persona_user", owner=persona, user=user, key="e pu", value="X", status="pending_review"),
+    ]
+    written = await store.write_event(event_id=event, memories=batch)
+    # what happened after the event (review, delete, another event) is not part of it
+    await store.approve(draft.memory_id, actor="reviewer")
+    await store.write_event(event_id=new_id(), memories=[mem(owner=user, key="f other", value="Y")])
+    await store.delete(written.results[0].memory_id, actor="reviewer")
+
+    got = await store.event_writes(event)
+    # write order is write_event's lock order (scope, owner, user, key), not the input order
+    assert [(w.memory_id, w.action, w.scope, w.key) for w in got] == [
+        (written.results[4].memory_id, "created", "persona_user", "e pu"),
+        (written.results[0].memory_id, "created", "user", "a new"),
+        (reviewed.memory_id, "revision_proposed", "user", "c reviewed"),
+        (draft.memory_id, "updated", "user", "d draft"),
+    ]
+    assert [r.action for r in written.results] == [
+        "created",
+        "unchanged",
+        "revision_proposed",
+        "updated",
+        "created",
+    ]
+    assert await store.event_writes(new_id()) == []
 
 
 # -- listing and counting ---------------------------------------------------------------------------

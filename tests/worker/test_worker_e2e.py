@@ -15,9 +15,9 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from tests.fakes.fake_openai import Reply
 from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
-from worker.app import build_worker
+from worker.app import build_worker, consumer_config
 from worker.events import DLQ_REASON_HEADER, ConversationEnded
-from worker.pipeline import process_event
+from worker.pipeline import Outcome, process_event
 
 pytestmark = pytest.mark.asyncio
 
@@ -140,6 +140,78 @@ async def test_a_redelivered_committed_event_never_reaches_the_llm(harness: Harn
         await worker.store.close()
         await worker.extractor.close()
     assert await h.count("SELECT count(*) FROM memories") == 1
+
+
+async def _commit_without_publishing(h: Harness, event: dict[str, Any]) -> Outcome:
+    """What a worker that committed the event and died before publishing memory.extracted left."""
+    worker = await build_worker(h.settings(), serve_http=False)
+    try:
+        outcome = await process_event(ConversationEnded.model_validate(event), worker.deps)
+    finally:
+        await worker.store.close()
+        await worker.extractor.close()
+    assert outcome.status == "processed" and len(outcome.written) == 2
+    return outcome
+
+
+@pytest.mark.parametrize("redelivered", [True, False], ids=["redelivery", "new-message"])
+async def test_committed_but_unpublished_event_is_announced_on_its_next_delivery(
+    harness: Harness, redelivered: bool
+) -> None:
+    h = harness
+    event = conversation("I live in Porto and I work as a nurse.", "Nice.")
+    committed = await _commit_without_publishing(h, event)
+    calls = h.fake.counters["chat"]
+    if redelivered:
+        # the dead worker had received the message: it comes back as delivery 2 (early
+        # processed-event lookup, no LLM call)
+        await h.ensure_streams()
+        await h.nc.jsm().add_consumer(h.base["stream"], config=consumer_config(h.settings()))
+        await h.publish(event)
+        pull = await h.nc.jetstream().pull_subscribe_bind(durable=h.base["durable"], stream=h.base["stream"])
+        (received,) = await pull.fetch(1, timeout=5)
+        await received.nak()
+        await pull.unsubscribe()
+    async with h.worker() as worker:
+        if not redelivered:
+            # a first delivery (say a publisher retry outside the dedup window): the transaction
+            # refuses the event
+            await h.publish(event, msg_id=f"{event['event_id']}-retry")
+        await wait_for(lambda: _outcome(worker, "duplicate", 1), what="duplicate outcome")
+        await wait_for(lambda: _settled(h), what="consumer drained")
+    (announced,) = await h.extracted()
+    assert str(announced.event_id) == event["event_id"]
+    assert (str(announced.user_id), str(announced.channel_id)) == (event["user_id"], event["channel_id"])
+    assert sorted((m.id, m.action, m.scope, m.key) for m in announced.memories) == sorted(
+        (w.id, w.action, w.scope, w.key) for w in committed.written
+    )
+    assert await h.dlq() == []
+    assert await h.processed() == 1
+    assert h.fake.counters["chat"] == calls + (0 if redelivered else 1)
+
+
+async def test_a_duplicate_delivery_announces_nothing_twice(harness: Harness) -> None:
+    h = harness
+    event = conversation("I live in Porto and I work as a nurse.", "Nice.")
+    async with h.worker() as worker:
+        publishes = 0
+        publish_extracted = worker._publish_extracted
+
+        async def counting(*args: Any) -> None:
+            nonlocal publishes
+            publishes += 1
+            await publish_extracted(*args)
+
+        worker._publish_extracted = counting  # type: ignore[method-assign]
+        await h.publish(event)
+        await wait_for(lambda: _extracted_count(h, 1), what="memory.extracted")
+        await h.publish(event, msg_id=f"{event['event_id']}-again")  # same event, new message
+        await wait_for(lambda: _outcome(worker, "duplicate", 1), what="duplicate outcome")
+        await wait_for(lambda: _settled(h), what="consumer drained")
+    assert publishes == 2  # announced again on the duplicate, and JetStream dropped that copy
+    (announced,) = await h.extracted()
+    assert str(announced.event_id) == event["event_id"] and len(announced.memories) == 2
+    assert await h.dlq() == []
 
 
 async def test_rate_limit_with_retry_after_then_success(harness: Harness) -> None:
