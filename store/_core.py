@@ -241,6 +241,24 @@ class CoreStore:
 
     # -- audit ----------------------------------------------------------------------------------
 
+    async def _set_archived(
+        self, conn: AsyncConnection, memory: Memory, *, action: AuditAction, actor: str
+    ) -> None:
+        """Archive `memory` and audit it as `action` (an archive, or the rejection of a pending one)."""
+        m = self._schema.memories
+        await conn.execute(
+            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
+        )
+        await self._audit(
+            conn,
+            action,
+            memory=memory,
+            memory_id=memory.id,
+            old_value=memory.value,
+            new_value=None,
+            actor=actor,
+        )
+
     async def _audit(
         self,
         conn: AsyncConnection,
@@ -566,25 +584,13 @@ class CoreStore:
 
     async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Soft delete (status → archived); False when there is no such memory."""
-        m = self._schema.memories
         async with self._transaction() as conn:
             memory = await self._locked_memory(conn, memory_id)
             if memory is None:
                 return False
             if memory.status == "archived":
                 return True
-            await conn.execute(
-                update(m).where(m.c.id == memory_id).values(status="archived", updated_at=self._now())
-            )
-            await self._audit(
-                conn,
-                "archive",
-                memory=memory,
-                memory_id=memory_id,
-                old_value=memory.value,
-                new_value=None,
-                actor=actor,
-            )
+            await self._set_archived(conn, memory, action="archive", actor=actor)
             open_rev = await self._open_revision(conn, memory_id, lock=True)
             if open_rev is not None:
                 # a proposal for an archived memory would resurrect it on approval
@@ -669,18 +675,7 @@ class CoreStore:
             if kind == "discard_revision" and revision is not None:
                 await self._close_revision(conn, revision, memory, status="rejected", actor=actor, audit=True)
             else:
-                await conn.execute(
-                    update(m).where(m.c.id == memory_id).values(status="archived", updated_at=self._now())
-                )
-                await self._audit(
-                    conn,
-                    "reject",
-                    memory=memory,
-                    memory_id=memory_id,
-                    old_value=memory.value,
-                    new_value=None,
-                    actor=actor,
-                )
+                await self._set_archived(conn, memory, action="reject", actor=actor)
             row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
         return None if row is None else self._memory(row)
 

@@ -11,13 +11,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.exc import OperationalError, ProgrammingError
-
 from store.factory import open_store
-from store.migrate import SchemaError
 from store.recall import RETRIEVERS
 from store.types import RecallHit, Retriever
-from store.urls import DatabaseUrlError
+from worker.commands.errors import run_reporting_database_errors
 from worker.settings import Settings, load_settings
 
 
@@ -118,30 +115,26 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("pmem recall: --limit must be at least 1", file=sys.stderr)
         return 2
-    try:
-        hits = asyncio.run(
-            recall_hits(
-                settings,
-                user_id=args.user_id,
-                persona_id=args.persona_id,
-                query=" ".join(args.query),
-                limit=args.limit,
-                retriever=args.retriever,
+    hits: list[RecallHit] = []
+
+    def recall() -> int:
+        hits.extend(
+            asyncio.run(
+                recall_hits(
+                    settings,
+                    user_id=args.user_id,
+                    persona_id=args.persona_id,
+                    query=" ".join(args.query),
+                    limit=args.limit,
+                    retriever=args.retriever,
+                )
             )
         )
-    except (DatabaseUrlError, SchemaError) as exc:
-        print(f"pmem recall: {exc}", file=sys.stderr)
-        return 2
-    except ProgrammingError as exc:
-        print(
-            f"pmem recall: {exc.orig}. Has the database been migrated? Run `pmem migrate`.", file=sys.stderr
-        )
-        return 1
-    except OperationalError as exc:
-        print(
-            f"pmem recall: cannot reach the database ({exc.orig}); check PMEM_DATABASE_URL", file=sys.stderr
-        )
-        return 1
+        return 0
+
+    code = run_reporting_database_errors("recall", recall)
+    if code:
+        return code
     if args.json:
         print(json.dumps([hit_record(h) for h in hits], indent=2, ensure_ascii=False))
     else:

@@ -11,14 +11,11 @@ import sys
 import uuid
 from typing import Any
 
-from sqlalchemy.exc import OperationalError, ProgrammingError
-
 from store.factory import open_store
-from store.migrate import SchemaError
 from store.postgres import PostgresMemoryStore
 from store.sqlite import SqliteMemoryStore
 from store.types import SCOPES, STATUSES, Memory, MemoryFilter, Revision
-from store.urls import DatabaseUrlError
+from worker.commands.errors import run_reporting_database_errors
 from worker.commands.recall import uuid_arg
 from worker.settings import Settings, load_settings
 
@@ -179,18 +176,6 @@ def run(args: argparse.Namespace) -> int:
     """Run one review action."""
     overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
     settings = load_settings(**overrides)
-    try:
-        return asyncio.run(_act(settings, args))
-    except (DatabaseUrlError, SchemaError, ValueError) as exc:
-        print(f"pmem review: {exc}", file=sys.stderr)
-        return 2
-    except ProgrammingError as exc:
-        print(
-            f"pmem review: {exc.orig}. Has the database been migrated? Run `pmem migrate`.", file=sys.stderr
-        )
-        return 1
-    except OperationalError as exc:
-        print(
-            f"pmem review: cannot reach the database ({exc.orig}); check PMEM_DATABASE_URL", file=sys.stderr
-        )
-        return 1
+    return run_reporting_database_errors(
+        "review", lambda: asyncio.run(_act(settings, args)), usage_errors=(ValueError,)
+    )
