@@ -1,0 +1,1 @@
+"""`pmem serve`: the control-plane HTTP API and the web UI."""

@@ -1,0 +1,830 @@
+"""The web UI under `/ui/`: server-rendered pages (templates in `api/templates/`, static files in
+`api/static/`), a session cookie from `/ui/login?token=<JWT>`, CSRF tokens on every form.
+
+This is the shell: HTTP in, templates out. Who may do what is decided by `api/operations.py` (the
+same functions the JSON API calls), never here; the UI only hides what a role cannot use. Pure
+decisions (cookies, CSRF, parsing, view models) live in `api/ui_core.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from api import operations as ops
+from api import ui_core as core
+from api.errors import BadInput, Forbidden, NotFound
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "static"
+STATIC_FILES = {
+    "ui.css": "text/css; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+
+templates = Environment(
+    loader=FileSystemLoader(str(HERE / "templates")),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+# Known notices and errors shown after a redirect (codes in the query string, never free text).
+NOTICES = {
+    "approved": "Approved.",
+    "rejected": "Rejected.",
+    "edited": "Saved and approved.",
+    "bulk": "Done: the selected items were decided.",
+    "saved": "Saved.",
+    "deleted": "Deleted.",
+    "deleted_all": "Everything remembered about you was erased.",
+}
+QUEUE_ERRORS = {"none_selected": "Select at least one item first."}
+
+
+class _SecureRoute(APIRoute):
+    """Every UI response carries the Content-Security-Policy and the other security headers."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def with_headers(request: Request) -> Response:
+            response = await handler(request)
+            for name, value in core.SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            return response
+
+        return with_headers
+
+
+router = APIRouter(prefix="/ui", route_class=_SecureRoute, include_in_schema=False)
+
+
+# --- the shell's ports: credentials, the store, the CSRF key -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    token: str
+    principal: Any
+    csrf: str
+
+
+def _secret(request: Request) -> bytes:
+    """The key of the CSRF tokens: PMEM_UI_SECRET when set (needed with more than one replica),
+    else a random key per process."""
+    state = request.app.state
+    key: bytes | None = getattr(state, "pmem_ui_secret", None)
+    if key is None:
+        configured = os.environ.get("PMEM_UI_SECRET")
+        key = configured.encode() if configured else secrets.token_bytes(32)
+        state.pmem_ui_secret = key
+    return key
+
+
+def _store(request: Request) -> Any:
+    return request.app.state.store
+
+
+async def _verify(request: Request, token: str) -> tuple[Any, float] | None:
+    """The principal of a person's JWT and when it expires; None when it is not valid."""
+    from api import auth
+
+    try:
+        principal, expires_at = await auth.verify_session_token(request.app, token)
+    except auth.Unauthorized:
+        return None
+    return principal, expires_at
+
+
+async def _session(request: Request) -> Session | None:
+    token = request.cookies.get(core.SESSION_COOKIE)
+    if not token:
+        return None
+    verified = await _verify(request, token)
+    if verified is None:
+        return None
+    return Session(token=token, principal=verified[0], csrf=core.csrf_token(_secret(request), token))
+
+
+def _role(principal: Any) -> str:
+    return str(principal.role)
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+ROLE_LABELS = {"admin": "Admin", "team_admin": "Team admin", "user": "Signed in", "service": "Service"}
+
+
+async def _page(
+    request: Request,
+    session: Session | None,
+    template: str,
+    *,
+    title: str,
+    status_code: int = 200,
+    notice: str | None = None,
+    **context: Any,
+) -> HTMLResponse:
+    role = _role(session.principal) if session else ""
+    waiting = context.pop("waiting", None)
+    if session is not None and waiting is None and role in core.REVIEWERS:
+        waiting = await _waiting(request, session)
+    html = templates.get_template(template).render(
+        title=title,
+        principal=session.principal if session else None,
+        csrf=session.csrf if session else "",
+        nav=core.nav_links(role, request.url.path) if session else (),
+        role_label=ROLE_LABELS.get(role, role),
+        waiting=waiting,
+        notice=notice,
+        **context,
+    )
+    return HTMLResponse(html, status_code=status_code)
+
+
+def _message(
+    request: Request,
+    session: Session | None,
+    *,
+    title: str,
+    lines: tuple[str, ...],
+    status_code: int,
+    link: tuple[str, str] | None = None,
+    refresh_to: str | None = None,
+) -> Awaitable[HTMLResponse]:
+    return _page(
+        request,
+        session,
+        "message.html",
+        title=title,
+        lines=lines,
+        status_code=status_code,
+        bad=status_code >= 400,
+        link={"href": link[0], "label": link[1]} if link else None,
+        refresh_to=refresh_to,
+        waiting=0 if status_code >= 400 else None,
+    )
+
+
+def _signed_out(request: Request, *, expired: bool = False) -> Awaitable[HTMLResponse]:
+    lines = (
+        ("Your session has ended." if expired else "You are not signed in."),
+        "Open the memory page again from your chat platform: its link signs you in.",
+    )
+    return _message(request, None, title="Sign in to continue", lines=lines, status_code=401)
+
+
+def _forbidden(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+    return _message(
+        request,
+        session,
+        title="Not available to you",
+        lines=("This page is for admins and team admins.",),
+        status_code=403,
+        link=(core.landing_path(_role(session.principal)), "Go to your page"),
+    )
+
+
+def _not_found(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+    return _message(
+        request,
+        session,
+        title="Not found",
+        lines=("It does not exist, or it is not yours to see. It may have been decided or erased already.",),
+        status_code=404,
+        link=(core.landing_path(_role(session.principal)), "Back"),
+    )
+
+
+def _wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _json(status_code: int, **body: Any) -> JSONResponse:
+    return JSONResponse(body, status_code=status_code)
+
+
+def _redirect(path: str, **params: str) -> RedirectResponse:
+    query = urlencode({k: v for k, v in params.items() if v})
+    return RedirectResponse(f"{path}?{query}" if query else path, status_code=303)
+
+
+def _back(form: Mapping[str, Any]) -> str:
+    """The queue's query string to return to (re-parsed, so only known filters survive)."""
+    raw = str(form.get("back") or "")
+    filters, _ = core.parse_review_filters(dict(_pairs(raw)))
+    return filters.query(cursor=filters.cursor)
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return parse_qsl(query, keep_blank_values=False)[:20]
+
+
+@dataclass(frozen=True, slots=True)
+class _Posted:
+    """A POSTed form after the session and CSRF checks (or the response refusing it)."""
+
+    session: Session | None
+    form: dict[str, Any]
+    refusal: Response | None
+
+
+async def _posted(request: Request) -> _Posted:
+    """Read a form; refuse it without a valid session (401) or without its CSRF token (403)."""
+    form_data = await request.form()
+    form: dict[str, Any] = {}
+    for key, value in form_data.multi_items():
+        if isinstance(value, str):
+            form.setdefault(key, []).append(value)
+    flat = {k: (v if k == "ids" else v[-1]) for k, v in form.items()}
+    session = await _session(request)
+    if session is None:
+        if _wants_json(request):
+            return _Posted(None, flat, _json(401, error="You are not signed in."))
+        return _Posted(None, flat, await _signed_out(request, expired=True))
+    if not core.csrf_valid(_secret(request), session.token, flat.get(core.CSRF_FIELD)):
+        message = "This form has expired or did not come from this site. Reload the page and try again."
+        if _wants_json(request):
+            return _Posted(session, flat, _json(403, error=message))
+        response = await _message(request, session, title="Form refused", lines=(message,), status_code=403)
+        return _Posted(session, flat, response)
+    return _Posted(session, flat, None)
+
+
+# --- sign-in -------------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login(request: Request, token: str = "", next: str = "") -> Response:
+    """`/ui/login?token=<JWT>`: verify the token, set the session cookie, continue to the role's page.
+
+    It answers a small page that continues by itself (meta refresh) instead of a redirect: the
+    link arrives from the chat platform, another site, and a browser does not send a SameSite=Strict
+    cookie on a redirect that a cross-site navigation started, so the person would land signed out."""
+    verified = await _verify(request, token) if token else None
+    if verified is None:
+        return await _message(
+            request,
+            None,
+            title="This sign-in link does not work",
+            lines=(
+                "It has expired or is not valid.",
+                "Open the memory page again from your chat platform to get a new link.",
+            ),
+            status_code=401,
+        )
+    principal, expires_at = verified
+    cookie = core.session_cookie(token, expires_at=expires_at, now=time.time(), scheme=request.url.scheme)
+    if cookie is None:  # pragma: no cover - verify refuses expired tokens first
+        return await _signed_out(request, expired=True)
+    destination = core.safe_next(next, _role(principal))
+    response = await _message(
+        request,
+        None,
+        title="Signed in",
+        lines=("Taking you to your page…",),
+        status_code=200,
+        link=(destination, "Continue"),
+        refresh_to=destination,
+    )
+    response.set_cookie(
+        core.SESSION_COOKIE,
+        cookie.value,
+        max_age=cookie.max_age,
+        path=cookie.path,
+        secure=cookie.secure,
+        httponly=cookie.httponly,
+        samesite=cookie.samesite,
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None and posted.session is not None:
+        return posted.refusal
+    response = await _message(
+        request,
+        None,
+        title="Signed out",
+        lines=("You are signed out. Open the memory page from your chat platform to sign in again.",),
+        status_code=200,
+    )
+    response.delete_cookie(core.SESSION_COOKIE, path=core.COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
+@router.get("/signed-out")
+async def signed_out(request: Request, expired: int = 0) -> Response:
+    return await _signed_out(request, expired=bool(expired))
+
+
+@router.get("/")
+@router.get("")
+async def home(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    return RedirectResponse(core.landing_path(_role(session.principal)), status_code=303)
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC_FILES:
+        return Response("not found", status_code=404, media_type="text/plain")
+    response = FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+    response.headers["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+# --- review queue ------------------------------------------------------------------------------
+
+
+async def _waiting(request: Request, session: Session) -> int | None:
+    try:
+        return int(await ops.review_count(_store(request), session.principal))
+    except (Forbidden, NotFound, BadInput):
+        return None
+
+
+@router.get("/review")
+async def review(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    raw = dict(request.query_params)
+    filters, errors = core.parse_review_filters(raw)
+    queue_error = QUEUE_ERRORS.get(raw.get("error", ""))
+    if queue_error:
+        errors["bulk"] = queue_error
+    try:
+        page = await ops.review_queue(
+            _store(request),
+            session.principal,
+            team_id=filters.team_id,
+            scope=filters.scope,
+            persona_id=filters.persona_id,
+            user_id=filters.user_id,
+            min_confidence=filters.min_confidence,
+            cursor=filters.cursor,
+            limit=25,
+        )
+        waiting = await ops.review_count(_store(request), session.principal)
+    except Forbidden:
+        return await _forbidden(request, session)
+    except BadInput as exc:
+        errors["cursor" if "cursor" in str(exc) else "team_id"] = str(exc)
+        page = {"items": [], "next_cursor": None}
+        waiting = 0
+    rows = [core.review_row(item) for item in core.field_of(page, "items", [])]
+    teams = [str(t) for t in getattr(session.principal, "teams", ())]
+    return await _page(
+        request,
+        session,
+        "review.html",
+        title="Review queue",
+        notice=NOTICES.get(raw.get("notice", "")),
+        rows=rows,
+        next_cursor=core.field_of(page, "next_cursor"),
+        filters=filters,
+        errors=errors,
+        raw=raw,
+        back=filters.query(cursor=filters.cursor),
+        waiting=waiting,
+        team_choices=teams if _role(session.principal) == "team_admin" else [],
+        scope_labels=core.SCOPE_LABELS,
+    )
+
+
+async def _decide(request: Request, item_id: str, action: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    back = _back(posted.form)
+    value = str(posted.form.get("value") or "")
+    try:
+        target = uuid.UUID(item_id)
+        if action == "approve":
+            await ops.approve(_store(request), session.principal, target)
+        elif action == "reject":
+            await ops.reject(_store(request), session.principal, target)
+        else:
+            await ops.edit(_store(request), session.principal, target, value)
+    except ValueError:
+        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+    except NotFound:
+        if _wants_json(request):
+            return _json(404, error="Not found: it may have been decided already. Reload the page.")
+        return await _not_found(request, session)
+    except Forbidden:
+        return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="value")
+        return await _page(
+            request,
+            session,
+            "edit.html",
+            title="Edit before approving",
+            status_code=422,
+            action=f"/ui/review/{item_id}/edit",
+            value=value,
+            error=str(exc),
+            back=back,
+        )
+    notice = {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
+    if _wants_json(request):
+        return _json(200, message=NOTICES[notice], done=[item_id], value=value or None)
+    return RedirectResponse(f"/ui/review?{back}&notice={notice}".replace("?&", "?"), status_code=303)
+
+
+@router.post("/review/{item_id}/approve")
+async def approve(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "approve")
+
+
+@router.post("/review/{item_id}/reject")
+async def reject(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "reject")
+
+
+@router.post("/review/{item_id}/edit")
+async def edit(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "edit")
+
+
+@router.post("/review/bulk")
+async def bulk(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    back = _back(posted.form)
+    action = str(posted.form.get("action") or "")
+    ids, _bad = core.parse_ids(posted.form.get("ids") or [])
+    if not ids or action not in ("approve", "reject"):
+        message = QUEUE_ERRORS["none_selected"] if not ids else "Choose approve or reject."
+        if _wants_json(request):
+            return _json(422, error=message, field="bulk")
+        return RedirectResponse(f"/ui/review?{back}&error=none_selected".replace("?&", "?"), status_code=303)
+    try:
+        result = await ops.bulk(_store(request), session.principal, action, ids)
+    except Forbidden:
+        return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="bulk")
+        return await _message(request, session, title="Not done", lines=(str(exc),), status_code=422)
+    done = [str(i) for i in core.field_of(result, "done", ids)]
+    failed = [str(i) for i in core.field_of(result, "failed", [])]
+    verb = "Approved" if action == "approve" else "Rejected"
+    message = f"{verb} {core.plural(len(done), 'item')}."
+    if failed:
+        message += f" {core.plural(len(failed), 'item')} could not be decided (already decided or not yours)."
+    if _wants_json(request):
+        return _json(200, message=message, done=done, failed=failed)
+    return RedirectResponse(f"/ui/review?{back}&notice=bulk".replace("?&", "?"), status_code=303)
+
+
+@router.get("/memories/{memory_id}")
+async def memory_detail(request: Request, memory_id: str) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    try:
+        detail = await ops.memory_detail(_store(request), session.principal, uuid.UUID(memory_id))
+    except (ValueError, NotFound):
+        return await _not_found(request, session)
+    except Forbidden:
+        return await _forbidden(request, session)
+    memory = core.field_of(detail, "memory", detail)
+    history = [
+        {
+            "when": core.show_time(core.field_of(entry, "at")),
+            "action": core.field_of(entry, "action"),
+            "actor": core.field_of(entry, "actor"),
+            "old_value": core.field_of(entry, "old_value"),
+            "new_value": core.field_of(entry, "new_value"),
+        }
+        for entry in core.field_of(detail, "history", [])
+    ]
+    view = {
+        "id": str(core.field_of(memory, "id")),
+        "key": core.field_of(memory, "key"),
+        "value": core.field_of(memory, "value"),
+        "status": str(core.field_of(memory, "status")),
+        "scope": core.field_of(memory, "scope"),
+        "confidence": core.show_confidence(core.field_of(memory, "confidence")),
+        "created": core.show_time(core.field_of(memory, "created_at")),
+        "updated": core.show_time(core.field_of(memory, "updated_at")),
+        "channel_id": core.field_of(memory, "source_channel_id"),
+        "owner_id": core.field_of(memory, "owner_id"),
+        "user_id": core.field_of(memory, "user_id"),
+        "team_id": core.field_of(memory, "team_id"),
+    }
+    return await _page(
+        request, session, "memory.html", title=f"Memory “{view['key']}”", memory=view, history=history
+    )
+
+
+# --- my memories -------------------------------------------------------------------------------
+
+
+async def _my_page(request: Request, session: Session, *, errors: dict[str, str], notice: str | None) -> Response:
+    page = await ops.my_memories(_store(request), session.principal)
+    items = list(core.field_of(page, "items", page))
+    groups = core.group_my_memories(items)
+    total = sum(len(g.cards) for g in groups)
+    return await _page(
+        request,
+        session,
+        "me.html",
+        title="My memories",
+        notice=notice,
+        groups=groups,
+        total=total,
+        errors=errors,
+        status_code=422 if errors else 200,
+    )
+
+
+@router.get("/me")
+async def me(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    return await _my_page(request, session, errors={}, notice=NOTICES.get(request.query_params.get("notice", "")))
+
+
+@router.post("/me/memories/{memory_id}/edit")
+async def me_edit(request: Request, memory_id: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    value = str(posted.form.get("value") or "")
+    try:
+        await ops.edit_my_memory(_store(request), session.principal, uuid.UUID(memory_id), value)
+    except (ValueError, NotFound):
+        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="value")
+        return await _page(
+            request,
+            session,
+            "edit.html",
+            title="Correct a memory",
+            status_code=422,
+            action=f"/ui/me/memories/{memory_id}/edit",
+            value=value,
+            error=str(exc),
+            back="",
+        )
+    if _wants_json(request):
+        return _json(200, message="Saved. Assistants use the corrected value from now on.", value=value.strip())
+    return _redirect("/ui/me", notice="saved")
+
+
+@router.post("/me/memories/{memory_id}/delete")
+async def me_delete(request: Request, memory_id: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    try:
+        await ops.delete_my_memory(_store(request), session.principal, uuid.UUID(memory_id))
+    except (ValueError, NotFound):
+        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+    if _wants_json(request):
+        return _json(200, message="Deleted. It is erased, not just hidden.")
+    return _redirect("/ui/me", notice="deleted")
+
+
+@router.post("/me/delete-all")
+async def me_delete_all(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    if posted.form.get("confirm") != "yes":
+        errors = {"confirm": "Tick this box to confirm; nothing was deleted."}
+        return await _my_page(request, session, errors=errors, notice=None)
+    await ops.delete_all_my_memories(_store(request), session.principal)
+    return _redirect("/ui/me", notice="deleted_all")
+
+
+@router.get("/me/export")
+async def me_export(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    data = await ops.export_me(_store(request), session.principal)
+    body = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    return Response(
+        body,
+        media_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="my-memories.json"'},
+    )
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    href: str
+    label: str
+    current: bool
+
+
+def _levels(principal: Any, path: str) -> list[_Level]:
+    links: list[tuple[str, str]] = []
+    if _role(principal) == "admin":
+        links.append(("/ui/settings/global", "Global"))
+    for team in getattr(principal, "teams", ()):
+        links.append((f"/ui/settings/teams/{team}", f"Team {core.short_id(team)}"))
+    return [_Level(href, label, href == path) for href, label in links]
+
+
+@router.get("/settings")
+async def settings_home(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    levels = _levels(session.principal, "")
+    if _role(session.principal) not in core.REVIEWERS or not levels:
+        return await _forbidden(request, session)
+    return RedirectResponse(levels[0].href, status_code=303)
+
+
+@router.get("/settings/personas")
+async def settings_persona_open(request: Request, persona_id: str = "") -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    try:
+        target = core.parse_uuid(persona_id)
+    except ValueError as exc:
+        return await _settings_page(request, session, None, None, errors={}, persona_error=str(exc))
+    if target is None:
+        return await _settings_page(
+            request, session, None, None, errors={}, persona_error="Enter a persona id."
+        )
+    return RedirectResponse(f"/ui/settings/personas/{target}", status_code=303)
+
+
+async def _settings_page(
+    request: Request,
+    session: Session,
+    level: str | None,
+    target: uuid.UUID | None,
+    *,
+    errors: dict[str, str],
+    persona_error: str | None = None,
+    notice: str | None = None,
+    form: Mapping[str, Any] | None = None,
+) -> Response:
+    view = None
+    if level is not None:
+        try:
+            current = await ops.get_settings(_store(request), session.principal, level, target)
+        except Forbidden:
+            return await _forbidden(request, session)
+        except NotFound:
+            return await _not_found(request, session)
+        view = settings_view(level, target, current, form)
+    status_code = 422 if errors or persona_error else 200
+    return await _page(
+        request,
+        session,
+        "settings.html",
+        title="Settings",
+        status_code=status_code,
+        notice=notice,
+        levels=_levels(session.principal, request.url.path),
+        view=view,
+        errors=errors,
+        persona_error=persona_error,
+        persona_query=str(target) if level == "persona" else request.query_params.get("persona_id", ""),
+        switch_choices=core.SWITCH_CHOICES,
+    )
+
+
+def settings_view(level: str, target: uuid.UUID | None, current: Any, form: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the settings form shows: per field the level's own value, and what it inherits."""
+    own = core.field_of(current, "own", {}) or {}
+    inherited = core.field_of(current, "inherited", {}) or {}
+    effective = core.field_of(current, "effective", {}) or {}
+    rows = []
+    for field in core.SETTING_FIELDS:
+        value = core.field_of(own, field.name)
+        if form is not None:
+            form_value = str(form.get(field.name) or "")
+        elif field.kind == "switch":
+            form_value = core.switch_choice(value)
+        else:
+            form_value = "" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+        rows.append(
+            {
+                "field": field,
+                "form_value": form_value,
+                "inherit_text": _inherit_text(core.field_of(inherited, field.name), core.field_of(effective, field.name)),
+            }
+        )
+    if level == "global":
+        title, action, name = "Global", "/ui/settings/global", "global"
+    elif level == "team":
+        title, action, name = f"Team {target}", f"/ui/settings/teams/{target}", "team"
+    else:
+        title, action, name = f"Persona {target}", f"/ui/settings/personas/{target}", "persona"
+    return {"title": title, "action": action, "level_name": name, "rows": rows}
+
+
+def _inherit_text(inherited: Any, effective: Any) -> str:
+    return f"Inherited: {core.show_setting(inherited)}. In effect here: {core.show_setting(effective)}."
+
+
+def _level_of(kind: str, target_id: str) -> tuple[str, uuid.UUID | None]:
+    if kind == "global":
+        return "global", None
+    return ("team" if kind == "teams" else "persona"), uuid.UUID(target_id)
+
+
+@router.get("/settings/{kind}")
+@router.get("/settings/{kind}/{target_id}")
+async def settings_level(request: Request, kind: str, target_id: str = "") -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
+        return await _not_found(request, session)
+    try:
+        level, target = _level_of(kind, target_id)
+    except ValueError:
+        return await _not_found(request, session)
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    return await _settings_page(request, session, level, target, errors={}, notice=notice)
+
+
+@router.post("/settings/{kind}")
+@router.post("/settings/{kind}/{target_id}")
+async def settings_save(request: Request, kind: str, target_id: str = "") -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
+        return await _not_found(request, session)
+    try:
+        level, target = _level_of(kind, target_id)
+    except ValueError:
+        return await _not_found(request, session)
+    values, errors = core.parse_settings_form(posted.form)
+    if not errors:
+        try:
+            await ops.put_settings(_store(request), session.principal, level, target, values)
+        except Forbidden:
+            return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        except NotFound:
+            return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+        except BadInput as exc:
+            field = getattr(exc, "field", None)
+            errors[field if field in {f.name for f in core.SETTING_FIELDS} else "form"] = str(exc)
+    if errors:
+        if _wants_json(request):
+            name, message = next(iter(errors.items()))
+            return _json(422, error=message, field=name)
+        return await _settings_page(request, session, level, target, errors=errors, form=posted.form)
+    if _wants_json(request):
+        current = await ops.get_settings(_store(request), session.principal, level, target)
+        view = settings_view(level, target, current, None)
+        inherit = {row["field"].name: row["inherit_text"] for row in view["rows"]}
+        return _json(200, message="Saved.", inherit=inherit)
+    return _redirect(request.url.path, notice="saved")
