@@ -212,6 +212,17 @@ def _not_found(request: Request, session: Session) -> Awaitable[HTMLResponse]:
     )
 
 
+async def _refuse(request: Request, session: Session, exc: Exception) -> Response:
+    """NotFound (or an id that is not one) → 404, Forbidden → 403; JSON for fetch, else a page."""
+    if isinstance(exc, Forbidden):
+        return (
+            _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        )
+    if _wants_json(request):
+        return _json(404, error="Not found: it may have been decided or erased already. Reload the page.")
+    return await _not_found(request, session)
+
+
 def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
@@ -438,7 +449,9 @@ async def _decide(request: Request, item_id: str, action: str) -> Response:
             return _json(404, error="Not found: it may have been decided already. Reload the page.")
         return await _not_found(request, session)
     except Forbidden:
-        return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        return (
+            _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        )
     except BadInput as exc:
         if _wants_json(request):
             return _json(422, error=str(exc), field="value")
@@ -492,7 +505,7 @@ async def bulk(request: Request) -> Response:
     try:
         result = await ops.bulk(_store(request), session.principal, action, ids)
     except Forbidden:
-        return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        return await _refuse(request, session, Forbidden())
     except BadInput as exc:
         if _wants_json(request):
             return _json(422, error=str(exc), field="bulk")
@@ -552,7 +565,9 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
 # --- my memories -------------------------------------------------------------------------------
 
 
-async def _my_page(request: Request, session: Session, *, errors: dict[str, str], notice: str | None) -> Response:
+async def _my_page(
+    request: Request, session: Session, *, errors: dict[str, str], notice: str | None
+) -> Response:
     page = await ops.my_memories(_store(request), session.principal)
     items = list(core.field_of(page, "items", page))
     groups = core.group_my_memories(items)
@@ -575,7 +590,8 @@ async def me(request: Request) -> Response:
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
-    return await _my_page(request, session, errors={}, notice=NOTICES.get(request.query_params.get("notice", "")))
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    return await _my_page(request, session, errors={}, notice=notice)
 
 
 @router.post("/me/memories/{memory_id}/edit")
@@ -605,7 +621,8 @@ async def me_edit(request: Request, memory_id: str) -> Response:
             back="",
         )
     if _wants_json(request):
-        return _json(200, message="Saved. Assistants use the corrected value from now on.", value=value.strip())
+        message = "Saved. Assistants use the corrected value from now on."
+        return _json(200, message=message, value=value.strip())
     return _redirect("/ui/me", notice="saved")
 
 
@@ -736,7 +753,9 @@ async def _settings_page(
     )
 
 
-def settings_view(level: str, target: uuid.UUID | None, current: Any, form: Mapping[str, Any] | None) -> dict[str, Any]:
+def settings_view(
+    level: str, target: uuid.UUID | None, current: Any, form: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """What the settings form shows: per field the level's own value, and what it inherits."""
     own = core.field_of(current, "own", {}) or {}
     inherited = core.field_of(current, "inherited", {}) or {}
@@ -754,7 +773,9 @@ def settings_view(level: str, target: uuid.UUID | None, current: Any, form: Mapp
             {
                 "field": field,
                 "form_value": form_value,
-                "inherit_text": _inherit_text(core.field_of(inherited, field.name), core.field_of(effective, field.name)),
+                "inherit_text": _inherit_text(
+                    core.field_of(inherited, field.name), core.field_of(effective, field.name)
+                ),
             }
         )
     if level == "global":
@@ -810,10 +831,8 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
     if not errors:
         try:
             await ops.put_settings(_store(request), session.principal, level, target, values)
-        except Forbidden:
-            return _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
-        except NotFound:
-            return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+        except (Forbidden, NotFound) as exc:
+            return await _refuse(request, session, exc)
         except BadInput as exc:
             field = getattr(exc, "field", None)
             errors[field if field in {f.name for f in core.SETTING_FIELDS} else "form"] = str(exc)

@@ -82,7 +82,8 @@ def landing_path(role: str) -> str:
 
 def safe_next(candidate: str | None, role: str) -> str:
     """A post-sign-in destination inside the UI (never an open redirect), else the role's landing page."""
-    if candidate and candidate.startswith("/ui/") and not candidate.startswith("//") and "\\" not in candidate:
+    inside = candidate is not None and candidate.startswith("/ui/") and "\\" not in candidate
+    if candidate and inside:
         if candidate.startswith(("/ui/review", "/ui/settings", "/ui/memories")) and role not in REVIEWERS:
             return landing_path(role)
         return candidate
@@ -117,7 +118,7 @@ def parse_uuid(raw: str | None) -> uuid.UUID | None:
     try:
         return uuid.UUID(raw.strip())
     except ValueError:
-        raise ValueError("not a valid id (expected a UUID like 6d43c50b-3849-56d1-93dd-b57a6f867071)") from None
+        raise ValueError("not a valid id (expected a UUID like 6d43c50b-3849-…)") from None
 
 
 def parse_confidence(raw: str | None) -> float | None:
@@ -147,9 +148,8 @@ class ReviewFilters:
     @property
     def active(self) -> bool:
         """Whether any filter (not the page position) narrows the queue."""
-        return any(
-            v is not None for v in (self.team_id, self.scope, self.persona_id, self.user_id, self.min_confidence)
-        )
+        narrowing = (self.team_id, self.scope, self.persona_id, self.user_id, self.min_confidence)
+        return any(v is not None for v in narrowing)
 
     def summary(self) -> str:
         """The active filters in a few words (shown while the filter form is folded)."""

@@ -164,4 +164,3 @@ def test_my_memories_are_grouped_by_scope_then_persona_with_pending_marked_and_a
     assert [c.key for c in groups[0].cards] == ["age", "city"]
     assert [c.pending for c in groups[0].cards] == [True, False]
     assert groups[2].cards[0].pending
-

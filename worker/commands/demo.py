@@ -3,7 +3,10 @@
 Starts a real nats-server and a real Postgres + pgvector in a data directory, migrates, runs the
 worker in this process, publishes the bundled sample conversations (with and without a persona;
 persona learning on for the "chef" persona), waits until every one is processed, prints the pending
-memories per owner, approves Alice's and shows one recall and the prompt hint, then exits 0.
+memories per owner, approves Alice's and shows one recall and the prompt hint; then publishes a
+follow-up (a proposed change to a reviewed memory) and serves the web UI until Ctrl-C, printing
+sign-in links for an admin, a team admin and a user (`--no-ui`: exit 0 after the recall instead).
+Offline, persona-scope memories come from a scripted stand-in for an LLM (`demo_ui.py`).
 
 Offline by default: the rules extractor, and the local MiniLM embedder when sentence-transformers is
 installed (else the hashing embedder). With PMEM_LLM_API_KEY / OPENAI_API_KEY / PMEM_LLM_BASE_URL
@@ -25,6 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from worker.commands import demo_ui
 from worker.logs import configure_logging
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -40,6 +44,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="where nats-server and Postgres keep their data",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the events")
+    parser.add_argument(
+        "--no-ui", action="store_true", help="exit after the recall instead of serving the web UI"
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="web UI port (default PMEM_API_PORT, else 8080)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -49,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from worker.embedded import EmbeddedServiceError
 
     try:
-        return asyncio.run(demo(args.data_dir.resolve(), timeout_s=args.timeout))
+        ui = None if args.no_ui else (args.port if args.port is not None else _api_port())
+        return asyncio.run(demo(args.data_dir.resolve(), timeout_s=args.timeout, ui_port=ui))
     except EmbeddedServiceError as exc:
         print(f"pmem demo: {exc}", file=sys.stderr)
         return 2
@@ -68,7 +79,11 @@ def choose_embedding_provider() -> tuple[str, str]:
     )
 
 
-async def demo(data_dir: Path, *, timeout_s: float) -> int:
+def _api_port() -> int:
+    return int(os.environ.get("PMEM_API_PORT", "8080"))
+
+
+async def demo(data_dir: Path, *, timeout_s: float, ui_port: int | None = None) -> int:
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
     from store.migrate import migrate_async
@@ -112,6 +127,9 @@ async def demo(data_dir: Path, *, timeout_s: float) -> int:
         print(f"  schema       {report.describe()}")
         worker = await build_worker(settings)
         store = worker.store
+        if extractor == "rules":
+            demo_ui.learn_persona_offline(worker)
+            print("  persona      scripted offline stand-in for an LLM (worker/samples/persona_script.json)")
         for persona_id in catalogue["persona_learning"]:
             await store.put_settings(level="persona", target_id=uuid.UUID(persona_id), persona_learning=True)
         await worker.start()
@@ -141,7 +159,10 @@ async def demo(data_dir: Path, *, timeout_s: float) -> int:
 
         await _print_pending(store, names)
         await _approve_and_recall(store, names, catalogue)
-        return 0
+        if ui_port is None:
+            return 0
+        await demo_ui.publish_followups(store, settings, timeout_s=timeout_s)
+        return await demo_ui.serve(store, settings, catalogue, port=ui_port)
     except PmemProviderError as exc:
         print(f"pmem demo: {exc}", file=sys.stderr)
         return 2
@@ -210,7 +231,7 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     approved = 0
     for owner in (alice, chef):
         for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
-            if memory.scope == "persona_user" and memory.user_id != alice:
+            if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != alice):
                 continue
             if await store.approve(memory.id, actor="pmem-demo") is not None:
                 approved += 1
