@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,6 +25,7 @@ from store.types import (
     NIL_UUID,
     AuditAction,
     Memory,
+    MemorySettings,
     NewMemory,
     OwnerRef,
     Revision,
@@ -45,10 +46,19 @@ def _vector(value: Any) -> builtins.list[float] | None:
 class StoreBase:
     """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
 
-    def __init__(self, *, engine: AsyncEngine, schema: Schema, embedder: Embedder) -> None:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        schema: Schema,
+        embedder: Embedder,
+        settings_defaults: MemorySettings | None = None,
+    ) -> None:
         self._engine = engine
         self._schema = schema
         self._embedder = embedder
+        # what the settings merge starts from (the deployment's PMEM_* defaults)
+        self._settings_defaults = settings_defaults or MemorySettings()
         m = schema.memories
         self._memory_columns = [
             m.c.id,
@@ -62,8 +72,15 @@ class StoreBase:
             m.c.status,
             m.c.created_at,
             m.c.updated_at,
+            m.c.team_id,
         ]
-        self._key_index = [m.c.scope, m.c.owner_id, func.coalesce(m.c.user_id, _nil(schema)), m.c.key]
+        self._key_index = [
+            m.c.scope,
+            m.c.owner_id,
+            func.coalesce(m.c.user_id, _nil(schema)),
+            func.coalesce(m.c.team_id, _nil(schema)),
+            m.c.key,
+        ]
 
     @property
     def embedder(self) -> Embedder:
@@ -113,6 +130,7 @@ class StoreBase:
             status=data["status"],
             created_at=data["created_at"],
             updated_at=data["updated_at"],
+            team_id=data.get("team_id"),
         )
 
     @staticmethod
@@ -141,6 +159,13 @@ class StoreBase:
                 parts.append(t.c.user_id == owner.user_id)
             clauses.append(and_(*parts))
         return or_(*clauses) if clauses else false()
+
+    def _team_clause(self, team_id: uuid.UUID | None, table: Any = None) -> ColumnElement[bool]:
+        """SQL for "visible in this team's context": rows of no team, or of `team_id`."""
+        t = self._schema.memories if table is None else table
+        if team_id is None:
+            return cast(ColumnElement[bool], t.c.team_id.is_(None))
+        return or_(t.c.team_id.is_(None), t.c.team_id == team_id)
 
     # -- embeddings -----------------------------------------------------------------------------
 
@@ -188,6 +213,7 @@ class StoreBase:
                 m.c.scope == new.scope,
                 m.c.owner_id == new.owner_id,
                 func.coalesce(m.c.user_id, _nil(self._schema)) == (new.user_id or NIL_UUID),
+                func.coalesce(m.c.team_id, _nil(self._schema)) == (new.team_id or NIL_UUID),
                 m.c.key == new.key,
             )
             .with_for_update()
@@ -253,6 +279,7 @@ class StoreBase:
                 actor=actor,
                 event_id=event_id,
                 revision_id=revision_id,
+                team_id=memory.team_id,
                 at=self._now(),
             )
         )

@@ -58,15 +58,20 @@ class MemoryListing(StoreBase):
             return int((await conn.execute(stmt)).scalar_one())
 
     async def existing_memories(
-        self, owners: Sequence[OwnerRef]
+        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
     ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
-        """Active and pending memories (with embeddings) of the given owners, for de-duplication."""
+        """Active and pending memories (with embeddings) of the given owners visible in the team
+        context (rows of no team, or of `team_id`), for de-duplication."""
         if not owners:
             return []
         m = self._schema.memories
         stmt = (
             select(*self._memory_columns, m.c.embedding)
-            .where(self._owner_clause(owners), m.c.status.in_(("active", "pending_review")))
+            .where(
+                self._owner_clause(owners),
+                self._team_clause(team_id),
+                m.c.status.in_(("active", "pending_review")),
+            )
             .order_by(m.c.updated_at.desc(), m.c.id)
         )
         async with self._reading() as conn:

@@ -45,7 +45,7 @@ class SettingsRows(StoreBase):
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
-        return merge_settings(await self.settings_rows(team_id, persona_id))
+        return merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
 
     async def put_settings(
         self,

@@ -67,6 +67,7 @@ class MemoryWrites(StoreBase):
                 embedding=embedding,
                 created_at=new.observed_at if new.observed_at is not None else now,
                 updated_at=now,
+                team_id=new.team_id,
             )
             .on_conflict_do_nothing(index_elements=self._key_index)
             .returning(m.c.id)
@@ -179,6 +180,7 @@ class MemoryWrites(StoreBase):
                 memories[i].scope,
                 str(memories[i].owner_id),
                 str(memories[i].user_id),
+                str(memories[i].team_id),
                 memories[i].key,
             ),
         )
