@@ -223,6 +223,13 @@ async def _refuse(request: Request, session: Session, exc: Exception) -> Respons
     return await _not_found(request, session)
 
 
+def _parse_id(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
 def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
@@ -434,24 +441,18 @@ async def _decide(request: Request, item_id: str, action: str) -> Response:
     assert session is not None
     back = _back(posted.form)
     value = str(posted.form.get("value") or "")
+    target = _parse_id(item_id)
     try:
-        target = uuid.UUID(item_id)
+        if target is None:
+            raise NotFound(item_id)
         if action == "approve":
             await ops.approve(_store(request), session.principal, target)
         elif action == "reject":
             await ops.reject(_store(request), session.principal, target)
         else:
             await ops.edit(_store(request), session.principal, target, value)
-    except ValueError:
-        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
-    except NotFound:
-        if _wants_json(request):
-            return _json(404, error="Not found: it may have been decided already. Reload the page.")
-        return await _not_found(request, session)
-    except Forbidden:
-        return (
-            _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
-        )
+    except (NotFound, Forbidden) as exc:
+        return await _refuse(request, session, exc)
     except BadInput as exc:
         if _wants_json(request):
             return _json(422, error=str(exc), field="value")
@@ -495,7 +496,7 @@ async def bulk(request: Request) -> Response:
     session = posted.session
     assert session is not None
     back = _back(posted.form)
-    action = str(posted.form.get("action") or "")
+    action = str(posted.form.get("decision") or "")
     ids, _bad = core.parse_ids(posted.form.get("ids") or [])
     if not ids or action not in ("approve", "reject"):
         message = QUEUE_ERRORS["none_selected"] if not ids else "Choose approve or reject."
@@ -526,12 +527,13 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
+    target = _parse_id(memory_id)
     try:
-        detail = await ops.memory_detail(_store(request), session.principal, uuid.UUID(memory_id))
-    except (ValueError, NotFound):
-        return await _not_found(request, session)
-    except Forbidden:
-        return await _forbidden(request, session)
+        if target is None:
+            raise NotFound(memory_id)
+        detail = await ops.memory_detail(_store(request), session.principal, target)
+    except (NotFound, Forbidden) as exc:
+        return await _refuse(request, session, exc)
     memory = core.field_of(detail, "memory", detail)
     history = [
         {
@@ -602,10 +604,13 @@ async def me_edit(request: Request, memory_id: str) -> Response:
     session = posted.session
     assert session is not None
     value = str(posted.form.get("value") or "")
+    target = _parse_id(memory_id)
     try:
-        await ops.edit_my_memory(_store(request), session.principal, uuid.UUID(memory_id), value)
-    except (ValueError, NotFound):
-        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+        if target is None:
+            raise NotFound(memory_id)
+        await ops.edit_my_memory(_store(request), session.principal, target, value)
+    except (NotFound, Forbidden) as exc:
+        return await _refuse(request, session, exc)
     except BadInput as exc:
         if _wants_json(request):
             return _json(422, error=str(exc), field="value")
@@ -633,10 +638,13 @@ async def me_delete(request: Request, memory_id: str) -> Response:
         return posted.refusal
     session = posted.session
     assert session is not None
+    target = _parse_id(memory_id)
     try:
-        await ops.delete_my_memory(_store(request), session.principal, uuid.UUID(memory_id))
-    except (ValueError, NotFound):
-        return _json(404, error="Not found.") if _wants_json(request) else await _not_found(request, session)
+        if target is None:
+            raise NotFound(memory_id)
+        await ops.delete_my_memory(_store(request), session.principal, target)
+    except (NotFound, Forbidden) as exc:
+        return await _refuse(request, session, exc)
     if _wants_json(request):
         return _json(200, message="Deleted. It is erased, not just hidden.")
     return _redirect("/ui/me", notice="deleted")

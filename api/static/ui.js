@@ -79,13 +79,14 @@
   async function submit(form, submitter) {
     const kind = form.dataset.enhance;
     const body = new FormData(form, submitter);
-    const buttons = form.querySelectorAll("button");
+    if (form.dataset.busy) return; // one request per form at a time
+    form.dataset.busy = "1";
+    form.setAttribute("aria-busy", "true");
     clearErrors(form);
-    buttons.forEach((b) => { b.disabled = true; });
     let answer = null;
     let ok = false;
     try {
-      const response = await fetch(form.action, {
+      const response = await fetch(form.getAttribute("action"), {
         method: "POST",
         body: body,
         headers: { Accept: "application/json" },
@@ -100,7 +101,8 @@
     } catch (err) {
       answer = { error: "The server could not be reached. Check your connection and try again." };
     } finally {
-      buttons.forEach((b) => { b.disabled = false; });
+      delete form.dataset.busy;
+      form.removeAttribute("aria-busy");
     }
     if (!ok || !answer) {
       showError(form, answer && answer.field, (answer && answer.error) || "That did not work. Reload the page and try again.");

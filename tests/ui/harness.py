@@ -83,7 +83,7 @@ async def _seed(database_url: str) -> Seeded:
         fields.setdefault("source_channel_id", CHANNEL)
         fields.setdefault("team_id", TEAM_A)
         result = await store.upsert(NewMemory(**fields), actor="worker")
-        ids[name] = result.memory.id
+        ids[name] = result.memory_id
 
     try:
         await add("colour", scope="user", owner_id=ALICE, user_id=None, key="favourite colour",
@@ -111,7 +111,12 @@ async def _seed(database_url: str) -> Seeded:
 
 
 def seed(database_url: str) -> Seeded:
-    """Migrate and seed a fresh database (pending memories in every scope, two teams, a change)."""
+    """Migrate and (re)seed the database: pending memories in every scope, two teams, a proposed
+    change, two active memories; whatever an earlier test left is truncated first."""
+    with psycopg.connect(database_url) as conn:
+        tables = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
+        if tables and tables[0]:
+            conn.execute("TRUNCATE memories, memory_revisions, memory_audit, memory_settings CASCADE")
     return asyncio.run(_seed(database_url))
 
 
