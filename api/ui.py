@@ -708,20 +708,20 @@ async def settings_home(request: Request) -> Response:
     return RedirectResponse(levels[0].href, status_code=303)
 
 
-@router.get("/settings/personas")
-async def settings_persona_open(request: Request, persona_id: str = "") -> Response:
+@router.get("/settings/open")
+async def settings_open(request: Request, level: str = "persona", target_id: str = "") -> Response:
+    """The "open another level" form: to the team's or persona's settings page."""
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
     try:
-        target = core.parse_uuid(persona_id)
+        target = core.parse_uuid(target_id)
     except ValueError as exc:
-        return await _settings_page(request, session, None, None, errors={}, persona_error=str(exc))
+        return await _settings_page(request, session, None, None, errors={}, open_error=str(exc))
     if target is None:
-        return await _settings_page(
-            request, session, None, None, errors={}, persona_error="Enter a persona id."
-        )
-    return RedirectResponse(f"/ui/settings/personas/{target}", status_code=303)
+        return await _settings_page(request, session, None, None, errors={}, open_error="Enter an id.")
+    kind = "teams" if level == "team" else "personas"
+    return RedirectResponse(f"/ui/settings/{kind}/{target}", status_code=303)
 
 
 async def _settings_page(
@@ -731,7 +731,7 @@ async def _settings_page(
     target: uuid.UUID | None,
     *,
     errors: dict[str, str],
-    persona_error: str | None = None,
+    open_error: str | None = None,
     notice: str | None = None,
     form: Mapping[str, Any] | None = None,
 ) -> Response:
@@ -744,7 +744,9 @@ async def _settings_page(
         except NotFound:
             return await _not_found(request, session)
         view = settings_view(level, target, current, form)
-    status_code = 422 if errors or persona_error else 200
+    if level is None and _role(session.principal) not in core.REVIEWERS:
+        return await _forbidden(request, session)
+    status_code = 422 if errors or open_error else 200
     return await _page(
         request,
         session,
@@ -755,8 +757,9 @@ async def _settings_page(
         levels=_levels(session.principal, request.url.path),
         view=view,
         errors=errors,
-        persona_error=persona_error,
-        persona_query=str(target) if level == "persona" else request.query_params.get("persona_id", ""),
+        open_error=open_error,
+        open_level=request.query_params.get("level", level or "persona"),
+        open_query=request.query_params.get("target_id", ""),
         switch_choices=core.SWITCH_CHOICES,
     )
 
@@ -782,7 +785,7 @@ def settings_view(
                 "field": field,
                 "form_value": form_value,
                 "inherit_text": _inherit_text(
-                    core.field_of(inherited, field.name), core.field_of(effective, field.name)
+                    level, core.field_of(inherited, field.name), core.field_of(effective, field.name)
                 ),
             }
         )
@@ -795,8 +798,9 @@ def settings_view(
     return {"title": title, "action": action, "level_name": name, "rows": rows}
 
 
-def _inherit_text(inherited: Any, effective: Any) -> str:
-    return f"Inherited: {core.show_setting(inherited)}. In effect here: {core.show_setting(effective)}."
+def _inherit_text(level: str, inherited: Any, effective: Any) -> str:
+    source = "Built-in default" if level == "global" else "Inherited"
+    return f"{source}: {core.show_setting(inherited)}. In effect here: {core.show_setting(effective)}."
 
 
 def _level_of(kind: str, target_id: str) -> tuple[str, uuid.UUID | None]:
