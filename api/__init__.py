@@ -1,1 +1,1 @@
-"""`pmem serve`: the control-plane HTTP API and the web UI."""
+"""The control plane: `pmem serve`, an authenticated HTTP API (and the web UI) over the store."""
