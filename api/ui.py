@@ -9,24 +9,28 @@ decisions (cookies, CSRF, parsing, view models) live in `api/ui_core.py`.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
+import jwt
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from api import access
+from api import auth as api_auth
 from api import operations as ops
 from api import ui_core as core
-from api.errors import BadInput, Forbidden, NotFound
+from api.deps import AppState
+from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
+from api.schemas import export_json
+from store.types import Page, ReviewItem, SettingsLevel, SettingsRow
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -53,13 +57,14 @@ NOTICES = {
     "deleted": "Deleted.",
     "deleted_all": "Everything remembered about you was erased.",
 }
+MY_PAGES = 10  # "My memories" shows up to 2000; the download has everything
 QUEUE_ERRORS = {"none_selected": "Select at least one item first."}
 
 
 class _SecureRoute(APIRoute):
     """Every UI response carries the Content-Security-Policy and the other security headers."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def with_headers(request: Request) -> Response:
@@ -84,41 +89,36 @@ class Session:
     csrf: str
 
 
-def _secret(request: Request) -> bytes:
-    """The key of the CSRF tokens: PMEM_UI_SECRET when set (needed with more than one replica),
-    else a random key per process."""
-    state = request.app.state
-    key: bytes | None = getattr(state, "pmem_ui_secret", None)
-    if key is None:
-        configured = os.environ.get("PMEM_UI_SECRET")
-        key = configured.encode() if configured else secrets.token_bytes(32)
-        state.pmem_ui_secret = key
-    return key
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.pmem
+    return state
 
 
 def _store(request: Request) -> Any:
-    return request.app.state.store
+    return _state(request).store
 
 
-async def _verify(request: Request, token: str) -> tuple[Any, float] | None:
-    """The principal of a person's JWT and when it expires; None when it is not valid."""
-    from api import auth
-
+def _verify(request: Request, token: str) -> tuple[Any, float] | None:
+    """The person a JWT names and when it expires (`api.auth`, the API's own verification); None
+    when it is expired, forged or malformed."""
     try:
-        principal, expires_at = await auth.verify_session_token(request.app, token)
-    except auth.Unauthorized:
+        principal = api_auth.verify_jwt(token, _state(request).auth)
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except (Unauthorized, jwt.InvalidTokenError):
         return None
-    return principal, expires_at
+    if not principal.is_person:
+        return None
+    return principal, float(claims["exp"])
 
 
 async def _session(request: Request) -> Session | None:
     token = request.cookies.get(core.SESSION_COOKIE)
     if not token:
         return None
-    verified = await _verify(request, token)
+    verified = _verify(request, token)
     if verified is None:
         return None
-    return Session(token=token, principal=verified[0], csrf=core.csrf_token(_secret(request), token))
+    return Session(token=token, principal=verified[0], csrf=api_auth.csrf_token(token, _state(request).auth))
 
 
 def _role(principal: Any) -> str:
@@ -213,7 +213,13 @@ def _not_found(request: Request, session: Session) -> Awaitable[HTMLResponse]:
 
 
 async def _refuse(request: Request, session: Session, exc: Exception) -> Response:
-    """NotFound (or an id that is not one) → 404, Forbidden → 403; JSON for fetch, else a page."""
+    """NotFound (or an id that is not one) → 404, Forbidden → 403, Conflict → 409; JSON for
+    fetch, else a page."""
+    if isinstance(exc, Conflict):
+        message = "Someone else decided this already. Reload the page to see the queue as it is now."
+        if _wants_json(request):
+            return _json(409, error=message)
+        return await _message(request, session, title="Already decided", lines=(message,), status_code=409)
     if isinstance(exc, Forbidden):
         return (
             _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
@@ -278,7 +284,7 @@ async def _posted(request: Request) -> _Posted:
         if _wants_json(request):
             return _Posted(None, flat, _json(401, error="You are not signed in."))
         return _Posted(None, flat, await _signed_out(request, expired=True))
-    if not core.csrf_valid(_secret(request), session.token, flat.get(core.CSRF_FIELD)):
+    if not api_auth.csrf_ok(session.token, flat.get(core.CSRF_FIELD), _state(request).auth):
         message = "This form has expired or did not come from this site. Reload the page and try again."
         if _wants_json(request):
             return _Posted(session, flat, _json(403, error=message))
@@ -297,7 +303,7 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
     It answers a small page that continues by itself (meta refresh) instead of a redirect: the
     link arrives from the chat platform, another site, and a browser does not send a SameSite=Strict
     cookie on a redirect that a cross-site navigation started, so the person would land signed out."""
-    verified = await _verify(request, token) if token else None
+    verified = _verify(request, token) if token else None
     if verified is None:
         return await _message(
             request,
@@ -379,8 +385,8 @@ async def static(name: str) -> Response:
 
 async def _waiting(request: Request, session: Session) -> int | None:
     try:
-        return int(await ops.review_count(_store(request), session.principal))
-    except (Forbidden, NotFound, BadInput):
+        return sum((await ops.waiting_counts(_store(request), session.principal)).values())
+    except Forbidden:
         return None
 
 
@@ -395,7 +401,7 @@ async def review(request: Request) -> Response:
     if queue_error:
         errors["bulk"] = queue_error
     try:
-        page = await ops.review_queue(
+        page: Page[ReviewItem] = await ops.review_page(
             _store(request),
             session.principal,
             team_id=filters.team_id,
@@ -406,12 +412,12 @@ async def review(request: Request) -> Response:
             cursor=filters.cursor,
             limit=25,
         )
-        waiting = await ops.review_count(_store(request), session.principal)
+        waiting = await _waiting(request, session)
     except Forbidden:
         return await _forbidden(request, session)
     except BadInput as exc:
         errors["cursor" if "cursor" in str(exc) else "team_id"] = str(exc)
-        page = {"items": [], "next_cursor": None}
+        page = Page(items=(), next_cursor=None)
         waiting = 0
     rows = [core.review_row(item) for item in core.field_of(page, "items", [])]
     teams = [str(t) for t in getattr(session.principal, "teams", ())]
@@ -433,7 +439,7 @@ async def review(request: Request) -> Response:
     )
 
 
-async def _decide(request: Request, item_id: str, action: str) -> Response:
+async def _decide(request: Request, item_id: str, action: ops.Decision) -> Response:
     posted = await _posted(request)
     if posted.refusal is not None:
         return posted.refusal
@@ -445,13 +451,8 @@ async def _decide(request: Request, item_id: str, action: str) -> Response:
     try:
         if target is None:
             raise NotFound(item_id)
-        if action == "approve":
-            await ops.approve(_store(request), session.principal, target)
-        elif action == "reject":
-            await ops.reject(_store(request), session.principal, target)
-        else:
-            await ops.edit(_store(request), session.principal, target, value)
-    except (NotFound, Forbidden) as exc:
+        decided = await ops.decide(_store(request), session.principal, target, action, value)
+    except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
         if _wants_json(request):
@@ -469,7 +470,7 @@ async def _decide(request: Request, item_id: str, action: str) -> Response:
         )
     notice = {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
     if _wants_json(request):
-        return _json(200, message=NOTICES[notice], done=[item_id], value=value or None)
+        return _json(200, message=NOTICES[notice], done=[item_id], value=decided.value)
     return RedirectResponse(f"/ui/review?{back}&notice={notice}".replace("?&", "?"), status_code=303)
 
 
@@ -504,15 +505,16 @@ async def bulk(request: Request) -> Response:
             return _json(422, error=message, field="bulk")
         return RedirectResponse(f"/ui/review?{back}&error=none_selected".replace("?&", "?"), status_code=303)
     try:
-        result = await ops.bulk(_store(request), session.principal, action, ids)
+        decision: Literal["approve", "reject"] = "approve" if action == "approve" else "reject"
+        results = await ops.bulk_decide(_store(request), session.principal, decision, ids)
     except Forbidden:
-        return await _refuse(request, session, Forbidden())
+        return await _refuse(request, session, Forbidden("not allowed"))
     except BadInput as exc:
         if _wants_json(request):
             return _json(422, error=str(exc), field="bulk")
         return await _message(request, session, title="Not done", lines=(str(exc),), status_code=422)
-    done = [str(i) for i in core.field_of(result, "done", ids)]
-    failed = [str(i) for i in core.field_of(result, "failed", [])]
+    done = [str(r.id) for r in results if r.status == "done"]
+    failed = [str(r.id) for r in results if r.status != "done"]
     verb = "Approved" if action == "approve" else "Rejected"
     message = f"{verb} {core.plural(len(done), 'item')}."
     if failed:
@@ -532,7 +534,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         if target is None:
             raise NotFound(memory_id)
         detail = await ops.memory_detail(_store(request), session.principal, target)
-    except (NotFound, Forbidden) as exc:
+    except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     memory = core.field_of(detail, "memory", detail)
     history = [
@@ -570,8 +572,14 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
 async def _my_page(
     request: Request, session: Session, *, errors: dict[str, str], notice: str | None
 ) -> Response:
-    page = await ops.my_memories(_store(request), session.principal)
-    items = list(core.field_of(page, "items", page))
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MY_PAGES):
+        page = await ops.my_memories(_store(request), session.principal, limit=200, cursor=cursor)
+        items.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
     groups = core.group_my_memories(items)
     total = sum(len(g.cards) for g in groups)
     return await _page(
@@ -608,8 +616,8 @@ async def me_edit(request: Request, memory_id: str) -> Response:
     try:
         if target is None:
             raise NotFound(memory_id)
-        await ops.edit_my_memory(_store(request), session.principal, target, value)
-    except (NotFound, Forbidden) as exc:
+        edited = await ops.edit_mine(_store(request), session.principal, target, value)
+    except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
         if _wants_json(request):
@@ -627,7 +635,7 @@ async def me_edit(request: Request, memory_id: str) -> Response:
         )
     if _wants_json(request):
         message = "Saved. Assistants use the corrected value from now on."
-        return _json(200, message=message, value=value.strip())
+        return _json(200, message=message, value=edited.value)
     return _redirect("/ui/me", notice="saved")
 
 
@@ -642,8 +650,8 @@ async def me_delete(request: Request, memory_id: str) -> Response:
     try:
         if target is None:
             raise NotFound(memory_id)
-        await ops.delete_my_memory(_store(request), session.principal, target)
-    except (NotFound, Forbidden) as exc:
+        await ops.erase_mine(_store(request), session.principal, target)
+    except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     if _wants_json(request):
         return _json(200, message="Deleted. It is erased, not just hidden.")
@@ -660,7 +668,7 @@ async def me_delete_all(request: Request) -> Response:
     if posted.form.get("confirm") != "yes":
         errors = {"confirm": "Tick this box to confirm; nothing was deleted."}
         return await _my_page(request, session, errors=errors, notice=None)
-    await ops.delete_all_my_memories(_store(request), session.principal)
+    await ops.erase_all_mine(_store(request), session.principal)
     return _redirect("/ui/me", notice="deleted_all")
 
 
@@ -669,8 +677,8 @@ async def me_export(request: Request) -> Response:
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
-    data = await ops.export_me(_store(request), session.principal)
-    body = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    data = export_json(await ops.export_mine(_store(request), session.principal))
+    body = json.dumps(data, indent=2, ensure_ascii=False)
     return Response(
         body,
         media_type="application/json",
@@ -727,7 +735,7 @@ async def settings_open(request: Request, level: str = "persona", target_id: str
 async def _settings_page(
     request: Request,
     session: Session,
-    level: str | None,
+    level: SettingsLevel | None,
     target: uuid.UUID | None,
     *,
     errors: dict[str, str],
@@ -736,16 +744,14 @@ async def _settings_page(
     form: Mapping[str, Any] | None = None,
 ) -> Response:
     view = None
-    if level is not None:
-        try:
-            current = await ops.get_settings(_store(request), session.principal, level, target)
-        except Forbidden:
-            return await _forbidden(request, session)
-        except NotFound:
-            return await _not_found(request, session)
-        view = settings_view(level, target, current, form)
     if level is None and _role(session.principal) not in core.REVIEWERS:
         return await _forbidden(request, session)
+    if level is not None:
+        try:
+            current = await ops.settings_view(_store(request), session.principal, level, target)
+        except (Forbidden, NotFound) as exc:
+            return await _refuse(request, session, exc)
+        view = _settings_form(session.principal, level, target, current, form)
     status_code = 422 if errors or open_error else 200
     return await _page(
         request,
@@ -764,46 +770,53 @@ async def _settings_page(
     )
 
 
-def settings_view(
-    level: str, target: uuid.UUID | None, current: Any, form: Mapping[str, Any] | None
+def _may_change(principal: Any, level: SettingsLevel, target: uuid.UUID | None) -> bool:
+    """Whether to offer the form at all (the rule is `api.access`'s; the server checks it again)."""
+    try:
+        access.check_settings_access(principal, level, target, write=True)
+    except Forbidden:
+        return False
+    return True
+
+
+def _settings_form(
+    principal: Any,
+    level: SettingsLevel,
+    target: uuid.UUID | None,
+    current: ops.SettingsView,
+    form: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """What the settings form shows: per field the level's own value, and what it inherits."""
-    own = core.field_of(current, "own", {}) or {}
-    inherited = core.field_of(current, "inherited", {}) or {}
-    effective = core.field_of(current, "effective", {}) or {}
+    """What the settings form shows: per field the level's own value, and what is in effect there."""
     rows = []
     for field in core.SETTING_FIELDS:
-        value = core.field_of(own, field.name)
-        if form is not None:
-            form_value = str(form.get(field.name) or "")
-        elif field.kind == "switch":
-            form_value = core.switch_choice(value)
-        else:
-            form_value = "" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
+        value = getattr(current.own, field.name)
+        effective = getattr(current.effective, field.name)
+        source = current.inherited_from.get(field.name, "default")
         rows.append(
             {
                 "field": field,
-                "form_value": form_value,
-                "inherit_text": _inherit_text(
-                    level, core.field_of(inherited, field.name), core.field_of(effective, field.name)
-                ),
+                "form_value": str(form.get(field.name) or "")
+                if form is not None
+                else core.form_value(field, value),
+                "inherit_text": core.effect_text(level, source, effective),
             }
         )
     if level == "global":
-        title, action, name = "Global", "/ui/settings/global", "global"
+        title, action = "Global", "/ui/settings/global"
     elif level == "team":
-        title, action, name = f"Team {target}", f"/ui/settings/teams/{target}", "team"
+        title, action = f"Team {target}", f"/ui/settings/teams/{target}"
     else:
-        title, action, name = f"Persona {target}", f"/ui/settings/personas/{target}", "persona"
-    return {"title": title, "action": action, "level_name": name, "rows": rows}
+        title, action = f"Persona {target}", f"/ui/settings/personas/{target}"
+    return {
+        "title": title,
+        "action": action,
+        "level_name": level,
+        "rows": rows,
+        "writable": _may_change(principal, level, target),
+    }
 
 
-def _inherit_text(level: str, inherited: Any, effective: Any) -> str:
-    source = "Built-in default" if level == "global" else "Inherited"
-    return f"{source}: {core.show_setting(inherited)}. In effect here: {core.show_setting(effective)}."
-
-
-def _level_of(kind: str, target_id: str) -> tuple[str, uuid.UUID | None]:
+def _level_of(kind: str, target_id: str) -> tuple[SettingsLevel, uuid.UUID | None]:
     if kind == "global":
         return "global", None
     return ("team" if kind == "teams" else "persona"), uuid.UUID(target_id)
@@ -840,22 +853,28 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
     except ValueError:
         return await _not_found(request, session)
     values, errors = core.parse_settings_form(posted.form)
+    saved = None
     if not errors:
         try:
-            await ops.put_settings(_store(request), session.principal, level, target, values)
+            saved = await ops.put_settings(
+                _store(request),
+                session.principal,
+                level,
+                target,
+                SettingsRow(level=level, target_id=target, **values),
+                max_input_tokens=_state(request).max_input_tokens,
+            )
         except (Forbidden, NotFound) as exc:
             return await _refuse(request, session, exc)
         except BadInput as exc:
-            field = getattr(exc, "field", None)
-            errors[field if field in {f.name for f in core.SETTING_FIELDS} else "form"] = str(exc)
+            errors[core.field_named(exc.message)] = exc.message
     if errors:
         if _wants_json(request):
             name, message = next(iter(errors.items()))
             return _json(422, error=message, field=name)
         return await _settings_page(request, session, level, target, errors=errors, form=posted.form)
-    if _wants_json(request):
-        current = await ops.get_settings(_store(request), session.principal, level, target)
-        view = settings_view(level, target, current, None)
+    if _wants_json(request) and saved is not None:
+        view = _settings_form(session.principal, level, target, saved, None)
         inherit = {row["field"].name: row["inherit_text"] for row in view["rows"]}
         return _json(200, message="Saved.", inherit=inherit)
     return _redirect(request.url.path, notice="saved")

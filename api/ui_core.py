@@ -4,16 +4,15 @@ around it (HTTP, templates, the calls into `api/operations.py`, which holds the 
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import math
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 from urllib.parse import urlencode
+
+from store.types import Scope
 
 SESSION_COOKIE: Final = "pmem_session"
 CSRF_FIELD: Final = "csrf_token"
@@ -35,23 +34,7 @@ SECURITY_HEADERS: Final = {
 }
 
 
-# --- sessions and CSRF -------------------------------------------------------------------------
-
-
-def csrf_token(secret: bytes, session: str) -> str:
-    """The CSRF token of a session: an HMAC of the session cookie's value under the server's key.
-
-    Stateless (nothing stored) and bound to the session: a token from another session, or a form
-    rendered before signing in again, is refused."""
-    mac = hmac.new(secret, b"pmem-ui-csrf\x00" + session.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-
-
-def csrf_valid(secret: bytes, session: str, presented: str | None) -> bool:
-    """Whether `presented` is the CSRF token of `session` (constant-time comparison)."""
-    if not presented or not session:
-        return False
-    return hmac.compare_digest(csrf_token(secret, session), presented)
+# --- sessions ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +122,7 @@ class ReviewFilters:
     """The review queue's filters, as the page's GET form sends them."""
 
     team_id: uuid.UUID | None = None
-    scope: str | None = None
+    scope: Scope | None = None
     persona_id: uuid.UUID | None = None
     user_id: uuid.UUID | None = None
     min_confidence: float | None = None
@@ -189,10 +172,12 @@ def parse_review_filters(params: Mapping[str, str]) -> tuple[ReviewFilters, dict
             values[name] = parse_uuid(params.get(name))
         except ValueError as exc:
             errors[name] = str(exc)
-    scope = (params.get("scope") or "").strip() or None
-    if scope is not None and scope not in SCOPES:
+    raw_scope = (params.get("scope") or "").strip()
+    scope: Scope | None = None
+    if raw_scope in SCOPES:
+        scope = cast(Scope, raw_scope)
+    elif raw_scope:
         errors["scope"] = "choose user, persona or persona_user"
-        scope = None
     try:
         values["min_confidence"] = parse_confidence(params.get("min_confidence"))
     except ValueError as exc:
@@ -292,6 +277,41 @@ def parse_settings_form(form: Mapping[str, str]) -> tuple[dict[str, Any], dict[s
             else:
                 errors[field.name] = f"enter a whole number of days from 1 to {MAX_DAYS}"
     return values, errors
+
+
+def form_value(field: SettingField, value: Any) -> str:
+    """A stored setting as its form control's value (switches: inherit / on / off)."""
+    if field.kind == "switch":
+        return switch_choice(value)
+    if value is None:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+LEVEL_NAMES: Final = {
+    "global": "the global settings",
+    "team": "the team's settings",
+    "persona": "the persona's",
+}
+
+
+def effect_text(level: str, source: str, effective: Any) -> str:
+    """What is in effect at a level and where it comes from (`source`: the level that set it, or
+    `default` for the deployment's default)."""
+    shown = show_setting(effective)
+    if source == level:
+        return f"Set here. In effect: {shown}."
+    if source == "default":
+        return f"Not set at any level: the deployment default is in effect ({shown})."
+    return f"Inherited from {LEVEL_NAMES.get(source, source)}: {shown}."
+
+
+def field_named(message: str) -> str:
+    """The settings field an error message is about (its name appears in it), else `form`."""
+    for field in SETTING_FIELDS:
+        if field.name in message:
+            return field.name
+    return "form"
 
 
 def show_setting(value: Any) -> str:

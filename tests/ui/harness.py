@@ -4,6 +4,7 @@ SQL to check what the database holds after each action."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import subprocess
@@ -117,7 +118,9 @@ def seed(database_url: str) -> Seeded:
         tables = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
         if tables and tables[0]:
             conn.execute("TRUNCATE memories, memory_revisions, memory_audit, memory_settings CASCADE")
-    return asyncio.run(_seed(database_url))
+    # in a thread of its own: Playwright's sync API keeps an event loop running in this one
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(_seed(database_url))).result()
 
 
 def free_port() -> int:

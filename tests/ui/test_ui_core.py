@@ -12,16 +12,6 @@ from api import ui_core as core
 TEAM = uuid.UUID("6d43c50b-3849-56d1-93dd-b57a6f867071")
 
 
-def test_csrf_token_is_bound_to_the_session_and_the_key() -> None:
-    token = core.csrf_token(b"k1", "session-a")
-    assert core.csrf_valid(b"k1", "session-a", token)
-    assert not core.csrf_valid(b"k1", "session-b", token)
-    assert not core.csrf_valid(b"k2", "session-a", token)
-    assert not core.csrf_valid(b"k1", "session-a", None)
-    assert not core.csrf_valid(b"k1", "session-a", "")
-    assert not core.csrf_valid(b"k1", "", core.csrf_token(b"k1", ""))
-
-
 def test_session_cookie_is_httponly_strict_lives_as_long_as_the_token_and_secure_only_over_https() -> None:
     cookie = core.session_cookie("jwt", expires_at=1_000_600.9, now=1_000_000.0, scheme="http")
     assert cookie is not None

@@ -11,9 +11,15 @@ message, through the same validation and secret screening as any LLM output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
+import signal
+import socket
+import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -99,3 +105,85 @@ async def publish_followups(store: Any, settings: Any, *, timeout_s: float) -> i
         if waiting:
             await asyncio.sleep(0.25)
     return len(events) - len(waiting)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def sign_in_links(
+    base: str, secret: str, catalogue: dict[str, Any], *, ttl_s: int
+) -> list[tuple[str, str, str]]:
+    """(who, link, about) for an admin, a team admin of the sample team and the sample user alice."""
+    from api.auth import mint_jwt
+
+    by_name = {name: uuid.UUID(key) for key, name in catalogue["names"].items()}
+    team, alice = by_name["acme (team)"], by_name["alice"]
+    admin = uuid.uuid5(uuid.NAMESPACE_URL, "pmem-demo/admin")
+    team_admin = uuid.uuid5(uuid.NAMESPACE_URL, "pmem-demo/team-admin")
+    people = (
+        ("admin", admin, "admin", (), "every team"),
+        ("team admin", team_admin, "team_admin", (team,), "team acme"),
+        ("user", alice, "user", (team,), "alice: her own memories"),
+    )
+    links = []
+    for who, subject, role, teams, about in people:
+        token = mint_jwt(secret=secret, subject=subject, role=role, teams=teams, ttl_s=ttl_s)
+        links.append((who, f"{base}/ui/login?token={token}", about))
+    return links
+
+
+async def serve(
+    store: Any, settings: Any, catalogue: dict[str, Any], *, port: int, host: str = "127.0.0.1"
+) -> int:
+    """Serve the control plane (API and web UI) over the demo's store until Ctrl-C; 0 when stopped
+    that way, 2 when the port is taken. The JWT secret is made up for this run, so the printed links
+    are the only way in and stop working with the demo."""
+    import uvicorn
+
+    from api.app import create_app
+    from api.auth import AuthConfig
+
+    if not _port_free(host, port):
+        print(f"pmem demo: port {port} is in use; pass --port N (or set PMEM_API_PORT)", file=sys.stderr)
+        return 2
+    secret = secrets.token_urlsafe(32)
+    app = create_app(
+        store=store, auth=AuthConfig(jwt_secret=secret), max_input_tokens=settings.llm_max_input_tokens
+    )
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn's server, but Ctrl-C ends the demo normally (uvicorn re-raises the signal after
+        its graceful shutdown, which would turn a normal stop into exit 130 and a traceback)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
+        await asyncio.sleep(0.05)
+    if task.done():
+        await task
+        return 2
+    base = f"http://{host}:{port}"
+    print(f"\nweb UI on {base}/ui/ — open a link to sign in (valid for 12 hours); Ctrl-C stops the demo")
+    for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=12 * 3600):
+        print(f"  {who:<11} {link}")
+        print(f"  {'':<11} ({about})")
+    print("  API docs at " + base + "/docs", flush=True)
+    await task
+    print("\nstopped")
+    return 0
