@@ -536,33 +536,50 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         detail = await ops.memory_detail(_store(request), session.principal, target)
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
-    memory = core.field_of(detail, "memory", detail)
+    memory = detail.memory
     history = [
         {
-            "when": core.show_time(core.field_of(entry, "at")),
-            "action": core.field_of(entry, "action"),
-            "actor": core.field_of(entry, "actor"),
-            "old_value": core.field_of(entry, "old_value"),
-            "new_value": core.field_of(entry, "new_value"),
+            "when": core.show_time(entry.at),
+            "action": core.AUDIT_ACTIONS.get(entry.action, entry.action),
+            "actor": entry.actor,
+            "old_value": entry.old_value,
+            "new_value": entry.new_value,
         }
-        for entry in core.field_of(detail, "history", [])
+        for entry in detail.history
     ]
     view = {
-        "id": str(core.field_of(memory, "id")),
-        "key": core.field_of(memory, "key"),
-        "value": core.field_of(memory, "value"),
-        "status": str(core.field_of(memory, "status")),
-        "scope": core.field_of(memory, "scope"),
-        "confidence": core.show_confidence(core.field_of(memory, "confidence")),
-        "created": core.show_time(core.field_of(memory, "created_at")),
-        "updated": core.show_time(core.field_of(memory, "updated_at")),
-        "channel_id": core.field_of(memory, "source_channel_id"),
-        "owner_id": core.field_of(memory, "owner_id"),
-        "user_id": core.field_of(memory, "user_id"),
-        "team_id": core.field_of(memory, "team_id"),
+        "id": str(memory.id),
+        "key": memory.key,
+        "value": memory.value,
+        "status": memory.status,
+        "scope": memory.scope,
+        "confidence": core.show_confidence(memory.confidence),
+        "created": core.show_time(memory.created_at),
+        "updated": core.show_time(memory.updated_at),
+        "channel_id": memory.source_channel_id,
+        "owner_id": memory.owner_id,
+        "user_id": memory.user_id,
+        "team_id": memory.team_id,
     }
+    proposal = detail.pending_revision
+    decide_id = (
+        proposal.id if proposal is not None else (memory.id if memory.status == "pending_review" else None)
+    )
     return await _page(
-        request, session, "memory.html", title=f"Memory “{view['key']}”", memory=view, history=history
+        request,
+        session,
+        "memory.html",
+        title=f"Memory “{view['key']}”",
+        memory=view,
+        history=history,
+        proposal=proposal
+        and {
+            "old_value": proposal.old_value,
+            "new_value": proposal.new_value,
+            "confidence": core.show_confidence(proposal.confidence),
+            "created": core.show_time(proposal.created_at),
+        },
+        decide_id=decide_id,
     )
 
 
@@ -798,7 +815,7 @@ def _settings_form(
                 "form_value": str(form.get(field.name) or "")
                 if form is not None
                 else core.form_value(field, value),
-                "inherit_text": core.effect_text(level, source, effective),
+                "effect": core.effect_of(level, source, effective),
             }
         )
     if level == "global":
@@ -875,6 +892,9 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
         return await _settings_page(request, session, level, target, errors=errors, form=posted.form)
     if _wants_json(request) and saved is not None:
         view = _settings_form(session.principal, level, target, saved, None)
-        inherit = {row["field"].name: row["inherit_text"] for row in view["rows"]}
+        inherit = {
+            row["field"].name: {"value": row["effect"].value, "source": row["effect"].source}
+            for row in view["rows"]
+        }
         return _json(200, message="Saved.", inherit=inherit)
     return _redirect(request.url.path, notice="saved")

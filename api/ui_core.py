@@ -291,19 +291,41 @@ def form_value(field: SettingField, value: Any) -> str:
 LEVEL_NAMES: Final = {
     "global": "the global settings",
     "team": "the team's settings",
-    "persona": "the persona's",
+    "persona": "the persona's settings",
+}
+AUDIT_ACTIONS: Final = {
+    "add": "Extracted",
+    "update": "Updated by the worker",
+    "propose": "Change proposed",
+    "approve": "Approved",
+    "reject": "Rejected",
+    "edit": "Edited",
+    "archive": "Archived",
+    "delete": "Erased",
+    "erase": "Erased",
 }
 
 
-def effect_text(level: str, source: str, effective: Any) -> str:
-    """What is in effect at a level and where it comes from (`source`: the level that set it, or
-    `default` for the deployment's default)."""
-    shown = show_setting(effective)
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """What is in effect at a level, and where it comes from."""
+
+    value: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"In effect: {self.value} · {self.source}"
+
+
+def effect_of(level: str, source: str, effective: Any) -> Effect:
+    """`source` is the level that set the effective value, or `default` (the deployment's)."""
     if source == level:
-        return f"Set here. In effect: {shown}."
-    if source == "default":
-        return f"Not set at any level: the deployment default is in effect ({shown})."
-    return f"Inherited from {LEVEL_NAMES.get(source, source)}: {shown}."
+        where = "set here"
+    elif source == "default":
+        where = "the deployment default (no level sets it)"
+    else:
+        where = f"inherited from {LEVEL_NAMES.get(source, source)}"
+    return Effect(show_setting(effective), where)
 
 
 def field_named(message: str) -> str:

@@ -133,9 +133,11 @@
     } else if (kind === "remove") {
       removeRow(row);
     } else if (kind === "settings" && answer.inherit) {
-      Object.entries(answer.inherit).forEach(([name, text]) => {
+      Object.entries(answer.inherit).forEach(([name, effect]) => {
         const el = document.getElementById(`${name}-inherit`);
-        if (el) el.textContent = text;
+        if (!el) return;
+        el.querySelector("strong").textContent = effect.value;
+        el.querySelector("span").textContent = effect.source;
       });
     }
     say(answer.message || "Done.");

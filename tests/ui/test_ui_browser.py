@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from tests.ui import harness as h
@@ -196,8 +197,7 @@ def test_the_queue_works_without_javascript(
     try:
         page = context.new_page()
         page.goto(f"{base_url}/ui/login?token={h.admin_token()}")
-        page.get_by_role("link", name="Continue").click()  # no JS: meta refresh or this link
-        page.wait_for_url(f"{base_url}/ui/review")
+        page.wait_for_url(f"{base_url}/ui/review")  # the sign-in page continues by meta refresh
         row(page, seeded["city"]).get_by_role("button", name="Approve").click()
         page.wait_for_url(re.compile(r"notice=approved"))
         assert page.get_by_role("status").inner_text() == "Approved."
@@ -237,7 +237,76 @@ def test_details_and_history_are_one_click_away(page: Any, base_url: str, seeded
     row(page, seeded["city"]).get_by_role("link", name="Details and history").click()
     page.wait_for_url(f"{base_url}/ui/memories/{seeded['city']}")
     history = page.get_by_role("table")
-    assert "add" in history.inner_text() and "worker" in history.inner_text()
+    assert "Extracted" in history.inner_text() and "worker" in history.inner_text()
+
+
+def test_a_proposed_change_can_be_decided_from_the_memory_page(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.admin_token())
+    page.goto(f"{base_url}/ui/memories/{seeded['colour']}")
+    proposal = page.get_by_role("region", name="A change waits for review")
+    assert "Likes green now" in proposal.inner_text()
+    page.get_by_role("button", name="Reject the change").click()
+    page.wait_for_url(re.compile(r"/ui/review\?.*notice=rejected"))
+    assert h.value_of(database, seeded["colour"]) == "Likes blue"
+    assert h.pending_revisions(database, seeded["colour"]) == 0
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def test_an_admin_sets_a_teams_settings_and_sees_what_is_inherited(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.admin_token())
+    page.goto(f"{base_url}/ui/settings/global")
+    page.get_by_label("Minimum confidence").fill("0.6")
+    page.get_by_role("button", name="Save global settings").click()
+    page.get_by_role("status").filter(has_text="Saved").wait_for()
+
+    page.goto(f"{base_url}/ui/settings/teams/{h.TEAM_A}")
+    assert "inherited from the global settings" in page.locator("#min_confidence-inherit").inner_text()
+    page.get_by_role("group", name="Persona learning").get_by_label("On").check()
+    page.get_by_label("Reject pending after (days)").fill("0")
+    page.locator("form[data-enhance=settings]").evaluate("f => f.noValidate = true")  # the server's check
+    page.get_by_role("button", name="Save team settings").click()
+    assert "whole number of days" in page.locator("#pending_days-error").inner_text()  # next to its field
+    page.get_by_label("Reject pending after (days)").fill("14")
+    page.get_by_role("button", name="Save team settings").click()
+    page.get_by_role("status").filter(has_text="Saved").wait_for()
+    assert page.locator("#pending_days-inherit").inner_text() == "In effect: 14 · set here"
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT persona_learning, pending_days, min_confidence FROM memory_settings "
+            "WHERE level = 'team' AND target_id = %s",
+            (h.TEAM_A,),
+        ).fetchone()
+    assert row == (True, 14, None)
+
+
+def test_a_team_admin_reads_a_personas_settings_but_cannot_change_them(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.team_admin_token())
+    page.get_by_role("link", name="Settings").click()
+    page.wait_for_url(f"{base_url}/ui/settings/teams/{h.TEAM_A}")
+    assert page.get_by_role("navigation", name="Levels").get_by_role("link").all_inner_texts() == [
+        f"Team {str(h.TEAM_A)[:8]}"
+    ]
+    page.goto(f"{base_url}/ui/settings/personas/{h.CHEF}")
+    assert page.get_by_role("button", name="Save persona settings").count() == 0
+    assert page.get_by_label("Minimum confidence").is_disabled()
+    csrf = page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    answer = page.request.post(
+        f"{base_url}/ui/settings/personas/{h.CHEF}",
+        form={"csrf_token": csrf, "enabled": "off"},
+        headers={"Accept": "application/json"},
+    )
+    assert answer.status == 403
+    assert page.goto(f"{base_url}/ui/settings/teams/{h.TEAM_B}").status == 403
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_settings").fetchone() == (0,)
 
 
 # --- my memories -------------------------------------------------------------------------------
