@@ -534,7 +534,7 @@ def group_my_memories(items: Iterable[Any]) -> list[MemoryGroup]:
         groups.append(
             MemoryGroup(
                 heading=f"With persona {short_id(persona_id)}",
-                description=f"Only persona {persona_id} uses these, in conversations with you.",
+                description="Only this persona uses these, in its conversations with you.",
                 persona_id=persona_id,
                 cards=tuple(sorted(by_persona[persona_id], key=lambda c: c.key)),
             )
