@@ -238,7 +238,8 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     print(
         f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
     )
-    hits = await store.recall(alice, chef, QUESTION, limit=5)
+    team = next(uuid.UUID(k) for k, v in names.items() if v == "acme (team)")
+    hits = await store.recall(alice, chef, QUESTION, limit=5, team_id=team)  # the samples' team
     print(f'recall for alice with the chef persona: "{QUESTION}"')
     for hit in hits:
         memory = hit.memory

@@ -11,15 +11,13 @@ message, through the same validation and secret screening as any LLM output.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import secrets
-import signal
+import shlex
 import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -139,7 +137,12 @@ def sign_in_links(
 
 
 async def serve(
-    store: Any, settings: Any, catalogue: dict[str, Any], *, port: int, host: str = "127.0.0.1"
+    store: Any,
+    settings: Any,
+    catalogue: dict[str, Any],
+    *,
+    port: int,
+    host: str = "127.0.0.1",
 ) -> int:
     """Serve the control plane (API and web UI) over the demo's store until Ctrl-C; 0 when stopped
     that way, 2 when the port is taken. The JWT secret is made up for this run, so the printed links
@@ -148,6 +151,7 @@ async def serve(
 
     from api.app import create_app
     from api.auth import AuthConfig
+    from worker.commands.serve import _Server
 
     if not _port_free(host, port):
         print(f"pmem demo: port {port} is in use; pass --port N (or set PMEM_API_PORT)", file=sys.stderr)
@@ -157,21 +161,8 @@ async def serve(
         store=store, auth=AuthConfig(jwt_secret=secret), max_input_tokens=settings.llm_max_input_tokens
     )
 
-    class QuietServer(uvicorn.Server):
-        """uvicorn's server, but Ctrl-C ends the demo normally (uvicorn re-raises the signal after
-        its graceful shutdown, which would turn a normal stop into exit 130 and a traceback)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            handled = (signal.SIGINT, signal.SIGTERM)
-            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-            try:
-                yield
-            finally:
-                for sig, handler in original.items():
-                    signal.signal(sig, handler)
-
-    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # `pmem serve`'s server: Ctrl-C ends it gracefully and the demo then cleans up and exits 0
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
         await asyncio.sleep(0.05)
@@ -183,7 +174,15 @@ async def serve(
     for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=12 * 3600):
         print(f"  {who:<11} {link}")
         print(f"  {'':<11} ({about})")
-    print("  API docs at " + base + "/docs", flush=True)
+    by_name = {name: key for key, name in catalogue["names"].items()}
+    database, key = shlex.quote(settings.database_url), shlex.quote(secret)
+    print(f"API at {base}/v1 (docs: /docs); to call it from another shell (README, Integrating a platform):")
+    print(f"  export PMEM_DATABASE_URL={database} PMEM_AUTH_JWT_SECRET={key}")
+    print(
+        f"  a user with memories: alice {by_name['alice']}, team_id {by_name['acme (team)']}, "
+        f"chef persona {by_name['chef (persona)']}",
+        flush=True,
+    )
     await task
     print("\nstopped")
     return 0
