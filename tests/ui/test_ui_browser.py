@@ -16,7 +16,9 @@ import psycopg
 import pytest
 
 from tests.ui import harness as h
-from tests.ui.browser import DESKTOP, PHONE, axe_findings, screenshot
+from tests.ui.browser import DESKTOP, HOW_TO_INSTALL, PHONE, axe_findings, screenshot
+
+expect = pytest.importorskip("playwright.sync_api", reason=HOW_TO_INSTALL).expect
 
 pytestmark = pytest.mark.slow
 
@@ -271,7 +273,7 @@ def test_an_admin_sets_a_teams_settings_and_sees_what_is_inherited(
     page.get_by_label("Reject pending after (days)").fill("0")
     page.locator("form[data-enhance=settings]").evaluate("f => f.noValidate = true")  # the server's check
     page.get_by_role("button", name="Save team settings").click()
-    assert "whole number of days" in page.locator("#pending_days-error").inner_text()  # next to its field
+    expect(page.locator("#pending_days-error")).to_contain_text("whole number of days")  # next to its field
     page.get_by_label("Reject pending after (days)").fill("14")
     page.get_by_role("button", name="Save team settings").click()
     page.get_by_role("status").filter(has_text="Saved").wait_for()
@@ -354,7 +356,7 @@ def test_deleting_everything_needs_the_confirmation(
     form = page.locator("[data-delete-all] form")
     form.evaluate("f => f.noValidate = true")  # what a browser without validation would send
     form.get_by_role("button", name="Delete everything").click()
-    assert "nothing was deleted" in page.locator("#confirm-error").inner_text()
+    expect(page.locator("#confirm-error")).to_contain_text("nothing was deleted")
     assert h.status_of(database, seeded["city"]) == "pending_review"
     page.get_by_label("Yes, erase all memories about me").check()
     page.get_by_role("button", name="Delete everything").click()
