@@ -140,7 +140,6 @@ def serving(database_url: str) -> Iterator[str]:
         PMEM_API_PORT=str(port),
         PMEM_EMBEDDING_PROVIDER="hashing",
         PMEM_LOG_LEVEL="WARNING",
-        PMEM_UI_SECRET="ui-test-csrf-key",
     )
     logs = REPO / ".pytest_cache"
     logs.mkdir(exist_ok=True)
