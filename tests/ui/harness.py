@@ -123,6 +123,27 @@ def seed(database_url: str) -> Seeded:
         return pool.submit(lambda: asyncio.run(_seed(database_url))).result()
 
 
+async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
+    from extraction.embeddings import HashingEmbedder
+    from store.factory import open_store
+    from store.types import NewMemory
+
+    store = await open_store(database_url, HashingEmbedder(dim=384))
+    try:
+        for n in range(count):
+            memory = NewMemory(scope="user", owner_id=owner, user_id=None, key=f"fact number {n}",
+                               value=f"Fact {n}", confidence=0.5, team_id=TEAM_A)  # fmt: skip
+            await store.upsert(memory, actor="worker")
+    finally:
+        await store.close()
+
+
+def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
+    """`count` more pending memories of `owner` (team A)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(lambda: asyncio.run(_add_pending(database_url, owner, count))).result()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

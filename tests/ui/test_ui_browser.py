@@ -226,6 +226,23 @@ def test_filters_narrow_the_queue_and_a_bad_filter_is_reported_next_to_its_field
     assert "UUID" in page.locator("#user_id-error").inner_text()
 
 
+def test_the_queue_pages_newest_first_and_each_item_appears_once(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    h.add_pending(database, uuid.uuid4(), 30)  # newer than the 7 seeded items (6 memories, 1 change)
+    sign_in(page, base_url, h.admin_token())
+    assert page.locator("#waiting-count [data-count]").inner_text() == "37"
+    first = page.locator("[data-row-id]").evaluate_all("rows => rows.map(r => r.dataset.rowId)")
+    assert len(first) == 25
+    assert page.locator("[data-row-id] h2").first.inner_text() == "fact number 29"  # newest first
+    page.get_by_role("link", name="Next page").click()
+    second = page.locator("[data-row-id]").evaluate_all("rows => rows.map(r => r.dataset.rowId)")
+    assert len(second) == 12 and not set(first) & set(second)
+    assert page.get_by_role("link", name="Next page").count() == 0
+    page.get_by_role("link", name="First page").click()
+    assert page.locator("[data-row-id]").count() == 25
+
+
 def test_a_team_admin_sees_only_their_teams_items(page: Any, base_url: str, seeded: h.Seeded) -> None:
     sign_in(page, base_url, h.team_admin_token())
     assert row(page, seeded["city"]).is_visible()
