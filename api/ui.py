@@ -815,7 +815,7 @@ def _settings_form(
                 "form_value": str(form.get(field.name) or "")
                 if form is not None
                 else core.form_value(field, value),
-                "effect": core.effect_of(level, source, effective),
+                "effect": core.effect_of(level, source, effective, field.name),
             }
         )
     if level == "global":

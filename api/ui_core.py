@@ -317,7 +317,7 @@ class Effect:
         return f"In effect: {self.value} · {self.source}"
 
 
-def effect_of(level: str, source: str, effective: Any) -> Effect:
+def effect_of(level: str, source: str, effective: Any, field: str = "") -> Effect:
     """`source` is the level that set the effective value, or `default` (the deployment's)."""
     if source == level:
         where = "set here"
@@ -325,7 +325,7 @@ def effect_of(level: str, source: str, effective: Any) -> Effect:
         where = "the deployment default (no level sets it)"
     else:
         where = f"inherited from {LEVEL_NAMES.get(source, source)}"
-    return Effect(show_setting(effective), where)
+    return Effect(show_setting(effective, field), where)
 
 
 def field_named(message: str) -> str:
@@ -336,9 +336,13 @@ def field_named(message: str) -> str:
     return "form"
 
 
-def show_setting(value: Any) -> str:
+def show_setting(value: Any, field: str = "") -> str:
     """A setting's value as the page shows it."""
     if value is None:
+        if field == "extraction_prompt":
+            return "the built-in prompt"
+        if field.endswith("_days"):
+            return "never"
         return "not set"
     if isinstance(value, bool):
         return "on" if value else "off"

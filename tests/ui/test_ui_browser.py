@@ -452,6 +452,7 @@ def pages_of(seeded: h.Seeded) -> list[tuple[str, Callable[[], str], str]]:
         ("my-memories-empty", h.admin_token, "/ui/me"),
         ("refused-user-on-queue", h.alice_token, "/ui/review"),
         ("signed-out", lambda: "", "/ui/me"),
+        ("sign-in-link-invalid", lambda: "", "/ui/login?token=expired-or-forged"),
     ]
 
 

@@ -154,3 +154,25 @@ def test_my_memories_are_grouped_by_scope_then_persona_with_pending_marked_and_a
     assert [c.key for c in groups[0].cards] == ["age", "city"]
     assert [c.pending for c in groups[0].cards] == [True, False]
     assert groups[2].cards[0].pending
+
+
+@pytest.mark.parametrize(
+    ("level", "source", "value", "field", "shown"),
+    [
+        ("team", "team", 14, "pending_days", "In effect: 14 · set here"),
+        ("team", "global", 0.6, "min_confidence", "In effect: 0.6 · inherited from the global settings"),
+        (
+            "persona",
+            "default",
+            None,
+            "extraction_prompt",
+            "In effect: the built-in prompt · the deployment default",
+        ),
+        ("global", "default", None, "archived_days", "In effect: never · the deployment default"),
+        ("team", "team", False, "enabled", "In effect: off · set here"),
+    ],
+)
+def test_each_setting_says_what_is_in_effect_and_where_it_comes_from(
+    level: str, source: str, value: object, field: str, shown: str
+) -> None:
+    assert str(core.effect_of(level, source, value, field)).startswith(shown)
