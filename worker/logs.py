@@ -28,11 +28,6 @@ def event_context(event_id: str | None) -> Iterator[None]:
         _event_id.reset(token)
 
 
-def current_event_id() -> str | None:
-    """The event id of the current context, if any."""
-    return _event_id.get()
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, event_id, extras, exception."""
 
