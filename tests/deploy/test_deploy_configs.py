@@ -82,18 +82,8 @@ def test_alert_rules_are_well_formed() -> None:
             assert rule["annotations"]["summary"]
 
 
-# `pmem serve`'s own variables (the control-plane contract; read by the API's settings).
-API_VARIABLES = {
-    "PMEM_API_PORT",
-    "PMEM_AUTH_JWT_SECRET",
-    "PMEM_AUTH_JWT_PUBLIC_KEY",
-    "PMEM_AUTH_ISSUER",
-    "PMEM_AUTH_AUDIENCE",
-}
-
-
 def test_manifests_set_only_real_settings() -> None:
-    fields = {f"PMEM_{name.upper()}" for name in Settings.model_fields} | API_VARIABLES
+    fields = {f"PMEM_{name.upper()}" for name in Settings.model_fields}
     used: set[str] = set()
     for path in [*yaml_files(), DEPLOY / "Dockerfile"]:
         used.update(ENV_NAME.findall(path.read_text()))

@@ -1,6 +1,6 @@
-"""A real Prometheus (Debian's `prometheus`) scrapes a real `pmem worker` process on loopback while it
-handles events (processed, retried after LLM errors, dead-lettered), and every query of every
-Grafana panel in deploy/grafana answers with at least one series.
+"""A real Prometheus (Debian's `prometheus`) scrapes a real `pmem worker` and a real `pmem serve` on
+loopback while the worker handles events (processed, retried after LLM errors, dead-lettered), and
+every query of every Grafana panel in deploy/grafana answers with at least one series.
 
 The scrape targets are one table (`SCRAPE_TARGETS` in the test): another process that serves
 /metrics is one more line there."""
@@ -166,6 +166,15 @@ def publish(nats_url: str, subject: str, bodies: list[bytes]) -> None:
     asyncio.run(go())
 
 
+def api_env(env: Mapping[str, str], port: int) -> dict[str, str]:
+    """`pmem serve` on `port`, with the worker's database and a test signing secret."""
+    return {
+        **env,
+        "PMEM_API_PORT": str(port),
+        "PMEM_AUTH_JWT_SECRET": "prometheus-scrape-test-secret-0123456789",
+    }
+
+
 def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
     nats_server: EmbeddedNats,
     database_url: str,
@@ -180,7 +189,7 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
     settings = base_settings(
         nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
     )
-    worker_port = free_port()
+    worker_port, api_port = free_port(), free_port()
     env = {
         **{
             f"PMEM_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
@@ -208,6 +217,9 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
         SCRAPE_TARGETS = {
             "pmem-worker": stack.enter_context(
                 running_pmem(["worker"], env, port=worker_port, logs=tmp_path / "worker.log")
+            ),
+            "pmem-api": stack.enter_context(
+                running_pmem(["serve"], api_env(env, api_port), port=api_port, logs=tmp_path / "api.log")
             ),
         }
         prometheus = stack.enter_context(running_prometheus(SCRAPE_TARGETS, tmp_path))
