@@ -13,8 +13,8 @@ rest of the batch:
 - `new`: write it.
 
 Embeddings are compared by cosine similarity; they must be of the same text form on both sides
-(`memory_text(key, value)` is the form the worker embeds and stores). Without embeddings only key
-equality is used; a value alone ("Yes") is too weak a signal to call two keys duplicates.
+(`store.keys.embedding_text(key, value)` is the form the worker embeds and stores). Without
+embeddings only key equality is used; a value alone ("Yes") is too weak a signal to call two keys duplicates.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from extraction.types import Candidate
-from extraction.validate import normalise_key
+from store.keys import normalize_key
 from store.types import Memory, OwnerRef, Scope
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "cosine",
     "decide_dedup",
     "dedup_candidates",
-    "memory_text",
 ]
 
 DedupOutcome = Literal["new", "same_key", "duplicate", "batch_duplicate"]
@@ -67,11 +66,6 @@ class DedupDecision:
     def action(self) -> Literal["write", "skip"]:
         """`write` for `new` and `same_key` (the candidate goes to the store), else `skip`."""
         return "write" if self.outcome in ("new", "same_key") else "skip"
-
-
-def memory_text(key: str, value: str) -> str:
-    """The text that is embedded for a memory, on both the candidate and the stored side."""
-    return f"{key}: {value}"
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -137,7 +131,7 @@ def _stored_items(
             stored.setdefault(memory.scope, []).append(
                 _Item(
                     scope=memory.scope,
-                    key=normalise_key(memory.key),
+                    key=normalize_key(memory.key),
                     value=memory.value,
                     embedding=vector,
                     stored_key=memory.key,
@@ -186,7 +180,7 @@ def decide_dedup(
     view here; use `dedup_candidates` for a whole batch).
     """
     item = _Item(
-        scope=candidate.scope, key=normalise_key(candidate.key), value=candidate.value, embedding=embedding
+        scope=candidate.scope, key=normalize_key(candidate.key), value=candidate.value, embedding=embedding
     )
     stored = _stored_items(existing, None).get(candidate.scope, [])
     return _against_stored(candidate, item, stored, thresholds or DedupThresholds())
@@ -212,7 +206,7 @@ def dedup_candidates(
     items = [
         _Item(
             scope=c.scope,
-            key=normalise_key(c.key),
+            key=normalize_key(c.key),
             value=c.value,
             embedding=embeddings[i] if embeddings is not None else None,
         )

@@ -246,7 +246,7 @@ class LLMExtractor:
                 with attempt:
                     content = await self._complete(prompt, allowed, state)
                     if content is None:  # the model refused; retrying a refusal does not help
-                        return [], [Rejection(reason="the LLM refused to answer", raw="")]
+                        return [], [Rejection(code="refused", reason="the LLM refused to answer", raw="")]
                     try:
                         return parse_output(content, allowed, limits=self._config.limits)
                     except MalformedOutputError as exc:

@@ -281,6 +281,8 @@ class PostgresMemoryStore(CoreStore):
             max_overflow=max_overflow,
             pool_pre_ping=pool_pre_ping,
             echo=echo,
+            # errors (and so log lines and DLQ reasons) never carry SQL parameters: memory values
+            hide_parameters=True,
         )
         self._tuning = tuning or RecallTuning()
         self._weights = dict(weights)

@@ -67,6 +67,7 @@ class SqliteMemoryStore(CoreStore):
             pool_size=1,
             max_overflow=0,
             pool_timeout=busy_timeout_ms / 1000,
+            hide_parameters=True,  # errors never carry SQL parameters (memory values)
         )
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)

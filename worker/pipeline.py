@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from extraction.dedup import dedup_candidates, memory_text
+from extraction.dedup import dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
+from store.keys import embedding_text
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import MemoryStore
 from worker.events import ConversationEnded
@@ -380,7 +381,7 @@ async def process_event(
     vectors: list[list[float]] = []
     if kept:
         with metrics.time(metrics.embedding_duration):
-            vectors = await deps.embedder.embed([memory_text(c.key, c.value) for c in kept])
+            vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
         if len(vectors) != len(kept):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
     rows, deduped = plan_rows(event, scopes, kept, vectors, existing)
@@ -389,8 +390,16 @@ async def process_event(
     dropped_all = dropped + deduped
     for item in dropped_all:
         metrics.candidates_dropped.labels(reason=item.reason).inc()
-    if result.rejected:
-        metrics.candidates_dropped.labels(reason="rejected_by_validation").inc(len(result.rejected))
+    for rejection in result.rejected:
+        # once per rejected item, with the bounded code as the metric label; `raw` is redacted
+        metrics.candidates_dropped.labels(reason=rejection.code).inc()
+        log.info(
+            "candidate rejected (%s): %s; item: %s",
+            rejection.code,
+            rejection.reason,
+            rejection.raw,
+            extra={"rejection": rejection.code},
+        )
     if write.duplicate:
         # another delivery committed the same event between our check and our write
         return await duplicate(result.usage)
