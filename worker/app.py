@@ -19,9 +19,12 @@ Delivery semantics (read this first):
 - Invalid events and permanent errors go to the DLQ at once. DLQ = publish the original body and
   the reason (also in the `Pmem-Dlq-Reason` header) to PMEM_DLQ_SUBJECT, wait for JetStream to
   store it, then `term` the message. If the DLQ publish fails, the message is nacked, not dropped.
-- The consumer's own max_deliver is unlimited: the worker counts deliveries itself, so a message
-  whose processing crashes the process is dead-lettered on its next delivery past the limit
-  instead of being silently parked by the server.
+- The worker counts deliveries itself, so a message whose processing crashes the process is
+  dead-lettered on its next delivery past PMEM_MAX_DELIVER instead of being silently parked by the
+  server. The consumer's own max_deliver is PMEM_MAX_DELIVER + 2: finite, so a message whose DLQ
+  publish keeps failing (bounded retries, PMEM_DLQ_PUBLISH_ATTEMPTS) cannot cycle forever.
+- A DLQ record always fits the server's max_payload: an over-large body is truncated, with its
+  original size and stream sequence recorded.
 - SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
 
 FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
@@ -201,18 +204,34 @@ async def start_bounded(
 
 
 def consumer_config(settings: Settings) -> ConsumerConfig:
-    """The durable pull consumer the worker wants (see the module docstring for max_deliver=-1)."""
+    """The durable pull consumer the worker wants (max_deliver: see `consumer_max_deliver`)."""
     return ConsumerConfig(
         durable_name=settings.durable,
         name=settings.durable,
         filter_subject=settings.subject,
         ack_policy=JsAckPolicy.EXPLICIT,
         ack_wait=settings.ack_wait_s,
-        max_deliver=-1,
+        max_deliver=consumer_max_deliver(settings),
         deliver_policy=DeliverPolicy.ALL,
         # Room for every worker's in-flight events plus the nacked ones waiting for their delay.
         max_ack_pending=max(1000, settings.concurrency * 16),
     )
+
+
+def consumer_max_deliver(settings: Settings) -> int:
+    """JetStream's own delivery limit: finite, so nothing cycles forever, and above
+    PMEM_MAX_DELIVER so the worker dead-letters first: delivery max_deliver+1 is the one that
+    finds a crashed or hung event, one more is room for a DLQ publish that failed."""
+    return settings.max_deliver + 2
+
+
+# Room for the DLQ message's headers (the reason header is capped at 1000 characters).
+DLQ_HEADER_ALLOWANCE = 4096
+
+
+def dlq_record_limit(max_payload: int) -> int:
+    """Bytes a DLQ record may take so that record plus headers fit the server's max_payload."""
+    return max(1024, max_payload - DLQ_HEADER_ALLOWANCE)
 
 
 def consumer_config_diff(existing: ConsumerConfig, wanted: ConsumerConfig) -> dict[str, tuple[Any, Any]]:
@@ -638,24 +657,33 @@ class Worker:
             delivery_count=meta.num_delivered or 1,
             event_id=event_id,
             failed_at=datetime.now(UTC),
+            max_bytes=dlq_record_limit(self.broker.connection.max_payload),
         )
-        try:
-            await self._js.publish(
-                s.dlq_subject,
-                record.model_dump_json().encode(),
-                headers=dlq_headers(reason=reason, label=label, msg_id=f"dlq:{meta.stream}:{stream_seq}"),
-                timeout=PUBLISH_TIMEOUT_S,
-            )
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
-            self.metrics.publish_failures.labels(kind="dlq").inc()
-            log.error(
-                "could not publish to the DLQ %s (%s: %s); nacking the event instead of dropping it",
-                s.dlq_subject,
-                type(exc).__name__,
-                exc,
-            )
-            await raw.nak(delay=s.retry_delay_s)
-            return
+        headers = dlq_headers(reason=reason, label=label, msg_id=f"dlq:{meta.stream}:{stream_seq}")
+        for attempt in range(1, s.dlq_publish_attempts + 1):
+            try:
+                await self._js.publish(
+                    s.dlq_subject, record.encode(), headers=headers, timeout=PUBLISH_TIMEOUT_S
+                )
+                break
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+                self.metrics.publish_failures.labels(kind="dlq").inc()
+                if attempt < s.dlq_publish_attempts and not self._stopping.is_set():
+                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+                    continue
+                # Bounded: the event goes back to JetStream, whose finite max_deliver (see
+                # consumer_config) stops redelivering it; it stays in the stream until max_age.
+                log.error(
+                    "could not publish to the DLQ %s after %d attempts (%s); nacking the event "
+                    "(delivery %d of at most %d)",
+                    s.dlq_subject,
+                    attempt,
+                    one_line(exc),
+                    meta.num_delivered or 1,
+                    consumer_max_deliver(s),
+                )
+                await raw.nak(delay=s.retry_delay_s)
+                return
         await raw.term()
         self.metrics.events.labels(outcome="dlq").inc()
         self.metrics.dlq.labels(reason=label).inc()
