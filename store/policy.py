@@ -94,7 +94,14 @@ def plan_reject(memory: Memory, open_revision: Revision | None) -> ReviewKind:
     return "nothing"
 
 
-SETTINGS_FIELDS = ("enabled", "persona_learning", "extraction_prompt", "min_confidence")
+SETTINGS_FIELDS = (
+    "enabled",
+    "persona_learning",
+    "extraction_prompt",
+    "min_confidence",
+    "pending_days",
+    "archived_days",
+)
 
 
 def merge_settings(
@@ -119,6 +126,8 @@ def merge_settings(
         persona_learning=bool(merged["persona_learning"]),
         extraction_prompt=merged["extraction_prompt"],
         min_confidence=float(merged["min_confidence"]),
+        pending_days=None if merged["pending_days"] is None else int(merged["pending_days"]),
+        archived_days=None if merged["archived_days"] is None else int(merged["archived_days"]),
     )
 
 

@@ -25,7 +25,8 @@ from sqlalchemy import event, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from store._core import CoreStore
+from store.core import CoreStore
+from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
@@ -39,7 +40,7 @@ from store.recall import (
     vector_ranking,
 )
 from store.schema import build_schema
-from store.types import RecallHit, Retriever
+from store.types import MemorySettings, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
 
@@ -59,6 +60,7 @@ class SqliteMemoryStore(CoreStore):
         *,
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         busy_timeout_ms: int = 30_000,
+        settings_defaults: MemorySettings | None = None,
     ) -> None:
         # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
         engine = create_async_engine(
@@ -72,7 +74,12 @@ class SqliteMemoryStore(CoreStore):
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
         event.listen(engine.sync_engine, "begin", self._begin_immediate)
-        super().__init__(engine=engine, schema=build_schema(embedder.dim, "sqlite"), embedder=embedder)
+        super().__init__(
+            engine=engine,
+            schema=build_schema(embedder.dim, "sqlite"),
+            embedder=embedder,
+            settings_defaults=settings_defaults,
+        )
         self._weights = dict(weights)
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
@@ -98,7 +105,7 @@ class SqliteMemoryStore(CoreStore):
         async with self._schema_lock:
             if not self._schema_ready:
                 async with self._engine.begin() as conn:
-                    await conn.run_sync(self._schema.metadata.create_all)
+                    await conn.run_sync(create_sqlite_schema, self._schema)
                 self._schema_ready = True
 
     async def check_schema(self) -> None:
@@ -126,8 +133,10 @@ class SqliteMemoryStore(CoreStore):
         *,
         retriever: Retriever = "hybrid",
         query_embedding: Sequence[float] | None = None,
+        team_id: uuid.UUID | None = None,
     ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona), hybrid-ranked; empty query → top by confidence."""
+        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
+        and of that team), hybrid-ranked; empty query → top by confidence."""
         if retriever not in RETRIEVERS:
             raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
         if limit <= 0:
@@ -135,7 +144,7 @@ class SqliteMemoryStore(CoreStore):
         owners = resolve_scopes(user_id, persona_id)
         m = self._schema.memories
         k = candidate_count(limit)
-        visible = (m.c.status == "active", self._owner_clause(owners))
+        visible = (m.c.status == "active", self._owner_clause(owners), self._team_clause(team_id))
         async with self._reading() as conn:
             rows = (await conn.execute(select(*self._memory_columns, m.c.embedding).where(*visible))).all()
             memories = [self._memory(row) for row in rows]

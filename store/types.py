@@ -11,7 +11,7 @@ Scope = Literal["user", "persona", "persona_user"]
 Status = Literal["active", "pending_review", "archived"]
 UpsertAction = Literal["created", "updated", "revision_proposed", "unchanged"]
 SettingsLevel = Literal["global", "team", "persona"]
-AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete"]
+AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete", "erase"]
 # Which recall branch to run: both fused (default), or one alone (evaluation, benchmarks).
 Retriever = Literal["hybrid", "vector", "keyword"]
 
@@ -37,6 +37,8 @@ class Memory:
     status: Status
     created_at: datetime
     updated_at: datetime
+    # the team of the conversation that wrote it (None: no team); part of the row's identity
+    team_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +57,7 @@ class NewMemory:
     # when the conversation it came from happened; becomes created_at of a new row (default: now),
     # so recall can honour time cues ("what did I say in March?")
     observed_at: datetime | None = None
+    team_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +119,9 @@ class AuditEntry:
     actor: str
     event_id: uuid.UUID | None
     at: datetime
+    scope: Scope | None = None
+    key: str | None = None
+    revision_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +132,10 @@ class MemorySettings:
     persona_learning: bool = False
     extraction_prompt: str | None = None
     min_confidence: float = 0.5
+    # retention: pending memories are rejected after `pending_days`, archived ones erased after
+    # `archived_days` (None: kept)
+    pending_days: int | None = 30
+    archived_days: int | None = 30
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -59,6 +59,7 @@ class MemoryStore(Protocol):
         limit: int = 20,
         *,
         retriever: Retriever = "hybrid",
+        team_id: uuid.UUID | None = None,
     ) -> builtins.list[RecallHit]:
         """Active memories for the user (and persona), best first; empty query: top by confidence."""
         ...
@@ -91,9 +92,10 @@ class MemoryStore(Protocol):
     ) -> None: ...
 
     async def existing_memories(
-        self, owners: Sequence[OwnerRef]
+        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
     ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
-        """Active and pending memories (with embeddings) of the given (scope, owner, user) triples."""
+        """Active and pending memories (with embeddings) of the given (scope, owner, user) triples,
+        visible in the team context (rows of no team, or of `team_id`)."""
         ...
 
     async def write_event(

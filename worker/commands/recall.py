@@ -97,7 +97,9 @@ async def recall_hits(
 
     embedder = build_embedder(settings)
     try:
-        store = await open_store(settings.database_url, embedder)
+        store = await open_store(
+            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
+        )
         try:
             return await store.recall(user_id, persona_id, query, limit, retriever=retriever)
         finally:
