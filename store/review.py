@@ -9,11 +9,11 @@ from sqlalchemy import select, update
 
 from store.base import StoreBase
 from store.errors import StoreError
+from store.keys import embedding_text
 from store.policy import (
     plan_approve,
     plan_reject,
 )
-from store.keys import embedding_text
 from store.types import (
     AuditEntry,
     Memory,

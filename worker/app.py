@@ -71,11 +71,13 @@ from worker.health import HealthServer
 from worker.logs import event_context
 from worker.metrics import Metrics
 from worker.pipeline import (
+    EventDeadlineExceeded,
     PipelineDeps,
     PolicyCache,
     Written,
     decide_failure,
     is_database_unavailable,
+    one_line,
     process_event,
 )
 from worker.settings import Settings
@@ -127,12 +129,6 @@ def safe_url(url: str) -> str:
     authority, slash, tail = rest.partition("/")
     host = authority.rsplit("@", 1)[-1]
     return f"{scheme}://{host}{slash}{tail.split('?', 1)[0]}"
-
-
-def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message` (driver errors append SQL and help links on more lines)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 async def start_bounded(
@@ -503,11 +499,20 @@ class Worker:
                     event_id=event_id,
                 )
                 return
+            # PMEM_EVENT_TIMEOUT_S bounds the whole delivery; when it passes, the in-progress
+            # acks stop with it (they live inside the deadline) and the event is retried or
+            # dead-lettered like any transient failure
+            deadline = asyncio.timeout(s.event_timeout_s)
             try:
-                async with self._keep_alive(raw):
+                async with self._keep_alive(raw), deadline:
                     outcome = await process_event(parsed, self.deps, check_processed=delivered > 1)
             except Exception as exc:
-                await self._on_failure(raw, exc, delivered=delivered, event_id=event_id)
+                failure: Exception = exc
+                if deadline.expired():
+                    failure = EventDeadlineExceeded(
+                        f"the event took longer than PMEM_EVENT_TIMEOUT_S={s.event_timeout_s:g}s"
+                    )
+                await self._on_failure(raw, failure, delivered=delivered, event_id=event_id)
                 return
             if outcome.status == "processed":
                 await self._publish_extracted(parsed, outcome.written)
@@ -808,6 +813,8 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         max_overflow=0,
         settings_defaults=settings.memory_defaults(),
         pool_pre_ping=False,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
     )
     try:
         await store.check_schema()

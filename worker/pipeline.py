@@ -149,7 +149,20 @@ def plan_rows(
     return tuple(rows), tuple(dropped)
 
 
-FailureCategory = Literal["llm", "embedding", "database", "unexpected"]
+FailureCategory = Literal["llm", "embedding", "database", "deadline", "unexpected"]
+
+
+class EventDeadlineExceeded(Exception):
+    """One delivery of an event ran past PMEM_EVENT_TIMEOUT_S (LLM chunks and retries, embeddings,
+    database waits included); retried later, dead-lettered with label `deadline_exhausted` on the
+    last delivery."""
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: driver errors append the SQL statement and help links on
+    further lines, which belong in neither a log line nor a DLQ reason."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -165,6 +178,8 @@ class FailureDecision:
 
 def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
     """(category, transient?) of an exception raised while processing an event."""
+    if isinstance(exc, EventDeadlineExceeded):
+        return "deadline", True
     if isinstance(exc, TransientEmbeddingError | PermanentEmbeddingError):
         return "embedding", isinstance(exc, TransientError)
     if isinstance(exc, TransientError | PermanentError):
@@ -225,7 +240,7 @@ def decide_failure(
     """Retry transient failures with a delay (the provider's Retry-After when it gave one, else
     exponential backoff) until the `max_deliver`-th delivery; dead-letter permanent ones at once."""
     category, transient = categorize(exc)
-    detail = f"{type(exc).__name__}: {exc}"
+    detail = one_line(exc)
     if not transient:
         return FailureDecision(
             action="dead_letter", delay_s=0.0, label=f"{category}_permanent", reason=detail

@@ -191,3 +191,20 @@ def test_policy_cache_expires_and_stays_bounded() -> None:
     off = PolicyCache(ttl_s=0)
     off.put(key, MemorySettings())
     assert off.get(key) is None
+
+
+def test_a_deadline_is_retried_then_dead_lettered_with_its_own_label() -> None:
+    from worker.pipeline import EventDeadlineExceeded
+
+    exc = EventDeadlineExceeded("the event took longer than PMEM_EVENT_TIMEOUT_S=1s")
+    first = decide_failure(exc, delivery_count=1, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    last = decide_failure(exc, delivery_count=2, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    assert (first.action, first.label) == ("retry", "deadline")
+    assert (last.action, last.label) == ("dead_letter", "deadline_exhausted")
+    assert "PMEM_EVENT_TIMEOUT_S=1s" in last.reason
+
+
+def test_failure_reasons_are_one_line() -> None:
+    exc = RuntimeError("(psycopg.DataError) bad\n[SQL: INSERT INTO memories …]\n(Background …)")
+    decision = decide_failure(exc, delivery_count=9, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    assert "\n" not in decision.reason and "INSERT" not in decision.reason
