@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store.errors import StoreError
+from store.errors import StoreError, translating_errors
 from store.keys import embedding_text
 from store.policy import (
     storable_confidence,
@@ -104,12 +104,12 @@ class StoreBase:
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self._engine.begin() as conn:
+        async with translating_errors(), self._engine.begin() as conn:
             yield conn
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
     # -- row conversion -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.core import CoreStore
 from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.errors import translating_errors
 from store.migrate import (
     EmbeddingDimensionMismatch,
     SchemaError,
@@ -335,7 +336,7 @@ class PostgresMemoryStore(CoreStore):
             """(alembic revision, embedding dimension) of the database."""
             return current_revision(sync_conn), existing_embedding_dim(sync_conn)
 
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             revision, dim = await conn.run_sync(inspect)
         if revision is None or dim is None:
             raise SchemaError(
@@ -437,7 +438,7 @@ class PostgresMemoryStore(CoreStore):
         Recall is the hot path: this skips SQLAlchemy's statement and row processing (about a
         millisecond per call) and the BEGIN/COMMIT round trips; psycopg prepares the few
         statement shapes server-side after their fifth use."""
-        async with self._read_engine.connect() as conn:
+        async with translating_errors(), self._read_engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             if driver is None:
                 raise RuntimeError("the pooled connection has no psycopg driver connection")

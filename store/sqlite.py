@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core import CoreStore
+from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
@@ -115,13 +116,13 @@ class SqliteMemoryStore(CoreStore):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with self._engine.begin() as conn:
+        async with translating_errors(), self._engine.begin() as conn:
             yield conn
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
     async def recall(

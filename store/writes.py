@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import StoreBase
-from store.errors import StoreError
+from store.errors import StoreConflict, StoreError
 from store.policy import (
     plan_upsert,
     same_value,
@@ -35,8 +35,14 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 }
 
 
+# immediate retries of a transaction that hit a deadlock or a serialisation failure
+CONFLICT_RETRIES = 3
+
+
 class MemoryWrites(StoreBase):
     """Upserts and event writes, with their audit rows."""
+
+    conflict_retries: int = 0  # transactions retried after a deadlock/serialisation failure
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -185,21 +191,36 @@ class MemoryWrites(StoreBase):
             ),
         )
         pe = self._schema.processed_events
-        results: dict[int, UpsertResult] = {}
-        async with self._transaction() as conn:
-            claimed = await conn.execute(
-                self._insert(pe)
-                .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
-                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
-                .returning(pe.c.event_id)
-            )
-            if claimed.first() is None:
-                return EventWrite(duplicate=True)
-            for i in order:
-                results[i] = await self._upsert_in(
-                    conn, memories[i], embeddings[i], actor=actor, event_id=event_id
-                )
-        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+        # a deadlock or serialisation failure is nobody's fault: the whole transaction is tried
+        # again at once (nothing of it was committed), a few times, before it counts as a failure
+        for attempt in range(1, CONFLICT_RETRIES + 2):
+            results: dict[int, UpsertResult] = {}
+            try:
+                async with self._transaction() as conn:
+                    claimed = await conn.execute(
+                        self._insert(pe)
+                        .values(
+                            event_id=event_id,
+                            processed_at=self._now(),
+                            memory_count=len(memories),
+                            actor=actor,
+                        )
+                        .on_conflict_do_nothing(index_elements=[pe.c.event_id])
+                        .returning(pe.c.event_id)
+                    )
+                    if claimed.first() is None:
+                        return EventWrite(duplicate=True)
+                    for i in order:
+                        results[i] = await self._upsert_in(
+                            conn, memories[i], embeddings[i], actor=actor, event_id=event_id
+                        )
+            except StoreConflict:
+                if attempt > CONFLICT_RETRIES:
+                    raise
+                self.conflict_retries += 1
+                continue
+            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def is_processed(self, event_id: uuid.UUID) -> bool:
         """Whether `write_event` already committed this event."""

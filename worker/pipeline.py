@@ -22,6 +22,7 @@ from extraction.dedup import dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
+from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import MemoryStore
@@ -184,7 +185,7 @@ def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
         return "embedding", isinstance(exc, TransientError)
     if isinstance(exc, TransientError | PermanentError):
         return "llm", isinstance(exc, TransientError)
-    if is_database_unavailable(exc):
+    if isinstance(exc, StoreUnavailable | StoreTimeout):
         return "database", True
     # A bug or an unforeseen error: retried like a transient failure, then dead-lettered, so it
     # is neither lost nor retried forever.
@@ -192,35 +193,9 @@ def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
 
 
 def is_database_unavailable(exc: BaseException) -> bool:
-    """True for errors that mean "the database cannot be reached right now" (not "this write is
-    wrong"): connection refused/reset, server shutting down, pool timeouts."""
-    import psycopg
-    import sqlalchemy.exc
-
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        return True
-    if isinstance(exc, sqlalchemy.exc.TimeoutError):  # connection pool exhausted
-        return True
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return True
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and _is_unavailable_cause(cause)
-
-
-def _is_unavailable_cause(exc: BaseException, depth: int = 0) -> bool:
-    # a store may wrap the driver's error in its own exception type
-    if depth > 3:
-        return False
-    import psycopg
-
-    if isinstance(exc, psycopg.OperationalError | ConnectionError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and _is_unavailable_cause(cause, depth + 1)
+    """True when the store says the database cannot be reached right now (not "this write is
+    wrong"): the store translates driver errors into its own exceptions (store.errors)."""
+    return isinstance(exc, StoreUnavailable)
 
 
 def retry_delay(delivery_count: int, *, base_s: float, max_s: float) -> float:
