@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.errors import StoreError, translating_errors
 from store.keys import embedding_text
+from store.pagination import decode_cursor
 from store.policy import (
     storable_confidence,
 )
@@ -24,6 +25,7 @@ from store.schema import NIL_UUID_SQL, Schema
 from store.types import (
     NIL_UUID,
     AuditAction,
+    AuditEntry,
     Memory,
     MemorySettings,
     NewMemory,
@@ -159,6 +161,21 @@ class StoreBase:
                 parts.append(t.c.user_id == owner.user_id)
             clauses.append(and_(*parts))
         return or_(*clauses) if clauses else false()
+
+    def _about_user(self, user_id: uuid.UUID) -> ColumnElement[bool]:
+        """Memories about one person: their `user` scope and their `persona_user` rows."""
+        m = self._schema.memories
+        return or_(
+            and_(m.c.scope == "user", m.c.owner_id == user_id),
+            and_(m.c.scope == "persona_user", m.c.user_id == user_id),
+        )
+
+    @staticmethod
+    def _after(column_at: Any, column_id: Any, cursor: str | None) -> builtins.list[ColumnElement[bool]]:
+        if cursor is None:
+            return []
+        at, item_id = decode_cursor(cursor)
+        return [or_(column_at < at, and_(column_at == at, column_id < item_id))]
 
     def _team_clause(self, team_id: uuid.UUID | None, table: Any = None) -> ColumnElement[bool]:
         """SQL for "visible in this team's context": rows of no team, or of `team_id`."""
@@ -334,3 +351,20 @@ class StoreBase:
     async def close(self) -> None:
         """Close every pooled connection."""
         await self._engine.dispose()
+
+
+def audit_entry(row: Row[Any]) -> AuditEntry:
+    """An `AuditEntry` from a `memory_audit` row."""
+    return AuditEntry(
+        id=row.id,
+        memory_id=row.memory_id,
+        action=row.action,
+        old_value=row.old_value,
+        new_value=row.new_value,
+        actor=row.actor,
+        event_id=row.event_id,
+        at=row.at,
+        scope=row.scope,
+        key=row.key,
+        revision_id=row.revision_id,
+    )

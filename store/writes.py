@@ -235,7 +235,11 @@ class MemoryWrites(StoreBase):
         a = self._schema.audit
         stmt = (
             select(a.c.memory_id, a.c.action, a.c.scope, a.c.key)
-            .where(a.c.event_id == event_id, a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)))
+            .where(
+                a.c.event_id == event_id,
+                a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)),
+                a.c.key.is_not(None),  # an erased memory's key is gone with it
+            )
             .order_by(a.c.id)
         )
         async with self._reading() as conn:
