@@ -27,13 +27,14 @@ from typing import Literal
 
 from extraction.types import Candidate
 from store.keys import normalize_key
-from store.types import Memory, OwnerRef, Scope
+from store.types import DedupVerdict, Memory, Neighbour, NewMemory, OwnerRef, Scope
 
 __all__ = [
     "DedupDecision",
     "DedupOutcome",
     "DedupThresholds",
     "cosine",
+    "decide_against_neighbours",
     "decide_dedup",
     "dedup_candidates",
 ]
@@ -240,3 +241,30 @@ def dedup_candidates(
         if decision.action == "write":
             kept.append(item)
     return decisions
+
+
+def decide_against_neighbours(
+    memory: NewMemory, neighbours: Sequence[Neighbour], *, thresholds: DedupThresholds | None = None
+) -> DedupVerdict:
+    """The store's `DedupRule`: decide one new memory against its nearest stored neighbours (the
+    store found them in the database: same owner and team context, with their similarities).
+
+    A neighbour under the same normalised key: write under that stored key (the upsert makes it an
+    update or a pending revision). Else the most similar neighbour under another key that means
+    the same (`DedupThresholds`): skip, it already says it. Else write."""
+    thresholds = thresholds or DedupThresholds()
+    key = normalize_key(memory.key)
+    for near in neighbours:
+        if near.memory.scope == memory.scope and normalize_key(near.memory.key) == key:
+            return DedupVerdict(key=near.memory.key)
+    value = _normal_value(memory.value)
+    best: Neighbour | None = None
+    for near in neighbours:
+        if near.memory.scope != memory.scope:
+            continue
+        same = near.similarity >= thresholds.duplicate_similarity or (
+            near.similarity >= thresholds.same_value_similarity and _normal_value(near.memory.value) == value
+        )
+        if same and (best is None or near.similarity > best.similarity):
+            best = near
+    return DedupVerdict(duplicate_of=best.memory.id) if best is not None else DedupVerdict()

@@ -2,10 +2,16 @@
 failure decisions) and one thin async shell, `process_event`, that runs them against the store,
 the extractor and the embedder.
 
-Order (issue 3): policy → existing memories of the applicable owners → extraction (prompt, LLM
-calls, validation, redaction happen inside the extractor) → allowed scopes and minimum confidence
-→ ONE batched embeddings call → semantic dedup against existing memories of the same owner →
-ONE transaction (`store.write_event`) → what was written.
+Order (issue 3, bounded by issue 9): policy → the few stored memories most relevant to the
+conversation (their keys go into the prompt; a fixed number, whatever the owner's size) →
+extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → allowed scopes
+and minimum confidence → ONE batched embeddings call → dedup within the batch → ONE transaction
+(`store.write_event`) that, under a per-owner lock, reads each candidate's nearest stored
+neighbours in one statement and drops those that restate a stored memory
+(`extraction.dedup.decide_against_neighbours`) → what was written.
+
+Nothing here loads an owner's memories: per-event time, memory and prompt size do not grow with
+the owner's memory count.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from extraction.dedup import dedup_candidates
+from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
+from store.recall import STOPWORDS, query_terms
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import MemoryStore
 from worker.events import ConversationEnded
@@ -125,12 +132,33 @@ def build_row(
     )
 
 
+# How many words of the conversation select the prompt's existing keys, and how many keys.
+PROMPT_WORDS = 16
+PROMPT_KEYS = 40
+# Nearest stored neighbours read per candidate inside the write transaction.
+DEDUP_NEIGHBOURS = 8
+
+
+def prompt_words(event: ConversationEnded, *, limit: int = PROMPT_WORDS) -> tuple[str, ...]:
+    """The conversation's most frequent informative words (no stopwords, 3+ letters; ties in
+    order of appearance): what selects the stored keys shown to the LLM."""
+    counts: dict[str, int] = {}
+    for message in event.messages:
+        if message.role not in ("user", "assistant"):
+            continue
+        for term in query_terms(message.content):
+            if len(term) >= 3 and term not in STOPWORDS and not term.isdigit():
+                counts[term] = counts.get(term, 0) + 1
+    ranked = sorted(counts, key=lambda term: -counts[term])  # stable: first appearance breaks ties
+    return tuple(ranked[:limit])
+
+
 def plan_rows(
     event: ConversationEnded,
     scopes: Sequence[Scope],
     candidates: Sequence[Candidate],
     embeddings: Sequence[Sequence[float]] | None,
-    existing: Sequence[tuple[Memory, Sequence[float] | None]],
+    existing: Sequence[tuple[Memory, Sequence[float] | None]] = (),
 ) -> tuple[tuple[NewMemory, ...], tuple[Dropped, ...]]:
     """Semantic dedup (extraction/dedup.py) against the existing memories of this event's owners
     and within the batch, then one row per candidate to write. A candidate with an existing key is
@@ -354,12 +382,16 @@ async def process_event(
         return await duplicate() if write.duplicate else Outcome(status="disabled")
 
     owners = owners_for(event, scopes)
-    existing = await db("existing_memories", lambda: store.existing_memories(owners, team_id=event.team_id))
+    words = prompt_words(event)
+    relevant = await db(
+        "prompt_memories",
+        lambda: store.prompt_memories(owners, team_id=event.team_id, words=words, limit=PROMPT_KEYS),
+    )
 
     request = ExtractionRequest(
         messages=transcript(event),
         allowed_scopes=scopes,
-        existing=tuple(memory for memory, _ in existing),
+        existing=tuple(relevant),
         prompt_override=policy.extraction_prompt,
     )
     with metrics.time(metrics.llm_duration):
@@ -375,10 +407,28 @@ async def process_event(
             vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
         if len(vectors) != len(kept):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
-    rows, deduped = plan_rows(event, scopes, kept, vectors, existing)
+    rows, deduped = plan_rows(event, scopes, kept, vectors)
 
-    write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=rows))
-    dropped_all = dropped + deduped
+    write = await db(
+        "write_event",
+        lambda: store.write_event(
+            event_id=event.event_id,
+            memories=rows,
+            dedup=decide_against_neighbours,
+            neighbours=DEDUP_NEIGHBOURS,
+        ),
+    )
+    if not write.duplicate and len(write.results) != len(rows):
+        raise RuntimeError(
+            f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
+        )
+    # restating a stored memory (found inside the write transaction): dropped, not written
+    near = tuple(
+        Dropped(reason="semantic_duplicate", candidate=_candidate(row))
+        for r, row in zip(write.results, rows, strict=True)
+        if r.near_duplicate
+    )
+    dropped_all = dropped + deduped + near
     for item in dropped_all:
         metrics.candidates_dropped.labels(reason=item.reason).inc()
     for rejection in result.rejected:
@@ -394,13 +444,10 @@ async def process_event(
     if write.duplicate:
         # another delivery committed the same event between our check and our write
         return await duplicate(result.usage)
-    if len(write.results) != len(rows):
-        raise RuntimeError(
-            f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
-        )
     written = tuple(
         Written(id=r.memory_id, action=r.action, scope=row.scope, key=row.key)
         for r, row in zip(write.results, rows, strict=True)
+        if not r.near_duplicate
     )
     for done in written:
         metrics.memories_written.labels(scope=done.scope, action=done.action).inc()
@@ -411,6 +458,10 @@ async def process_event(
         rejected=len(result.rejected),
         usage=result.usage,
     )
+
+
+def _candidate(row: NewMemory) -> Candidate:
+    return Candidate(key=row.key, value=row.value, confidence=row.confidence, scope=row.scope)
 
 
 async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) -> MemorySettings:

@@ -117,7 +117,8 @@ async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_u
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as probe:
                 while True:
                     cursor = await probe.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock'"
                         " AND query LIKE 'SELECT%%memories%%FOR UPDATE%%'"
                     )
                     row = await cursor.fetchone()
