@@ -27,7 +27,7 @@ def test_consumer_config_diff_names_what_differs() -> None:
         {**wanted.as_dict(), "ack_wait": 60_000_000_000, "max_deliver": 5}
     )
     diff = consumer_config_diff(existing, wanted)
-    assert diff == {"ack_wait": (60.0, 30.0), "max_deliver": (5, -1)}
+    assert diff == {"ack_wait": (60.0, 30.0), "max_deliver": (5, wanted.max_deliver)}
     other_filter = ConsumerConfig(filter_subject="x.y", ack_policy=AckPolicy.EXPLICIT)
     assert "filter_subject" in consumer_config_diff(other_filter, wanted)
 

@@ -285,7 +285,8 @@ async def test_forbidden_scope_and_overlong_key_are_rejected(harness: Harness) -
     async with h.worker() as worker:
         await h.publish(conversation("I'm vegetarian.", "Ok.", user_id=user))
         await processed_at_least(h, 1)
-        assert await _value(worker, "pmem_candidates_dropped_total", reason="rejected_by_validation") >= 2
+        assert await _value(worker, "pmem_candidates_dropped_total", reason="scope_not_allowed") == 1
+        assert await _value(worker, "pmem_candidates_dropped_total", reason="key_too_many_words") == 1
     got = await rows(h)
     assert {(r[0], r[1]) for r in got} <= {("user", user)}  # the worker, not the LLM, chose owners
     assert "diet preference" in {r[3] for r in got}
