@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from store.errors import StoreTimeout, StoreUnavailable
 from store.migrate import SchemaError
 from store.urls import DatabaseUrlError
 
@@ -111,7 +112,8 @@ def describe_validation(exc: ValidationError) -> str:
 def _connection_reason(exc: BaseException) -> str:
     reason = exc.orig if isinstance(exc, OperationalError) and exc.orig is not None else exc
     first = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
-    return first
+    # the store's own errors prefix the driver's class name: keep the driver's words only
+    return first.removeprefix("OperationalError: ")
 
 
 def describe(exc: BaseException, *, nats_url: str | None = None) -> CliError | None:
@@ -127,7 +129,7 @@ def describe(exc: BaseException, *, nats_url: str | None = None) -> CliError | N
             message=f"{exc.orig}. Has the database been migrated? Run `pmem migrate`",
             exit_code=EXIT_CONFIGURATION,
         )
-    if isinstance(exc, OperationalError) or _is_psycopg_operational(exc):
+    if isinstance(exc, OperationalError | StoreUnavailable | StoreTimeout) or _is_psycopg_operational(exc):
         return CliError(
             message=f"cannot reach the database ({_connection_reason(exc)}); check PMEM_DATABASE_URL "
             "(or --database-url) and that Postgres is running",
