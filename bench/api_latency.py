@@ -136,6 +136,55 @@ async def review_pages(base: str, *, pages: int) -> dict[str, dict[str, float]]:
     return results
 
 
+WRK_SCRIPT = """
+local bodies = {%s}
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %s"
+request = function()
+  i = i + 1
+  return wrk.format(nil, "/v1/recall", nil, bodies[(i %% #bodies) + 1])
+end
+"""
+
+
+def wrk_recall(
+    base: str, key: str, population: Population, *, clients: int, seconds: int, seed: int, workdir: Path
+) -> dict[str, float]:
+    """The same load from `wrk` (C, one thread per core): closed loop, `clients` connections."""
+    rng = random.Random(seed)
+    bodies = [
+        json.dumps({"user_id": str(rng.choice(population.users)), "query": question(rng), "limit": 10})
+        for _ in range(2000)
+    ]
+    script = workdir / "recall.lua"
+    script.write_text(WRK_SCRIPT % (",".join(json.dumps(b) for b in bodies), key))
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(script), base],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    result: dict[str, float] = {"clients": clients, "seconds": seconds}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("50%", "90%", "99%"):
+            result[f"p{parts[0][:-1]}_ms"] = _ms(parts[1])
+        if line.startswith("Requests/sec:"):
+            result["throughput_rps"] = float(parts[1])
+        if "Non-2xx" in line:
+            result["non_2xx"] = float(parts[-1])
+    return result
+
+
+def _ms(text: str) -> float:
+    for unit, factor in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+        if text.endswith(unit):
+            return round(float(text[: -len(unit)]) * factor, 2)
+    return float(text)
+
+
 def serve(url: str, port: int) -> subprocess.Popen[bytes]:
     """Start `pmem serve` and wait until it is ready."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
@@ -164,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=4_000)
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seconds", type=int, default=30, help="wrk run length per concurrency")
+    parser.add_argument("--data-dir", type=Path, help="keep Postgres here (default: a temp dir)")
+    parser.add_argument(
+        "--skip-load", action="store_true", help="reuse the data of an earlier --data-dir run"
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core import CoreStore
+from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
@@ -69,6 +70,7 @@ class SqliteMemoryStore(CoreStore):
             pool_size=1,
             max_overflow=0,
             pool_timeout=busy_timeout_ms / 1000,
+            hide_parameters=True,  # errors never carry SQL parameters (memory values)
         )
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
@@ -114,13 +116,13 @@ class SqliteMemoryStore(CoreStore):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with self._engine.begin() as conn:
+        async with translating_errors(), self._engine.begin() as conn:
             yield conn
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
     async def recall(

@@ -19,7 +19,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> dict[str,
     """Active memories for the user (and persona) in the team's context, best first; the same items
     as `pmem recall --json`."""
     hits = await operations.platform_recall(
-        state.store,
+        state.recall_store,
         principal,
         user_id=body.user_id,
         persona_id=body.persona_id,
@@ -34,7 +34,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> dict[str,
 async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
     """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
     text = await operations.platform_hint(
-        state.store,
+        state.recall_store,
         principal,
         user_id=body.user_id,
         persona_id=body.persona_id,

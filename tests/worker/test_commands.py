@@ -27,8 +27,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(tmp_path / "demo"), "--timeout", "60"]
-        + ["--no-ui"],
+        [sys.executable, "-m", "worker.cli", "demo", "--no-ui", "--data-dir", str(tmp_path / "demo")],
         cwd=REPO,
         env=clean_env(PMEM_EMBEDDING_PROVIDER="hashing"),
         capture_output=True,

@@ -15,7 +15,6 @@ import json
 import secrets
 import shlex
 import socket
-import sys
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -26,10 +25,20 @@ from extraction.redact import screen_candidate
 from extraction.types import Candidate, ExtractionRequest, ExtractionResult
 from extraction.typing import Extractor
 from extraction.validate import merge_candidates, validate_items
+from worker.commands.errors import UsageError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SCRIPT = SAMPLES / "persona_script.json"
 FOLLOWUPS = SAMPLES / "followups.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class UiPort:
+    """Where the demo serves the UI: `chosen` (--port) is used or refused; the default (PMEM_API_PORT
+    or 8080) gives way to a free port when another process has it."""
+
+    port: int
+    chosen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,12 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _any_free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 def sign_in_links(
     base: str, secret: str, catalogue: dict[str, Any], *, ttl_s: int
 ) -> list[tuple[str, str, str]]:
@@ -140,22 +155,25 @@ async def serve(
     store: Any,
     settings: Any,
     catalogue: dict[str, Any],
+    ui: UiPort,
     *,
-    port: int,
     host: str = "127.0.0.1",
 ) -> int:
     """Serve the control plane (API and web UI) over the demo's store until Ctrl-C; 0 when stopped
-    that way, 2 when the port is taken. The JWT secret is made up for this run, so the printed links
-    are the only way in and stop working with the demo."""
+    that way. The JWT secret is made up for this run, so the printed links are the only way in and
+    stop working with the demo. The last line printed is `ready`."""
     import uvicorn
 
     from api.app import create_app
     from api.auth import AuthConfig
     from worker.commands.serve import _Server
 
+    port = ui.port
     if not _port_free(host, port):
-        print(f"pmem demo: port {port} is in use; pass --port N (or set PMEM_API_PORT)", file=sys.stderr)
-        return 2
+        if ui.chosen:
+            raise UsageError(f"port {port} is in use; pass --port with another port")
+        port = _any_free_port(host)
+        print(f"\nport {ui.port} is in use (PMEM_API_PORT); serving on {port} instead")
     secret = secrets.token_urlsafe(32)
     app = create_app(
         store=store, auth=AuthConfig(jwt_secret=secret), max_input_tokens=settings.llm_max_input_tokens
@@ -166,9 +184,9 @@ async def serve(
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
         await asyncio.sleep(0.05)
-    if task.done():
+    if task.done():  # uvicorn could not start (it logged why)
         await task
-        return 2
+        raise UsageError(f"the web UI could not start on {host}:{port}")
     base = f"http://{host}:{port}"
     print(f"\nweb UI on {base}/ui/ — open a link to sign in (valid for 12 hours); Ctrl-C stops the demo")
     for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=12 * 3600):
@@ -180,9 +198,9 @@ async def serve(
     print(f"  export PMEM_DATABASE_URL={database} PMEM_AUTH_JWT_SECRET={key}")
     print(
         f"  a user with memories: alice {by_name['alice']}, team_id {by_name['acme (team)']}, "
-        f"chef persona {by_name['chef (persona)']}",
-        flush=True,
+        f"chef persona {by_name['chef (persona)']}"
     )
+    print("ready", flush=True)
     await task
     print("\nstopped")
     return 0
