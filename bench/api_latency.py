@@ -162,7 +162,16 @@ def wrk_recall(
     script = workdir / "recall.lua"
     script.write_text(WRK_SCRIPT % (",".join(json.dumps(b) for b in bodies), key))
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(script), base],
+        [
+            "wrk",
+            f"-t{min(2, clients)}",
+            f"-c{clients}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            base,
+        ],
         capture_output=True,
         text=True,
         check=True,
