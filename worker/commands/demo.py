@@ -297,6 +297,7 @@ async def _print_pending(store: Any, names: dict[str, str]) -> None:
 
 
 async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict[str, Any]) -> None:
+    from store.context_recall import recall_in_context
     from store.hint import build_memory_hint
     from store.types import MemoryFilter
 
@@ -312,9 +313,12 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     print(
         f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
     )
-    team = next(uuid.UUID(k) for k, v in names.items() if v == "acme (team)")
-    hits = await store.recall(alice, chef, QUESTION, limit=5, team_id=team)  # the samples' team
-    print(f'recall for alice with the chef persona: "{QUESTION}"')
+    team = next(uuid.UUID(k) for k, v in names.items() if v.endswith("(team)"))
+    # the samples' conversations happened in one team: recall in that team's context
+    hits = await recall_in_context(
+        store, user_id=alice, persona_id=chef, team_id=team, query=QUESTION, limit=5
+    )
+    print(f'recall for alice with the chef persona, in the acme team: "{QUESTION}"')
     for hit in hits:
         memory = hit.memory
         print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")
