@@ -182,12 +182,17 @@ def _message(
     )
 
 
-def _signed_out(request: Request, *, expired: bool = False) -> Awaitable[HTMLResponse]:
+async def _signed_out(request: Request, *, expired: bool = False) -> HTMLResponse:
+    """401 with what to do; a session cookie that no longer verifies (expired) is removed."""
+    stale = core.SESSION_COOKIE in request.cookies
     lines = (
-        ("Your session has ended." if expired else "You are not signed in."),
+        ("Your session has ended." if expired or stale else "You are not signed in."),
         "Open the memory page again from your chat platform: its link signs you in.",
     )
-    return _message(request, None, title="Sign in to continue", lines=lines, status_code=401)
+    response = await _message(request, None, title="Sign in to continue", lines=lines, status_code=401)
+    if stale:
+        response.delete_cookie(core.SESSION_COOKIE, path=core.COOKIE_PATH, httponly=True, samesite="strict")
+    return response
 
 
 def _forbidden(request: Request, session: Session) -> Awaitable[HTMLResponse]:

@@ -122,6 +122,22 @@ def test_session_cookie_is_httponly_samesite_strict_and_scoped_to_the_ui(
     assert "secure" in set_cookie and "httponly" in set_cookie and "samesite=strict" in set_cookie
 
 
+def test_a_session_ends_with_its_token_and_a_stale_cookie_is_cleared(
+    page: Any, base_url: str, seeded: h.Seeded
+) -> None:
+    sign_in(page, base_url, h.token(h.ALICE, "user", (h.TEAM_A,), ttl_s=3))
+    page.wait_for_timeout(3500)  # the cookie lives exactly as long as the token
+    assert page.context.cookies() == []
+    assert page.goto(f"{base_url}/ui/me").status == 401
+    assert page.get_by_role("heading", name="Sign in to continue").is_visible()
+    # a cookie whose token no longer verifies (the platform rotated its key) is removed
+    stale = h.alice_token()[:-4] + "AAAA"
+    page.context.add_cookies([{"name": "pmem_session", "value": stale, "domain": "127.0.0.1", "path": "/ui"}])
+    assert page.goto(f"{base_url}/ui/me").status == 401
+    assert page.get_by_text("Your session has ended.").is_visible()
+    assert page.context.cookies() == []
+
+
 def test_signing_out_ends_the_session(page: Any, base_url: str, seeded: h.Seeded) -> None:
     sign_in(page, base_url, h.alice_token())
     page.get_by_role("button", name="Sign out").click()
