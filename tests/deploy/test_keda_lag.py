@@ -6,6 +6,7 @@ that its lag counts the waiting events (a miss would make KEDA fall back to the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import urllib.request
@@ -92,6 +93,11 @@ async def test_the_scaled_object_finds_the_worker_consumer_and_its_backlog(
         await nc.close()
 
     names = {"account": trigger["account"], "stream": trigger["stream"], "consumer": trigger["consumer"]}
+    # the monitoring endpoint reports the consumer's state as the server last updated it: wait for it
+    for _ in range(200):
+        if keda_lag(monitoring, **names) == 3:
+            break
+        await asyncio.sleep(0.05)
     assert keda_lag(monitoring, **names) == 3
     # the check can fail: a consumer name that is not the worker's finds nothing
     assert keda_lag(monitoring, **{**names, "consumer": "pmem-workers"}) is None
