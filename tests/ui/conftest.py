@@ -11,9 +11,12 @@ import pytest
 from tests.ui.browser import CHROMIUM_ARGS, HOW_TO_INSTALL, chromium_path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """One headless Chromium for the session; skips with how to install it when it is absent."""
+    """One headless Chromium per test module; skips with how to install it when it is absent.
+
+    Per module, not per session: Playwright's sync API keeps its event loop running in this thread
+    while it is open, which would break every asyncio test collected after the browser tests."""
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
