@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store.locomo import (
+from worker.evaluation.locomo import (
     CATEGORY_NAMES,
     LocomoFormatError,
     QuestionResult,
@@ -19,7 +19,9 @@ from store.locomo import (
     parse_ks,
     parse_locomo,
     recall_at_k,
+    select_split,
     split_dia_ids,
+    split_of,
     summarise,
 )
 
@@ -156,3 +158,12 @@ def test_parse_rejects_what_is_not_locomo(tmp_path: Path) -> None:
     bad_turn = [{"conversation": {"session_1": [{"speaker": "A", "dia_id": "x", "text": "t"}]}, "qa": []}]
     with pytest.raises(LocomoFormatError, match="D<session>:<turn>"):
         parse_locomo(json.loads(json.dumps(bad_turn)))
+
+
+def test_split_is_first_half_dev_in_file_order_and_the_rest_test() -> None:
+    assert [split_of(i, 10) for i in range(10)] == ["dev"] * 5 + ["test"] * 5
+    assert [split_of(i, 3) for i in range(3)] == ["dev", "dev", "test"]
+    conversations = load_locomo(FIXTURE)
+    assert [c.sample_id for c in select_split(conversations, "dev")] == [conversations[0].sample_id]
+    assert [c.sample_id for c in select_split(conversations, "test")] == [conversations[1].sample_id]
+    assert select_split(conversations, "all") == conversations

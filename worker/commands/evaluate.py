@@ -2,7 +2,7 @@
 
 Each conversation's units (observations or dialog turns) become active `user`-scope memories of a
 fresh owner; every QA question then goes through `recall` at max(k) and is scored the official way
-(see `store.locomo`).
+(see `worker.evaluation.locomo`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -22,24 +23,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from store.locomo import (
-    UNIT_KINDS,
-    Conversation,
-    LocomoFormatError,
-    QuestionResult,
-    Unit,
-    UnitKind,
-    load_locomo,
-    parse_ks,
-    session_datetime,
-    summarise,
-)
 from store.migrate import SchemaError, migrate_async
 from store.recall import RETRIEVERS, ScoreFusion
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
+from worker.evaluation.locomo import (
+    SPLITS,
+    UNIT_KINDS,
+    Conversation,
+    LocomoFormatError,
+    QuestionResult,
+    Split,
+    Unit,
+    UnitKind,
+    load_locomo,
+    parse_ks,
+    select_split,
+    session_datetime,
+    split_of,
+    summarise,
+)
 
 EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
+STORES = ("postgres", "sqlite")
+DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
 _WRITE_BATCH = 256
 
@@ -123,17 +130,39 @@ def unit_memories(
 
 
 def report_json(
-    *, questions: int, unit: UnitKind, embedder: str, summaries: Mapping[str, Mapping[str, Any]]
+    *,
+    questions: int,
+    unit: UnitKind,
+    embedder: str,
+    summaries: Mapping[str, Mapping[str, Any]],
+    split: Split = "all",
+    store: str = "postgres",
+    conversations: Sequence[str] = (),
+    by_split: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """The `--json` document: `{"questions": N, "unit": …, "embedder": …, "retrievers": {…}}`."""
-    return {"questions": questions, "unit": unit, "embedder": embedder, "retrievers": dict(summaries)}
+    """The `--json` document: `{"questions": N, "unit": …, "split": …, "store": …, "embedder": …,
+    "conversations": [sample ids], "retrievers": {retriever: summary}}`, plus with `--split all`
+    `"splits": {"dev": {retriever: summary}, "test": {…}}` so one run reports both halves."""
+    report: dict[str, Any] = {
+        "questions": questions,
+        "unit": unit,
+        "split": split,
+        "store": store,
+        "embedder": embedder,
+        "conversations": list(conversations),
+        "retrievers": dict(summaries),
+    }
+    if by_split:
+        report["splits"] = {name: dict(per) for name, per in by_split.items()}
+    return report
 
 
 def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
     """A human-readable table: one row per retriever, then one per category under it."""
     header = f"{'':<24}" + "".join(f"{f'R@{k}':>8}" for k in ks)
     lines = [
-        f"LoCoMo recall — unit {report['unit']}, {report['questions']} questions, "
+        f"LoCoMo recall — unit {report['unit']}, split {report.get('split', 'all')}, "
+        f"{report['questions']} questions, store {report.get('store', 'postgres')}, "
         f"embedder {report['embedder']}",
         header,
     ]
@@ -142,6 +171,10 @@ def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
         for name, entry in summary["by_category"].items():
             label = f"  {name} ({entry['questions']})"
             lines.append(f"{label:<24}" + "".join(f"{entry[f'recall@{k}']:>8.3f}" for k in ks))
+    for split, per_retriever in report.get("splits", {}).items():
+        for retriever, summary in per_retriever.items():
+            label = f"{split}: {retriever} ({summary['questions']})"
+            lines.append(f"{label:<24}" + "".join(f"{summary[f'recall@{k}']:>8.3f}" for k in ks))
     return "\n".join(lines)
 
 
@@ -198,11 +231,30 @@ class Progress:
 @dataclass
 class CachingEmbedder:
     """Wraps an embedder and remembers vectors by text, so each question is embedded once for all
-    retrievers (and can be embedded in one batch up front)."""
+    retrievers (and can be embedded in one batch up front). `load`/`save` keep the vectors in a
+    file between runs (the evaluation is CPU-bound on the embedding model otherwise)."""
 
     inner: Embedder
     batch_size: int = 128
     cache: dict[str, list[float]] = field(default_factory=dict)
+
+    def load(self, path: Path) -> None:
+        """Add the vectors saved in `path` (missing or unreadable file: nothing)."""
+        try:
+            with path.open("rb") as handle:
+                saved = pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError):
+            return
+        if isinstance(saved, dict) and saved.get("dim") == self.dim:
+            self.cache.update(saved["vectors"])
+
+    def save(self, path: Path) -> None:
+        """Write every vector known so far to `path` (atomically)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        with partial.open("wb") as handle:
+            pickle.dump({"dim": self.dim, "vectors": self.cache}, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        partial.replace(path)
 
     @property
     def dim(self) -> int:
@@ -237,6 +289,9 @@ class EvalOptions:
     max_conversations: int | None = None
     keep: bool = False
     fusion: ScoreFusion | None = None  # recall fusion knobs (bench/recall_ablation.py); None: defaults
+    split: Split = "all"
+    store: str = "postgres"
+    embedding_cache: Path | None = None  # directory of saved vectors; None: embed every run
 
 
 async def _embed_units(
@@ -245,7 +300,7 @@ async def _embed_units(
     vectors: list[list[float]] = []
     for start in range(0, len(texts), embedder.batch_size):
         chunk = texts[start : start + embedder.batch_size]
-        vectors.extend(await embedder.inner.embed(chunk))
+        vectors.extend(await embedder.embed(chunk))
         on_batch(len(chunk))
     return vectors
 
@@ -304,43 +359,101 @@ async def _evaluate_conversation(
 
 
 async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = None) -> dict[str, Any]:
-    """Load LoCoMo, evaluate every conversation through the real store, return the `--json` report."""
-    conversations = load_locomo(options.file)
+    """Load LoCoMo, evaluate the split's conversations through the real store, return the `--json`
+    report (with `--split all`, the dev and test halves too)."""
+    everything = load_locomo(options.file)
+    split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
+    conversations = select_split(everything, options.split)
     if options.max_conversations is not None:
         conversations = conversations[: options.max_conversations]
 
     from extraction.embeddings import build_embedder
-    from store.postgres import PostgresMemoryStore
     from worker.settings import load_settings
 
     settings = load_settings(embedding_provider=options.embedding_provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    per_retriever: dict[str, list[QuestionResult]] = {r: [] for r in options.retrievers}
+    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
+    if cache_file is not None:
+        embedder.load(cache_file)
+    per_conversation: dict[str, dict[str, list[QuestionResult]]] = {}
 
     async with AsyncExitStack() as stack:
-        database_url = options.database_url
-        if database_url is None:
-            database_url = stack.enter_context(embedded_database(options.data_dir))
-        await migrate_async(database_url, embedder.dim)
-        store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
-        stack.push_async_callback(store.close)
-
+        store = await _open_store(options, embedder, stack)
         total = sum(
             2 * len(c.units(options.unit)) + len(c.questions) * len(options.retrievers) for c in conversations
         )
         progress = Progress(total=total, stream=progress_stream or sys.stderr)
         for conversation in conversations:
-            results = await _evaluate_conversation(store, embedder, conversation, options, progress)
-            for retriever, items in results.items():
-                per_retriever[retriever].extend(items)
+            per_conversation[conversation.sample_id] = await _evaluate_conversation(
+                store, embedder, conversation, options, progress
+            )
+            if cache_file is not None:
+                embedder.save(cache_file)
         progress.close()
 
-    questions = sum(len(c.questions) for c in conversations)
-    summaries = {r: summarise(items, options.ks) for r, items in per_retriever.items()}
+    def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return {
+            r: summarise([item for sid in sample_ids for item in per_conversation[sid][r]], options.ks)
+            for r in options.retrievers
+        }
+
+    ids = [c.sample_id for c in conversations]
+    by_split = None
+    if options.split == "all":
+        by_split = {
+            name: summaries_of([sid for sid in ids if split_by_id[sid] == name]) for name in ("dev", "test")
+        }
+        by_split = {name: per for name, per in by_split.items() if per and _has_questions(per)}
     provider = options.embedding_provider
     if provider == "local":
         provider = "local (all-MiniLM-L6-v2)"
-    return report_json(questions=questions, unit=options.unit, embedder=provider, summaries=summaries)
+    return report_json(
+        questions=sum(len(c.questions) for c in conversations),
+        unit=options.unit,
+        embedder=provider,
+        summaries=summaries_of(ids),
+        split=options.split,
+        store=options.store,
+        conversations=ids,
+        by_split=by_split,
+    )
+
+
+def _has_questions(per_retriever: Mapping[str, Mapping[str, Any]]) -> bool:
+    return any(summary["questions"] for summary in per_retriever.values())
+
+
+def _cache_file(options: EvalOptions, model: str, dim: int) -> Path | None:
+    """Where this provider's and model's vectors are kept (None: no cache, or hashing, which is cheap)."""
+    if options.embedding_cache is None or options.embedding_provider == "hashing":
+        return None
+    name = f"{options.embedding_provider}-{model}-{dim}".replace("/", "_")
+    return options.embedding_cache / f"{name}.pickle"
+
+
+async def _open_store(options: EvalOptions, embedder: CachingEmbedder, stack: AsyncExitStack) -> Any:
+    """A fresh store of the chosen kind; closed (and a temporary database removed) by `stack`."""
+    if options.store == "sqlite":
+        from store.sqlite import SqliteMemoryStore
+
+        directory = options.data_dir
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-eval-")))
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"pmem_eval_{uuid.uuid4().hex[:8]}.db"
+        sqlite_store = SqliteMemoryStore(f"sqlite:///{path}", embedder)
+        stack.push_async_callback(sqlite_store.close)
+        await sqlite_store.check_schema()
+        return sqlite_store
+    from store.postgres import PostgresMemoryStore
+
+    database_url = options.database_url
+    if database_url is None:
+        database_url = stack.enter_context(embedded_database(options.data_dir))
+    await migrate_async(database_url, embedder.dim)
+    store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
+    stack.push_async_callback(store.close)
+    return store
 
 
 @contextmanager
@@ -390,6 +503,28 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="hybrid|vector|keyword",
         help="repeatable or a comma list (default: all three)",
     )
+    locomo.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="all",
+        help="held-out protocol: dev = the first half of the conversations in file order (tune on it), "
+        "test = the rest (report on it), all = every one, with dev and test reported beside (default all)",
+    )
+    locomo.add_argument(
+        "--store",
+        choices=STORES,
+        default="postgres",
+        help="postgres (embedded or --database-url) or sqlite (a fresh file in --data-dir); default postgres",
+    )
+    locomo.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=DEFAULT_EMBEDDING_CACHE,
+        help=f"directory where computed vectors are kept between runs (default {DEFAULT_EMBEDDING_CACHE})",
+    )
+    locomo.add_argument(
+        "--no-embedding-cache", action="store_true", help="embed everything afresh and keep nothing"
+    )
     locomo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     locomo.add_argument(
         "--database-url",
@@ -436,6 +571,9 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         concurrency=args.concurrency,
         max_conversations=args.max_conversations,
         keep=args.keep,
+        split=args.split,
+        store=args.store,
+        embedding_cache=None if args.no_embedding_cache else args.embedding_cache,
     )
 
 

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 UnitKind = Literal["observation", "dialog"]
 UNIT_KINDS: tuple[UnitKind, ...] = ("observation", "dialog")
+Split = Literal["dev", "test", "all"]
+SPLITS: tuple[Split, ...] = ("dev", "test", "all")
 
 # The data set's `category` ids (the paper's table order differs; these are the ids in the JSON).
 CATEGORY_NAMES: dict[int, str] = {
@@ -286,6 +288,22 @@ def load_locomo(path: str | Path) -> list[Conversation]:
     except json.JSONDecodeError as exc:
         raise LocomoFormatError(f"{file}: not valid JSON ({exc}); pass the LoCoMo JSON file") from exc
     return parse_locomo(data)
+
+
+# -- held-out split ---------------------------------------------------------------------------------
+
+
+def split_of(index: int, count: int) -> Split:
+    """`dev` for the first half of `count` conversations in file order (the larger half when odd),
+    `test` for the rest: constants are chosen on `dev`, reported on `test`."""
+    return "dev" if index < (count + 1) // 2 else "test"
+
+
+def select_split(conversations: Sequence[Conversation], split: Split) -> list[Conversation]:
+    """The conversations of one split (`all`: every one), in file order."""
+    if split == "all":
+        return list(conversations)
+    return [c for i, c in enumerate(conversations) if split_of(i, len(conversations)) == split]
 
 
 # -- scoring ----------------------------------------------------------------------------------------
