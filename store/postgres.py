@@ -1,5 +1,5 @@
 """`PostgresMemoryStore`: the MemoryStore and HistoryStore on Postgres + pgvector (SQLAlchemy 2 async
-engine, psycopg 3). Writes, review and history come from `store._core`; this module adds recall.
+engine, psycopg 3). Writes, review and history come from `store.core`; this module adds recall.
 
 Recall takes two round trips. The first reads the query words' document frequencies among the
 owners' active memories (`term_stats_sql`); the second is one statement with a vector branch
@@ -27,7 +27,7 @@ from sqlalchemy import event, func
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store._core import CoreStore
+from store.core import CoreStore
 from store.cues import TimeWindow, informative_query, parse_time_cue
 from store.migrate import (
     EmbeddingDimensionMismatch,

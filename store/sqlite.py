@@ -25,7 +25,7 @@ from sqlalchemy import event, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from store._core import CoreStore
+from store.core import CoreStore
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,

@@ -1,0 +1,304 @@
+"""The base every store module builds on: engine, schema, transactions, row conversion, embeddings,
+locked reads and the audit trail. Backends override the hooks (`_now`, `_transaction`, `_reading`)."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from store.errors import StoreError
+from store.policy import (
+    storable_confidence,
+)
+from store.recall import embedding_text
+from store.schema import NIL_UUID_SQL, Schema
+from store.types import (
+    NIL_UUID,
+    AuditAction,
+    Memory,
+    NewMemory,
+    OwnerRef,
+    Revision,
+)
+from store.typing import Embedder
+
+
+def _nil(schema: Schema) -> Any:
+    return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
+
+
+def _vector(value: Any) -> builtins.list[float] | None:
+    if value is None:
+        return None
+    return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
+
+
+class StoreBase:
+    """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
+
+    def __init__(self, *, engine: AsyncEngine, schema: Schema, embedder: Embedder) -> None:
+        self._engine = engine
+        self._schema = schema
+        self._embedder = embedder
+        m = schema.memories
+        self._memory_columns = [
+            m.c.id,
+            m.c.scope,
+            m.c.owner_id,
+            m.c.user_id,
+            m.c.key,
+            m.c.value,
+            m.c.source_channel_id,
+            m.c.confidence,
+            m.c.status,
+            m.c.created_at,
+            m.c.updated_at,
+        ]
+        self._key_index = [m.c.scope, m.c.owner_id, func.coalesce(m.c.user_id, _nil(schema)), m.c.key]
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder this store embeds values and queries with."""
+        return self._embedder
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy async engine (for tests and tools that need raw access)."""
+        return self._engine
+
+    # -- hooks the backends override ------------------------------------------------------------
+
+    def _now(self) -> Any:
+        """The timestamp written on changes."""
+        return datetime.now(UTC)
+
+    def _insert(self, table: Any) -> Any:
+        dialect = postgresql if self._schema.dialect == "postgresql" else sqlite
+        return dialect.insert(table)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with self._engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        async with self._engine.connect() as conn:
+            yield conn
+
+    # -- row conversion -------------------------------------------------------------------------
+
+    @staticmethod
+    def _memory(row: Any) -> Memory:
+        """A `Memory` from a result row (or mapping) holding the memory columns."""
+        data: Any = row._mapping if isinstance(row, Row) else row
+        return Memory(
+            id=data["id"],
+            scope=data["scope"],
+            owner_id=data["owner_id"],
+            user_id=data["user_id"],
+            key=data["key"],
+            value=data["value"],
+            source_channel_id=data["source_channel_id"],
+            confidence=storable_confidence(data["confidence"]),
+            status=data["status"],
+            created_at=data["created_at"],
+            updated_at=data["updated_at"],
+        )
+
+    @staticmethod
+    def _revision(row: Row[Any]) -> Revision:
+        data = row._mapping
+        return Revision(
+            id=data["id"],
+            memory_id=data["memory_id"],
+            old_value=data["old_value"],
+            new_value=data["new_value"],
+            confidence=storable_confidence(data["confidence"]),
+            source_event_id=data["source_event_id"],
+            status=data["status"],
+            created_at=data["created_at"],
+        )
+
+    def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:
+        """SQL for "belongs to one of these owners"; an empty list matches nothing."""
+        t = self._schema.memories if table is None else table
+        clauses: list[ColumnElement[bool]] = []
+        for owner in owners:
+            parts = [t.c.scope == owner.scope, t.c.owner_id == owner.owner_id]
+            if owner.scope == "persona_user":
+                if owner.user_id is None:
+                    raise ValueError("a persona_user owner needs user_id")
+                parts.append(t.c.user_id == owner.user_id)
+            clauses.append(and_(*parts))
+        return or_(*clauses) if clauses else false()
+
+    # -- embeddings -----------------------------------------------------------------------------
+
+    def _check_dim(self, vector: Sequence[float], what: str) -> builtins.list[float]:
+        if len(vector) != self._schema.embedding_dim:
+            raise StoreError(
+                f"{what} has {len(vector)} dimensions but the store is configured for "
+                f"{self._schema.embedding_dim} (PMEM_EMBEDDING_DIM); use the same embedding model for "
+                "writing and recall"
+            )
+        return [float(x) for x in vector]
+
+    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> builtins.list[builtins.list[float]]:
+        """The given embeddings, computing the missing ones in one batch."""
+        missing = [i for i, m in enumerate(memories) if m.embedding is None]
+        computed: dict[int, builtins.list[float]] = {}
+        if missing:
+            texts = [embedding_text(memories[i].key, memories[i].value) for i in missing]
+            vectors = await self._embedder.embed(texts)
+            computed = dict(zip(missing, vectors, strict=True))
+        result: builtins.list[builtins.list[float]] = []
+        for i, memory in enumerate(memories):
+            vector = memory.embedding if memory.embedding is not None else computed[i]
+            result.append(self._check_dim(vector, f"embedding of {memory.key!r}"))
+        return result
+
+    async def embed_query(self, query: str) -> builtins.list[float]:
+        """The query's embedding, dimension-checked."""
+        (vector,) = await self._embedder.embed([query])
+        return self._check_dim(vector, "query embedding")
+
+    # -- locked reads inside a transaction ------------------------------------------------------
+
+    async def _locked_memory(self, conn: AsyncConnection, memory_id: uuid.UUID) -> Memory | None:
+        m = self._schema.memories
+        stmt = select(*self._memory_columns).where(m.c.id == memory_id).with_for_update()
+        row = (await conn.execute(stmt)).first()
+        return None if row is None else self._memory(row)
+
+    async def _locked_by_key(self, conn: AsyncConnection, new: NewMemory) -> Memory | None:
+        m = self._schema.memories
+        stmt = (
+            select(*self._memory_columns)
+            .where(
+                m.c.scope == new.scope,
+                m.c.owner_id == new.owner_id,
+                func.coalesce(m.c.user_id, _nil(self._schema)) == (new.user_id or NIL_UUID),
+                m.c.key == new.key,
+            )
+            .with_for_update()
+        )
+        row = (await conn.execute(stmt)).first()
+        return None if row is None else self._memory(row)
+
+    async def _open_revision(
+        self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool
+    ) -> tuple[Revision, builtins.list[float] | None] | None:
+        r = self._schema.revisions
+        stmt: Select[Any] = select(r).where(r.c.memory_id == memory_id, r.c.status == "pending")
+        if lock:
+            stmt = stmt.with_for_update()
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return self._revision(row), _vector(row._mapping["embedding"])
+
+    # -- audit ----------------------------------------------------------------------------------
+
+    async def _set_archived(
+        self, conn: AsyncConnection, memory: Memory, *, action: AuditAction, actor: str
+    ) -> None:
+        """Archive `memory` and audit it as `action` (an archive, or the rejection of a pending one)."""
+        m = self._schema.memories
+        await conn.execute(
+            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
+        )
+        await self._audit(
+            conn,
+            action,
+            memory=memory,
+            memory_id=memory.id,
+            old_value=memory.value,
+            new_value=None,
+            actor=actor,
+        )
+
+    async def _audit(
+        self,
+        conn: AsyncConnection,
+        action: AuditAction,
+        *,
+        memory: Memory | NewMemory,
+        memory_id: uuid.UUID,
+        old_value: str | None,
+        new_value: str | None,
+        actor: str,
+        event_id: uuid.UUID | None = None,
+        revision_id: uuid.UUID | None = None,
+    ) -> None:
+        await conn.execute(
+            self._insert(self._schema.audit).values(
+                memory_id=memory_id,
+                action=action,
+                scope=memory.scope,
+                owner_id=memory.owner_id,
+                user_id=memory.user_id,
+                key=memory.key,
+                old_value=old_value,
+                new_value=new_value,
+                actor=actor,
+                event_id=event_id,
+                revision_id=revision_id,
+                at=self._now(),
+            )
+        )
+
+    async def _close_revision(
+        self,
+        conn: AsyncConnection,
+        revision: Revision,
+        memory: Memory,
+        *,
+        status: str,
+        actor: str,
+        audit: bool,
+    ) -> None:
+        r = self._schema.revisions
+        await conn.execute(
+            update(r)
+            .where(r.c.id == revision.id)
+            .values(status=status, decided_by=actor, decided_at=self._now())
+        )
+        if audit:
+            await self._audit(
+                conn,
+                "approve" if status == "approved" else "reject",
+                memory=memory,
+                memory_id=memory.id,
+                old_value=memory.value,
+                new_value=revision.new_value,
+                actor=actor,
+                revision_id=revision.id,
+            )
+
+    async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
+        """One memory by id, any status."""
+        m = self._schema.memories
+        async with self._reading() as conn:
+            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
+        return None if row is None else self._memory(row)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Raise if the database is unreachable."""
+        async with self._reading() as conn:
+            await conn.execute(select(1))
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()

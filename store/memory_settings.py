@@ -1,0 +1,86 @@
+"""Memory settings rows (global / team / persona) and their merge into the effective policy."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, or_, select
+
+from store.base import StoreBase, _nil
+from store.policy import (
+    merge_settings,
+    storable_confidence,
+)
+from store.types import (
+    MemorySettings,
+    SettingsLevel,
+)
+
+_SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
+
+
+class SettingsRows(StoreBase):
+    """Read and write settings rows."""
+
+    # -- settings -------------------------------------------------------------------------------
+
+    async def settings_rows(
+        self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+    ) -> builtins.list[dict[str, Any]]:
+        """The global, team and persona rows that apply, least specific first."""
+        s = self._schema.settings
+        levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
+        if team_id is not None:
+            levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
+        if persona_id is not None:
+            levels.append(and_(s.c.level == "persona", s.c.target_id == persona_id))
+        async with self._reading() as conn:
+            rows = (await conn.execute(select(s).where(or_(*levels)))).all()
+        ordered = sorted(
+            (dict(row._mapping) for row in rows), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]]
+        )
+        return ordered
+
+    async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
+        """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
+        return merge_settings(await self.settings_rows(team_id, persona_id))
+
+    async def put_settings(
+        self,
+        *,
+        level: SettingsLevel,
+        target_id: uuid.UUID | None,
+        enabled: bool | None = None,
+        persona_learning: bool | None = None,
+        extraction_prompt: str | None = None,
+        min_confidence: float | None = None,
+    ) -> None:
+        """Set fields of one settings row (created if missing); None leaves a field as it is."""
+        if level not in _SETTINGS_LEVEL_ORDER:
+            raise ValueError(f"settings level must be global, team or persona, got {level!r}")
+        if (level == "global") != (target_id is None):
+            raise ValueError(
+                "global settings take no target_id; team and persona settings need the team or persona id"
+            )
+        if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be within 0..1, got {min_confidence}")
+        s = self._schema.settings
+        values = {
+            "enabled": enabled,
+            "persona_learning": persona_learning,
+            "extraction_prompt": extraction_prompt,
+            "min_confidence": None if min_confidence is None else storable_confidence(min_confidence),
+        }
+        stmt = self._insert(s).values(level=level, target_id=target_id, updated_at=self._now(), **values)
+        excluded = stmt.excluded
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            set_={
+                **{name: func.coalesce(getattr(excluded, name), getattr(s.c, name)) for name in values},
+                "updated_at": excluded.updated_at,
+            },
+        )
+        async with self._transaction() as conn:
+            await conn.execute(stmt)

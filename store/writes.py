@@ -1,0 +1,225 @@
+"""Memory writes: upsert by (scope, owner, user, key) under `store.policy`, and one event's writes
+in one transaction with its processed-event row (idempotency)."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.base import StoreBase
+from store.errors import StoreError
+from store.policy import (
+    plan_upsert,
+    same_value,
+    storable_confidence,
+    validate_new_memory,
+)
+from store.types import (
+    AuditAction,
+    EventMemory,
+    EventWrite,
+    NewMemory,
+    UpsertAction,
+    UpsertResult,
+)
+
+_EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
+    "add": "created",
+    "update": "updated",
+    "propose": "revision_proposed",
+}
+
+
+class MemoryWrites(StoreBase):
+    """Upserts and event writes, with their audit rows."""
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    async def _upsert_in(
+        self,
+        conn: AsyncConnection,
+        new: NewMemory,
+        embedding: builtins.list[float],
+        *,
+        actor: str,
+        event_id: uuid.UUID | None,
+    ) -> UpsertResult:
+        m = self._schema.memories
+        now = self._now()
+        new_id = uuid.uuid4()
+        insert = (
+            self._insert(m)
+            .values(
+                id=new_id,
+                scope=new.scope,
+                owner_id=new.owner_id,
+                user_id=new.user_id,
+                key=new.key,
+                value=new.value,
+                source_channel_id=new.source_channel_id,
+                confidence=storable_confidence(new.confidence),
+                status=new.status,
+                embedding=embedding,
+                created_at=new.observed_at if new.observed_at is not None else now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=self._key_index)
+            .returning(m.c.id)
+        )
+        if (await conn.execute(insert)).first() is not None:
+            await self._audit(
+                conn,
+                "add",
+                memory=new,
+                memory_id=new_id,
+                old_value=None,
+                new_value=new.value,
+                actor=actor,
+                event_id=event_id,
+            )
+            return UpsertResult(memory_id=new_id, action="created")
+
+        existing = await self._locked_by_key(conn, new)
+        if existing is None:
+            # the conflicting row was deleted between our insert and our read: let the caller retry
+            raise StoreError(f"memory {new.key!r} was deleted concurrently; retry the write")
+        open_rev = await self._open_revision(conn, existing.id, lock=True)
+        revision = open_rev[0] if open_rev else None
+        plan = plan_upsert(existing, revision, new)
+
+        if plan.kind == "unchanged":
+            pending_id = revision.id if revision and same_value(revision.new_value, new.value) else None
+            return UpsertResult(memory_id=existing.id, action="unchanged", revision_id=pending_id)
+
+        if plan.kind == "propose":
+            r = self._schema.revisions
+            fields = {
+                "old_value": existing.value,
+                "new_value": new.value,
+                "confidence": storable_confidence(new.confidence),
+                "embedding": embedding,
+                "source_channel_id": new.source_channel_id,
+                "source_event_id": event_id,
+                "proposed_by": actor,
+                "created_at": now,
+            }
+            if revision is not None:
+                revision_id = revision.id
+                await conn.execute(update(r).where(r.c.id == revision_id).values(**fields))
+            else:
+                revision_id = uuid.uuid4()
+                await conn.execute(
+                    self._insert(r).values(id=revision_id, memory_id=existing.id, status="pending", **fields)
+                )
+            await self._audit(
+                conn,
+                "propose",
+                memory=existing,
+                memory_id=existing.id,
+                old_value=existing.value,
+                new_value=new.value,
+                actor=actor,
+                event_id=event_id,
+                revision_id=revision_id,
+            )
+            return UpsertResult(memory_id=existing.id, action="revision_proposed", revision_id=revision_id)
+
+        # plan.kind == "update"
+        values: dict[str, Any] = {
+            "value": new.value,
+            "confidence": storable_confidence(new.confidence),
+            "status": plan.status,
+            "embedding": embedding,
+            "updated_at": now,
+        }
+        if new.source_channel_id is not None:
+            values["source_channel_id"] = new.source_channel_id
+        await conn.execute(update(m).where(m.c.id == existing.id).values(**values))
+        await self._audit(
+            conn,
+            "update",
+            memory=existing,
+            memory_id=existing.id,
+            old_value=existing.value,
+            new_value=new.value,
+            actor=actor,
+            event_id=event_id,
+        )
+        if plan.close_revision and revision is not None:
+            await self._close_revision(conn, revision, existing, status="rejected", actor=actor, audit=True)
+        return UpsertResult(memory_id=existing.id, action="updated")
+
+    async def upsert(
+        self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
+    ) -> UpsertResult:
+        """Create or update by (scope, owner, user, key) following `store.policy`; audited."""
+        validate_new_memory(memory)
+        (embedding,) = await self._embeddings_for([memory])
+        async with self._transaction() as conn:
+            return await self._upsert_in(conn, memory, embedding, actor=actor, event_id=event_id)
+
+    async def write_event(
+        self, *, event_id: uuid.UUID, memories: Sequence[NewMemory], actor: str = "worker"
+    ) -> EventWrite:
+        """Upserts, audit rows and the processed-event row in one transaction.
+
+        An event id that was already processed writes nothing and returns `duplicate=True`."""
+        for memory in memories:
+            validate_new_memory(memory)
+        embeddings = await self._embeddings_for(memories)
+        # a fixed lock order keeps two events touching the same memories from deadlocking
+        order = sorted(
+            range(len(memories)),
+            key=lambda i: (
+                memories[i].scope,
+                str(memories[i].owner_id),
+                str(memories[i].user_id),
+                memories[i].key,
+            ),
+        )
+        pe = self._schema.processed_events
+        results: dict[int, UpsertResult] = {}
+        async with self._transaction() as conn:
+            claimed = await conn.execute(
+                self._insert(pe)
+                .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
+                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
+                .returning(pe.c.event_id)
+            )
+            if claimed.first() is None:
+                return EventWrite(duplicate=True)
+            for i in order:
+                results[i] = await self._upsert_in(
+                    conn, memories[i], embeddings[i], actor=actor, event_id=event_id
+                )
+        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+
+    async def is_processed(self, event_id: uuid.UUID) -> bool:
+        """Whether `write_event` already committed this event."""
+        pe = self._schema.processed_events
+        async with self._reading() as conn:
+            row = (await conn.execute(select(pe.c.event_id).where(pe.c.event_id == event_id))).first()
+        return row is not None
+
+    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+        """What `write_event` created, updated or proposed for this event, in write order, from the
+        audit trail (so also for memories deleted since). Unchanged memories left no audit row."""
+        a = self._schema.audit
+        stmt = (
+            select(a.c.memory_id, a.c.action, a.c.scope, a.c.key)
+            .where(a.c.event_id == event_id, a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)))
+            .order_by(a.c.id)
+        )
+        async with self._reading() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            EventMemory(
+                memory_id=row.memory_id, action=_EVENT_AUDIT_ACTIONS[row.action], scope=row.scope, key=row.key
+            )
+            for row in rows
+        ]
