@@ -1,5 +1,7 @@
-"""Pure recall logic shared by both stores: scope resolution, query terms, reciprocal rank and score
-fusion, merging the same key across scopes, and the in-Python rankers the SQLite store uses. No I/O.
+"""Pure recall logic shared by both stores: scope resolution, query terms and cues, BM25 statistics,
+reciprocal rank and score fusion, merging the same key across scopes, and the vector scoring the
+SQLite store does in numpy. No I/O: the Postgres and SQLite stores only fetch candidates and call
+these functions, so both rank the same way.
 
 Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
 rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
@@ -16,10 +18,11 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
-from store.cues import TimeWindow
+from store.cues import TimeWindow, informative_query, parse_time_cue
 from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -300,3 +303,116 @@ def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit
             scored.append((-matched, -memory.confidence, str(memory.id), memory.id))
     scored.sort()
     return [memory_id for *_, memory_id in scored[:limit]]
+
+
+# -- query cues and term statistics (both stores) -----------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueryCues:
+    """What recall matches for a query: its text without the words naming a time, and that time."""
+
+    text: str
+    time_window: TimeWindow | None
+
+
+def query_cues(query: str, *, now: datetime) -> QueryCues:
+    """The query's time cue (if any) and the text left to match; the whole query when the time words
+    were all it had."""
+    cue = parse_time_cue(query, now=now)
+    if cue is None or is_empty_query(cue.remaining_query):
+        return QueryCues(text=query, time_window=cue.window if cue is not None else None)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bm25:
+    """Full-text scoring: BM25 with idf from the owner's own memories (Postgres: binary term frequency;
+    SQLite: FTS5's `bm25()` with these k1 and b)."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    stats_sample: int = 5000  # memories read to estimate document frequencies
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TermStats:
+    """Document frequencies of a query's words among the recalled owners' active memories."""
+
+    documents: int
+    mean_length: float
+    idf: dict[str, float]  # lexeme -> BM25 idf
+    word_share: dict[str, float]  # query word -> fraction of memories containing it
+
+
+def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
+    """`TermStats` from rows of (word, lexeme, containing, documents, mean length)."""
+    if not rows:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    documents, mean_length = int(rows[0][3]), float(rows[0][4])
+    idf: dict[str, float] = {}
+    word_share: dict[str, float] = {}
+    for word, lexeme, containing, *_ in rows:
+        idf[lexeme] = bm25_idf(documents, int(containing))
+        share = int(containing) / documents if documents else 0.0
+        word_share[word] = max(word_share.get(word, 0.0), share)
+    return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
+
+
+def focused_query(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> str | None:
+    """The query without the words most of the owner's memories contain, to embed beside the query
+    itself (their mean direction is the query vector); None when nothing would be dropped."""
+    if fusion.focus_share is None:
+        return None
+    focused = informative_query(text, word_share, max_share=fusion.focus_share)
+    return None if focused == text else focused
+
+
+def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The unit-length mean of unit vectors (the direction between them)."""
+    summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(summed))
+    return [float(x) for x in (summed / norm if norm > 0 else summed)]
+
+
+def fts5_match(text: str) -> str | None:
+    """An SQLite FTS5 MATCH expression ORing the query's informative words (each a quoted string, so
+    user text cannot inject FTS5 syntax); None when there is none."""
+    terms = [t for t in keyword_terms(text) if t != "or"]
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+# -- vectors in numpy (SQLite) ---------------------------------------------------------------------
+
+
+def unit_rows(matrix: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Rows scaled to unit length (zero rows stay zero, so they score 0 against any query)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    scaled: np.ndarray[Any, np.dtype[np.float32]] = (matrix / norms).astype(np.float32, copy=False)
+    return scaled
+
+
+def top_cosines(
+    unit_matrix: np.ndarray[Any, np.dtype[np.float32]],
+    usable: np.ndarray[Any, np.dtype[np.bool_]],
+    query_vector: Sequence[float],
+    k: int,
+) -> list[tuple[int, float]]:
+    """(row index, cosine) of the `k` rows most similar to the query, best first; rows not `usable`
+    (no embedding) are skipped, ties go to the lower index."""
+    query = np.asarray(query_vector, dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    if norm == 0.0 or unit_matrix.shape[0] == 0 or unit_matrix.shape[1] != query.shape[0]:
+        return []
+    cosines = unit_matrix @ (query / norm)
+    cosines = np.where(usable, cosines, -np.inf)
+    take = min(k, int(usable.sum()))
+    if take <= 0:
+        return []
+    if take < cosines.shape[0]:
+        part = np.argpartition(-cosines, take - 1)[:take]
+    else:
+        part = np.arange(cosines.shape[0])
+    order = part[np.lexsort((part, -cosines[part]))]
+    return [(int(i), float(cosines[i])) for i in order]

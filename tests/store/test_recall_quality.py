@@ -12,8 +12,8 @@ import pytest
 from extraction.embeddings import HashingEmbedder
 from store.cues import TimeWindow, informative_query, parse_time_cue
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore, mean_direction, term_stats
-from store.recall import ScoreFusion, bm25_idf, fuse_scores
+from store.postgres import PostgresMemoryStore
+from store.recall import ScoreFusion, bm25_idf, fuse_scores, mean_direction, term_stats
 from store.types import Memory, NewMemory
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
