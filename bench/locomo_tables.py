@@ -32,9 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     table = [json.loads(p.read_text()) for p in args.reports]
     all_rows = [row for report in table for row in rows(report)]
-    ks = sorted(
-        {int(k.split("@")[1]) for *_, s in all_rows for k in s if k.startswith(f"{args.metric}@")}
-    )
+    ks = sorted({int(k.split("@")[1]) for *_, s in all_rows for k in s if k.startswith(f"{args.metric}@")})
     print("| split | unit | store | retriever | " + " | ".join(f"R@{k}" for k in ks) + " |")
     print("|---|---|---|---|" + "---|" * len(ks))
     for split, unit, store, retriever, summary in all_rows:
@@ -48,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for c in categories:
             entry = summary.get("by_category", {}).get(c)
-            cells.append(f"{entry[f'{args.metric}@10']:.3f}" if entry and f"{args.metric}@10" in entry else "")
+            cells.append(
+                f"{entry[f'{args.metric}@10']:.3f}" if entry and f"{args.metric}@10" in entry else ""
+            )
         print(f"| {split} | {unit} | {store} | {retriever} | " + " | ".join(cells) + " |")
     return 0
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import String, column, event, func, literal_column, select, table, text, type_coerce
+from sqlalchemy import String, event, select, text, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
@@ -44,12 +44,13 @@ from store.recall import (
     fuse,
     fuse_scores,
     is_empty_query,
-    keyword_terms,
     mean_direction,
     normalize_key,
     query_cues,
+    query_terms,
     resolve_scopes,
     top_cosines,
+    top_order,
     unit_rows,
 )
 from store.schema import build_schema
@@ -57,55 +58,113 @@ from store.types import Memory, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
 
-# FTS5 mirror of memories.key and memories.value. Its `memory_id` joins back to memories.id (the
-# rowid of a table without an INTEGER PRIMARY KEY may change on VACUUM, so it is not the link).
+# FTS5 mirror of memories.key and memories.value, plus one `owner` token per active row naming its
+# owner (`owner_token`), so a recall's MATCH reads only the caller's owners' posting lists. Its
+# `memory_id` links back to memories.id (the rowid of a table without an INTEGER PRIMARY KEY may
+# change on VACUUM, so it is not the link). The trailing 0 keeps the porter stemmer off the token.
+_OWNER_TOKEN_SQL = (
+    "CASE WHEN {t}.status = 'active' THEN "
+    "(CASE {t}.scope WHEN 'user' THEN 'u' WHEN 'persona' THEN 'p' ELSE 'q' END) "
+    "|| replace({t}.owner_id, '-', '') "
+    "|| (CASE WHEN {t}.scope = 'persona_user' THEN replace(coalesce({t}.user_id, ''), '-', '') ELSE '' END) "
+    "|| '0' ELSE '' END"
+)
+_FTS_ROW = (
+    "(memory_id, owner, key, value) VALUES (new.id, "
+    + _OWNER_TOKEN_SQL.format(t="new")
+    + ", new.key, new.value)"
+)
 FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
-    "memory_id UNINDEXED, key, value, tokenize = 'porter unicode61')",
-    "CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
-    "INSERT INTO memories_fts (memory_id, key, value) VALUES (new.id, new.key, new.value); END",
+    "memory_id UNINDEXED, owner, key, value, tokenize = 'porter unicode61')",
+    f"CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
+    f"INSERT INTO memories_fts {_FTS_ROW}; END",
     "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
     "DELETE FROM memories_fts WHERE memory_id = old.id; END",
-    "CREATE TRIGGER IF NOT EXISTS memories_fts_update AFTER UPDATE OF id, key, value ON memories "
-    "BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; "
-    "INSERT INTO memories_fts (memory_id, key, value) VALUES (new.id, new.key, new.value); END",
+    f"CREATE TRIGGER IF NOT EXISTS memories_fts_update AFTER UPDATE ON memories "
+    f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
 )
-_FTS = table("memories_fts", column("memory_id"), column("key"), column("value"))
 FTS_BACKFILL = (
-    "INSERT INTO memories_fts (memory_id, key, value) SELECT m.id, m.key, m.value FROM memories m "
+    "INSERT INTO memories_fts (memory_id, owner, key, value) SELECT m.id, "
+    + _OWNER_TOKEN_SQL.format(t="m")
+    + ", m.key, m.value FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
+# bm25() column weights: memory_id and owner carry no relevance
+_BM25 = "bm25(memories_fts, 0.0, 0.0, 1.0, 1.0)"
+
+
+def owner_token(owner: OwnerRef) -> str:
+    """The `owner` token the triggers write for an active row of this owner (see _OWNER_TOKEN_SQL)."""
+    prefix = {"user": "u", "persona": "p", "persona_user": "q"}[owner.scope]
+    user = owner.user_id.hex if owner.scope == "persona_user" and owner.user_id is not None else ""
+    return f"{prefix}{owner.owner_id.hex}{user}0"
+
+
+def owner_match(owners: Sequence[OwnerRef], words_match: str) -> str:
+    """An FTS5 MATCH expression: the owners' active rows (`owner` column) matching the words (in
+    `key` or `value`)."""
+    tokens = " OR ".join(f'"{owner_token(owner)}"' for owner in owners)
+    return f"owner : ({tokens}) AND {{key value}} : ({words_match})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OwnerVectors:
-    """The embeddings of one set of owners' active memories, as unit rows, with their ids and keys."""
+class OwnerIndex:
+    """One set of owners' active memories held in memory for recall: the rows, their embeddings as
+    unit rows of a matrix, their keys (for merging scopes) and word document frequencies (for the
+    informative-words cue). Valid while `stamp` is."""
 
     stamp: tuple[int, int]
-    ids: list[uuid.UUID]
-    keys: list[str]  # normalised (store.recall.normalize_key)
+    memories: list[Memory]
+    by_id: dict[uuid.UUID, Memory]
+    by_key: dict[str, list[uuid.UUID]]  # normalised key (store.recall.normalize_key) -> ids
+    document_frequency: dict[str, int]  # lower-cased word -> memories containing it
     matrix: np.ndarray[Any, np.dtype[np.float32]]
     usable: np.ndarray[Any, np.dtype[np.bool_]]
 
+    def word_share(self, words: Sequence[str]) -> dict[str, float]:
+        """Fraction of the memories containing each word."""
+        documents = len(self.memories)
+        if not documents:
+            return {}
+        return {word: self.document_frequency.get(word, 0) / documents for word in words}
 
-def owner_vectors(
-    stamp: tuple[int, int], rows: Sequence[tuple[str, str, str | None]], dim: int
-) -> OwnerVectors:
-    """`OwnerVectors` from (id, key, embedding JSON) rows; a missing or wrong-sized embedding is a
-    zero row that is never returned."""
-    matrix = np.zeros((len(rows), dim), dtype=np.float32)
-    usable = np.zeros(len(rows), dtype=np.bool_)
-    for index, (_, _, raw) in enumerate(rows):
+    def with_same_key(self, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+        """`ids` plus every memory sharing a key with one of them (the same key in other scopes)."""
+        found = set(ids)
+        for memory_id in ids:
+            memory = self.by_id.get(memory_id)
+            if memory is not None:
+                found.update(self.by_key[normalize_key(memory.key)])
+        return found
+
+
+def owner_index(
+    stamp: tuple[int, int], memories: Sequence[Memory], embeddings: Sequence[str | None], dim: int
+) -> OwnerIndex:
+    """`OwnerIndex` of memories and their embeddings (JSON text); a missing or wrong-sized embedding
+    is a zero row that is never returned."""
+    matrix = np.zeros((len(memories), dim), dtype=np.float32)
+    usable = np.zeros(len(memories), dtype=np.bool_)
+    for index, raw in enumerate(embeddings):
         if raw is None:
             continue
         vector = json.loads(raw)
         if len(vector) == dim:
             matrix[index] = vector
             usable[index] = True
-    return OwnerVectors(
+    by_key: dict[str, list[uuid.UUID]] = {}
+    document_frequency: dict[str, int] = {}
+    for memory in memories:
+        by_key.setdefault(normalize_key(memory.key), []).append(memory.id)
+        for word in set(query_terms(f"{memory.key} {memory.value}")):
+            document_frequency[word] = document_frequency.get(word, 0) + 1
+    return OwnerIndex(
         stamp=stamp,
-        ids=[uuid.UUID(str(row[0])) for row in rows],
-        keys=[normalize_key(row[1]) for row in rows],
+        memories=list(memories),
+        by_id={memory.id: memory for memory in memories},
+        by_key=by_key,
+        document_frequency=document_frequency,
         matrix=unit_rows(matrix),
         usable=usable & (np.linalg.norm(matrix, axis=1) > 0.0),
     )
@@ -122,7 +181,7 @@ class SqliteMemoryStore(CoreStore):
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         fusion: ScoreFusion | None = None,
         busy_timeout_ms: int = 30_000,
-        vector_cache_owners: int = 64,
+        index_cache_owners: int = 64,
     ) -> None:
         # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
         engine = create_async_engine(
@@ -140,10 +199,10 @@ class SqliteMemoryStore(CoreStore):
         self._fusion = fusion or ScoreFusion()
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
-        # owners' embeddings as numpy matrices, least recently used dropped beyond the bound; a write
+        # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
         # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
-        self._vectors: OrderedDict[tuple[OwnerRef, ...], OwnerVectors] = OrderedDict()
-        self._vector_cache_owners = vector_cache_owners
+        self._indexes: OrderedDict[tuple[OwnerRef, ...], OwnerIndex] = OrderedDict()
+        self._index_cache_owners = index_cache_owners
         self._generation = 0
 
     def _configure_connection(self, dbapi_connection: Any, _record: Any) -> None:
@@ -210,139 +269,75 @@ class SqliteMemoryStore(CoreStore):
             return []
         owners = resolve_scopes(user_id, persona_id)
         k = candidate_count(limit)
-        if is_empty_query(query):
-            return await self._recall_top(owners, k, limit)
-        cues = query_cues(query, now=datetime.now(UTC))
-        match = fts5_match(cues.text)
-        wants_vector = retriever in ("hybrid", "vector")
-        wants_text = retriever in ("hybrid", "keyword") and match is not None
         scores: dict[str, dict[uuid.UUID, float]] = {}
-        word_share: dict[str, float] = {}
         async with self._reading() as conn:
-            vectors = await self._owner_vectors(conn, owners) if wants_vector or len(owners) > 1 else None
-            if wants_text and match is not None:
+            index = await self._owner_index(conn, owners)
+            if is_empty_query(query):
+                top = [m.id for m in top_order(index.memories)[:k]]
+                rows = [index.by_id[mid] for mid in index.with_same_key(set(top))]
+                return fuse(rows, {"top": top}, limit=limit, weights=self._weights)
+            cues = query_cues(query, now=datetime.now(UTC))
+            # FTS5 clamps the idf of a word in more than half of the rows to ~0: such a word only
+            # adds noise that score normalisation would blow up, so it is not matched at all
+            share = index.word_share(query_terms(cues.text))
+            match = fts5_match(" ".join(w for w in query_terms(cues.text) if share.get(w, 0.0) <= 0.5))
+            if retriever in ("hybrid", "keyword") and match is not None:
                 scores["text"] = await self._text_scores(conn, owners, match, k)
-            if wants_vector and query_embedding is None and self._fusion.focus_share is not None:
-                word_share = await self._word_share(conn, owners, cues.text)
-        if wants_vector and vectors is not None:
+        if retriever in ("hybrid", "vector"):
             if query_embedding is not None:
                 query_vector = self._check_dim(query_embedding, "query embedding")
             else:
-                query_vector = await self._query_vector(cues.text, word_share)
-            found = await asyncio.to_thread(top_cosines, vectors.matrix, vectors.usable, query_vector, k)
-            scores["vector"] = {vectors.ids[index]: cosine for index, cosine in found}
+                query_vector = await self._query_vector(cues.text, index)
+            found = await asyncio.to_thread(top_cosines, index.matrix, index.usable, query_vector, k)
+            scores["vector"] = {index.memories[row].id: cosine for row, cosine in found}
         scores = {name: branch for name, branch in scores.items() if branch}
-        if not scores:
-            return []
-        wanted = {mid for branch in scores.values() for mid in branch}
-        memories = await self._memories(self._with_same_key(wanted, vectors))
-        return fuse_scores(memories, scores, limit=limit, fusion=self._fusion, time_window=cues.time_window)
+        wanted = {mid for branch in scores.values() for mid in branch if mid in index.by_id}
+        rows = [index.by_id[mid] for mid in index.with_same_key(wanted)]
+        return fuse_scores(rows, scores, limit=limit, fusion=self._fusion, time_window=cues.time_window)
 
-    async def _recall_top(self, owners: Sequence[OwnerRef], k: int, limit: int) -> builtins.list[RecallHit]:
-        """Empty query: the owners' top memories by confidence, then recency."""
-        m = self._schema.memories
-        statement = (
-            select(m.c.id)
-            .where(m.c.status == "active", self._owner_clause(owners))
-            .order_by(m.c.confidence.desc(), m.c.updated_at.desc(), m.c.id)
-            .limit(k)
-        )
-        async with self._reading() as conn:
-            top = [uuid.UUID(str(row[0])) for row in (await conn.execute(statement)).all()]
-            vectors = await self._owner_vectors(conn, owners) if len(owners) > 1 else None
-        memories = await self._memories(self._with_same_key(set(top), vectors))
-        return fuse(memories, {"top": top}, limit=limit, weights=self._weights)
-
-    def _with_same_key(self, ids: set[uuid.UUID], vectors: OwnerVectors | None) -> set[uuid.UUID]:
-        """`ids` plus the other scopes' rows sharing a key with one of them, so the most specific
-        scope's row wins the merge even when only the row it overrides matched."""
-        if vectors is None:
-            return ids
-        keys = {key for mid, key in zip(vectors.ids, vectors.keys, strict=True) if mid in ids}
-        return ids | {mid for mid, key in zip(vectors.ids, vectors.keys, strict=True) if key in keys}
-
-    async def _query_vector(self, text: str, word_share: Mapping[str, float]) -> builtins.list[float]:
+    async def _query_vector(self, text: str, index: OwnerIndex) -> builtins.list[float]:
         """Embedding of the query, averaged with the query minus the words most memories contain."""
-        focused = focused_query(text, word_share, self._fusion)
+        focused = focused_query(text, index.word_share(query_terms(text)), self._fusion)
         if focused is None:
             return await self.embed_query(text)
         vectors = await self._embedder.embed([text, focused])
         return self._check_dim(mean_direction(vectors), "query embedding")
 
     async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
-        """Changes since the owners' vectors were read: this store's writes and other connections'."""
+        """Changes since the owners' rows were read: this store's writes and other connections'."""
         version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
         return self._generation, int(version)
 
-    async def _owner_vectors(self, conn: AsyncConnection, owners: Sequence[OwnerRef]) -> OwnerVectors:
-        """The owners' active memories' unit embeddings, read once and kept until a write."""
+    async def _owner_index(self, conn: AsyncConnection, owners: Sequence[OwnerRef]) -> OwnerIndex:
+        """The owners' active memories and embeddings, read once and kept until anything is written."""
         key = tuple(owners)
         stamp = await self._stamp(conn)
-        cached = self._vectors.get(key)
+        cached = self._indexes.get(key)
         if cached is not None and cached.stamp == stamp:
-            self._vectors.move_to_end(key)
+            self._indexes.move_to_end(key)
             return cached
         m = self._schema.memories
-        statement = select(m.c.id, m.c.key, type_coerce(m.c.embedding, String)).where(
+        statement = select(*self._memory_columns, type_coerce(m.c.embedding, String)).where(
             m.c.status == "active", self._owner_clause(owners)
         )
-        rows = [(str(r[0]), str(r[1]), r[2]) for r in (await conn.execute(statement)).all()]
-        vectors = await asyncio.to_thread(owner_vectors, stamp, rows, self._schema.embedding_dim)
-        self._vectors[key] = vectors
-        self._vectors.move_to_end(key)
-        while len(self._vectors) > self._vector_cache_owners:
-            self._vectors.popitem(last=False)
-        return vectors
+        rows = (await conn.execute(statement)).all()
+        memories = [self._memory(row) for row in rows]
+        index = await asyncio.to_thread(
+            owner_index, stamp, memories, [row[-1] for row in rows], self._schema.embedding_dim
+        )
+        self._indexes[key] = index
+        self._indexes.move_to_end(key)
+        while len(self._indexes) > self._index_cache_owners:
+            self._indexes.popitem(last=False)
+        return index
 
     async def _text_scores(
         self, conn: AsyncConnection, owners: Sequence[OwnerRef], match: str, k: int
     ) -> dict[uuid.UUID, float]:
         """FTS5 BM25 (higher is better) of the owners' active memories matching any query word."""
-        m = self._schema.memories
-        fts: Any = literal_column("memories_fts")
-        bm25 = func.bm25(fts, 0.0, 1.0, 1.0)
-        statement = (
-            select(m.c.id, (-bm25).label("relevance"))
-            .select_from(m.join(_FTS, m.c.id == _FTS.c.memory_id))
-            .where(text("memories_fts MATCH :match"), m.c.status == "active", self._owner_clause(owners))
-            .order_by(bm25, m.c.id)
-            .limit(k)
+        statement = text(
+            f"SELECT memory_id, -{_BM25} FROM memories_fts WHERE memories_fts MATCH :match "
+            f"ORDER BY {_BM25}, memory_id LIMIT :k"
         )
-        rows = (await conn.execute(statement, {"match": match})).all()
+        rows = (await conn.execute(statement, {"match": owner_match(owners, match), "k": k})).all()
         return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}
-
-    async def _word_share(
-        self, conn: AsyncConnection, owners: Sequence[OwnerRef], query: str
-    ) -> dict[str, float]:
-        """Fraction of the owners' active memories containing each informative query word (stemmed)."""
-        words = keyword_terms(query)
-        if not words:
-            return {}
-        m = self._schema.memories
-        visible = (m.c.status == "active", self._owner_clause(owners))
-        documents = (await conn.execute(select(func.count()).select_from(m).where(*visible))).scalar_one()
-        if not documents:
-            return {}
-        share: dict[str, float] = {}
-        for word in words:
-            statement = (
-                select(func.count())
-                .select_from(m.join(_FTS, m.c.id == _FTS.c.memory_id))
-                .where(text("memories_fts MATCH :match"), *visible)
-            )
-            containing = (await conn.execute(statement, {"match": f'"{word}"'})).scalar_one()
-            share[word] = int(containing) / int(documents)
-        return share
-
-    async def _memories(self, ids: set[uuid.UUID]) -> builtins.list[Memory]:
-        """The memories with these ids (active ones; the caller's owners chose the ids)."""
-        if not ids:
-            return []
-        m = self._schema.memories
-        async with self._reading() as conn:
-            rows = (
-                await conn.execute(
-                    select(*self._memory_columns).where(m.c.id.in_(list(ids)), m.c.status == "active")
-                )
-            ).all()
-        return [self._memory(row) for row in rows]
