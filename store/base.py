@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -16,6 +16,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.errors import StoreError
+from store.pagination import decode_cursor
 from store.policy import (
     storable_confidence,
 )
@@ -24,7 +25,9 @@ from store.schema import NIL_UUID_SQL, Schema
 from store.types import (
     NIL_UUID,
     AuditAction,
+    AuditEntry,
     Memory,
+    MemorySettings,
     NewMemory,
     OwnerRef,
     Revision,
@@ -45,10 +48,19 @@ def _vector(value: Any) -> builtins.list[float] | None:
 class StoreBase:
     """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
 
-    def __init__(self, *, engine: AsyncEngine, schema: Schema, embedder: Embedder) -> None:
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        schema: Schema,
+        embedder: Embedder,
+        settings_defaults: MemorySettings | None = None,
+    ) -> None:
         self._engine = engine
         self._schema = schema
         self._embedder = embedder
+        # what the settings merge starts from (the deployment's PMEM_* defaults)
+        self._settings_defaults = settings_defaults or MemorySettings()
         m = schema.memories
         self._memory_columns = [
             m.c.id,
@@ -62,8 +74,15 @@ class StoreBase:
             m.c.status,
             m.c.created_at,
             m.c.updated_at,
+            m.c.team_id,
         ]
-        self._key_index = [m.c.scope, m.c.owner_id, func.coalesce(m.c.user_id, _nil(schema)), m.c.key]
+        self._key_index = [
+            m.c.scope,
+            m.c.owner_id,
+            func.coalesce(m.c.user_id, _nil(schema)),
+            func.coalesce(m.c.team_id, _nil(schema)),
+            m.c.key,
+        ]
 
     @property
     def embedder(self) -> Embedder:
@@ -113,6 +132,7 @@ class StoreBase:
             status=data["status"],
             created_at=data["created_at"],
             updated_at=data["updated_at"],
+            team_id=data.get("team_id"),
         )
 
     @staticmethod
@@ -141,6 +161,28 @@ class StoreBase:
                 parts.append(t.c.user_id == owner.user_id)
             clauses.append(and_(*parts))
         return or_(*clauses) if clauses else false()
+
+    def _about_user(self, user_id: uuid.UUID) -> ColumnElement[bool]:
+        """Memories about one person: their `user` scope and their `persona_user` rows."""
+        m = self._schema.memories
+        return or_(
+            and_(m.c.scope == "user", m.c.owner_id == user_id),
+            and_(m.c.scope == "persona_user", m.c.user_id == user_id),
+        )
+
+    @staticmethod
+    def _after(column_at: Any, column_id: Any, cursor: str | None) -> builtins.list[ColumnElement[bool]]:
+        if cursor is None:
+            return []
+        at, item_id = decode_cursor(cursor)
+        return [or_(column_at < at, and_(column_at == at, column_id < item_id))]
+
+    def _team_clause(self, team_id: uuid.UUID | None, table: Any = None) -> ColumnElement[bool]:
+        """SQL for "visible in this team's context": rows of no team, or of `team_id`."""
+        t = self._schema.memories if table is None else table
+        if team_id is None:
+            return cast(ColumnElement[bool], t.c.team_id.is_(None))
+        return or_(t.c.team_id.is_(None), t.c.team_id == team_id)
 
     # -- embeddings -----------------------------------------------------------------------------
 
@@ -188,6 +230,7 @@ class StoreBase:
                 m.c.scope == new.scope,
                 m.c.owner_id == new.owner_id,
                 func.coalesce(m.c.user_id, _nil(self._schema)) == (new.user_id or NIL_UUID),
+                func.coalesce(m.c.team_id, _nil(self._schema)) == (new.team_id or NIL_UUID),
                 m.c.key == new.key,
             )
             .with_for_update()
@@ -253,6 +296,7 @@ class StoreBase:
                 actor=actor,
                 event_id=event_id,
                 revision_id=revision_id,
+                team_id=memory.team_id,
                 at=self._now(),
             )
         )
@@ -302,3 +346,20 @@ class StoreBase:
     async def close(self) -> None:
         """Close every pooled connection."""
         await self._engine.dispose()
+
+
+def audit_entry(row: Row[Any]) -> AuditEntry:
+    """An `AuditEntry` from a `memory_audit` row."""
+    return AuditEntry(
+        id=row.id,
+        memory_id=row.memory_id,
+        action=row.action,
+        old_value=row.old_value,
+        new_value=row.new_value,
+        actor=row.actor,
+        event_id=row.event_id,
+        at=row.at,
+        scope=row.scope,
+        key=row.key,
+        revision_id=row.revision_id,
+    )

@@ -10,6 +10,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 
 from __future__ import annotations
 
+from store.api_keys import ApiKeys
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
 from store.listing import MemoryListing
@@ -18,5 +19,5 @@ from store.review import MemoryReview
 from store.writes import MemoryWrites
 
 
-class CoreStore(MemoryWrites, MemoryReview, MemoryListing, MemoryErasure, SettingsRows, ChatHistory):
+class CoreStore(MemoryWrites, MemoryReview, MemoryListing, MemoryErasure, SettingsRows, ApiKeys, ChatHistory):
     """Everything but recall, shared by the Postgres and SQLite stores."""

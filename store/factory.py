@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from store.postgres import PostgresMemoryStore
 from store.sqlite import SqliteMemoryStore
+from store.types import MemorySettings
 from store.typing import Embedder
 from store.urls import backend_of
 
 
 async def open_store(
-    database_url: str, embedder: Embedder, *, check_schema: bool = True
+    database_url: str,
+    embedder: Embedder,
+    *,
+    check_schema: bool = True,
+    settings_defaults: MemorySettings | None = None,
 ) -> PostgresMemoryStore | SqliteMemoryStore:
     """A Postgres store for postgresql:// URLs, a SQLite store for sqlite:/// URLs.
 
@@ -17,9 +22,9 @@ async def open_store(
     embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`."""
     store: PostgresMemoryStore | SqliteMemoryStore
     if backend_of(database_url) == "sqlite":
-        store = SqliteMemoryStore(database_url, embedder)
+        store = SqliteMemoryStore(database_url, embedder, settings_defaults=settings_defaults)
     else:
-        store = PostgresMemoryStore(database_url, embedder)
+        store = PostgresMemoryStore(database_url, embedder, settings_defaults=settings_defaults)
     if check_schema:
         try:
             await store.check_schema()

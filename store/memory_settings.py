@@ -9,14 +9,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from store.base import StoreBase, _nil
-from store.policy import (
-    merge_settings,
-    storable_confidence,
-)
-from store.types import (
-    MemorySettings,
-    SettingsLevel,
-)
+from store.policy import check_settings_row, merge_settings, storable_confidence
+from store.types import MemorySettings, SettingsLevel, SettingsRow
 
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
 
@@ -45,7 +39,7 @@ class SettingsRows(StoreBase):
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
-        return merge_settings(await self.settings_rows(team_id, persona_id))
+        return merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
 
     async def put_settings(
         self,
@@ -81,6 +75,55 @@ class SettingsRows(StoreBase):
                 **{name: func.coalesce(getattr(excluded, name), getattr(s.c, name)) for name in values},
                 "updated_at": excluded.updated_at,
             },
+        )
+        async with self._transaction() as conn:
+            await conn.execute(stmt)
+
+    @property
+    def settings_defaults(self) -> MemorySettings:
+        """What the merge starts from: the deployment's defaults (PMEM_MIN_CONFIDENCE, retention)."""
+        return self._settings_defaults
+
+    async def settings_row(self, level: SettingsLevel, target_id: uuid.UUID | None) -> SettingsRow:
+        """One level's own row (every field None when the level has no row: all inherited)."""
+        s = self._schema.settings
+        target = s.c.target_id.is_(None) if target_id is None else s.c.target_id == target_id
+        async with self._reading() as conn:
+            row = (await conn.execute(select(s).where(s.c.level == level, target))).first()
+        if row is None:
+            return SettingsRow(level=level, target_id=target_id)
+        data = row._mapping
+        return SettingsRow(
+            level=level,
+            target_id=target_id,
+            enabled=data["enabled"],
+            persona_learning=data["persona_learning"],
+            extraction_prompt=data["extraction_prompt"],
+            min_confidence=None
+            if data["min_confidence"] is None
+            else storable_confidence(data["min_confidence"]),
+            pending_days=data["pending_days"],
+            archived_days=data["archived_days"],
+        )
+
+    async def replace_settings(self, row: SettingsRow) -> None:
+        """Write one level's row exactly as given: a None field inherits from the level above."""
+        check_settings_row(row)
+        s = self._schema.settings
+        values = {
+            "enabled": row.enabled,
+            "persona_learning": row.persona_learning,
+            "extraction_prompt": row.extraction_prompt,
+            "min_confidence": None if row.min_confidence is None else storable_confidence(row.min_confidence),
+            "pending_days": row.pending_days,
+            "archived_days": row.archived_days,
+        }
+        stmt = self._insert(s).values(
+            level=row.level, target_id=row.target_id, updated_at=self._now(), **values
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            set_={**values, "updated_at": stmt.excluded.updated_at},
         )
         async with self._transaction() as conn:
             await conn.execute(stmt)

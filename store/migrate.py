@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Connection
 
-from store.schema import build_schema
+from store.schema import Schema, build_schema
 from store.urls import backend_of, to_sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -140,11 +140,37 @@ def _migrate_postgres(database_url: str, embedding_dim: int) -> MigrationReport:
     )
 
 
+# Columns added after the first release, for SQLite files created before them (Postgres: alembic).
+_SQLITE_ADDED_COLUMNS = (
+    ("memories", "team_id", "TEXT"),
+    ("memory_audit", "team_id", "TEXT"),
+    ("memory_settings", "pending_days", "INTEGER"),
+    ("memory_settings", "archived_days", "INTEGER"),
+)
+
+
+def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
+    """Create missing tables, add columns and indexes newer than the file, drop superseded indexes."""
+    schema.metadata.create_all(conn)
+    for table, column, sql_type in _SQLITE_ADDED_COLUMNS:
+        present = {row[1] for row in conn.execute(text(f"PRAGMA table_info({table})"))}
+        if column not in present:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+    conn.execute(text("DROP INDEX IF EXISTS uq_memories_scope_owner_user_key"))
+    present_indexes = {
+        row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'"))
+    }
+    for each_table in schema.metadata.sorted_tables:
+        for index in each_table.indexes:
+            if index.name not in present_indexes:
+                index.create(conn)
+
+
 def _migrate_sqlite(database_url: str, embedding_dim: int) -> MigrationReport:
     engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
-            build_schema(embedding_dim, "sqlite").metadata.create_all(conn)
+            create_sqlite_schema(conn, build_schema(embedding_dim, "sqlite"))
     finally:
         engine.dispose()
     return MigrationReport(

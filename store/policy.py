@@ -20,7 +20,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from store.types import AuditAction, Memory, MemorySettings, NewMemory, Revision, Status, UpsertAction
+from store.types import (
+    AuditAction,
+    Memory,
+    MemorySettings,
+    NewMemory,
+    Revision,
+    SettingsRow,
+    Status,
+    UpsertAction,
+)
 
 PlanKind = Literal["insert", "update", "propose", "unchanged"]
 
@@ -94,7 +103,14 @@ def plan_reject(memory: Memory, open_revision: Revision | None) -> ReviewKind:
     return "nothing"
 
 
-SETTINGS_FIELDS = ("enabled", "persona_learning", "extraction_prompt", "min_confidence")
+SETTINGS_FIELDS = (
+    "enabled",
+    "persona_learning",
+    "extraction_prompt",
+    "min_confidence",
+    "pending_days",
+    "archived_days",
+)
 
 
 def merge_settings(
@@ -119,7 +135,18 @@ def merge_settings(
         persona_learning=bool(merged["persona_learning"]),
         extraction_prompt=merged["extraction_prompt"],
         min_confidence=float(merged["min_confidence"]),
+        pending_days=None if merged["pending_days"] is None else int(merged["pending_days"]),
+        archived_days=None if merged["archived_days"] is None else int(merged["archived_days"]),
     )
+
+
+WORKER_ACTOR = "worker"
+
+
+def check_may_decide(actor: str) -> None:
+    """Raise PermissionError when `actor` is the worker: extraction proposes, only people decide."""
+    if actor == WORKER_ACTOR or actor.startswith(f"{WORKER_ACTOR}:"):
+        raise PermissionError("the worker's identity cannot approve, reject or edit memories")
 
 
 def storable_confidence(value: float) -> float:
@@ -140,3 +167,25 @@ def validate_new_memory(memory: NewMemory) -> None:
         raise ValueError(f"memory value for key {memory.key!r} is empty")
     if not 0.0 <= memory.confidence <= 1.0:
         raise ValueError(f"confidence must be within 0..1, got {memory.confidence}")
+
+
+EXTRACTION_PROMPT_MAX_CHARS = 20_000
+
+
+def check_settings_row(row: SettingsRow) -> None:
+    """Raise ValueError naming the field when a settings row is out of range or mis-targeted."""
+    if row.level not in ("global", "team", "persona"):
+        raise ValueError(f"settings level must be global, team or persona, got {row.level!r}")
+    if (row.level == "global") != (row.target_id is None):
+        raise ValueError("global settings take no target id; team and persona settings need one")
+    if row.min_confidence is not None and not 0.0 <= row.min_confidence <= 1.0:
+        raise ValueError(f"min_confidence must be within 0..1, got {row.min_confidence}")
+    for name in ("pending_days", "archived_days"):
+        days = getattr(row, name)
+        if days is not None and not 1 <= days <= 36_500:
+            raise ValueError(f"{name} must be between 1 and 36500 days (or null to inherit), got {days}")
+    if row.extraction_prompt is not None and len(row.extraction_prompt) > EXTRACTION_PROMPT_MAX_CHARS:
+        raise ValueError(
+            f"extraction_prompt is {len(row.extraction_prompt)} characters; the limit is "
+            f"{EXTRACTION_PROMPT_MAX_CHARS}"
+        )

@@ -56,13 +56,13 @@ from store.recall import (
     websearch_or_query,
 )
 from store.schema import TEXT_SEARCH_CONFIG, build_schema, hnsw_expression
-from store.types import Memory, OwnerRef, RecallHit, Retriever
+from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
 
 _MEMORY_COLUMNS = (
     "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
-    "m.status, m.created_at, m.updated_at"
+    "m.status, m.created_at, m.updated_at, m.team_id"
 )
 # the same normalisation as store.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
@@ -114,7 +114,8 @@ def session_settings_sql(tuning: RecallTuning) -> list[str]:
 
 
 def owner_sql(owners: Sequence[OwnerRef], alias: str) -> str:
-    """SQL predicate (psycopg parameters `%(user_id)s`, `%(persona_id)s`) for the resolved owners."""
+    """SQL predicate (psycopg parameters `%(user_id)s`, `%(persona_id)s`, `%(team_id)s`) for the
+    resolved owners, inside the team context: rows of no team, or of `%(team_id)s` (NULL: no team)."""
     parts = []
     for owner in owners:
         if owner.scope == "user":
@@ -126,7 +127,8 @@ def owner_sql(owners: Sequence[OwnerRef], alias: str) -> str:
                 f"({alias}.scope = 'persona_user' AND {alias}.owner_id = %(persona_id)s "
                 f"AND {alias}.user_id = %(user_id)s)"
             )
-    return "(" + " OR ".join(parts) + ")"
+    teams = f"({alias}.team_id IS NULL OR {alias}.team_id = %(team_id)s)"
+    return "((" + " OR ".join(parts) + f") AND {teams})"
 
 
 def recall_sql(
@@ -239,6 +241,7 @@ class PostgresMemoryStore(CoreStore):
         fusion: ScoreFusion | None = None,
         bm25: Bm25 | None = None,
         echo: bool = False,
+        settings_defaults: MemorySettings | None = None,
     ) -> None:
         engine = create_async_engine(
             to_sqlalchemy_url(database_url),
@@ -252,7 +255,12 @@ class PostgresMemoryStore(CoreStore):
         self._fusion = fusion or ScoreFusion()
         self._bm25 = bm25 or Bm25()
         event.listen(engine.sync_engine, "connect", self._configure_session)
-        super().__init__(engine=engine, schema=build_schema(embedder.dim, "postgresql"), embedder=embedder)
+        super().__init__(
+            engine=engine,
+            schema=build_schema(embedder.dim, "postgresql"),
+            embedder=embedder,
+            settings_defaults=settings_defaults,
+        )
         # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
         self._read_engine: AsyncEngine = engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -298,12 +306,18 @@ class PostgresMemoryStore(CoreStore):
         limit: int,
         retriever: Retriever,
         query_embedding: Sequence[float] | None,
+        team_id: uuid.UUID | None = None,
     ) -> RecallPlan | None:
         """The recall SQL, its parameters and the query's time window; None when no branch can run."""
         if retriever not in RETRIEVERS:
             raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
         owners = resolve_scopes(user_id, persona_id)
-        params: dict[str, Any] = {"k": candidate_count(limit), "user_id": user_id, "persona_id": persona_id}
+        params: dict[str, Any] = {
+            "k": candidate_count(limit),
+            "user_id": user_id,
+            "persona_id": persona_id,
+            "team_id": team_id,
+        }
         if is_empty_query(query):
             sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._schema.embedding_dim)
             return RecallPlan(sql=sql, params=params, time_window=None)
@@ -383,11 +397,13 @@ class PostgresMemoryStore(CoreStore):
         *,
         retriever: Retriever = "hybrid",
         query_embedding: Sequence[float] | None = None,
+        team_id: uuid.UUID | None = None,
     ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona), hybrid-ranked; empty query → top by confidence."""
+        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
+        and of that team), hybrid-ranked; empty query → top by confidence."""
         if limit <= 0:
             return []
-        plan = await self._statement(user_id, persona_id, query, limit, retriever, query_embedding)
+        plan = await self._statement(user_id, persona_id, query, limit, retriever, query_embedding, team_id)
         if plan is None:
             return []
         memories: dict[uuid.UUID, Memory] = {}
@@ -406,11 +422,12 @@ class PostgresMemoryStore(CoreStore):
                 status=row[8],
                 created_at=row[9],
                 updated_at=row[10],
+                team_id=row[11],
             )
             memories[memory.id] = memory
-            if row[11] is not None:
-                ranks.setdefault(row[11], []).append((row[12], memory.id))
-                scores.setdefault(row[11], {})[memory.id] = float(row[13])
+            if row[12] is not None:
+                ranks.setdefault(row[12], []).append((row[13], memory.id))
+                scores.setdefault(row[12], {})[memory.id] = float(row[14])
         if "top" in ranks:
             rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
             return fuse(memories.values(), rankings, limit=limit, weights=self._weights)

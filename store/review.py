@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, false, func, select, update
 
-from store.base import StoreBase
+from store.base import StoreBase, audit_entry
 from store.errors import StoreError
-from store.policy import (
-    plan_approve,
-    plan_reject,
-)
+from store.pagination import newest_first_page
+from store.policy import check_may_decide, plan_approve, plan_reject, storable_confidence
 from store.recall import embedding_text
-from store.types import (
-    AuditEntry,
-    Memory,
-    Revision,
-)
+from store.types import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
 
 
 class MemoryReview(StoreBase):
@@ -26,6 +21,7 @@ class MemoryReview(StoreBase):
 
     async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None:
         """Apply the open revision, or make a pending memory active; None if missing or nothing pending."""
+        check_may_decide(actor)
         m = self._schema.memories
         async with self._reading() as conn:
             peek = await self._open_revision(conn, memory_id, lock=False)
@@ -87,6 +83,7 @@ class MemoryReview(StoreBase):
 
         A rejected pending memory is archived rather than deleted, so extraction does not propose the
         same value again (see `store.policy`)."""
+        check_may_decide(actor)
         m = self._schema.memories
         async with self._transaction() as conn:
             memory = await self._locked_memory(conn, memory_id)
@@ -104,26 +101,42 @@ class MemoryReview(StoreBase):
             row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
         return None if row is None else self._memory(row)
 
-    async def edit(self, memory_id: uuid.UUID, value: str, *, actor: str) -> Memory | None:
-        """Set a memory's value (re-embedded, status kept); None when there is no such memory."""
+    async def edit(
+        self, memory_id: uuid.UUID, value: str, *, actor: str, activate: bool = False
+    ) -> Memory | None:
+        """Set a memory's value (re-embedded); None when there is no such memory.
+
+        Without `activate` the status is kept. With it (a person's edit, or a reviewer's edit-and-
+        approve) the memory becomes `active` and an open proposal is closed: what the person wrote
+        supersedes it."""
         if not value.strip():
             raise ValueError("the new value is empty; to remove a memory use archive or delete")
+        if activate:
+            check_may_decide(actor)
         current = await self.get_by_id(memory_id)
         if current is None:
             return None
-        if current.value == value:
+        if current.value == value and not activate:
             return current
-        embedding = await self.embed_query(embedding_text(current.key, value))
+        embedding = (
+            await self.embed_query(embedding_text(current.key, value)) if current.value != value else None
+        )
         m = self._schema.memories
         async with self._transaction() as conn:
             memory = await self._locked_memory(conn, memory_id)
             if memory is None:
                 return None
-            await conn.execute(
-                update(m)
-                .where(m.c.id == memory_id)
-                .values(value=value, embedding=embedding, updated_at=self._now())
-            )
+            values: dict[str, object] = {"value": value, "updated_at": self._now()}
+            if embedding is not None:
+                values["embedding"] = embedding
+            if activate:
+                values["status"] = "active"
+                open_rev = await self._open_revision(conn, memory_id, lock=True)
+                if open_rev is not None:
+                    await self._close_revision(
+                        conn, open_rev[0], memory, status="rejected", actor=actor, audit=False
+                    )
+            await conn.execute(update(m).where(m.c.id == memory_id).values(**values))
             await self._audit(
                 conn,
                 "edit",
@@ -152,16 +165,139 @@ class MemoryReview(StoreBase):
         stmt = select(a).where(a.c.memory_id == memory_id).order_by(a.c.id)
         async with self._reading() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [
-            AuditEntry(
-                id=row.id,
-                memory_id=row.memory_id,
-                action=row.action,
-                old_value=row.old_value,
-                new_value=row.new_value,
-                actor=row.actor,
-                event_id=row.event_id,
-                at=row.at,
+        return [audit_entry(row) for row in rows]
+
+    # -- the review queue -----------------------------------------------------------------------
+
+    def _queue_conditions(self, query: ReviewQuery) -> builtins.list[ColumnElement[bool]]:
+        """Filters on `memories` shared by both kinds of review item (SQL, never Python filtering)."""
+        m = self._schema.memories
+        conditions: builtins.list[ColumnElement[bool]] = []
+        if query.teams is not None:
+            conditions.append(m.c.team_id.in_(sorted(query.teams)) if query.teams else false())
+        if query.team_id is not None:
+            conditions.append(m.c.team_id == query.team_id)
+        if query.scope is not None:
+            conditions.append(m.c.scope == query.scope)
+        if query.persona_id is not None:
+            conditions.append(
+                and_(m.c.scope.in_(("persona", "persona_user")), m.c.owner_id == query.persona_id)
             )
-            for row in rows
-        ]
+        if query.user_id is not None:
+            conditions.append(self._about_user(query.user_id))
+        return conditions
+
+    async def review_queue(self, query: ReviewQuery) -> Page[ReviewItem]:
+        """Pending memories and open revisions, newest first, one page (two indexed reads, merged)."""
+        m, r = self._schema.memories, self._schema.revisions
+        fetch = query.limit + 1
+        conditions = self._queue_conditions(query)
+        pending = (
+            select(*self._memory_columns)
+            .where(
+                m.c.status == "pending_review",
+                *conditions,
+                *self._after(m.c.created_at, m.c.id, query.cursor),
+            )
+            .order_by(m.c.created_at.desc(), m.c.id.desc())
+            .limit(fetch)
+        )
+        proposals = (
+            select(
+                r.c.id.label("revision_id"),
+                r.c.old_value,
+                r.c.new_value,
+                r.c.confidence.label("revision_confidence"),
+                r.c.created_at.label("proposed_at"),
+                r.c.source_channel_id.label("revision_channel_id"),
+                *self._memory_columns,
+            )
+            .join(m, m.c.id == r.c.memory_id)
+            .where(r.c.status == "pending", *conditions, *self._after(r.c.created_at, r.c.id, query.cursor))
+            .order_by(r.c.created_at.desc(), r.c.id.desc())
+            .limit(fetch)
+        )
+        if query.min_confidence is not None:
+            pending = pending.where(m.c.confidence >= query.min_confidence)
+            proposals = proposals.where(r.c.confidence >= query.min_confidence)
+        async with self._reading() as conn:
+            memory_rows = (await conn.execute(pending)).all()
+            revision_rows = (await conn.execute(proposals)).all()
+        entries: builtins.list[tuple[datetime, uuid.UUID, ReviewItem]] = []
+        for row in memory_rows:
+            memory = self._memory(row)
+            entries.append((memory.created_at, memory.id, review_item_of_memory(memory)))
+        for row in revision_rows:
+            memory = self._memory(row)
+            data = row._mapping
+            item = ReviewItem(
+                id=data["revision_id"],
+                kind="revision",
+                memory_id=memory.id,
+                scope=memory.scope,
+                owner_id=memory.owner_id,
+                user_id=memory.user_id,
+                team_id=memory.team_id,
+                key=memory.key,
+                value=None,
+                old_value=data["old_value"],
+                new_value=data["new_value"],
+                confidence=storable_confidence(data["revision_confidence"]),
+                source_channel_id=data["revision_channel_id"] or memory.source_channel_id,
+                created_at=data["proposed_at"],
+            )
+            entries.append((item.created_at, item.id, item))
+        items, cursor = newest_first_page(entries, query.limit)
+        return Page(items=items, next_cursor=cursor)
+
+    async def review_target(self, item_id: uuid.UUID) -> Memory | None:
+        """The memory a review item stands for: the memory with this id, or the memory whose open
+        revision has this id; None when neither exists."""
+        m, r = self._schema.memories, self._schema.revisions
+        async with self._reading() as conn:
+            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == item_id))).first()
+            if row is None:
+                row = (
+                    await conn.execute(
+                        select(*self._memory_columns)
+                        .join(r, r.c.memory_id == m.c.id)
+                        .where(r.c.id == item_id, r.c.status == "pending")
+                    )
+                ).first()
+        return None if row is None else self._memory(row)
+
+    async def pending_counts(self) -> dict[str, int]:
+        """Review-queue depth by scope: pending memories plus open revisions."""
+        m, r = self._schema.memories, self._schema.revisions
+        counts: dict[str, int] = {scope: 0 for scope in SCOPES}
+        async with self._reading() as conn:
+            for stmt in (
+                select(m.c.scope, func.count()).where(m.c.status == "pending_review").group_by(m.c.scope),
+                select(m.c.scope, func.count())
+                .select_from(r.join(m, m.c.id == r.c.memory_id))
+                .where(r.c.status == "pending")
+                .group_by(m.c.scope),
+            ):
+                for scope, count in (await conn.execute(stmt)).all():
+                    counts[scope] += int(count)
+        return counts
+
+
+def review_item_of_memory(memory: Memory) -> ReviewItem:
+    """A pending memory as a review item."""
+    return ReviewItem(
+        id=memory.id,
+        kind="memory",
+        memory_id=memory.id,
+        scope=memory.scope,
+        owner_id=memory.owner_id,
+        user_id=memory.user_id,
+        team_id=memory.team_id,
+        key=memory.key,
+        value=memory.value,
+        old_value=None,
+        new_value=None,
+        confidence=memory.confidence,
+        source_channel_id=memory.source_channel_id,
+        created_at=memory.created_at,
+    )

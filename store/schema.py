@@ -136,6 +136,7 @@ class Schema:
     processed_events: Table
     settings: Table
     chat_messages: Table
+    api_keys: Table
     embedding_dim: int
     dialect: Dialect_
 
@@ -162,6 +163,8 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         Column("embedding", embedding_type, nullable=True),
         Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        # the team of the conversation that wrote it: recalled, listed and merged only in that team
+        Column("team_id", guid, nullable=True),
         CheckConstraint("scope IN ('user', 'persona', 'persona_user')", name="ck_memories_scope"),
         CheckConstraint("status IN ('active', 'pending_review', 'archived')", name="ck_memories_status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
@@ -187,12 +190,32 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         sqlite_where=text("scope = 'persona_user'"),
     )
     Index(
-        "uq_memories_scope_owner_user_key",
+        "uq_memories_scope_owner_user_team_key",
         table.c.scope,
         table.c.owner_id,
         func.coalesce(table.c.user_id, literal_column(nil)),
+        func.coalesce(table.c.team_id, literal_column(nil)),
         table.c.key,
         unique=True,
+    )
+    Index(
+        "ix_memories_pending_created",
+        table.c.created_at.desc(),
+        table.c.id.desc(),
+        postgresql_where=text("status = 'pending_review'"),
+        sqlite_where=text("status = 'pending_review'"),
+    )
+    Index(
+        "ix_memories_user_id",
+        table.c.user_id,
+        postgresql_where=text("scope = 'persona_user'"),
+        sqlite_where=text("scope = 'persona_user'"),
+    )
+    Index(
+        "ix_memories_team_id",
+        table.c.team_id,
+        postgresql_where=text("team_id IS NOT NULL"),
+        sqlite_where=text("team_id IS NOT NULL"),
     )
     Index("ix_memories_source_channel_id", table.c.source_channel_id)
     if dialect == "postgresql":
@@ -242,6 +265,13 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
     )
     # one open proposal per memory: a newer extraction replaces the older proposal
     Index(
+        "ix_memory_revisions_pending_created",
+        revisions.c.created_at.desc(),
+        revisions.c.id.desc(),
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    )
+    Index(
         "uq_memory_revisions_pending",
         revisions.c.memory_id,
         unique=True,
@@ -266,10 +296,19 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("event_id", guid, nullable=True),
         Column("revision_id", guid, nullable=True),
         Column("at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("team_id", guid, nullable=True),
         CheckConstraint(
-            "action IN ('add', 'update', 'propose', 'approve', 'reject', 'edit', 'archive', 'delete')",
+            "action IN ('add', 'update', 'propose', 'approve', 'reject', 'edit', 'archive', 'delete', "
+            "'erase')",
             name="ck_memory_audit_action",
         ),
+    )
+    Index("ix_memory_audit_owner_id", audit.c.owner_id)
+    Index(
+        "ix_memory_audit_user_id",
+        audit.c.user_id,
+        postgresql_where=text("user_id IS NOT NULL"),
+        sqlite_where=text("user_id IS NOT NULL"),
     )
     Index("ix_memory_audit_memory_id", audit.c.memory_id, audit.c.id)
     Index("ix_memory_audit_event_id", audit.c.event_id)
@@ -294,11 +333,17 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("extraction_prompt", Text, nullable=True),
         Column("min_confidence", real, nullable=True),
         Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("pending_days", Integer, nullable=True),
+        Column("archived_days", Integer, nullable=True),
         CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
         CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
         CheckConstraint(
             "min_confidence IS NULL OR (min_confidence >= 0 AND min_confidence <= 1)",
             name="ck_memory_settings_min_confidence",
+        ),
+        CheckConstraint(
+            "(pending_days IS NULL OR pending_days >= 1) AND (archived_days IS NULL OR archived_days >= 1)",
+            name="ck_memory_settings_retention",
         ),
     )
     nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
@@ -324,8 +369,30 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         "ix_chat_messages_agent_room", chat_messages.c.agent_id, chat_messages.c.room_id, chat_messages.c.id
     )
 
+    api_keys = Table(
+        "api_keys",
+        md,
+        Column("id", guid, primary_key=True),
+        Column("name", Text, nullable=False),
+        # SHA-256 of the whole key: keys are 256-bit random, so a fast hash is enough
+        Column("key_hash", Text, nullable=False),
+        Column("prefix", Text, nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("last_used_at", UtcDateTime(), nullable=True),
+        Column("revoked_at", UtcDateTime(), nullable=True),
+    )
+    Index("uq_api_keys_key_hash", api_keys.c.key_hash, unique=True)
+    Index(
+        "uq_api_keys_active_name",
+        api_keys.c.name,
+        unique=True,
+        postgresql_where=text("revoked_at IS NULL"),
+        sqlite_where=text("revoked_at IS NULL"),
+    )
+
     return Schema(
         metadata=md,
+        api_keys=api_keys,
         memories=memories,
         revisions=revisions,
         audit=audit,

@@ -34,6 +34,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core import CoreStore
+from store.cues import informative_query
+from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
@@ -54,7 +56,7 @@ from store.recall import (
     unit_rows,
 )
 from store.schema import build_schema
-from store.types import Memory, OwnerRef, RecallHit, Retriever
+from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
 
@@ -69,14 +71,19 @@ _OWNER_TOKEN_SQL = (
     "|| (CASE WHEN {t}.scope = 'persona_user' THEN replace(coalesce({t}.user_id, ''), '-', '') ELSE '' END) "
     "|| '0' ELSE '' END"
 )
+# the team of a row: `t0` for none, else `t<hex>0`
+_TEAM_TOKEN_SQL = "'t' || replace(coalesce({t}.team_id, ''), '-', '') || '0'"
 _FTS_ROW = (
-    "(memory_id, owner, key, value) VALUES (new.id, "
+    "(memory_id, owner, team, key, value) VALUES (new.id, "
     + _OWNER_TOKEN_SQL.format(t="new")
+    + ", "
+    + _TEAM_TOKEN_SQL.format(t="new")
     + ", new.key, new.value)"
 )
+FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value")
 FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
-    "memory_id UNINDEXED, owner, key, value, tokenize = 'porter unicode61')",
+    "memory_id UNINDEXED, owner, team, key, value, tokenize = 'porter unicode61')",
     f"CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
     f"INSERT INTO memories_fts {_FTS_ROW}; END",
     "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
@@ -85,13 +92,15 @@ FTS_DDL = (
     f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
 )
 FTS_BACKFILL = (
-    "INSERT INTO memories_fts (memory_id, owner, key, value) SELECT m.id, "
+    "INSERT INTO memories_fts (memory_id, owner, team, key, value) SELECT m.id, "
     + _OWNER_TOKEN_SQL.format(t="m")
+    + ", "
+    + _TEAM_TOKEN_SQL.format(t="m")
     + ", m.key, m.value FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
-# bm25() column weights: memory_id and owner carry no relevance
-_BM25 = "bm25(memories_fts, 0.0, 0.0, 1.0, 1.0)"
+# bm25() column weights: memory_id, owner and team carry no relevance
+_BM25 = "bm25(memories_fts, 0.0, 0.0, 0.0, 1.0, 1.0)"
 
 
 def owner_token(owner: OwnerRef) -> str:
@@ -101,11 +110,17 @@ def owner_token(owner: OwnerRef) -> str:
     return f"{prefix}{owner.owner_id.hex}{user}0"
 
 
-def owner_match(owners: Sequence[OwnerRef], words_match: str) -> str:
-    """An FTS5 MATCH expression: the owners' active rows (`owner` column) matching the words (in
-    `key` or `value`)."""
+def team_tokens(team_id: uuid.UUID | None) -> list[str]:
+    """The `team` tokens visible in a team context: rows of no team, and of `team_id`."""
+    return ["t0"] if team_id is None else ["t0", f"t{team_id.hex}0"]
+
+
+def owner_match(owners: Sequence[OwnerRef], team_id: uuid.UUID | None, words_match: str) -> str:
+    """An FTS5 MATCH expression: the owners' active rows (`owner` column) visible in the team context
+    (`team` column) matching the words (in `key` or `value`)."""
     tokens = " OR ".join(f'"{owner_token(owner)}"' for owner in owners)
-    return f"owner : ({tokens}) AND {{key value}} : ({words_match})"
+    teams = " OR ".join(f'"{token}"' for token in team_tokens(team_id))
+    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value}} : ({words_match})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,6 +197,7 @@ class SqliteMemoryStore(CoreStore):
         fusion: ScoreFusion | None = None,
         busy_timeout_ms: int = 30_000,
         index_cache_owners: int = 64,
+        settings_defaults: MemorySettings | None = None,
     ) -> None:
         # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
         engine = create_async_engine(
@@ -194,14 +210,19 @@ class SqliteMemoryStore(CoreStore):
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
         event.listen(engine.sync_engine, "begin", self._begin_immediate)
-        super().__init__(engine=engine, schema=build_schema(embedder.dim, "sqlite"), embedder=embedder)
+        super().__init__(
+            engine=engine,
+            schema=build_schema(embedder.dim, "sqlite"),
+            embedder=embedder,
+            settings_defaults=settings_defaults,
+        )
         self._weights = dict(weights)
         self._fusion = fusion or ScoreFusion()
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
         # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
         # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
-        self._indexes: OrderedDict[tuple[OwnerRef, ...], OwnerIndex] = OrderedDict()
+        self._indexes: OrderedDict[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = OrderedDict()
         self._index_cache_owners = index_cache_owners
         self._generation = 0
 
@@ -226,7 +247,14 @@ class SqliteMemoryStore(CoreStore):
         async with self._schema_lock:
             if not self._schema_ready:
                 async with self._engine.begin() as conn:
-                    await conn.run_sync(self._schema.metadata.create_all)
+                    await conn.run_sync(create_sqlite_schema, self._schema)
+                    info = (await conn.exec_driver_sql("PRAGMA table_info(memories_fts)")).all()
+                    columns = [str(row._mapping["name"]) for row in info]
+                    if columns and columns != list(FTS_COLUMNS):
+                        # a full-text table of another layout: rebuild it from memories
+                        await conn.exec_driver_sql("DROP TABLE memories_fts")
+                        for trigger in ("insert", "delete", "update"):
+                            await conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS memories_fts_{trigger}")
                     for statement in FTS_DDL:
                         await conn.exec_driver_sql(statement)
                     # rows written before the full-text table existed (a database from an older version)
@@ -261,8 +289,10 @@ class SqliteMemoryStore(CoreStore):
         *,
         retriever: Retriever = "hybrid",
         query_embedding: Sequence[float] | None = None,
+        team_id: uuid.UUID | None = None,
     ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona), hybrid-ranked; empty query → top by confidence."""
+        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
+        and of that team), hybrid-ranked; empty query → top by confidence."""
         if retriever not in RETRIEVERS:
             raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
         if limit <= 0:
@@ -271,18 +301,18 @@ class SqliteMemoryStore(CoreStore):
         k = candidate_count(limit)
         scores: dict[str, dict[uuid.UUID, float]] = {}
         async with self._reading() as conn:
-            index = await self._owner_index(conn, owners)
+            index = await self._owner_index(conn, owners, team_id)
             if is_empty_query(query):
                 top = [m.id for m in top_order(index.memories)[:k]]
                 rows = [index.by_id[mid] for mid in index.with_same_key(set(top))]
                 return fuse(rows, {"top": top}, limit=limit, weights=self._weights)
             cues = query_cues(query, now=datetime.now(UTC))
-            # FTS5 clamps the idf of a word in more than half of the rows to ~0: such a word only
-            # adds noise that score normalisation would blow up, so it is not matched at all
-            share = index.word_share(query_terms(cues.text))
-            match = fts5_match(" ".join(w for w in query_terms(cues.text) if share.get(w, 0.0) <= 0.5))
+            # FTS5 clamps the idf of a word in more than half of the rows to ~0: beside rarer words
+            # it only adds noise that score normalisation would blow up, so it is not matched
+            words = query_terms(cues.text)
+            match = fts5_match(informative_query(" ".join(words), index.word_share(words), max_share=0.5))
             if retriever in ("hybrid", "keyword") and match is not None:
-                scores["text"] = await self._text_scores(conn, owners, match, k)
+                scores["text"] = await self._text_scores(conn, owners, team_id, match, k)
         if retriever in ("hybrid", "vector"):
             if query_embedding is not None:
                 query_vector = self._check_dim(query_embedding, "query embedding")
@@ -308,9 +338,12 @@ class SqliteMemoryStore(CoreStore):
         version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
         return self._generation, int(version)
 
-    async def _owner_index(self, conn: AsyncConnection, owners: Sequence[OwnerRef]) -> OwnerIndex:
-        """The owners' active memories and embeddings, read once and kept until anything is written."""
-        key = tuple(owners)
+    async def _owner_index(
+        self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None
+    ) -> OwnerIndex:
+        """The owners' active memories visible in the team context, and their embeddings, read once
+        and kept until anything is written."""
+        key = (tuple(owners), team_id)
         stamp = await self._stamp(conn)
         cached = self._indexes.get(key)
         if cached is not None and cached.stamp == stamp:
@@ -318,7 +351,7 @@ class SqliteMemoryStore(CoreStore):
             return cached
         m = self._schema.memories
         statement = select(*self._memory_columns, type_coerce(m.c.embedding, String)).where(
-            m.c.status == "active", self._owner_clause(owners)
+            m.c.status == "active", self._owner_clause(owners), self._team_clause(team_id)
         )
         rows = (await conn.execute(statement)).all()
         memories = [self._memory(row) for row in rows]
@@ -332,12 +365,18 @@ class SqliteMemoryStore(CoreStore):
         return index
 
     async def _text_scores(
-        self, conn: AsyncConnection, owners: Sequence[OwnerRef], match: str, k: int
+        self,
+        conn: AsyncConnection,
+        owners: Sequence[OwnerRef],
+        team_id: uuid.UUID | None,
+        match: str,
+        k: int,
     ) -> dict[uuid.UUID, float]:
-        """FTS5 BM25 (higher is better) of the owners' active memories matching any query word."""
+        """FTS5 BM25 (higher is better) of the owners' active memories visible in the team context
+        matching any query word."""
         statement = text(
             f"SELECT memory_id, -{_BM25} FROM memories_fts WHERE memories_fts MATCH :match "
             f"ORDER BY {_BM25}, memory_id LIMIT :k"
         )
-        rows = (await conn.execute(statement, {"match": owner_match(owners, match), "k": k})).all()
+        rows = (await conn.execute(statement, {"match": owner_match(owners, team_id, match), "k": k})).all()
         return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 Scope = Literal["user", "persona", "persona_user"]
 Status = Literal["active", "pending_review", "archived"]
 UpsertAction = Literal["created", "updated", "revision_proposed", "unchanged"]
 SettingsLevel = Literal["global", "team", "persona"]
-AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete"]
+AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete", "erase"]
 # Which recall branch to run: both fused (default), or one alone (evaluation, benchmarks).
 Retriever = Literal["hybrid", "vector", "keyword"]
 
@@ -37,6 +37,8 @@ class Memory:
     status: Status
     created_at: datetime
     updated_at: datetime
+    # the team of the conversation that wrote it (None: no team); part of the row's identity
+    team_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +57,7 @@ class NewMemory:
     # when the conversation it came from happened; becomes created_at of a new row (default: now),
     # so recall can honour time cues ("what did I say in March?")
     observed_at: datetime | None = None
+    team_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +119,9 @@ class AuditEntry:
     actor: str
     event_id: uuid.UUID | None
     at: datetime
+    scope: Scope | None = None
+    key: str | None = None
+    revision_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +132,10 @@ class MemorySettings:
     persona_learning: bool = False
     extraction_prompt: str | None = None
     min_confidence: float = 0.5
+    # retention: pending memories are rejected after `pending_days`, archived ones erased after
+    # `archived_days` (None: kept)
+    pending_days: int | None = 30
+    archived_days: int | None = 30
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,3 +172,111 @@ class ChatMessage:
     role: Literal["system", "user", "assistant", "tool"]
     content: str
     at: datetime | None = None
+
+
+ReviewKind = Literal["memory", "revision"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReviewItem:
+    """One entry of the review queue: a pending memory, or a proposed change to a reviewed one.
+
+    `id` is the memory's id (kind `memory`) or the revision's id (kind `revision`); `value` is set for
+    a memory, `old_value`/`new_value` for a revision."""
+
+    id: uuid.UUID
+    kind: ReviewKind
+    memory_id: uuid.UUID
+    scope: Scope
+    owner_id: uuid.UUID
+    user_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    key: str
+    value: str | None
+    old_value: str | None
+    new_value: str | None
+    confidence: float
+    source_channel_id: uuid.UUID | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReviewQuery:
+    """What the review queue shows: filters, the caller's team limit, and the page position.
+
+    `teams` limits the queue to memories of those teams (a team admin's); None shows every team and
+    memories of no team (an admin)."""
+
+    teams: frozenset[uuid.UUID] | None = None
+    team_id: uuid.UUID | None = None
+    scope: Scope | None = None
+    persona_id: uuid.UUID | None = None
+    user_id: uuid.UUID | None = None
+    min_confidence: float | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserMemoryQuery:
+    """A person's own memories (`user` scope owned by them, `persona_user` about them), every status."""
+
+    user_id: uuid.UUID
+    scope: Scope | None = None
+    persona_id: uuid.UUID | None = None
+    status: Status | None = None
+    team_id: uuid.UUID | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page(Generic[T]):
+    """One page of a list, newest first, and the cursor of the next page (None: this is the last)."""
+
+    items: tuple[T, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserExport:
+    """Everything stored about one person: their memories, open and decided revisions, audit history."""
+
+    memories: tuple[Memory, ...]
+    revisions: tuple[Revision, ...]
+    audit: tuple[AuditEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApiKey:
+    """A service credential (the key itself is shown once at creation and stored only as a hash)."""
+
+    id: uuid.UUID
+    name: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettingsRow:
+    """One level's own settings (None = inherit from the level above)."""
+
+    level: SettingsLevel
+    target_id: uuid.UUID | None
+    enabled: bool | None = None
+    persona_learning: bool | None = None
+    extraction_prompt: str | None = None
+    min_confidence: float | None = None
+    pending_days: int | None = None
+    archived_days: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetentionReport:
+    """What one retention run did."""
+
+    rejected_memories: int = 0
+    rejected_revisions: int = 0
+    erased_memories: int = 0

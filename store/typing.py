@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from store.types import (
+    ApiKey,
     AuditEntry,
     ChatMessage,
     EventMemory,
@@ -17,12 +18,18 @@ from store.types import (
     MemorySettings,
     NewMemory,
     OwnerRef,
+    Page,
     RecallHit,
     Retriever,
+    ReviewItem,
+    ReviewQuery,
     Revision,
     Scope,
     SettingsLevel,
+    SettingsRow,
     UpsertResult,
+    UserExport,
+    UserMemoryQuery,
 )
 
 
@@ -36,20 +43,8 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
-class MemoryStore(Protocol):
-    """The store contract (seed §4), implemented by the Postgres and SQLite stores."""
-
-    async def upsert(
-        self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
-    ) -> UpsertResult: ...
-
-    async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None: ...
-
-    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]: ...
-
-    async def delete(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
-
-    async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
+class RecallStore(Protocol):
+    """What recall and the hint need (the CLI, the API's platform endpoints, the tools)."""
 
     async def recall(
         self,
@@ -59,41 +54,28 @@ class MemoryStore(Protocol):
         limit: int = 20,
         *,
         retriever: Retriever = "hybrid",
+        team_id: uuid.UUID | None = None,
     ) -> builtins.list[RecallHit]:
-        """Active memories for the user (and persona), best first; empty query: top by confidence."""
+        """Active memories for the user (and persona) in the team context, best first."""
         ...
-
-    async def count_by_owner(self, scope: Scope, owner_id: uuid.UUID) -> int: ...
-
-    async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
-
-    async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
-
-    async def edit(self, memory_id: uuid.UUID, value: str, *, actor: str) -> Memory | None: ...
-
-    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]: ...
-
-    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]: ...
 
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> MemorySettings: ...
 
-    async def put_settings(
-        self,
-        *,
-        level: SettingsLevel,
-        target_id: uuid.UUID | None,
-        enabled: bool | None = None,
-        persona_learning: bool | None = None,
-        extraction_prompt: str | None = None,
-        min_confidence: float | None = None,
-    ) -> None: ...
+
+class WorkerStore(Protocol):
+    """What the worker's per-event pipeline needs: policy, existing memories, one write per event."""
+
+    async def settings_for(
+        self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+    ) -> MemorySettings: ...
 
     async def existing_memories(
-        self, owners: Sequence[OwnerRef]
+        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
     ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
-        """Active and pending memories (with embeddings) of the given (scope, owner, user) triples."""
+        """Active and pending memories (with embeddings) of the given (scope, owner, user) triples,
+        visible in the team context (rows of no team, or of `team_id`)."""
         ...
 
     async def write_event(
@@ -121,6 +103,111 @@ class MemoryStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ReviewStore(Protocol):
+    """The review queue and its decisions (admins and team admins)."""
+
+    async def review_queue(self, query: ReviewQuery) -> Page[ReviewItem]: ...
+
+    async def review_target(self, item_id: uuid.UUID) -> Memory | None:
+        """The memory a review item (memory id or open-revision id) stands for."""
+        ...
+
+    async def pending_counts(self) -> dict[str, int]: ...
+
+    async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None: ...
+
+    async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
+
+    async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
+
+    async def edit(
+        self, memory_id: uuid.UUID, value: str, *, actor: str, activate: bool = False
+    ) -> Memory | None: ...
+
+    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]: ...
+
+    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]: ...
+
+
+class PersonalStore(Protocol):
+    """A person's control over what is stored about them, and erasure."""
+
+    async def list_for_user(self, query: UserMemoryQuery) -> Page[Memory]: ...
+
+    async def export_user(self, user_id: uuid.UUID) -> UserExport: ...
+
+    async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
+
+    async def erase_user(
+        self,
+        user_id: uuid.UUID,
+        *,
+        actor: str,
+        teams: frozenset[uuid.UUID] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int: ...
+
+
+class SettingsStore(Protocol):
+    """Memory settings per level, with inheritance."""
+
+    @property
+    def settings_defaults(self) -> MemorySettings: ...
+
+    async def settings_row(self, level: SettingsLevel, target_id: uuid.UUID | None) -> SettingsRow: ...
+
+    async def replace_settings(self, row: SettingsRow) -> None: ...
+
+    async def settings_for(
+        self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+    ) -> MemorySettings: ...
+
+
+class KeyStore(Protocol):
+    """Service API keys."""
+
+    async def create_api_key(self, name: str) -> tuple[ApiKey, str]: ...
+
+    async def list_api_keys(self) -> builtins.list[ApiKey]: ...
+
+    async def revoke_api_key(self, name_or_id: str) -> bool: ...
+
+    async def verify_api_key(self, key: str) -> ApiKey | None: ...
+
+
+class ControlPlaneStore(RecallStore, ReviewStore, PersonalStore, SettingsStore, KeyStore, Protocol):
+    """Everything `pmem serve` needs."""
+
+    async def ping(self) -> None: ...
+
+
+class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, SettingsStore, Protocol):
+    """The whole store contract (seed §4), implemented by the Postgres and SQLite stores."""
+
+    async def upsert(
+        self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
+    ) -> UpsertResult: ...
+
+    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]: ...
+
+    async def delete(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
+
+    async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
+
+    async def count_by_owner(self, scope: Scope, owner_id: uuid.UUID) -> int: ...
+
+    async def put_settings(
+        self,
+        *,
+        level: SettingsLevel,
+        target_id: uuid.UUID | None,
+        enabled: bool | None = None,
+        persona_learning: bool | None = None,
+        extraction_prompt: str | None = None,
+        min_confidence: float | None = None,
+    ) -> None: ...
 
 
 class HistoryStore(Protocol):

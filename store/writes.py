@@ -67,6 +67,7 @@ class MemoryWrites(StoreBase):
                 embedding=embedding,
                 created_at=new.observed_at if new.observed_at is not None else now,
                 updated_at=now,
+                team_id=new.team_id,
             )
             .on_conflict_do_nothing(index_elements=self._key_index)
             .returning(m.c.id)
@@ -179,6 +180,7 @@ class MemoryWrites(StoreBase):
                 memories[i].scope,
                 str(memories[i].owner_id),
                 str(memories[i].user_id),
+                str(memories[i].team_id),
                 memories[i].key,
             ),
         )
@@ -212,7 +214,11 @@ class MemoryWrites(StoreBase):
         a = self._schema.audit
         stmt = (
             select(a.c.memory_id, a.c.action, a.c.scope, a.c.key)
-            .where(a.c.event_id == event_id, a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)))
+            .where(
+                a.c.event_id == event_id,
+                a.c.action.in_(tuple(_EVENT_AUDIT_ACTIONS)),
+                a.c.key.is_not(None),  # an erased memory's key is gone with it
+            )
             .order_by(a.c.id)
         )
         async with self._reading() as conn:

@@ -640,7 +640,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     from store.urls import backend_of
 
     if backend_of(settings.database_url) != "postgresql":
-        return await open_store(settings.database_url, embedder)
+        return await open_store(settings.database_url, embedder, settings_defaults=settings.memory_defaults())
     from store.postgres import PostgresMemoryStore
 
     store = PostgresMemoryStore(
@@ -648,6 +648,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         embedder,
         pool_size=settings.db_pool_size,
         max_overflow=0,
+        settings_defaults=settings.memory_defaults(),
         pool_pre_ping=False,
     )
     try:

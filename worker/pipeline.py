@@ -119,6 +119,7 @@ def build_row(
         source_channel_id=event.channel_id,
         embedding=list(embedding) if embedding is not None else None,
         observed_at=event.occurred_at,
+        team_id=event.team_id,
     )
 
 
@@ -362,7 +363,7 @@ async def process_event(
         return await duplicate() if write.duplicate else Outcome(status="disabled")
 
     owners = owners_for(event, scopes)
-    existing = await db("existing_memories", lambda: store.existing_memories(owners))
+    existing = await db("existing_memories", lambda: store.existing_memories(owners, team_id=event.team_id))
 
     request = ExtractionRequest(
         messages=transcript(event),

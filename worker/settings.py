@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from store.types import MemorySettings
+
 DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
 
 
@@ -67,8 +69,21 @@ class Settings(BaseSettings):
     # Send `dimensions` to /v1/embeddings: None = only for models known to support it (text-embedding-3*)
     embedding_send_dimensions: bool | None = None
 
-    # Policy defaults (overridable per team/persona in the memory settings table)
+    # Policy defaults (overridable globally, per team and per persona in the memory settings table)
     min_confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+    # Retention: pending memories older than this are rejected, archived ones erased (`pmem retention`)
+    retention_pending_days: int = Field(default=30, ge=1)
+    retention_archived_days: int = Field(default=30, ge=1)
+
+    # Control plane (`pmem serve`)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    auth_jwt_secret: str | None = None
+    auth_jwt_public_key: str | None = None
+    auth_issuer: str | None = None
+    auth_audience: str | None = None
+    # largest request body the API reads; larger ones get 413
+    api_max_body_bytes: int = Field(default=1_000_000, ge=1024)
 
     # Observability
     http_port: int = Field(default=9464, ge=0, le=65535)
@@ -93,6 +108,14 @@ class Settings(BaseSettings):
         if self.embedding_api_key is None and self.llm_api_key is not None:
             object.__setattr__(self, "embedding_api_key", self.llm_api_key)
         return self
+
+    def memory_defaults(self) -> MemorySettings:
+        """What the settings merge starts from: the deployment's defaults under global/team/persona rows."""
+        return MemorySettings(
+            min_confidence=self.min_confidence,
+            pending_days=self.retention_pending_days,
+            archived_days=self.retention_archived_days,
+        )
 
     @property
     def effective_extractor(self) -> Literal["llm", "rules"]:

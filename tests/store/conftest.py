@@ -13,12 +13,15 @@ from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres import PostgresMemoryStore
 from store.sqlite import SqliteMemoryStore
+from store.types import MemorySettings
 from store.typing import Embedder
 from tests.store.store_testkit import MakeStore, Store
 
 DIM = 384
 CONCEPT_DIM = 8
-TABLES = "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages"
+TABLES = (
+    "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages, api_keys"
+)
 
 
 def truncate(url: str) -> None:
@@ -56,16 +59,20 @@ async def make_store(
     """Factory: an empty store of the current backend for an embedder (hashing, 384-d by default)."""
     opened: list[Store] = []
 
-    async def make(embedder: Embedder | None = None) -> Store:
+    async def make(
+        embedder: Embedder | None = None, settings_defaults: MemorySettings | None = None
+    ) -> Store:
         embedder = embedder or HashingEmbedder(dim=DIM)
         store: Store
         if backend == "postgres":
             fixture = "pg_url" if embedder.dim == DIM else "pg_concept_url"
             url = request.getfixturevalue(fixture)
             truncate(url)
-            store = PostgresMemoryStore(url, embedder)
+            store = PostgresMemoryStore(url, embedder, settings_defaults=settings_defaults)
         else:
-            store = SqliteMemoryStore(f"sqlite:///{tmp_path}/store-{len(opened)}.db", embedder)
+            store = SqliteMemoryStore(
+                f"sqlite:///{tmp_path}/store-{len(opened)}.db", embedder, settings_defaults=settings_defaults
+            )
         opened.append(store)
         return store
 

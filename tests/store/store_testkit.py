@@ -72,6 +72,7 @@ def mem(
     status: Status = "active",
     confidence: float = 1.0,
     channel: uuid.UUID | None = None,
+    team: uuid.UUID | None = None,
 ) -> NewMemory:
     """A NewMemory with test-friendly defaults (explicit, active)."""
     return NewMemory(
@@ -83,4 +84,5 @@ def mem(
         status=status,
         confidence=confidence,
         source_channel_id=channel,
+        team_id=team,
     )

@@ -52,7 +52,8 @@ async def test_fts_rows_carry_the_owner_token_the_query_asks_for(
         assert tokens == {owner_token(owner) for owner in owners}
         for owner in owners:
             found = conn.execute(
-                "SELECT key FROM memories_fts WHERE memories_fts MATCH ?", (owner_match([owner], '"kayak"'),)
+                "SELECT key FROM memories_fts WHERE memories_fts MATCH ?",
+                (owner_match([owner], None, '"kayak"'),),
             ).fetchall()
             assert found == [(f"{owner.scope} fact",)]
 
@@ -107,3 +108,15 @@ def test_top_cosines_ranks_usable_rows_by_similarity() -> None:
     assert top_cosines(matrix, usable, [0.0, 0.0], 3) == []
     cosine = top_cosines(matrix, usable, [1.0, 1.0], 1)[0][1]
     assert cosine == pytest.approx((0.6 + 0.8) / 2**0.5)
+
+
+async def test_keyword_and_vector_recall_keep_the_team_boundary(sqlite_store: SqliteMemoryStore) -> None:
+    user, team, other_team = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await sqlite_store.upsert(_new(user, "pet", "has a beagle"))
+    await sqlite_store.upsert(_new(user, "work pet", "the office beagle", team_id=team))
+    await sqlite_store.upsert(_new(user, "other pet", "a beagle at the other office", team_id=other_team))
+    for retriever in ("keyword", "vector", "hybrid"):
+        no_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever)  # type: ignore[arg-type]
+        in_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever, team_id=team)  # type: ignore[arg-type]
+        assert {h.memory.key for h in no_team} == {"pet"}
+        assert {h.memory.key for h in in_team} == {"pet", "work pet"}

@@ -31,7 +31,9 @@ def test_pmem_migrate_reports_what_it_did_and_is_idempotent(
     cli_env: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["migrate"]) == 0
-    assert "migrated (empty database) -> 0001" in capsys.readouterr().out
+    from store.migrate import head_revision
+
+    assert f"migrated (empty database) -> {head_revision()}" in capsys.readouterr().out
     assert main(["migrate"]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert main(["migrate", "--embedding-dim", "768"]) == 2

@@ -252,7 +252,7 @@ async def test_edit_sets_the_value_reembeds_and_audits(store: Store) -> None:
         await store.edit(saved.memory_id, "  ", actor="user:me")
 
 
-async def test_archive_hides_from_recall_and_delete_keeps_the_audit_trail(store: Store) -> None:
+async def test_archive_hides_from_recall_and_delete_leaves_a_content_free_trail(store: Store) -> None:
     user = new_id()
     a = await store.upsert(mem(owner=user, key="pet", value="Has a cat"))
     b = await store.upsert(mem(owner=user, key="city", value="Lives in Porto"))
@@ -265,7 +265,9 @@ async def test_archive_hides_from_recall_and_delete_keeps_the_audit_trail(store:
     assert archived is not None and archived.status == "archived"
     assert await store.get_by_id(b.memory_id) is None
     log = await store.audit_log(b.memory_id)
-    assert [(e.action, e.old_value) for e in log] == [("add", None), ("delete", "Lives in Porto")]
+    # delete is an erasure: the trail says what happened and who did it, never what the memory said
+    assert [(e.action, e.actor) for e in log] == [("add", "system"), ("erase", "user:me")]
+    assert all(e.key is None and e.old_value is None and e.new_value is None for e in log)
     assert await actions(store, a.memory_id) == ["add", "archive"]
 
 
@@ -362,10 +364,10 @@ async def test_event_writes_reads_back_what_the_event_wrote_in_write_order(store
     await store.delete(written.results[0].memory_id, actor="reviewer")
 
     got = await store.event_writes(event)
-    # write order is write_event's lock order (scope, owner, user, key), not the input order
+    # write order is write_event's lock order (scope, owner, user, key), not the input order; the
+    # deleted memory was erased, its key with it, so it is no longer reported
     assert [(w.memory_id, w.action, w.scope, w.key) for w in got] == [
         (written.results[4].memory_id, "created", "persona_user", "e pu"),
-        (written.results[0].memory_id, "created", "user", "a new"),
         (reviewed.memory_id, "revision_proposed", "user", "c reviewed"),
         (draft.memory_id, "updated", "user", "d draft"),
     ]

@@ -134,8 +134,10 @@ def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
         }
     assert "(scope, owner_id, status)" in defs["ix_memories_scope_owner_status"]
     assert "WHERE (scope = 'persona_user'::text)" in defs["ix_memories_persona_user"]
-    unique = defs["uq_memories_scope_owner_user_key"]
+    # the seed's unique key, with the team added: a team's memory is its own row (team boundary)
+    unique = defs["uq_memories_scope_owner_user_team_key"]
     assert "UNIQUE" in unique and "COALESCE(user_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
+    assert "COALESCE(team_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
     assert "gin (search_tsv)" in defs["ix_memories_search_tsv"]
     assert "(source_channel_id)" in defs["ix_memories_source_channel_id"]
     assert "hnsw (embedding vector_cosine_ops)" in defs["ix_memories_embedding_hnsw"]

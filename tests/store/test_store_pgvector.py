@@ -40,7 +40,13 @@ async def test_owner_filtered_hnsw_scan_returns_every_owner_row(new_database: Ca
     _populate(url, owner)
     store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM), tuning=RecallTuning(ef_search=40))
     sql = recall_sql(owners=resolve_scopes(owner, None), branches=["vector"], embedding_dim=DIM)
-    params = {"k": 30, "user_id": owner, "persona_id": None, "qv": vector_literal([0.1] * DIM)}
+    params = {
+        "k": 30,
+        "user_id": owner,
+        "persona_id": None,
+        "team_id": None,
+        "qv": vector_literal([0.1] * DIM),
+    }
 
     async def vector_rows(*settings: str) -> tuple[int, str]:
         # a pooled connection of the store, so it carries the store's session settings
@@ -54,7 +60,7 @@ async def test_owner_filtered_hnsw_scan_returns_every_owner_row(new_database: Ca
                 plan = "\n".join(r[0] for r in await cur.fetchall())
                 await cur.execute(sql, params)
                 rows = await cur.fetchall()
-        return sum(1 for r in rows if r[11] == "vector"), plan
+        return sum(1 for r in rows if r[12] == "vector"), plan
 
     try:
         assert (await store.session_settings())["hnsw.iterative_scan"] == "relaxed_order"

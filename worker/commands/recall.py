@@ -9,8 +9,8 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
+from store.context_recall import hit_record, recall_in_context
 from store.factory import open_store
 from store.recall import RETRIEVERS
 from store.types import RecallHit, Retriever
@@ -31,6 +31,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", nargs="*", help="what to look for (empty: top memories by confidence)")
     parser.add_argument("--user-id", type=uuid_arg, required=True, help="the user (UUID)")
     parser.add_argument("--persona-id", type=uuid_arg, help="the active persona (UUID), if any")
+    parser.add_argument(
+        "--team-id",
+        type=uuid_arg,
+        help="the conversation's team (UUID): its memories and team-less ones",
+    )
     parser.add_argument("--limit", type=int, default=20, help="maximum results (default 20)")
     parser.add_argument(
         "--retriever",
@@ -41,26 +46,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
     parser.set_defaults(run=run)
-
-
-def hit_record(hit: RecallHit) -> dict[str, Any]:
-    """The --json object of one hit."""
-    m = hit.memory
-    return {
-        "id": str(m.id),
-        "scope": m.scope,
-        "owner_id": str(m.owner_id),
-        "user_id": str(m.user_id) if m.user_id else None,
-        "key": m.key,
-        "value": m.value,
-        "confidence": m.confidence,
-        "status": m.status,
-        "score": hit.score,
-        "sources": list(hit.sources),
-        "source_channel_id": str(m.source_channel_id) if m.source_channel_id else None,
-        "created_at": m.created_at.isoformat(),
-        "updated_at": m.updated_at.isoformat(),
-    }
 
 
 def _clip(text: str, width: int) -> str:
@@ -88,6 +73,7 @@ async def recall_hits(
     *,
     user_id: uuid.UUID,
     persona_id: uuid.UUID | None,
+    team_id: uuid.UUID | None = None,
     query: str,
     limit: int,
     retriever: Retriever,
@@ -97,9 +83,19 @@ async def recall_hits(
 
     embedder = build_embedder(settings)
     try:
-        store = await open_store(settings.database_url, embedder)
+        store = await open_store(
+            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
+        )
         try:
-            return await store.recall(user_id, persona_id, query, limit, retriever=retriever)
+            return await recall_in_context(
+                store,
+                user_id=user_id,
+                persona_id=persona_id,
+                team_id=team_id,
+                query=query,
+                limit=limit,
+                retriever=retriever,
+            )
         finally:
             await store.close()
     finally:
@@ -124,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
                     settings,
                     user_id=args.user_id,
                     persona_id=args.persona_id,
+                    team_id=args.team_id,
                     query=" ".join(args.query),
                     limit=args.limit,
                     retriever=args.retriever,

@@ -131,7 +131,9 @@ async def _act(settings: Settings, args: argparse.Namespace) -> int:
 
     embedder = build_embedder(settings)
     try:
-        store = await open_store(settings.database_url, embedder)
+        store = await open_store(
+            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
+        )
         try:
             return await _act_on(store, args)
         finally:
