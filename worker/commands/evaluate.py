@@ -336,18 +336,24 @@ async def _evaluate_conversation(
     semaphore = asyncio.Semaphore(options.concurrency)
     label = f"{conversation.sample_id}: querying"
 
-    async def ask(question: str, retriever: Retriever) -> tuple[tuple[str, ...], ...]:
+    async def ask(question: str, retriever: Retriever) -> list[Any]:
         async with semaphore:
             hits = await store.recall(owner, None, question, limit, retriever=retriever)
         progress.update(1, label)
-        return tuple(dia_ids.get(hit.memory.id, ()) for hit in hits)
+        return list(hits)
 
     results: dict[str, list[QuestionResult]] = {}
     for retriever in options.retrievers:
-        ranked = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
+        answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
         results[retriever] = [
-            QuestionResult(category=q.category, evidence=q.evidence, ranked=r)
-            for q, r in zip(conversation.questions, ranked, strict=True)
+            QuestionResult(
+                category=q.category,
+                evidence=q.evidence,
+                ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
+                answer=q.answer,
+                texts=tuple(hit.memory.value for hit in hits),
+            )
+            for q, hits in zip(conversation.questions, answers, strict=True)
         ]
 
     if not options.keep and options.database_url is not None:
@@ -441,7 +447,7 @@ async def _open_store(options: EvalOptions, embedder: CachingEmbedder, stack: As
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-eval-")))
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"pmem_eval_{uuid.uuid4().hex[:8]}.db"
-        sqlite_store = SqliteMemoryStore(f"sqlite:///{path}", embedder)
+        sqlite_store = SqliteMemoryStore(f"sqlite:///{path}", embedder, fusion=options.fusion)
         stack.push_async_callback(sqlite_store.close)
         await sqlite_store.check_schema()
         return sqlite_store

@@ -319,11 +319,44 @@ def evidence_recall(evidence: Sequence[str], retrieved: Iterable[Iterable[str]])
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QuestionResult:
-    """What the retriever returned for one question: the ranked units' dia_ids, best first."""
+    """What the retriever returned for one question: the ranked units' dia_ids and texts, best first."""
 
     category: int
     evidence: tuple[str, ...]
     ranked: tuple[tuple[str, ...], ...]
+    answer: str | None = None
+    texts: tuple[str, ...] = ()
+
+
+_ANSWER_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+def answer_tokens(text: str) -> list[str]:
+    """Normalised tokens for answer matching: lower case, runs of letters and digits (punctuation and
+    `_` separate), the articles a/an/the dropped."""
+    return [t for t in _ANSWER_TOKEN.findall(text.lower()) if t not in _ARTICLES]
+
+
+def answer_found(answer: str, texts: Iterable[str]) -> bool:
+    """True when every normalised token of `answer` occurs among the normalised tokens of `texts`
+    taken together (an answer with no token is never found)."""
+    wanted = answer_tokens(answer)
+    if not wanted:
+        return False
+    pool = {token for text in texts for token in answer_tokens(text)}
+    return all(token in pool for token in wanted)
+
+
+def answerable(result: QuestionResult) -> bool:
+    """Questions scored by answer recall: a gold answer with at least one token, not adversarial
+    (category 5: the right answer is that the conversation does not say)."""
+    return result.category != 5 and result.answer is not None and bool(answer_tokens(result.answer))
+
+
+def answer_recall_at_k(result: QuestionResult, k: int) -> float:
+    """1.0 when the gold answer is found in the top-k texts (`answer_found`), else 0.0."""
+    return 1.0 if result.answer is not None and answer_found(result.answer, result.texts[:k]) else 0.0
 
 
 def recall_at_k(result: QuestionResult, k: int) -> float:
@@ -344,21 +377,30 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 def summarise(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str, Any]:
     """Mean recall@k over all questions and per category:
-    `{"questions": N, "recall@5": …, "by_category": {"multi-hop": {"questions": n, "recall@5": …}}}`.
+    `{"questions": N, "recall@5": …, "by_category": {"multi-hop": {"questions": n, "recall@5": …}}}`;
+    where the results carry texts, also `answer_recall@k` over the `answer_questions` that are
+    `answerable`.
     Categories appear in id order; a question set without a category leaves it out."""
-    summary: dict[str, Any] = {"questions": len(results)}
-    for k in ks:
-        summary[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in results])
+    summary = _scores(results, ks)
     by_category: dict[str, Any] = {}
     for category in sorted({r.category for r in results}):
         members = [r for r in results if r.category == category]
         name = CATEGORY_NAMES.get(category, f"category-{category}")
-        entry: dict[str, Any] = {"questions": len(members)}
-        for k in ks:
-            entry[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in members])
-        by_category[name] = entry
+        by_category[name] = _scores(members, ks)
     summary["by_category"] = by_category
     return summary
+
+
+def _scores(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"questions": len(results)}
+    for k in ks:
+        entry[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in results])
+    scored = [r for r in results if answerable(r) and r.texts]
+    if scored:
+        entry["answer_questions"] = len(scored)
+        for k in ks:
+            entry[f"answer_recall@{k}"] = _mean([answer_recall_at_k(r, k) for r in scored])
+    return entry
 
 
 def _mean(values: Sequence[float]) -> float:
