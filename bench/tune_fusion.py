@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 from dataclasses import replace
@@ -28,13 +29,28 @@ from worker.commands.evaluate import (
 )
 
 BASE = ScoreFusion()
+V6 = replace(BASE, vector_weight=0.6)
 VARIANTS: dict[str, ScoreFusion] = {
     "defaults": BASE,
     "rewrite questions": replace(BASE, rewrite_questions=True),
     "entity boost 0.1": replace(BASE, entity_boost=0.1),
     "entity boost 0.2": replace(BASE, entity_boost=0.2),
-    "vector weight 0.6": replace(BASE, vector_weight=0.6),
+    "vector weight 0.6": V6,
     "vector weight 0.4": replace(BASE, vector_weight=0.4),
+    "vw .6, vector weight 0.7": replace(V6, vector_weight=0.7),
+    "vw .6, conversation boost 0.3": replace(V6, conversation_boost=0.3),
+    "vw .6, conversation boost 0.1": replace(V6, conversation_boost=0.1),
+    "vw .6, conversation top 5": replace(V6, conversation_top=5),
+    "vw .6, conversation top 20": replace(V6, conversation_top=20),
+    "vw .6, time boost 0.5": replace(V6, time_boost=0.5),
+    "vw .6, focus share 0.1": replace(V6, focus_share=0.1),
+    "vw .6, entity boost 0.05": replace(V6, entity_boost=0.05),
+    "A: vw .6, conv .3, time .5, focus .1": replace(
+        V6, conversation_boost=0.3, time_boost=0.5, focus_share=0.1
+    ),
+    "B: vw .6, conv .3, time .5": replace(V6, conversation_boost=0.3, time_boost=0.5),
+    "C: vw .6, conv .3, focus .1": replace(V6, conversation_boost=0.3, focus_share=0.1),
+    "D: A + conv .4": replace(V6, conversation_boost=0.4, time_boost=0.5, focus_share=0.1),
 }
 
 
@@ -66,7 +82,7 @@ async def main(argv: list[str] | None = None) -> int:
             store=args.store,
             embedding_cache=DEFAULT_EMBEDDING_CACHE,
         )
-        report = await run_locomo(options, progress_stream=open("/dev/null", "w"))  # noqa: SIM115
+        report = await run_locomo(options, progress_stream=io.StringIO())
         hybrid = report["retrievers"]["hybrid"]
         results[name] = {
             **{k: round(v, 4) for k, v in hybrid.items() if k.startswith("recall@")},

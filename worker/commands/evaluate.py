@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from store.migrate import SchemaError, migrate_async
 from store.recall import RETRIEVERS, ScoreFusion
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
+from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from worker.evaluation.locomo import (
     SPLITS,
     UNIT_KINDS,
@@ -45,6 +46,8 @@ from worker.evaluation.locomo import (
 )
 
 EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
+EvalUnit = Literal["observation", "dialog", "extracted"]
+EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted")
 STORES = ("postgres", "sqlite")
 DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
@@ -132,7 +135,7 @@ def unit_memories(
 def report_json(
     *,
     questions: int,
-    unit: UnitKind,
+    unit: EvalUnit,
     embedder: str,
     summaries: Mapping[str, Mapping[str, Any]],
     split: Split = "all",
@@ -158,23 +161,42 @@ def report_json(
 
 
 def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
-    """A human-readable table: one row per retriever, then one per category under it."""
-    header = f"{'':<24}" + "".join(f"{f'R@{k}':>8}" for k in ks)
+    """A human-readable table: one row per retriever, then one per category under it; evidence
+    recall (R@k) and, where recorded, answer recall (A@k)."""
+    metrics = [(prefix, label) for prefix, label in (("recall", "R"), ("answer_recall", "A"))]
+    first: Mapping[str, Any] = next(iter(report["retrievers"].values()), {})
+    metrics = [(prefix, label) for prefix, label in metrics if f"{prefix}@{ks[0]}" in first]
+    header = f"{'':<24}" + "".join(f"{f'{label}@{k}':>8}" for _, label in metrics for k in ks)
     lines = [
         f"LoCoMo recall — unit {report['unit']}, split {report.get('split', 'all')}, "
         f"{report['questions']} questions, store {report.get('store', 'postgres')}, "
         f"embedder {report['embedder']}",
         header,
     ]
+
+    def cells(entry: Mapping[str, Any]) -> str:
+        return "".join(
+            f"{entry[f'{prefix}@{k}']:>8.3f}" if f"{prefix}@{k}" in entry else f"{'—':>8}"
+            for prefix, _ in metrics
+            for k in ks
+        )
+
     for retriever, summary in report["retrievers"].items():
-        lines.append(f"{retriever:<24}" + "".join(f"{summary[f'recall@{k}']:>8.3f}" for k in ks))
+        lines.append(f"{retriever:<24}" + cells(summary))
         for name, entry in summary["by_category"].items():
             label = f"  {name} ({entry['questions']})"
-            lines.append(f"{label:<24}" + "".join(f"{entry[f'recall@{k}']:>8.3f}" for k in ks))
+            lines.append(f"{label:<24}" + cells(entry))
     for split, per_retriever in report.get("splits", {}).items():
         for retriever, summary in per_retriever.items():
             label = f"{split}: {retriever} ({summary['questions']})"
-            lines.append(f"{label:<24}" + "".join(f"{summary[f'recall@{k}']:>8.3f}" for k in ks))
+            lines.append(f"{label:<24}" + cells(summary))
+    if "extraction" in report:
+        used = report["extraction"]
+        lines.append(
+            f"extraction ({report.get('extractor')}): {used['events']} events, "
+            f"{used['prompt_tokens_per_event']:.0f} prompt / {used['completion_tokens_per_event']:.0f} "
+            f"completion tokens and {used['llm_calls_per_event']:.2f} LLM calls per event"
+        )
     return "\n".join(lines)
 
 
@@ -279,7 +301,7 @@ class EvalOptions:
     """Everything `run_locomo` needs, parsed from the command line."""
 
     file: Path
-    unit: UnitKind
+    unit: EvalUnit
     ks: tuple[int, ...]
     retrievers: tuple[Retriever, ...]
     embedding_provider: str
@@ -313,6 +335,8 @@ async def _evaluate_conversation(
     progress: Progress,
 ) -> dict[str, list[QuestionResult]]:
     owner = uuid.uuid4()
+    if options.unit == "extracted":
+        raise EvalError("extracted memories go through the extraction pipeline, not unit loading")
     units = conversation.units(options.unit)
     label = f"{conversation.sample_id}: loading {options.unit}s"
     progress.update(0, label)
@@ -382,19 +406,34 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     if cache_file is not None:
         embedder.load(cache_file)
     per_conversation: dict[str, dict[str, list[QuestionResult]]] = {}
+    usage: dict[str, list[dict[str, int]]] = {}
+    checkpoint = _checkpoint_file(options, settings)
+    if checkpoint is not None:
+        per_conversation, usage = _load_checkpoint(checkpoint, options)
 
     async with AsyncExitStack() as stack:
         store = await _open_store(options, embedder, stack)
-        total = sum(
-            2 * len(c.units(options.unit)) + len(c.questions) * len(options.retrievers) for c in conversations
-        )
+        pipeline = _extraction_pipeline(settings, store, embedder) if options.unit == "extracted" else None
+        todo = [c for c in conversations if c.sample_id not in per_conversation]
+        total = sum(_work(c, options) for c in todo)
         progress = Progress(total=total, stream=progress_stream or sys.stderr)
-        for conversation in conversations:
-            per_conversation[conversation.sample_id] = await _evaluate_conversation(
-                store, embedder, conversation, options, progress
+        if len(todo) < len(conversations):
+            progress.stream.write(
+                f"resuming: {len(conversations) - len(todo)} conversation(s) done in {checkpoint}\n"
             )
+        for conversation in todo:
+            if pipeline is not None:
+                results, used = await _evaluate_extracted(store, pipeline, conversation, options, progress)
+                per_conversation[conversation.sample_id] = results
+                usage[conversation.sample_id] = used
+            else:
+                per_conversation[conversation.sample_id] = await _evaluate_conversation(
+                    store, embedder, conversation, options, progress
+                )
             if cache_file is not None:
                 embedder.save(cache_file)
+            if checkpoint is not None:
+                _save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
 
     def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -404,6 +443,12 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         }
 
     ids = [c.sample_id for c in conversations]
+    if options.unit == "extracted":
+        plain = summaries_of
+
+        def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+            return {r: without_evidence_recall(summary) for r, summary in plain(sample_ids).items()}
+
     by_split = None
     if options.split == "all":
         by_split = {
@@ -413,7 +458,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     provider = options.embedding_provider
     if provider == "local":
         provider = "local (all-MiniLM-L6-v2)"
-    return report_json(
+    report = report_json(
         questions=sum(len(c.questions) for c in conversations),
         unit=options.unit,
         embedder=provider,
@@ -423,6 +468,172 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         conversations=ids,
         by_split=by_split,
     )
+    if options.unit == "extracted":
+        report["extractor"] = settings.effective_extractor
+        report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
+    return report
+
+
+def _work(conversation: Conversation, options: EvalOptions) -> int:
+    """Progress steps for one conversation: units loaded (embedded, written) or events extracted,
+    then one per question and retriever."""
+    asked = len(conversation.questions) * len(options.retrievers)
+    if options.unit == "extracted":
+        return 2 * len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers)) + asked
+    return 2 * len(conversation.units(options.unit)) + asked
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Pipeline:
+    deps: Any  # worker.pipeline.PipelineDeps
+    metrics: Any  # worker.metrics.Metrics
+
+
+def _extraction_pipeline(settings: Any, store: Any, embedder: CachingEmbedder) -> _Pipeline:
+    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured)."""
+    from extraction.factory import build_extractor
+    from worker.metrics import Metrics
+    from worker.pipeline import PipelineDeps
+
+    metrics = Metrics()
+    deps = PipelineDeps(store=store, extractor=build_extractor(settings), embedder=embedder, metrics=metrics)
+    return _Pipeline(deps=deps, metrics=metrics)
+
+
+async def _evaluate_extracted(
+    store: Any,
+    pipeline: _Pipeline,
+    conversation: Conversation,
+    options: EvalOptions,
+    progress: Progress,
+) -> tuple[dict[str, list[QuestionResult]], list[dict[str, int]]]:
+    """Run the conversation's sessions through the pipeline into a fresh owner, approve what it
+    proposed (as a reviewer would), then ask every question."""
+    from store.types import MemoryFilter
+    from worker.pipeline import process_event
+
+    owner = uuid.uuid4()
+    label = f"{conversation.sample_id}: extracting"
+    used: list[dict[str, int]] = []
+    registry = pipeline.metrics.registry
+    for item in session_events(conversation, owner):
+        calls_before = registry.get_sample_value("pmem_llm_calls_total") or 0.0
+        outcome = await process_event(item.event, pipeline.deps)
+        calls = (registry.get_sample_value("pmem_llm_calls_total") or 0.0) - calls_before
+        used.append(
+            {
+                "prompt_tokens": outcome.usage.prompt_tokens,
+                "completion_tokens": outcome.usage.completion_tokens,
+                "llm_calls": int(calls),
+                "written": len(outcome.written),
+            }
+        )
+        progress.update(1, label)
+        # a reviewer approves what the worker proposed (new memories and revisions of earlier ones)
+        for written in outcome.written:
+            await store.approve(written.id, actor="pmem-eval")
+        progress.update(1, label)
+    memories = await store.list(MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000))
+
+    limit = max(options.ks)
+    semaphore = asyncio.Semaphore(options.concurrency)
+    label = f"{conversation.sample_id}: querying"
+
+    async def ask(question: str, retriever: Retriever) -> list[Any]:
+        async with semaphore:
+            hits = await store.recall(owner, None, question, limit, retriever=retriever)
+        progress.update(1, label)
+        return list(hits)
+
+    results: dict[str, list[QuestionResult]] = {}
+    for retriever in options.retrievers:
+        answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
+        results[retriever] = [
+            QuestionResult(
+                category=q.category,
+                evidence=q.evidence,
+                ranked=(),
+                answer=q.answer,
+                texts=tuple(f"{hit.memory.key}: {hit.memory.value}" for hit in hits),
+            )
+            for q, hits in zip(conversation.questions, answers, strict=True)
+        ]
+    if not options.keep and options.database_url is not None:
+        for memory in memories:
+            await store.delete(memory.id, actor="pmem-eval")
+    return results, used
+
+
+def _checkpoint_file(options: EvalOptions, settings: Any) -> Path | None:
+    """Where an extracted-unit run keeps finished conversations (None: other units, or no cache)."""
+    if options.unit != "extracted" or options.embedding_cache is None:
+        return None
+    model = settings.llm_model if settings.effective_extractor == "llm" else "rules"
+    data = options.file.resolve()
+    stamp = f"{data.name}-{data.stat().st_size if data.exists() else 0}"
+    name = (
+        f"extracted-{stamp}-{options.split}-{options.store}-{settings.effective_extractor}-{model}-"
+        f"{options.embedding_provider}-{'-'.join(options.retrievers)}-k{max(options.ks)}"
+    ).replace("/", "_")
+    return options.embedding_cache / f"{name}.json"
+
+
+def _load_checkpoint(
+    path: Path, options: EvalOptions
+) -> tuple[dict[str, dict[str, list[QuestionResult]]], dict[str, list[dict[str, int]]]]:
+    """Finished conversations of an interrupted run (nothing when the file is missing or unreadable)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    results = {
+        sid: {
+            retriever: [
+                QuestionResult(
+                    category=item["category"],
+                    evidence=tuple(item["evidence"]),
+                    ranked=(),
+                    answer=item["answer"],
+                    texts=tuple(item["texts"]),
+                )
+                for item in items
+            ]
+            for retriever, items in per_retriever.items()
+        }
+        for sid, per_retriever in saved.get("results", {}).items()
+        if set(per_retriever) >= set(options.retrievers)
+    }
+    usage = {sid: saved.get("usage", {}).get(sid, []) for sid in results}
+    return results, usage
+
+
+def _save_checkpoint(
+    path: Path,
+    results: Mapping[str, Mapping[str, Sequence[QuestionResult]]],
+    usage: Mapping[str, Sequence[Mapping[str, int]]],
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "results": {
+            sid: {
+                retriever: [
+                    {
+                        "category": r.category,
+                        "evidence": list(r.evidence),
+                        "answer": r.answer,
+                        "texts": list(r.texts or ()),
+                    }
+                    for r in items
+                ]
+                for retriever, items in per_retriever.items()
+            }
+            for sid, per_retriever in results.items()
+        },
+        "usage": {sid: list(items) for sid, items in usage.items()},
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(document))
+    partial.replace(path)
 
 
 def _has_questions(per_retriever: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -497,7 +708,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     locomo.add_argument("file", type=Path, help="the LoCoMo JSON, e.g. ../shared/data/locomo/locomo10.json")
     locomo.add_argument(
         "--unit",
-        choices=UNIT_KINDS,
+        choices=EVAL_UNITS,
         default="observation",
         help="what becomes a memory: observation (facts with their dia_ids) or dialog (one per turn); "
         "default observation",

@@ -325,7 +325,7 @@ class QuestionResult:
     evidence: tuple[str, ...]
     ranked: tuple[tuple[str, ...], ...]
     answer: str | None = None
-    texts: tuple[str, ...] = ()
+    texts: tuple[str, ...] | None = None  # None: not recorded (no answer recall)
 
 
 _ANSWER_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -356,7 +356,8 @@ def answerable(result: QuestionResult) -> bool:
 
 def answer_recall_at_k(result: QuestionResult, k: int) -> float:
     """1.0 when the gold answer is found in the top-k texts (`answer_found`), else 0.0."""
-    return 1.0 if result.answer is not None and answer_found(result.answer, result.texts[:k]) else 0.0
+    texts = result.texts or ()
+    return 1.0 if result.answer is not None and answer_found(result.answer, texts[:k]) else 0.0
 
 
 def recall_at_k(result: QuestionResult, k: int) -> float:
@@ -395,7 +396,7 @@ def _scores(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str, A
     entry: dict[str, Any] = {"questions": len(results)}
     for k in ks:
         entry[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in results])
-    scored = [r for r in results if answerable(r) and r.texts]
+    scored = [r for r in results if answerable(r) and r.texts is not None]
     if scored:
         entry["answer_questions"] = len(scored)
         for k in ks:
