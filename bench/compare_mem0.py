@@ -137,7 +137,7 @@ class Services:
     def fake(self) -> Any:
         """An in-process FakeOpenAI (no latency) answering mem0 in mem0's shape and us in ours."""
         if self._fake is None:
-            from tests.fakes.fake_openai import FakeOpenAI
+            from bench.fake_openai import FakeOpenAI
 
             self._fake = FakeOpenAI(chat_responder=dispatch_responder)
             self._fake.start()
@@ -169,7 +169,7 @@ class Services:
 
 def dispatch_responder(body: dict[str, Any]) -> str:
     """Chat answers for both systems: mem0's extraction call gets mem0's shape, ours our contract."""
-    from tests.fakes.fake_openai import rules_responder
+    from bench.fake_openai import rules_responder
 
     return mem0_setup.mem0_responder(body) if mem0_setup.is_mem0_request(body) else rules_responder(body)
 
@@ -498,7 +498,7 @@ FAKE_SERVER = textwrap.dedent(
     import sys
     sys.path.insert(0, sys.argv[1])
     from bench.mem0_setup import is_mem0_request, mem0_responder
-    from tests.fakes.fake_openai import FakeOpenAI, rules_responder
+    from bench.fake_openai import FakeOpenAI, rules_responder
 
     def respond(body):
         return mem0_responder(body) if is_mem0_request(body) else rules_responder(body)
