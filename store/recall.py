@@ -148,14 +148,15 @@ def fuse(
 class ScoreFusion:
     """How score fusion weighs the branches and the query's cues (measured in bench/README.md)."""
 
+    # defaults chosen on the LoCoMo dev split only (bench/README.md, `bench/tune_fusion.py`)
     vector_weight: float = 0.5  # the rest goes to full text
-    time_boost: float = 0.3  # added when a memory's created_at falls in the query's time window
+    time_boost: float = 0.5  # added when a memory's created_at falls in the query's time window
     time_slack: timedelta = timedelta(days=3)
-    conversation_boost: float = 0.2  # share of the strong hits coming from the memory's conversation
+    conversation_boost: float = 0.3  # share of the strong hits coming from the memory's conversation
     conversation_top: int = 10
     # query words found in more than this share of the owner's memories (the user's own name) are
     # dropped from a second query embedding averaged with the first; None: embed the query as is
-    focus_share: float | None = 0.15
+    focus_share: float | None = 0.1
     # the question rewritten as a statement ("When did Ana move to Porto?" -> "Ana move to Porto")
     # is embedded too and averaged in: memories are statements, not questions
     rewrite_questions: bool = False

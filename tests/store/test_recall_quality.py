@@ -212,7 +212,8 @@ async def test_informative_words_cue_changes_the_query_vector_on_both_stores(mak
     embedder = RecordingEmbedder(HashingEmbedder(dim=384))
     store = await make_store(embedder)
     user = uuid.uuid4()
-    values = ["Caroline paints"] + [f"Caroline likes {x}" for x in ("tea", "jazz", "chess", "rain", "dogs")]
+    hobbies = ("tea", "jazz", "chess", "rain", "dogs", "maps", "figs", "vinyl", "kites", "trains", "opera")
+    values = ["Caroline paints"] + [f"Caroline likes {x}" for x in hobbies]
     for i, value in enumerate([*values, "Caroline went hiking", "Caroline adopted a dog"]):
         await store.upsert(
             NewMemory(
