@@ -28,6 +28,10 @@ from worker.commands.evaluate import (
     run_locomo,
 )
 
+LEARNED_SQLITE_DEV = (
+    ("vector", 0.831), ("text", 0.7852), ("cosine", 1.0), ("vector_rank", 0.0463), ("text_rank", 0.6075),
+    ("both", -0.3935), ("time", 0.3417), ("entity", 0.2375), ("conversation", 0.9005),
+)  # fmt: skip
 # the defaults before this tuning; the variants below are what was tried on dev, in order
 BASE = ScoreFusion(vector_weight=0.5, time_boost=0.3, conversation_boost=0.2, focus_share=0.15)
 V6 = replace(BASE, vector_weight=0.6)
@@ -46,11 +50,13 @@ VARIANTS: dict[str, ScoreFusion] = {
     "vw .6, time boost 0.5": replace(V6, time_boost=0.5),
     "vw .6, focus share 0.1": replace(V6, focus_share=0.1),
     "vw .6, entity boost 0.05": replace(V6, entity_boost=0.05),
-    "A: vw .6, conv .3, time .5, focus .1 (the new defaults)": ScoreFusion(),
+    "A: vw .6, conv .3, time .5, focus .1": replace(ScoreFusion(), vector_weight=0.6),
     "B: vw .6, conv .3, time .5": replace(V6, conversation_boost=0.3, time_boost=0.5),
     "C: vw .6, conv .3, focus .1": replace(V6, conversation_boost=0.3, focus_share=0.1),
-    "D: A + conv .4": replace(ScoreFusion(), conversation_boost=0.4),
-    "E: A with vector weight .5": replace(ScoreFusion(), vector_weight=0.5),
+    "D: A + conv .4": replace(ScoreFusion(), vector_weight=0.6, conversation_boost=0.4),
+    "E: A with vector weight .5 (the new defaults)": ScoreFusion(),
+    # fit by `python bench/fit_fusion.py locomo10.json --store sqlite` on dev (observations)
+    "L: learned": replace(ScoreFusion(), learned=LEARNED_SQLITE_DEV),
 }
 
 

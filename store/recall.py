@@ -162,6 +162,87 @@ class ScoreFusion:
     rewrite_questions: bool = False
     # added × the share of the query's names (capitalised words inside the sentence) a memory contains
     entity_boost: float = 0.0
+    # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
+    # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
+    learned: tuple[tuple[str, float], ...] | None = None
+
+
+FEATURES: tuple[str, ...] = ("vector", "text", "cosine", "vector_rank", "text_rank", "both", "time", "entity")
+
+
+def candidate_features(
+    by_id: Mapping[uuid.UUID, Memory],
+    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    *,
+    fusion: ScoreFusion,
+    time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
+) -> dict[uuid.UUID, dict[str, float]]:
+    """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
+    over the candidates, `text` BM25 over the best one, `cosine` the raw cosine, `vector_rank` and
+    `text_rank` 1/rank in each branch, `both` 1 when both branches found it, `time` 1 when its
+    created_at is in the query's time window (± `time_slack`), `entity` the share of the query's
+    names it contains."""
+    features: dict[uuid.UUID, dict[str, float]] = {}
+    for name, scores in branch_scores.items():
+        if not scores or name not in ("vector", "text"):
+            continue
+        normalised = _normalise(scores, min_max=name == "vector")
+        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], str(mid)))
+        for rank, memory_id in enumerate(ranked, start=1):
+            entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
+            entry[name] = normalised[memory_id]
+            entry[f"{name}_rank"] = 1.0 / rank
+            if name == "vector":
+                entry["cosine"] = float(scores[memory_id])
+    window = time_window.widened(fusion.time_slack) if time_window is not None else None
+    for memory_id, entry in features.items():
+        entry["both"] = 1.0 if entry["vector_rank"] and entry["text_rank"] else 0.0
+        memory = by_id.get(memory_id)
+        if memory is None:
+            continue
+        if window is not None and window.contains(memory.created_at):
+            entry["time"] = 1.0
+        if entities:
+            entry["entity"] = entity_share(entities, memory)
+    return features
+
+
+def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
+    """A candidate's score before the conversation cue: the learned linear model when
+    `fusion.learned` is set, else `vector_weight` mixing plus the time and entity boosts."""
+    if fusion.learned is not None:
+        return sum(weight * entry.get(name, 0.0) for name, weight in fusion.learned if name != "conversation")
+    vector_weight = 1.0 if branches == 1 else fusion.vector_weight
+    text_weight = 1.0 if branches == 1 else 1.0 - fusion.vector_weight
+    return (
+        vector_weight * entry["vector"]
+        + text_weight * entry["text"]
+        + fusion.time_boost * entry["time"]
+        + fusion.entity_boost * entry["entity"]
+    )
+
+
+def conversation_scores(
+    by_id: Mapping[uuid.UUID, Memory], scores: Mapping[uuid.UUID, float], top: int
+) -> dict[uuid.UUID, float]:
+    """Per candidate, the summed score of the `top` strongest candidates from its conversation,
+    relative to the best conversation's (0 when it has no conversation or none of them is there)."""
+    strongest = sorted(scores, key=lambda mid: (-scores[mid], str(mid)))[:top]
+    per_conversation: dict[uuid.UUID, float] = {}
+    for memory_id in strongest:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel is not None:
+            per_conversation[channel] = per_conversation.get(channel, 0.0) + scores[memory_id]
+    if not per_conversation:
+        return {}
+    best = max(per_conversation.values()) or 1.0
+    out: dict[uuid.UUID, float] = {}
+    for memory_id in scores:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel in per_conversation:
+            out[memory_id] = per_conversation[channel] / best
+    return out
 
 
 def fuse_scores(
@@ -177,47 +258,30 @@ def fuse_scores(
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
+    memories naming the query's `entities` get `entity_boost` × the share they name; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
-    (facts told together tend to be asked together); memories naming the query's `entities` get
-    `entity_boost` × the share they name. Same-key rows merge as in `fuse`."""
+    (facts told together tend to be asked together). With `fusion.learned`, a linear model over
+    `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
+    `fuse`."""
     by_id = {m.id: m for m in rows}
-    combined: dict[uuid.UUID, float] = {}
-    sources: dict[uuid.UUID, list[str]] = {}
-    for name, scores in branch_scores.items():
-        if not scores:
-            continue
-        weight = fusion.vector_weight if name == "vector" else 1.0 - fusion.vector_weight
-        if len(branch_scores) == 1:
-            weight = 1.0
-        normalised = _normalise(scores, min_max=name == "vector")
-        for memory_id, value in normalised.items():
-            combined[memory_id] = combined.get(memory_id, 0.0) + weight * value
-            sources.setdefault(memory_id, []).append(name)
-    if time_window is not None and fusion.time_boost:
-        window = time_window.widened(fusion.time_slack)
-        for memory_id in combined:
-            memory = by_id.get(memory_id)
-            if memory is not None and window.contains(memory.created_at):
-                combined[memory_id] += fusion.time_boost
-    if entities and fusion.entity_boost:
-        for memory_id in combined:
-            memory = by_id.get(memory_id)
-            if memory is not None:
-                combined[memory_id] += fusion.entity_boost * entity_share(entities, memory)
-    if fusion.conversation_boost and combined:
-        strongest = sorted(combined, key=lambda mid: (-combined[mid], str(mid)))[: fusion.conversation_top]
-        per_conversation: dict[uuid.UUID, float] = {}
-        for memory_id in strongest:
-            channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
-            if channel is not None:
-                per_conversation[channel] = per_conversation.get(channel, 0.0) + combined[memory_id]
-        if per_conversation:
-            best = max(per_conversation.values()) or 1.0
-            for memory_id in combined:
-                channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
-                if channel in per_conversation:
-                    combined[memory_id] += fusion.conversation_boost * per_conversation[channel] / best
-    scored = {mid: (score, tuple(sources[mid])) for mid, score in combined.items()}
+    branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
+    features = candidate_features(
+        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities
+    )
+    combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
+    conversation_weight = (
+        dict(fusion.learned).get("conversation", 0.0)
+        if fusion.learned is not None
+        else fusion.conversation_boost
+    )
+    if conversation_weight and combined:
+        for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
+            combined[memory_id] += conversation_weight * share
+    sources = {
+        mid: tuple(name for name in ("vector", "text") if entry[f"{name}_rank"])
+        for mid, entry in features.items()
+    }
+    scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
     return merge_by_key(by_id.values(), scored, limit=limit)
 
 

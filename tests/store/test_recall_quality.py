@@ -12,7 +12,14 @@ import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.cues import TimeWindow, informative_query, parse_time_cue
-from store.recall import ScoreFusion, bm25_idf, fuse_scores, mean_direction, term_stats
+from store.recall import (
+    ScoreFusion,
+    bm25_idf,
+    candidate_features,
+    fuse_scores,
+    mean_direction,
+    term_stats,
+)
 from store.types import Memory, NewMemory
 from tests.store.store_testkit import MakeStore
 
@@ -252,3 +259,51 @@ async def test_conversation_cue_lifts_a_sibling_fact_on_both_stores(make_store: 
         )
     hits = await store.recall(user, None, "Lisbon marathon grilled", 3, retriever="keyword")
     assert [h.memory.key for h in hits][:2] == ["trip", "trip food"]
+
+
+def test_candidate_features_describe_each_branch_and_cue() -> None:
+    a, b = _memory("alpha fact", created=datetime(2023, 6, 16, tzinfo=UTC)), _memory("Maria beta fact")
+    window = TimeWindow(start=datetime(2023, 6, 16, tzinfo=UTC), end=datetime(2023, 6, 17, tzinfo=UTC))
+    features = candidate_features(
+        {a.id: a, b.id: b},
+        {"vector": {a.id: 0.9, b.id: 0.3}, "text": {b.id: 4.0}},
+        fusion=ScoreFusion(),
+        time_window=window,
+        entities=["maria"],
+    )
+    assert features[a.id] == {
+        "vector": 1.0, "text": 0.0, "cosine": 0.9, "vector_rank": 1.0, "text_rank": 0.0, "both": 0.0,
+        "time": 1.0, "entity": 0.0,
+    }  # fmt: skip
+    assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0 and features[b.id]["entity"] == 1.0
+    assert features[b.id]["vector_rank"] == 0.5
+
+
+def test_learned_fusion_ranks_by_its_weights_and_replaces_the_hand_set_mix() -> None:
+    a, b, c = _memory("a k"), _memory("b k"), _memory("c k")
+    scores = {"vector": {a.id: 0.9, b.id: 0.5, c.id: 0.1}, "text": {c.id: 6.0, b.id: 8.0}}
+    text_only = ScoreFusion(learned=(("text", 1.0),))
+    vector_only = ScoreFusion(learned=(("vector", 1.0), ("text", 0.0)))
+    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=text_only)][:2] == [
+        b.id,
+        c.id,
+    ]
+    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=vector_only)] == [
+        a.id,
+        b.id,
+        c.id,
+    ]
+
+
+def test_learned_conversation_weight_lifts_siblings_of_the_strongest_hits() -> None:
+    talk = uuid.uuid4()
+    strong, sibling = _memory("strong", channel=talk), _memory("sibling", channel=talk)
+    stranger = _memory("stranger", channel=uuid.uuid4())
+    scores = {"vector": {strong.id: 1.0, stranger.id: 0.5, sibling.id: 0.45, uuid.uuid4(): 0.0}}
+    plain = ScoreFusion(learned=(("vector", 1.0),))
+    with_conversation = ScoreFusion(learned=(("vector", 1.0), ("conversation", 0.2)))
+    rows = [strong, sibling, stranger]
+    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=plain)][1] == stranger.id
+    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=with_conversation)][
+        1
+    ] == sibling.id
