@@ -1,8 +1,10 @@
 """`pmem eval locomo FILE`: recall quality on LoCoMo through the real store and the real recall.
 
 Each conversation's units (observations or dialog turns) become active `user`-scope memories of a
-fresh owner; every QA question then goes through `recall` at max(k) and is scored the official way
-(see `worker.evaluation.locomo`).
+fresh owner, or (`--unit extracted`) its sessions go through the worker's extraction pipeline and a
+reviewer approves what it proposes; every QA question then goes through `recall` at max(k) and is
+scored the official way, plus answer recall (see `worker.evaluation.locomo`). `--split` selects the
+held-out half (`dev` to tune on, `test` to report); `--store` Postgres or SQLite.
 """
 
 from __future__ import annotations
@@ -700,8 +702,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="recall@k on LoCoMo (locomo10.json), scored on evidence dia_ids",
         description=(
             "Load each LoCoMo conversation's units as active memories of a fresh user through the real "
-            "Postgres store, run every QA question through the real recall and report recall@k (the fraction "
-            "of a question's evidence dia_ids found in the top k), overall and per category. Without "
+            "store, run every QA question through the real recall and report recall@k (the fraction "
+            "of a question's evidence dia_ids found in the top k) and answer recall@k (the gold answer's "
+            "tokens all found in the top k texts), overall and per category. --unit extracted runs every "
+            "session through the worker's extraction pipeline instead (the configured extractor) and "
+            "reports answer recall; it resumes from a checkpoint in --embedding-cache. Without "
             "--database-url or PMEM_DATABASE_URL an embedded Postgres is started in --data-dir."
         ),
     )
@@ -710,8 +715,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--unit",
         choices=EVAL_UNITS,
         default="observation",
-        help="what becomes a memory: observation (facts with their dia_ids) or dialog (one per turn); "
-        "default observation",
+        help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn) or "
+        "extracted (what the extraction pipeline makes of each session); default observation",
     )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
