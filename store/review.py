@@ -266,16 +266,20 @@ class MemoryReview(StoreBase):
                 ).first()
         return None if row is None else self._memory(row)
 
-    async def pending_counts(self) -> dict[str, int]:
-        """Review-queue depth by scope: pending memories plus open revisions."""
+    async def pending_counts(self, teams: frozenset[uuid.UUID] | None = None) -> dict[str, int]:
+        """Review-queue depth by scope: pending memories plus open revisions (of `teams` only, when
+        given)."""
         m, r = self._schema.memories, self._schema.revisions
+        within = self._queue_conditions(ReviewQuery(teams=teams))
         counts: dict[str, int] = {scope: 0 for scope in SCOPES}
         async with self._reading() as conn:
             for stmt in (
-                select(m.c.scope, func.count()).where(m.c.status == "pending_review").group_by(m.c.scope),
+                select(m.c.scope, func.count())
+                .where(m.c.status == "pending_review", *within)
+                .group_by(m.c.scope),
                 select(m.c.scope, func.count())
                 .select_from(r.join(m, m.c.id == r.c.memory_id))
-                .where(r.c.status == "pending")
+                .where(r.c.status == "pending", *within)
                 .group_by(m.c.scope),
             ):
                 for scope, count in (await conn.execute(stmt)).all():

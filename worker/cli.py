@@ -16,6 +16,10 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("recall", "recall", "recall memories for a user (and persona)"),
     ("review", "review", "list, approve, reject or edit pending memories"),
     ("eval", "evaluate", "evaluate recall quality (LoCoMo)"),
+    ("serve", "serve", "serve the control plane: HTTP API and web UI (PMEM_API_PORT)"),
+    ("keys", "keys", "create, list or revoke API keys for services"),
+    ("token", "token", "mint a JWT with PMEM_AUTH_JWT_SECRET (development, demo)"),
+    ("retention", "retention", "reject old pending memories, erase old archived ones"),
 )
 
 

@@ -100,6 +100,16 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("auth_jwt_secret")
+    @classmethod
+    def _jwt_secret_is_long_enough(cls, value: str | None) -> str | None:
+        if value is not None and len(value.encode()) < 32:
+            raise ValueError(
+                "PMEM_AUTH_JWT_SECRET must be at least 32 bytes (shorter HS256 keys can be brute-forced); "
+                "generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
+        return value
+
     @model_validator(mode="after")
     def _embedding_endpoint_defaults_to_llm(self) -> Settings:
         # frozen model: fill derived defaults through object.__setattr__ once, at validation

@@ -191,3 +191,10 @@ def test_policy_cache_expires_and_stays_bounded() -> None:
     off = PolicyCache(ttl_s=0)
     off.put(key, MemorySettings())
     assert off.get(key) is None
+
+
+def test_rows_carry_the_conversations_team() -> None:
+    team = uuid.uuid4()
+    event = make_event(persona=True).model_copy(update={"team_id": team})
+    assert build_row(event, cand("diet"), None).team_id == team
+    assert build_row(make_event(persona=False), cand("diet"), None).team_id is None

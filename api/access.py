@@ -1,0 +1,85 @@
+"""Authorization rules (pure): what a principal may do to which memory or setting.
+
+A memory the caller may not see is reported as missing (404), exactly like one that does not exist.
+A right the role lacks altogether is 403."""
+
+from __future__ import annotations
+
+import uuid
+
+from api.errors import Forbidden, NotFound
+from api.principal import Principal
+from store.types import Memory, SettingsLevel
+
+
+def require_person(principal: Principal) -> uuid.UUID:
+    """The person's UUID; 403 for services (they act for users through the platform endpoints)."""
+    if not principal.is_person or principal.subject is None:
+        raise Forbidden("this endpoint is for people (a JWT); services use /v1/recall, /v1/hint and erasure")
+    return principal.subject
+
+
+def require_reviewer(principal: Principal) -> frozenset[uuid.UUID] | None:
+    """The teams a reviewer may review (None: every team and team-less memories, for admins)."""
+    if principal.role == "admin":
+        return None
+    if principal.role == "team_admin":
+        return principal.teams
+    raise Forbidden("reviewing needs the admin or team_admin role")
+
+
+def require_service(principal: Principal) -> None:
+    """403 unless the caller is a service (an API key)."""
+    if principal.role != "service":
+        raise Forbidden("this endpoint is for services: use an API key from `pmem keys create`")
+
+
+def require_eraser(principal: Principal) -> None:
+    """403 unless the caller may erase everything about any user (a service or an admin)."""
+    if principal.role not in ("service", "admin"):
+        raise Forbidden("erasing a user's memories needs an admin or a service key")
+
+
+def may_review(principal: Principal, memory: Memory) -> bool:
+    """Admins review everything; team admins the memories of their teams (not team-less ones)."""
+    teams = require_reviewer(principal)
+    return teams is None or (memory.team_id is not None and memory.team_id in teams)
+
+
+def is_about(person: uuid.UUID, memory: Memory) -> bool:
+    """Whether a memory is the person's own: their `user` memory or a `persona_user` one about them."""
+    if memory.scope == "user":
+        return memory.owner_id == person
+    return memory.scope == "persona_user" and memory.user_id == person
+
+
+def reviewable(principal: Principal, memory: Memory | None) -> Memory:
+    """The memory if the reviewer may see it, else 404."""
+    if memory is None or not may_review(principal, memory):
+        raise NotFound("no such memory")
+    return memory
+
+
+def own(principal: Principal, memory: Memory | None) -> Memory:
+    """The memory if it is the person's own, else 404."""
+    person = require_person(principal)
+    if memory is None or not is_about(person, memory):
+        raise NotFound("no such memory")
+    return memory
+
+
+def check_settings_access(
+    principal: Principal, level: SettingsLevel, target: uuid.UUID | None, *, write: bool
+) -> None:
+    """Global settings: admins. A team's: admins and that team's admins. A persona's: admins; team
+    admins may read them, but a persona's settings apply in every team, so only admins change them."""
+    if principal.role == "admin":
+        return
+    if principal.role != "team_admin":
+        raise Forbidden("settings need the admin or team_admin role")
+    if level == "global":
+        raise Forbidden("global settings need the admin role")
+    if level == "team" and target not in principal.teams:
+        raise Forbidden("a team admin manages only the settings of their own teams")
+    if level == "persona" and write:
+        raise Forbidden("a persona's settings apply in every team; only an admin changes them")

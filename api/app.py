@@ -1,0 +1,213 @@
+"""`create_app`: the control plane's ASGI app (FastAPI), with JSON errors, a body-size limit,
+security headers, request metrics and health endpoints."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.auth import ApiKeyCache, AuthConfig
+from api.deps import AppState
+from api.errors import ApiError
+from api.routes import me, platform, review, settings
+from store.context_recall import SettingsCache
+from store.typing import ControlPlaneStore
+
+log = logging.getLogger("pmem.api")
+
+# Only the server's own origin: the UI ships its scripts and styles as files, nothing inline.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+
+
+class BodyTooLarge(Exception):
+    """A request body passed the configured limit while it was being read."""
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over `max_bytes` (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _too_large(self.max_bytes)(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await _too_large(self.max_bytes)(scope, receive, send)
+
+
+def _too_large(max_bytes: int) -> JSONResponse:
+    return JSONResponse({"error": f"request body over {max_bytes} bytes"}, status_code=413)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """`field <loc>: <message>` for each problem; never the input value (it may be a secret)."""
+    parts = []
+    for error in exc.errors():
+        location = ".".join(
+            str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")
+        )
+        parts.append(f"field {location or 'body'}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(
+    *,
+    store: ControlPlaneStore,
+    auth: AuthConfig,
+    max_input_tokens: int = 6000,
+    max_body_bytes: int = 1_000_000,
+    settings_cache_s: float = 5.0,
+    with_ui: bool = True,
+) -> FastAPI:
+    """The control-plane app over an open store."""
+    app = FastAPI(
+        title="persona-memory control plane",
+        description="Review, user controls, settings, erasure and platform recall for persona-memory.",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.pmem = AppState(
+        store=store,
+        auth=auth,
+        keys=ApiKeyCache(store.verify_api_key),
+        recall_store=SettingsCache(store, settings_cache_s),
+        max_input_tokens=max_input_tokens,
+        max_body_bytes=max_body_bytes,
+    )
+    registry = CollectorRegistry()
+    requests_total = Counter(
+        "pmem_api_requests_total",
+        "HTTP requests by route and status",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    duration = Histogram(
+        "pmem_api_request_duration_seconds",
+        "HTTP request latency by route",
+        ["method", "route"],
+        registry=registry,
+    )
+    queue_depth = Gauge(
+        "pmem_review_queue_depth",
+        "Pending memories and proposed changes by scope",
+        ["scope"],
+        registry=registry,
+    )
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route: Any = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        requests_total.labels(request.method, path, str(response.status_code)).inc()
+        duration.labels(request.method, path).observe(time.perf_counter() - start)
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if not path.startswith("/docs") and path != "/openapi.json":
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> JSONResponse:
+        """The database answers."""
+        try:
+            await store.ping()
+        except Exception as exc:
+            log.warning("readiness check failed: %s", type(exc).__name__)
+            return JSONResponse({"status": "unavailable", "error": "database unreachable"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"])
+    async def metrics() -> Response:
+        """Prometheus metrics: requests, latency, review-queue depth by scope."""
+        try:
+            for scope, count in (await store.pending_counts()).items():
+                queue_depth.labels(scope).set(count)
+        except Exception as exc:
+            log.warning("could not read the review-queue depth: %s", type(exc).__name__)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    for router in (me.router, review.router, settings.router, platform.router):
+        app.include_router(router)
+    if with_ui and importlib.util.find_spec("api.ui") is not None:
+        ui = importlib.import_module("api.ui")
+        install = getattr(ui, "install", None)
+        if install is not None:
+            install(app)
+        else:
+            app.include_router(ui.router)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    return app

@@ -1,0 +1,63 @@
+"""FastAPI dependencies: the app's state (store, auth) and the authenticated caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.auth import CSRF_HEADER, SESSION_COOKIE, ApiKeyCache, AuthConfig, authenticate, csrf_ok
+from api.errors import Forbidden
+from api.principal import Principal
+from store.typing import ControlPlaneStore, RecallStore
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(kw_only=True, slots=True)
+class AppState:
+    """What every request handler needs, created once per app."""
+
+    store: ControlPlaneStore
+    auth: AuthConfig
+    keys: ApiKeyCache
+    recall_store: RecallStore  # the store, with settings cached for the recall hot path
+    max_input_tokens: int
+    max_body_bytes: int
+
+
+def app_state(request: Request) -> AppState:
+    """The app's state."""
+    state: AppState = request.app.state.pmem
+    return state
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def current_principal(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Principal:
+    """The caller, from the bearer token or the session cookie. A cookie-authenticated change must
+    carry the session's CSRF token (header `X-CSRF-Token` or form field `csrf_token`)."""
+    bearer = _bearer(request)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    principal = await authenticate(bearer=bearer, cookie=cookie, config=state.auth, keys=state.keys)
+    if bearer is None and cookie and request.method not in _SAFE_METHODS:
+        presented = request.headers.get(CSRF_HEADER)
+        if presented is None and request.headers.get("content-type", "").startswith(
+            ("application/x-www-form-urlencoded", "multipart/form-data")
+        ):
+            form = await request.form()
+            field = form.get("csrf_token")
+            presented = field if isinstance(field, str) else None
+        if not csrf_ok(cookie, presented, state.auth):
+            raise Forbidden("the form's CSRF token is missing or wrong; reload the page and try again")
+    request.state.principal = principal
+    return principal
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+State = Annotated[AppState, Depends(app_state)]

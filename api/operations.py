@@ -1,0 +1,352 @@
+"""What each control-plane action does, for the JSON API and the web UI alike: authorization
+(`api.access`) around store calls. The one place with these rules; routes only translate HTTP."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from api import access
+from api.errors import BadInput, Conflict, NotFound
+from api.principal import Principal
+from extraction.errors import PromptBudgetError
+from extraction.prompt import PromptBudget, render_prompts
+from extraction.types import ExtractionRequest, TranscriptMessage
+from store.context_recall import hint_in_context, recall_in_context
+from store.pagination import BadCursor
+from store.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
+from store.types import (
+    AuditEntry,
+    Memory,
+    MemorySettings,
+    Page,
+    RecallHit,
+    ReviewItem,
+    ReviewQuery,
+    Revision,
+    Scope,
+    SettingsLevel,
+    SettingsRow,
+    Status,
+    UserExport,
+    UserMemoryQuery,
+)
+from store.typing import ControlPlaneStore, RecallStore
+
+Decision = Literal["approve", "reject", "edit"]
+MAX_BULK = 200
+MAX_LIMIT = 200
+MAX_VALUE_CHARS = 2000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryDetail:
+    """A memory with its open proposal and audit history."""
+
+    memory: Memory
+    pending_revision: Revision | None
+    history: tuple[AuditEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkResult:
+    """The outcome of one id in a bulk decision."""
+
+    id: uuid.UUID
+    status: Literal["done", "not_found", "nothing_pending"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettingsView:
+    """One level's own values, the effective values there, and where each effective value comes from."""
+
+    own: SettingsRow
+    effective: MemorySettings
+    inherited_from: dict[str, str]
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadInput(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    return limit
+
+
+def _value(value: str) -> str:
+    cleaned = value.strip()
+    if not cleaned:
+        raise BadInput("value is empty; to remove a memory, delete it")
+    if len(cleaned) > MAX_VALUE_CHARS:
+        raise BadInput(f"value is {len(cleaned)} characters; the limit is {MAX_VALUE_CHARS}")
+    if "\x00" in cleaned:
+        raise BadInput("value contains a NUL character")
+    return cleaned
+
+
+# -- review -------------------------------------------------------------------------------------
+
+
+async def review_page(
+    store: ControlPlaneStore,
+    principal: Principal,
+    *,
+    team_id: uuid.UUID | None = None,
+    scope: Scope | None = None,
+    persona_id: uuid.UUID | None = None,
+    user_id: uuid.UUID | None = None,
+    min_confidence: float | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[ReviewItem]:
+    """The review queue the caller may see, newest first."""
+    teams = access.require_reviewer(principal)
+    query = ReviewQuery(
+        teams=teams,
+        team_id=team_id,
+        scope=scope,
+        persona_id=persona_id,
+        user_id=user_id,
+        min_confidence=min_confidence,
+        limit=_limit(limit),
+        cursor=cursor,
+    )
+    try:
+        return await store.review_queue(query)
+    except BadCursor as exc:
+        raise BadInput(str(exc)) from exc
+
+
+async def waiting_counts(store: ControlPlaneStore, principal: Principal) -> dict[str, int]:
+    """How many items wait for this reviewer, by scope."""
+    return await store.pending_counts(access.require_reviewer(principal))
+
+
+async def decide(
+    store: ControlPlaneStore,
+    principal: Principal,
+    item_id: uuid.UUID,
+    decision: Decision,
+    value: str | None = None,
+) -> Memory:
+    """Approve, reject or edit-and-approve one review item (a pending memory or an open revision)."""
+    access.require_reviewer(principal)
+    memory = access.reviewable(principal, await store.review_target(item_id))
+    if decision == "edit":
+        edited = await store.edit(memory.id, _value(value or ""), actor=principal.actor, activate=True)
+        if edited is None:
+            raise NotFound("no such memory")
+        return edited
+    act = store.approve if decision == "approve" else store.reject
+    result = await act(memory.id, actor=principal.actor)
+    if result is None:
+        raise Conflict(f"memory {memory.id} has nothing pending to {decision}")
+    return result
+
+
+async def bulk_decide(
+    store: ControlPlaneStore,
+    principal: Principal,
+    decision: Literal["approve", "reject"],
+    ids: Sequence[uuid.UUID],
+) -> list[BulkResult]:
+    """Approve or reject many items; each id gets its own outcome."""
+    access.require_reviewer(principal)
+    if not ids:
+        raise BadInput("ids is empty")
+    if len(ids) > MAX_BULK:
+        raise BadInput(f"at most {MAX_BULK} ids per bulk request, got {len(ids)}")
+    results: list[BulkResult] = []
+    for item_id in dict.fromkeys(ids):
+        try:
+            await decide(store, principal, item_id, decision)
+            results.append(BulkResult(id=item_id, status="done"))
+        except NotFound:
+            results.append(BulkResult(id=item_id, status="not_found"))
+        except Conflict:
+            results.append(BulkResult(id=item_id, status="nothing_pending"))
+    return results
+
+
+async def memory_detail(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> MemoryDetail:
+    """One memory a reviewer may see, with its open proposal and audit history."""
+    memory = access.reviewable(principal, await store.get_by_id(memory_id))
+    revisions = await store.pending_revisions(memory.id)
+    return MemoryDetail(
+        memory=memory,
+        pending_revision=revisions[0] if revisions else None,
+        history=tuple(await store.audit_log(memory.id)),
+    )
+
+
+# -- a person's own memories ----------------------------------------------------------------------
+
+
+async def my_memories(
+    store: ControlPlaneStore,
+    principal: Principal,
+    *,
+    scope: Scope | None = None,
+    persona_id: uuid.UUID | None = None,
+    status: Status | None = None,
+    team_id: uuid.UUID | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[Memory]:
+    """The caller's own memories, every status, newest first."""
+    person = access.require_person(principal)
+    if scope == "persona":
+        raise BadInput("scope must be user or persona_user: persona memories are not about a person")
+    query = UserMemoryQuery(
+        user_id=person,
+        scope=scope,
+        persona_id=persona_id,
+        status=status,
+        team_id=team_id,
+        limit=_limit(limit),
+        cursor=cursor,
+    )
+    try:
+        return await store.list_for_user(query)
+    except BadCursor as exc:
+        raise BadInput(str(exc)) from exc
+
+
+async def edit_mine(
+    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, value: str
+) -> Memory:
+    """A person's edit of their own memory; it becomes `active`."""
+    memory = access.own(principal, await store.get_by_id(memory_id))
+    edited = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+    if edited is None:
+        raise NotFound("no such memory")
+    return edited
+
+
+async def erase_mine(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> None:
+    """Erase one of the caller's own memories."""
+    memory = access.own(principal, await store.get_by_id(memory_id))
+    if not await store.erase(memory.id, actor=principal.actor):
+        raise NotFound("no such memory")
+
+
+async def erase_all_mine(store: ControlPlaneStore, principal: Principal) -> int:
+    """Erase everything about the caller; how many memories went."""
+    person = access.require_person(principal)
+    return await store.erase_user(person, actor=principal.actor)
+
+
+async def export_mine(store: ControlPlaneStore, principal: Principal) -> UserExport:
+    """Every memory, revision and audit row about the caller."""
+    return await store.export_user(access.require_person(principal))
+
+
+async def erase_user(store: ControlPlaneStore, principal: Principal, user_id: uuid.UUID) -> int:
+    """Erase everything about a user (the platform's service key, or an admin)."""
+    access.require_eraser(principal)
+    return await store.erase_user(user_id, actor=principal.actor)
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def _levels_above(level: SettingsLevel) -> tuple[SettingsLevel, ...]:
+    return () if level == "global" else ("global",)
+
+
+async def settings_view(
+    store: ControlPlaneStore, principal: Principal, level: SettingsLevel, target: uuid.UUID | None
+) -> SettingsView:
+    """A level's own row, its effective values, and the source of each (this level, an upper
+    level, or the deployment default). A persona's effective values are shown without a team."""
+    access.check_settings_access(principal, level, target, write=False)
+    own = await store.settings_row(level, target)
+    upper = [await store.settings_row(above, None) for above in _levels_above(level)]
+    rows = [*upper, own]
+    effective = merge_settings([_row_mapping(row) for row in rows], store.settings_defaults)
+    inherited_from: dict[str, str] = {}
+    for name in SETTINGS_FIELDS:
+        source = "default"
+        for row in rows:
+            if getattr(row, name) is not None:
+                source = row.level
+        inherited_from[name] = source
+    return SettingsView(own=own, effective=effective, inherited_from=inherited_from)
+
+
+def _row_mapping(row: SettingsRow) -> dict[str, object]:
+    return {name: getattr(row, name) for name in SETTINGS_FIELDS}
+
+
+def check_prompt_override(prompt: str, *, max_input_tokens: int) -> None:
+    """Render the override once with a sample conversation; BadInput naming the problem if it fails."""
+    if "\x00" in prompt:
+        raise BadInput("extraction_prompt contains a NUL character")
+    request = ExtractionRequest(
+        messages=(TranscriptMessage(role="user", content="I moved to Lisbon last month."),),
+        allowed_scopes=("user", "persona", "persona_user"),
+        prompt_override=prompt,
+    )
+    try:
+        render_prompts(request, budget=PromptBudget(max_input_tokens=max_input_tokens))
+    except PromptBudgetError as exc:
+        raise BadInput(f"extraction_prompt does not fit the prompt budget: {exc}") from exc
+
+
+async def put_settings(
+    store: ControlPlaneStore,
+    principal: Principal,
+    level: SettingsLevel,
+    target: uuid.UUID | None,
+    values: SettingsRow,
+    *,
+    max_input_tokens: int,
+) -> SettingsView:
+    """Replace a level's row (null fields inherit) after validating it."""
+    access.check_settings_access(principal, level, target, write=True)
+    row = replace(values, level=level, target_id=target)
+    try:
+        check_settings_row(row)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+    if row.extraction_prompt is not None and row.extraction_prompt.strip():
+        check_prompt_override(row.extraction_prompt, max_input_tokens=max_input_tokens)
+    await store.replace_settings(row)
+    return await settings_view(store, principal, level, target)
+
+
+# -- the platform ---------------------------------------------------------------------------------
+
+
+async def platform_recall(
+    store: RecallStore,
+    principal: Principal,
+    *,
+    user_id: uuid.UUID,
+    persona_id: uuid.UUID | None,
+    team_id: uuid.UUID | None,
+    query: str,
+    limit: int,
+) -> list[RecallHit]:
+    """Recall for the user a service acts for (same as `pmem recall --json`)."""
+    access.require_service(principal)
+    return await recall_in_context(
+        store, user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=_limit(limit)
+    )
+
+
+async def platform_hint(
+    store: RecallStore,
+    principal: Principal,
+    *,
+    user_id: uuid.UUID,
+    persona_id: uuid.UUID | None,
+    team_id: uuid.UUID | None,
+    query: str,
+    limit: int,
+) -> str:
+    """The prompt hint for the same recall."""
+    access.require_service(principal)
+    return await hint_in_context(
+        store, user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=_limit(limit)
+    )

@@ -1,0 +1,1 @@
+"""The control plane's HTTP routes, one module per audience."""

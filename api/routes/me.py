@@ -1,0 +1,67 @@
+"""`/v1/me/…`: what is remembered about the signed-in person, and their controls over it."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from api import operations
+from api.deps import Caller, State
+from api.schemas import ValueBody, export_json, memory_json
+from store.types import Scope, Status
+
+router = APIRouter(prefix="/v1/me", tags=["me"])
+
+
+@router.get("/memories")
+async def list_my_memories(
+    principal: Caller,
+    state: State,
+    scope: Scope | None = None,
+    persona_id: uuid.UUID | None = None,
+    status: Status | None = None,
+    team_id: uuid.UUID | None = None,
+    limit: int = Query(default=50, ge=1, le=200),
+    cursor: str | None = None,
+) -> dict[str, object]:
+    """Own `user` and `persona_user` memories, every status (pending ones are not used yet)."""
+    page = await operations.my_memories(
+        state.store,
+        principal,
+        scope=scope,
+        persona_id=persona_id,
+        status=status,
+        team_id=team_id,
+        limit=limit,
+        cursor=cursor,
+    )
+    return {"items": [memory_json(m) for m in page.items], "next_cursor": page.next_cursor}
+
+
+@router.patch("/memories/{memory_id}")
+async def edit_my_memory(
+    memory_id: uuid.UUID, body: ValueBody, principal: Caller, state: State
+) -> dict[str, object]:
+    """Edit an own memory; a person's edit makes it active."""
+    return memory_json(await operations.edit_mine(state.store, principal, memory_id, body.value))
+
+
+@router.delete("/memories/{memory_id}", status_code=204)
+async def erase_my_memory(memory_id: uuid.UUID, principal: Caller, state: State) -> None:
+    """Erase one own memory (row, revisions, embedding and its text in the audit trail)."""
+    await operations.erase_mine(state.store, principal, memory_id)
+
+
+@router.delete("/memories")
+async def erase_all_my_memories(principal: Caller, state: State) -> dict[str, int]:
+    """Erase everything remembered about the caller."""
+    return {"erased": await operations.erase_all_mine(state.store, principal)}
+
+
+@router.get("/export")
+async def export_my_data(principal: Caller, state: State) -> JSONResponse:
+    """Every memory, revision and audit row about the caller, as a JSON download."""
+    body = export_json(await operations.export_mine(state.store, principal))
+    return JSONResponse(body, headers={"Content-Disposition": 'attachment; filename="my-memories.json"'})

@@ -1,0 +1,51 @@
+"""The chat platform's endpoints (API keys): recall, the prompt hint, and erasing a user."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter
+
+from api import operations
+from api.deps import Caller, State
+from api.schemas import RecallBody
+from store.context_recall import hit_record
+
+router = APIRouter(tags=["platform"])
+
+
+@router.post("/v1/recall")
+async def recall(body: RecallBody, principal: Caller, state: State) -> dict[str, object]:
+    """Active memories for the user (and persona) in the team's context, best first; the same items
+    as `pmem recall --json`."""
+    hits = await operations.platform_recall(
+        state.recall_store,
+        principal,
+        user_id=body.user_id,
+        persona_id=body.persona_id,
+        team_id=body.team_id,
+        query=body.query,
+        limit=body.limit,
+    )
+    return {"items": [hit_record(hit) for hit in hits]}
+
+
+@router.post("/v1/hint")
+async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
+    """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
+    text = await operations.platform_hint(
+        state.recall_store,
+        principal,
+        user_id=body.user_id,
+        persona_id=body.persona_id,
+        team_id=body.team_id,
+        query=body.query,
+        limit=body.limit,
+    )
+    return {"hint": text}
+
+
+@router.delete("/v1/users/{user_id}/memories")
+async def erase_user(user_id: uuid.UUID, principal: Caller, state: State) -> dict[str, int]:
+    """Erase everything about a user (a service key or an admin)."""
+    return {"erased": await operations.erase_user(state.store, principal, user_id)}

@@ -1,0 +1,183 @@
+"""Request bodies (validated by pydantic: a bad field is a 422 naming it) and the JSON shapes of
+answers, built from the store's plain types."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.operations import BulkResult, MemoryDetail, SettingsView
+from store.types import AuditEntry, Memory, ReviewItem, Revision, SettingsRow, UserExport
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ValueBody(_Body):
+    """A new value for a memory."""
+
+    value: str = Field(min_length=1, max_length=2000)
+
+
+class BulkBody(_Body):
+    """Approve or reject many review items at once."""
+
+    action: Literal["approve", "reject"]
+    ids: list[uuid.UUID] = Field(min_length=1, max_length=200)
+
+
+class RecallBody(_Body):
+    """Who a service recalls for, in which context, and what for."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None = None
+    team_id: uuid.UUID | None = None
+    query: str = Field(default="", max_length=4000)
+    limit: int = Field(default=20, ge=1, le=200)
+
+
+class SettingsBody(_Body):
+    """One level's settings; null (or absent) inherits from the level above."""
+
+    enabled: bool | None = None
+    persona_learning: bool | None = None
+    extraction_prompt: str | None = Field(default=None, max_length=20_000)
+    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    pending_days: int | None = Field(default=None, ge=1, le=36_500)
+    archived_days: int | None = Field(default=None, ge=1, le=36_500)
+
+    def row(self) -> SettingsRow:
+        """The values as a settings row (level and target are set by the route)."""
+        return SettingsRow(level="global", target_id=None, **self.model_dump())
+
+
+def _id(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def memory_json(memory: Memory) -> dict[str, Any]:
+    """A memory as JSON (embedding excluded)."""
+    return {
+        "id": str(memory.id),
+        "scope": memory.scope,
+        "owner_id": str(memory.owner_id),
+        "user_id": _id(memory.user_id),
+        "team_id": _id(memory.team_id),
+        "key": memory.key,
+        "value": memory.value,
+        "confidence": memory.confidence,
+        "status": memory.status,
+        "source_channel_id": _id(memory.source_channel_id),
+        "created_at": memory.created_at.isoformat(),
+        "updated_at": memory.updated_at.isoformat(),
+    }
+
+
+def review_item_json(item: ReviewItem) -> dict[str, Any]:
+    """A review-queue item as JSON (DESIGN: id, kind, memory_id, scope, owner_id, user_id, team_id,
+    key, value or old_value/new_value, confidence, source_channel_id, created_at)."""
+    body: dict[str, Any] = {
+        "id": str(item.id),
+        "kind": item.kind,
+        "memory_id": str(item.memory_id),
+        "scope": item.scope,
+        "owner_id": str(item.owner_id),
+        "user_id": _id(item.user_id),
+        "team_id": _id(item.team_id),
+        "key": item.key,
+        "confidence": item.confidence,
+        "source_channel_id": _id(item.source_channel_id),
+        "created_at": item.created_at.isoformat(),
+    }
+    if item.kind == "memory":
+        body["value"] = item.value
+    else:
+        body["old_value"] = item.old_value
+        body["new_value"] = item.new_value
+    return body
+
+
+def audit_json(entry: AuditEntry) -> dict[str, Any]:
+    """An audit row as JSON."""
+    return {
+        "id": entry.id,
+        "memory_id": _id(entry.memory_id),
+        "action": entry.action,
+        "scope": entry.scope,
+        "key": entry.key,
+        "old_value": entry.old_value,
+        "new_value": entry.new_value,
+        "actor": entry.actor,
+        "event_id": _id(entry.event_id),
+        "revision_id": _id(entry.revision_id),
+        "at": entry.at.isoformat(),
+    }
+
+
+def revision_json(revision: Revision) -> dict[str, Any]:
+    """A revision as JSON."""
+    return {
+        "id": str(revision.id),
+        "memory_id": str(revision.memory_id),
+        "old_value": revision.old_value,
+        "new_value": revision.new_value,
+        "confidence": revision.confidence,
+        "status": revision.status,
+        "source_event_id": _id(revision.source_event_id),
+        "created_at": revision.created_at.isoformat(),
+    }
+
+
+def detail_json(detail: MemoryDetail) -> dict[str, Any]:
+    """A memory with its open proposal and history."""
+    return {
+        **memory_json(detail.memory),
+        "pending_revision": None
+        if detail.pending_revision is None
+        else revision_json(detail.pending_revision),
+        "history": [audit_json(entry) for entry in detail.history],
+    }
+
+
+def export_json(export: UserExport) -> dict[str, Any]:
+    """Everything about a person."""
+    return {
+        "memories": [memory_json(m) for m in export.memories],
+        "revisions": [revision_json(r) for r in export.revisions],
+        "audit": [audit_json(a) for a in export.audit],
+    }
+
+
+def settings_json(view: SettingsView) -> dict[str, Any]:
+    """A level's own values (null = inherit), the effective values and their sources."""
+    own = view.own
+    effective = view.effective
+    return {
+        "level": own.level,
+        "target_id": _id(own.target_id),
+        "own": {
+            "enabled": own.enabled,
+            "persona_learning": own.persona_learning,
+            "extraction_prompt": own.extraction_prompt,
+            "min_confidence": own.min_confidence,
+            "pending_days": own.pending_days,
+            "archived_days": own.archived_days,
+        },
+        "effective": {
+            "enabled": effective.enabled,
+            "persona_learning": effective.persona_learning,
+            "extraction_prompt": effective.extraction_prompt,
+            "min_confidence": effective.min_confidence,
+            "pending_days": effective.pending_days,
+            "archived_days": effective.archived_days,
+        },
+        "inherited_from": view.inherited_from,
+    }
+
+
+def bulk_json(results: list[BulkResult]) -> dict[str, Any]:
+    """Per-id outcomes of a bulk decision."""
+    return {"results": [{"id": str(r.id), "status": r.status} for r in results]}
