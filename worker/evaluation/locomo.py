@@ -9,6 +9,7 @@ ship it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -341,11 +342,21 @@ def answer_tokens(text: str) -> list[str]:
 def answer_found(answer: str, texts: Iterable[str]) -> bool:
     """True when every normalised token of `answer` occurs among the normalised tokens of `texts`
     taken together (an answer with no token is never found)."""
-    wanted = answer_tokens(answer)
+    wanted = _token_set(answer)
     if not wanted:
         return False
-    pool = {token for text in texts for token in answer_tokens(text)}
-    return all(token in pool for token in wanted)
+    pool: set[str] = set()
+    for text in texts:
+        pool.update(_token_set(text))
+        if wanted <= pool:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=65_536)
+def _token_set(text: str) -> frozenset[str]:
+    # the same texts are scored at every k, category and split: tokenise each once
+    return frozenset(answer_tokens(text))
 
 
 def answerable(result: QuestionResult) -> bool:
