@@ -33,14 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     table = [json.loads(p.read_text()) for p in args.reports]
     all_rows = [row for report in table for row in rows(report)]
     ks = sorted({int(k.split("@")[1]) for *_, s in all_rows for k in s if k.startswith(f"{args.metric}@")})
-    print("| split | unit | store | retriever | " + " | ".join(f"R@{k}" for k in ks) + " |")
+    label = "A" if args.metric == "answer_recall" else "R"
+    print("| split | unit | store | retriever | " + " | ".join(f"{label}@{k}" for k in ks) + " |")
     print("|---|---|---|---|" + "---|" * len(ks))
     for split, unit, store, retriever, summary in all_rows:
         values = " | ".join(f"{summary[f'{args.metric}@{k}']:.3f}" for k in ks)
         print(f"| {split} | {unit} | {store} | {retriever} | {values} |")
     categories = sorted({c for *_, s in all_rows for c in s.get("by_category", {})})
     print()
-    print("| split | unit | store | retriever | " + " | ".join(f"{c} R@10" for c in categories) + " |")
+    print("| split | unit | store | retriever | " + " | ".join(f"{c} {label}@10" for c in categories) + " |")
     print("|---|---|---|---|" + "---|" * len(categories))
     for split, unit, store, retriever, summary in all_rows:
         cells = []
