@@ -13,8 +13,8 @@ rest of the batch:
 - `new`: write it.
 
 Embeddings are compared by cosine similarity; they must be of the same text form on both sides
-(`memory_text(key, value)` is the form the worker embeds and stores). Without embeddings only key
-equality is used; a value alone ("Yes") is too weak a signal to call two keys duplicates.
+(`store.keys.embedding_text(key, value)` is the form the worker embeds and stores). Without
+embeddings only key equality is used; a value alone ("Yes") is too weak a signal to call two keys duplicates.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 from extraction.types import Candidate
-from extraction.validate import normalise_key
-from store.types import Memory, OwnerRef, Scope
+from store.keys import normalize_key
+from store.types import DedupVerdict, Memory, Neighbour, NewMemory, OwnerRef, Scope
 
 __all__ = [
     "DedupDecision",
     "DedupOutcome",
     "DedupThresholds",
     "cosine",
+    "decide_against_neighbours",
     "decide_dedup",
     "dedup_candidates",
-    "memory_text",
 ]
 
 DedupOutcome = Literal["new", "same_key", "duplicate", "batch_duplicate"]
@@ -67,11 +67,6 @@ class DedupDecision:
     def action(self) -> Literal["write", "skip"]:
         """`write` for `new` and `same_key` (the candidate goes to the store), else `skip`."""
         return "write" if self.outcome in ("new", "same_key") else "skip"
-
-
-def memory_text(key: str, value: str) -> str:
-    """The text that is embedded for a memory, on both the candidate and the stored side."""
-    return f"{key}: {value}"
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -137,7 +132,7 @@ def _stored_items(
             stored.setdefault(memory.scope, []).append(
                 _Item(
                     scope=memory.scope,
-                    key=normalise_key(memory.key),
+                    key=normalize_key(memory.key),
                     value=memory.value,
                     embedding=vector,
                     stored_key=memory.key,
@@ -186,7 +181,7 @@ def decide_dedup(
     view here; use `dedup_candidates` for a whole batch).
     """
     item = _Item(
-        scope=candidate.scope, key=normalise_key(candidate.key), value=candidate.value, embedding=embedding
+        scope=candidate.scope, key=normalize_key(candidate.key), value=candidate.value, embedding=embedding
     )
     stored = _stored_items(existing, None).get(candidate.scope, [])
     return _against_stored(candidate, item, stored, thresholds or DedupThresholds())
@@ -212,7 +207,7 @@ def dedup_candidates(
     items = [
         _Item(
             scope=c.scope,
-            key=normalise_key(c.key),
+            key=normalize_key(c.key),
             value=c.value,
             embedding=embeddings[i] if embeddings is not None else None,
         )
@@ -246,3 +241,30 @@ def dedup_candidates(
         if decision.action == "write":
             kept.append(item)
     return decisions
+
+
+def decide_against_neighbours(
+    memory: NewMemory, neighbours: Sequence[Neighbour], *, thresholds: DedupThresholds | None = None
+) -> DedupVerdict:
+    """The store's `DedupRule`: decide one new memory against its nearest stored neighbours (the
+    store found them in the database: same owner and team context, with their similarities).
+
+    A neighbour under the same normalised key: write under that stored key (the upsert makes it an
+    update or a pending revision). Else the most similar neighbour under another key that means
+    the same (`DedupThresholds`): skip, it already says it. Else write."""
+    thresholds = thresholds or DedupThresholds()
+    key = normalize_key(memory.key)
+    for near in neighbours:
+        if near.memory.scope == memory.scope and normalize_key(near.memory.key) == key:
+            return DedupVerdict(key=near.memory.key)
+    value = _normal_value(memory.value)
+    best: Neighbour | None = None
+    for near in neighbours:
+        if near.memory.scope != memory.scope:
+            continue
+        same = near.similarity >= thresholds.duplicate_similarity or (
+            near.similarity >= thresholds.same_value_similarity and _normal_value(near.memory.value) == value
+        )
+        if same and (best is None or near.similarity > best.similarity):
+            best = near
+    return DedupVerdict(duplicate_of=best.memory.id) if best is not None else DedupVerdict()

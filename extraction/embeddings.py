@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
+from extraction.clients import openai_client
 from extraction.errors import (
     PermanentEmbeddingError,
     RetryPolicy,
@@ -65,7 +66,6 @@ class HashingEmbedder:
 # ---------------------------------------------------------------------------------------------
 
 DEFAULT_OPENAI_EMBEDDING_MODEL = "text-embedding-3-small"
-_PLACEHOLDER_KEY = "unused"  # local OpenAI-compatible servers accept any key; the client wants one
 
 
 def supports_dimensions(model: str) -> bool:
@@ -85,6 +85,14 @@ class OpenAIEmbedderConfig:
     batch_size: int = 128
     timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # recall's query embedding (`embed_query`): a person is waiting, so a short timeout and at
+    # most one quick retry
+    query_timeout_s: float = 5.0
+    query_retry: RetryPolicy = field(
+        default_factory=lambda: RetryPolicy(
+            max_retries=1, wait_initial_s=0.1, wait_max_s=0.2, retry_after_cap_s=1.0
+        )
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings, *, retry: RetryPolicy | None = None) -> OpenAIEmbedderConfig:
@@ -100,6 +108,7 @@ class OpenAIEmbedderConfig:
             batch_size=settings.embedding_batch_size,
             timeout_s=settings.llm_timeout_s,
             retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+            query_timeout_s=settings.query_embedding_timeout_s,
         )
 
 
@@ -124,15 +133,13 @@ class OpenAIEmbedder:
         self._config = config
         self._owns_client = client is None
         if client is None:
-            api_key = config.api_key or (_PLACEHOLDER_KEY if config.base_url else None)
-            if api_key is None:
-                raise ValueError(
-                    "the openai embedder needs PMEM_EMBEDDING_API_KEY (or PMEM_LLM_API_KEY / OPENAI_API_KEY) "
-                    "for api.openai.com, or PMEM_EMBEDDING_BASE_URL for a local server; "
-                    "or set PMEM_EMBEDDING_PROVIDER=local or hashing"
-                )
-            client = openai.AsyncOpenAI(
-                api_key=api_key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+            client = openai_client(
+                base_url=config.base_url,
+                api_key=config.api_key,
+                timeout_s=config.timeout_s,
+                missing_key="the openai embedder needs PMEM_EMBEDDING_API_KEY (or PMEM_LLM_API_KEY / "
+                "OPENAI_API_KEY) for api.openai.com, or PMEM_EMBEDDING_BASE_URL for a local server; "
+                "or set PMEM_EMBEDDING_PROVIDER=local or hashing",
             )
         self._client = client
         self._sleep = sleep
@@ -148,17 +155,27 @@ class OpenAIEmbedder:
         vectors: list[list[float]] = []
         size = self._config.batch_size
         for start in range(0, len(texts), size):
-            vectors.extend(await self._embed_batch(texts[start : start + size]))
+            vectors.extend(
+                await self._embed_batch(texts[start : start + size], self._client, self._config.retry)
+            )
         return vectors
 
-    async def _embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_query(self, text: str) -> list[float]:
+        """One query's vector with `query_timeout_s` per attempt and `query_retry` (≤ 1 retry)."""
+        client = self._client.with_options(timeout=self._config.query_timeout_s)
+        (vector,) = await self._embed_batch([text], client, self._config.query_retry)
+        return vector
+
+    async def _embed_batch(
+        self, texts: Sequence[str], client: openai.AsyncOpenAI, policy: RetryPolicy
+    ) -> list[list[float]]:
         # The API rejects empty strings; a single space embeds as "nothing" without failing the batch.
         inputs = [text if text.strip() else " " for text in texts]
-        retrying = self._config.retry.retrying(retry_on=(TransientEmbeddingError,), sleep=self._sleep)
+        retrying = policy.retrying(retry_on=(TransientEmbeddingError,), sleep=self._sleep)
         async for attempt in retrying:
             with attempt:
                 try:
-                    response = await self._client.embeddings.create(
+                    response = await client.embeddings.create(
                         model=self._config.model,
                         input=inputs,
                         # encoding_format left to the client: it asks for base64 and decodes it,

@@ -31,6 +31,7 @@ import openai
 from openai import Omit
 from tenacity import RetryCallState
 
+from extraction.clients import openai_client
 from extraction.errors import (
     PermanentExtractionError,
     RetryPolicy,
@@ -65,9 +66,6 @@ if TYPE_CHECKING:
     from worker.settings import Settings
 
 __all__ = ["LLMConfig", "LLMExtractor"]
-
-# Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) accept any key; the client insists on one.
-_PLACEHOLDER_KEY = "unused"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -153,15 +151,13 @@ class LLMExtractor:
         """
         self._config = config
         if client is None:
-            api_key = config.api_key or (_PLACEHOLDER_KEY if config.base_url else None)
-            if api_key is None:
-                raise ValueError(
-                    "the llm extractor needs PMEM_LLM_API_KEY (or OPENAI_API_KEY) for api.openai.com, "
-                    "or PMEM_LLM_BASE_URL for a local OpenAI-compatible server; "
-                    "or set PMEM_EXTRACTOR=rules for the offline extractor"
-                )
-            client = openai.AsyncOpenAI(
-                api_key=api_key, base_url=config.base_url, timeout=config.timeout_s, max_retries=0
+            client = openai_client(
+                base_url=config.base_url,
+                api_key=config.api_key,
+                timeout_s=config.timeout_s,
+                missing_key="the llm extractor needs PMEM_LLM_API_KEY (or OPENAI_API_KEY) for "
+                "api.openai.com, or PMEM_LLM_BASE_URL for a local OpenAI-compatible server; "
+                "or set PMEM_EXTRACTOR=rules for the offline extractor",
             )
             self._owns_client = True
         else:
@@ -246,7 +242,7 @@ class LLMExtractor:
                 with attempt:
                     content = await self._complete(prompt, allowed, state)
                     if content is None:  # the model refused; retrying a refusal does not help
-                        return [], [Rejection(reason="the LLM refused to answer", raw="")]
+                        return [], [Rejection(code="refused", reason="the LLM refused to answer", raw="")]
                     try:
                         return parse_output(content, allowed, limits=self._config.limits)
                     except MalformedOutputError as exc:

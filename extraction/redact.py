@@ -253,17 +253,19 @@ def screen_candidate(
 ) -> Candidate | Rejection:
     """Drop a candidate about a secret, redact one that merely mentions one, pass the rest unchanged."""
     if is_secret_key(candidate.key):
-        return Rejection(reason="secret: key names a credential", raw=candidate.key)
+        return Rejection(code="secret", reason="secret: key names a credential", raw=candidate.key)
     key, key_findings = redactor(candidate.key)
     if key_findings or _MARKER_RE.search(key):
-        return Rejection(reason="secret: key contains a secret", raw=key)
+        return Rejection(code="secret", reason="secret: key contains a secret", raw=key)
     value, findings = redactor(candidate.value)
     if not findings and not _MARKER_RE.search(value):
         return candidate
     remaining = _MARKER_RE.sub(" ", value).split()
     if len(remaining) < _MIN_WORDS_LEFT or _mentions_secret(value):
         kinds = sorted({f.kind for f in findings}) or ["redacted"]
-        return Rejection(reason=f"secret: value contains {', '.join(kinds)}", raw=f"{key}: {value}")
+        return Rejection(
+            code="secret", reason=f"secret: value contains {', '.join(kinds)}", raw=f"{key}: {value}"
+        )
     return Candidate(key=candidate.key, value=value, confidence=candidate.confidence, scope=candidate.scope)
 
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from extraction.redact import redact, screen_candidate
 from extraction.types import Candidate, ExtractionRequest, ExtractionResult, Rejection
-from extraction.validate import merge_candidates, normalise_key, validate_items
+from extraction.validate import merge_candidates, validate_items
+from store.keys import normalize_key
 from store.types import Scope
 
 __all__ = ["RulesExtractor", "extract_statements"]
@@ -105,7 +106,7 @@ def _strip_articles(phrase: str) -> str:
 
 def _key(*parts: str) -> str:
     """A normalised key from parts, keeping letters, digits, spaces, hyphens and apostrophes."""
-    return normalise_key(re.sub(r"[^\w\s'-]", " ", " ".join(parts)))
+    return normalize_key(re.sub(r"[^\w\s'-]", " ", " ".join(parts)))
 
 
 def _titled(name: str) -> str:

@@ -39,10 +39,29 @@ class Candidate:
     scope: Scope
 
 
+RejectionCode = Literal[
+    "not_an_object",
+    "too_many_items",
+    "key_missing",
+    "key_empty",
+    "key_too_many_words",
+    "key_too_long",
+    "value_empty",
+    "value_too_long",
+    "confidence_invalid",
+    "scope_unknown",
+    "scope_not_allowed",
+    "secret",
+    "refused",
+]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Rejection:
-    """A candidate that failed validation or policy, with the reason (for metrics and logs)."""
+    """A candidate that failed validation or policy: `code` is bounded (a metric label), `reason`
+    says it for humans, `raw` is the redacted item (for the one INFO log line)."""
 
+    code: RejectionCode
     reason: str
     raw: str
 

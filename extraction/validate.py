@@ -6,10 +6,12 @@ Contract (DESIGN.md "LLM output contract"):
 
 `parse_output` raises `MalformedOutputError` when the reply is not that shape at all (not JSON,
 no `memories` list): the LLM extractor re-asks, then gives up with a permanent error. Individual
-items that break a rule become `Rejection`s with a reason and never reach the store: a key outside
-2–6 words, an empty or over-long value, a confidence outside 0–1, a scope not allowed for this
-event. Extra fields (an `owner_id`, a `user_id` …) are ignored: the worker, not the LLM, decides
-owners.
+items that break a rule become `Rejection`s with a bounded code and a reason and never reach the
+store: an empty key, a key over 6 words or over 80 characters (the prompt asks for 2–6 words, but a
+one-word key such as "diet" is a fine key), an empty or over-long value, a confidence outside
+0–1, a scope not allowed for this event. Extra fields (an `owner_id`, a `user_id` …) are ignored:
+the worker, not the LLM, decides owners. Characters no database can store (NUL, lone surrogates)
+are removed from keys and values first, so such a reply costs nothing but those characters.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from extraction.redact import is_secret_key, redact
-from extraction.types import Candidate, Rejection
+from extraction.types import Candidate, Rejection, RejectionCode
+from store.keys import normalize_key, storable_text
 from store.types import SCOPES, Scope
 
 __all__ = [
     "MalformedOutputError",
     "ValidationLimits",
     "merge_candidates",
-    "normalise_key",
+    "normalize_key",
     "output_json_schema",
     "parse_output",
     "validate_items",
@@ -42,9 +45,9 @@ class MalformedOutputError(ValueError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValidationLimits:
-    """Bounds applied to each candidate. The key word range follows the seed's "2–6 words"."""
+    """Bounds applied to each candidate. The prompt asks for 2–6 word keys; 1–6 are valid."""
 
-    min_key_words: int = 2
+    min_key_words: int = 1
     max_key_words: int = 6
     max_key_chars: int = 80
     max_value_chars: int = 500
@@ -53,14 +56,6 @@ class ValidationLimits:
 
 
 DEFAULT_LIMITS = ValidationLimits()
-
-_SEPARATORS = re.compile(r"[\s_]+")
-_EDGE_PUNCTUATION = " \t\n\"'`“”‘’.,;:!?*#-"
-
-
-def normalise_key(key: str) -> str:
-    """Lowercase, underscores to spaces, collapse whitespace, strip quotes/punctuation at the ends."""
-    return _SEPARATORS.sub(" ", key.lower()).strip(_EDGE_PUNCTUATION).strip()
 
 
 def output_json_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
@@ -127,7 +122,9 @@ def validate_items(
     rejections: list[Rejection] = []
     for index, item in enumerate(items):
         if index >= limits.max_items:
-            rejections.append(_reject(f"more than {limits.max_items} memories in one reply", item, limits))
+            rejections.append(
+                _reject("too_many_items", f"more than {limits.max_items} memories in one reply", item, limits)
+            )
             continue
         result = _validate_item(item, allowed_scopes, limits)
         if isinstance(result, Candidate):
@@ -141,47 +138,57 @@ def _validate_item(
     item: object, allowed_scopes: Sequence[Scope], limits: ValidationLimits
 ) -> Candidate | Rejection:
     if not isinstance(item, Mapping):
-        return _reject("item is not an object", item, limits)
+        return _reject("not_an_object", "item is not an object", item, limits)
     fields = cast(Mapping[str, object], item)
     key_raw, value_raw = fields.get("key"), fields.get("value")
     confidence_raw, scope_raw = fields.get("confidence"), fields.get("scope")
 
     if not isinstance(key_raw, str):
-        return _reject("key missing or not a string", item, limits)
-    key = normalise_key(key_raw)
+        return _reject("key_missing", "key missing or not a string", item, limits)
+    key = normalize_key(storable_text(key_raw))
     words = len(key.split())
+    if words == 0:
+        return _reject("key_empty", "key is empty", item, limits)
     if not limits.min_key_words <= words <= limits.max_key_words:
         return _reject(
-            f"key has {words} words, expected {limits.min_key_words}–{limits.max_key_words}", item, limits
+            "key_too_many_words",
+            f"key has {words} words, expected {limits.min_key_words}–{limits.max_key_words}",
+            item,
+            limits,
         )
     if len(key) > limits.max_key_chars:
-        return _reject(f"key longer than {limits.max_key_chars} characters", item, limits)
+        return _reject("key_too_long", f"key longer than {limits.max_key_chars} characters", item, limits)
 
-    if not isinstance(value_raw, str) or not value_raw.strip():
-        return _reject("value missing or empty", item, limits)
-    value = " ".join(value_raw.split())
+    value = " ".join(storable_text(value_raw).split()) if isinstance(value_raw, str) else ""
+    if not value:
+        return _reject("value_empty", "value missing or empty", item, limits)
     if len(value) > limits.max_value_chars:
-        return _reject(f"value longer than {limits.max_value_chars} characters", item, limits)
+        return _reject(
+            "value_too_long", f"value longer than {limits.max_value_chars} characters", item, limits
+        )
 
     # bool is an int subclass; "true" is not a confidence
     if isinstance(confidence_raw, bool) or not isinstance(confidence_raw, int | float):
-        return _reject("confidence missing or not a number", item, limits)
+        return _reject("confidence_invalid", "confidence missing or not a number", item, limits)
     confidence = float(confidence_raw)
     if not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0:
-        return _reject("confidence outside 0–1", item, limits)
+        return _reject("confidence_invalid", "confidence outside 0–1", item, limits)
 
     if scope_raw not in SCOPES:
-        return _reject(f"unknown scope {str(scope_raw)[:40]!r}", item, limits)
+        return _reject("scope_unknown", f"unknown scope {storable_text(str(scope_raw))[:40]!r}", item, limits)
     scope: Scope = scope_raw
     if scope not in allowed_scopes:
         return _reject(
-            f"scope {scope!r} not allowed for this event (allowed: {', '.join(allowed_scopes)})", item, limits
+            "scope_not_allowed",
+            f"scope {scope!r} not allowed for this event (allowed: {', '.join(allowed_scopes)})",
+            item,
+            limits,
         )
 
     return Candidate(key=key, value=value, confidence=confidence, scope=scope)
 
 
-def _reject(reason: str, item: object, limits: ValidationLimits) -> Rejection:
+def _reject(code: RejectionCode, reason: str, item: object, limits: ValidationLimits) -> Rejection:
     if isinstance(item, Mapping) and isinstance(item.get("key"), str) and is_secret_key(item["key"]):
         # {"key": "password", "value": "hunter2"}: no text pattern sees the value as a secret
         item = {**item, "value": "[REDACTED:secret]"}
@@ -189,8 +196,9 @@ def _reject(reason: str, item: object, limits: ValidationLimits) -> Rejection:
         raw = json.dumps(item, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         raw = repr(item)
-    # rejected items end up in logs: never let a secret through that way either
-    return Rejection(reason=reason, raw=redact(raw[: limits.raw_chars * 4])[0][: limits.raw_chars])
+    # rejected items end up in logs: never let a secret (or a NUL) through that way either
+    raw = storable_text(raw[: limits.raw_chars * 4])
+    return Rejection(code=code, reason=reason, raw=redact(raw)[0][: limits.raw_chars])
 
 
 def merge_candidates(candidates: Iterable[Candidate]) -> list[Candidate]:

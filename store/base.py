@@ -15,12 +15,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store.errors import StoreError
+from store.errors import StoreError, translating_errors
+from store.keys import embedding_text
 from store.pagination import decode_cursor
 from store.policy import (
     storable_confidence,
 )
-from store.recall import embedding_text
 from store.schema import NIL_UUID_SQL, Schema
 from store.types import (
     NIL_UUID,
@@ -106,12 +106,12 @@ class StoreBase:
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with self._engine.begin() as conn:
+        async with translating_errors(), self._engine.begin() as conn:
             yield conn
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
     # -- row conversion -------------------------------------------------------------------------
@@ -210,8 +210,13 @@ class StoreBase:
         return result
 
     async def embed_query(self, query: str) -> builtins.list[float]:
-        """The query's embedding, dimension-checked."""
-        (vector,) = await self._embedder.embed([query])
+        """The query's embedding, dimension-checked. An embedder with its own `embed_query` (short
+        timeout, at most one retry: a person is waiting) is asked through it."""
+        embed_query = getattr(self._embedder, "embed_query", None)
+        if embed_query is not None:
+            vector: builtins.list[float] = await embed_query(query)
+        else:
+            (vector,) = await self._embedder.embed([query])
         return self._check_dim(vector, "query embedding")
 
     # -- locked reads inside a transaction ------------------------------------------------------

@@ -17,6 +17,7 @@ of silently returning fewer. Relaxed order is restored by ranking the CTE's rows
 from __future__ import annotations
 
 import builtins
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.core import CoreStore
 from store.cues import TimeWindow
+from store.errors import translating_errors
 from store.migrate import (
     EmbeddingDimensionMismatch,
     SchemaError,
@@ -226,6 +228,19 @@ def vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+def postgres_connect_args(
+    connect_timeout_s: float | None, statement_timeout_s: float | None
+) -> dict[str, Any]:
+    """psycopg connect arguments: `connect_timeout` (whole seconds, at least 1) and the session's
+    `statement_timeout` as a startup option (no extra round trip, survives the pool's resets)."""
+    args: dict[str, Any] = {}
+    if connect_timeout_s:
+        args["connect_timeout"] = max(1, math.ceil(connect_timeout_s))
+    if statement_timeout_s:
+        args["options"] = f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
+    return args
+
+
 class PostgresMemoryStore(CoreStore):
     """MemoryStore + HistoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
 
@@ -243,13 +258,21 @@ class PostgresMemoryStore(CoreStore):
         bm25: Bm25 | None = None,
         echo: bool = False,
         settings_defaults: MemorySettings | None = None,
+        connect_timeout_s: float | None = 10.0,
+        statement_timeout_s: float | None = 60.0,
     ) -> None:
+        """`connect_timeout_s`: opening a connection gives up after it (an unreachable host fails
+        instead of hanging); `statement_timeout_s`: the sessions' `statement_timeout`. None or 0:
+        none."""
         engine = create_async_engine(
             to_sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_pre_ping=pool_pre_ping,
             echo=echo,
+            connect_args=postgres_connect_args(connect_timeout_s, statement_timeout_s),
+            # errors (and so log lines and DLQ reasons) never carry SQL parameters: memory values
+            hide_parameters=True,
         )
         self._tuning = tuning or RecallTuning()
         self._weights = dict(weights)
@@ -279,7 +302,7 @@ class PostgresMemoryStore(CoreStore):
             """(alembic revision, embedding dimension) of the database."""
             return current_revision(sync_conn), existing_embedding_dim(sync_conn)
 
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             revision, dim = await conn.run_sync(inspect)
         if revision is None or dim is None:
             raise SchemaError(
@@ -379,7 +402,7 @@ class PostgresMemoryStore(CoreStore):
         Recall is the hot path: this skips SQLAlchemy's statement and row processing (about a
         millisecond per call) and the BEGIN/COMMIT round trips; psycopg prepares the few
         statement shapes server-side after their fifth use."""
-        async with self._read_engine.connect() as conn:
+        async with translating_errors(), self._read_engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             if driver is None:
                 raise RuntimeError("the pooled connection has no psycopg driver connection")

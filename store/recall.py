@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.keys import embedding_text as embedding_text  # re-exported; store.keys is the one home
+from store.keys import normalize_key as normalize_key
 from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -87,16 +89,6 @@ def websearch_or_query(query: str) -> str | None:
     Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
     terms = [t for t in query_terms(query) if t != "or"]
     return " or ".join(terms) if terms else None
-
-
-def embedding_text(key: str, value: str) -> str:
-    """The text embedded for a memory: key and value together, so both carry meaning."""
-    return f"{key}: {value}"
-
-
-def normalize_key(key: str) -> str:
-    """Key identity for cross-scope merging: case-insensitive, whitespace collapsed."""
-    return " ".join(key.lower().split())
 
 
 def candidate_count(limit: int) -> int:

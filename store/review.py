@@ -10,9 +10,9 @@ from sqlalchemy import ColumnElement, and_, false, func, select, update
 
 from store.base import StoreBase, audit_entry
 from store.errors import StoreError
+from store.keys import embedding_text
 from store.pagination import newest_first_page
 from store.policy import check_may_decide, plan_approve, plan_reject, storable_confidence
-from store.recall import embedding_text
 from store.types import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
 
 

@@ -35,6 +35,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core import CoreStore
 from store.cues import informative_query
+from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
@@ -206,6 +207,7 @@ class SqliteMemoryStore(CoreStore):
             pool_size=1,
             max_overflow=0,
             pool_timeout=busy_timeout_ms / 1000,
+            hide_parameters=True,  # errors never carry SQL parameters (memory values)
         )
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
@@ -269,7 +271,7 @@ class SqliteMemoryStore(CoreStore):
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
         try:
-            async with self._engine.begin() as conn:
+            async with translating_errors(), self._engine.begin() as conn:
                 yield conn
         finally:
             self._generation += 1
@@ -277,7 +279,7 @@ class SqliteMemoryStore(CoreStore):
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with self._engine.connect() as conn:
+        async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
     async def recall(

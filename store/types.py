@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, Literal, TypeVar
@@ -82,6 +83,8 @@ class UpsertResult:
     memory_id: uuid.UUID
     action: UpsertAction
     revision_id: uuid.UUID | None = None
+    # write_event's near-duplicate check found `memory_id` already saying it: nothing was written
+    near_duplicate: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -280,3 +283,25 @@ class RetentionReport:
     rejected_memories: int = 0
     rejected_revisions: int = 0
     erased_memories: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Neighbour:
+    """A stored memory near a new one (same owner, active or pending, visible in the new memory's
+    team context), and how near: the cosine similarity of their embeddings."""
+
+    memory: Memory
+    similarity: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DedupVerdict:
+    """What to do with a new memory given its neighbours: skip it because `duplicate_of` already
+    says it, or write it (under `key` when set: the stored spelling of the same key)."""
+
+    duplicate_of: uuid.UUID | None = None
+    key: str | None = None
+
+
+# Decides one new memory against its nearest stored neighbours (pure; see extraction.dedup).
+DedupRule = Callable[["NewMemory", Sequence["Neighbour"]], DedupVerdict]

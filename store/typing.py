@@ -11,6 +11,7 @@ from store.types import (
     ApiKey,
     AuditEntry,
     ChatMessage,
+    DedupRule,
     EventMemory,
     EventWrite,
     Memory,
@@ -75,7 +76,19 @@ class WorkerStore(Protocol):
         self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
     ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
         """Active and pending memories (with embeddings) of the given (scope, owner, user) triples,
-        visible in the team context (rows of no team, or of `team_id`)."""
+        visible in the team context (rows of no team, or of `team_id`). Unbounded: the worker
+        uses `prompt_memories` and `write_event(dedup=…)` instead."""
+        ...
+
+    async def prompt_memories(
+        self,
+        owners: Sequence[OwnerRef],
+        *,
+        team_id: uuid.UUID | None,
+        words: Sequence[str],
+        limit: int,
+    ) -> builtins.list[Memory]:
+        """At most `limit` memories of these owners (team context) most relevant to `words`."""
         ...
 
     async def write_event(
@@ -84,11 +97,14 @@ class WorkerStore(Protocol):
         event_id: uuid.UUID,
         memories: Sequence[NewMemory],
         actor: str = "worker",
+        dedup: DedupRule | None = None,
+        neighbours: int = 8,
     ) -> EventWrite:
         """Upsert all memories, their audit rows and the processed-event row in ONE transaction.
 
-        An already-processed `event_id` writes nothing and returns `duplicate=True`.
-        """
+        An already-processed `event_id` writes nothing and returns `duplicate=True`. With `dedup`,
+        each memory is first decided against its `neighbours` nearest stored memories, inside the
+        transaction and under a per-owner lock (store.neighbours)."""
         ...
 
     async def is_processed(self, event_id: uuid.UUID) -> bool: ...

@@ -4,6 +4,7 @@ in one transaction with its processed-event row (idempotency)."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -11,8 +12,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.base import StoreBase
-from store.errors import StoreError
+from store.errors import StoreConflict, StoreError
+from store.neighbours import NearDuplicates
 from store.policy import (
     plan_upsert,
     same_value,
@@ -21,6 +22,7 @@ from store.policy import (
 )
 from store.types import (
     AuditAction,
+    DedupRule,
     EventMemory,
     EventWrite,
     NewMemory,
@@ -35,8 +37,14 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 }
 
 
-class MemoryWrites(StoreBase):
+# immediate retries of a transaction that hit a deadlock or a serialisation failure
+CONFLICT_RETRIES = 3
+
+
+class MemoryWrites(NearDuplicates):
     """Upserts and event writes, with their audit rows."""
+
+    conflict_retries: int = 0  # transactions retried after a deadlock/serialisation failure
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -165,11 +173,23 @@ class MemoryWrites(StoreBase):
             return await self._upsert_in(conn, memory, embedding, actor=actor, event_id=event_id)
 
     async def write_event(
-        self, *, event_id: uuid.UUID, memories: Sequence[NewMemory], actor: str = "worker"
+        self,
+        *,
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        actor: str = "worker",
+        dedup: DedupRule | None = None,
+        neighbours: int = 8,
     ) -> EventWrite:
         """Upserts, audit rows and the processed-event row in one transaction.
 
-        An event id that was already processed writes nothing and returns `duplicate=True`."""
+        An event id that was already processed writes nothing and returns `duplicate=True`.
+
+        With `dedup`, inside the transaction and under a per-owner lock (so two concurrent events
+        of one owner cannot both miss each other's fact): the `neighbours` nearest stored memories
+        of each new one are read in one statement, and `dedup` decides per memory to skip it (the
+        result then names the memory that already says it, `near_duplicate=True`) or to write it,
+        possibly under the stored spelling of its key."""
         for memory in memories:
             validate_new_memory(memory)
         embeddings = await self._embeddings_for(memories)
@@ -185,21 +205,49 @@ class MemoryWrites(StoreBase):
             ),
         )
         pe = self._schema.processed_events
-        results: dict[int, UpsertResult] = {}
-        async with self._transaction() as conn:
-            claimed = await conn.execute(
-                self._insert(pe)
-                .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
-                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
-                .returning(pe.c.event_id)
-            )
-            if claimed.first() is None:
-                return EventWrite(duplicate=True)
-            for i in order:
-                results[i] = await self._upsert_in(
-                    conn, memories[i], embeddings[i], actor=actor, event_id=event_id
-                )
-        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+        # a deadlock or serialisation failure is nobody's fault: the whole transaction is tried
+        # again at once (nothing of it was committed), a few times, before it counts as a failure
+        for attempt in range(1, CONFLICT_RETRIES + 2):
+            results: dict[int, UpsertResult] = {}
+            try:
+                async with self._transaction() as conn:
+                    claimed = await conn.execute(
+                        self._insert(pe)
+                        .values(
+                            event_id=event_id,
+                            processed_at=self._now(),
+                            memory_count=len(memories),
+                            actor=actor,
+                        )
+                        .on_conflict_do_nothing(index_elements=[pe.c.event_id])
+                        .returning(pe.c.event_id)
+                    )
+                    if claimed.first() is None:
+                        return EventWrite(duplicate=True)
+                    rows = list(memories)
+                    if dedup is not None and rows:
+                        await self._lock_owners(conn, rows)
+                        near = await self._neighbours_in(conn, rows, embeddings, neighbours)
+                        for i, found in enumerate(near):
+                            verdict = dedup(rows[i], found)
+                            if verdict.duplicate_of is not None:
+                                results[i] = UpsertResult(
+                                    memory_id=verdict.duplicate_of, action="unchanged", near_duplicate=True
+                                )
+                            elif verdict.key is not None and verdict.key != rows[i].key:
+                                rows[i] = dataclasses.replace(rows[i], key=verdict.key)
+                    for i in order:
+                        if i not in results:
+                            results[i] = await self._upsert_in(
+                                conn, rows[i], embeddings[i], actor=actor, event_id=event_id
+                            )
+            except StoreConflict:
+                if attempt > CONFLICT_RETRIES:
+                    raise
+                self.conflict_retries += 1
+                continue
+            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def is_processed(self, event_id: uuid.UUID) -> bool:
         """Whether `write_event` already committed this event."""

@@ -19,9 +19,12 @@ Delivery semantics (read this first):
 - Invalid events and permanent errors go to the DLQ at once. DLQ = publish the original body and
   the reason (also in the `Pmem-Dlq-Reason` header) to PMEM_DLQ_SUBJECT, wait for JetStream to
   store it, then `term` the message. If the DLQ publish fails, the message is nacked, not dropped.
-- The consumer's own max_deliver is unlimited: the worker counts deliveries itself, so a message
-  whose processing crashes the process is dead-lettered on its next delivery past the limit
-  instead of being silently parked by the server.
+- The worker counts deliveries itself, so a message whose processing crashes the process is
+  dead-lettered on its next delivery past PMEM_MAX_DELIVER instead of being silently parked by the
+  server. The consumer's own max_deliver is PMEM_MAX_DELIVER + 2: finite, so a message whose DLQ
+  publish keeps failing (bounded retries, PMEM_DLQ_PUBLISH_ATTEMPTS) cannot cycle forever.
+- A DLQ record always fits the server's max_payload: an over-large body is truncated, with its
+  original size and stream sequence recorded.
 - SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
 
 FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
@@ -36,7 +39,7 @@ import dataclasses
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -68,11 +71,13 @@ from worker.health import HealthServer
 from worker.logs import event_context
 from worker.metrics import Metrics
 from worker.pipeline import (
+    EventDeadlineExceeded,
     PipelineDeps,
     PolicyCache,
     Written,
     decide_failure,
     is_database_unavailable,
+    one_line,
     process_event,
 )
 from worker.settings import Settings
@@ -98,24 +103,131 @@ class ConfigurationError(RuntimeError):
     """The NATS setup cannot work as configured; the message names the fix."""
 
 
+class StartupError(RuntimeError):
+    """The worker could not start (a dependency unreachable, or start-up past its deadline); the
+    message is one line naming what it was doing."""
+
+
+@contextlib.contextmanager
+def signals_set(event: asyncio.Event) -> Iterator[None]:
+    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, event.set)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def safe_url(url: str) -> str:
+    """`url` without user info (a password in a NATS or Postgres URL never reaches a log line)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    host = authority.rsplit("@", 1)[-1]
+    return f"{scheme}://{host}{slash}{tail.split('?', 1)[0]}"
+
+
+async def start_bounded(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    migrate_first: bool = False,
+    build: Callable[[Settings], Awaitable[Worker]] | None = None,
+) -> Worker | None:
+    """Open the store, build and start the worker within PMEM_STARTUP_TIMEOUT_S. Returns None when
+    `stop` was set first (a signal during start-up); raises `StartupError` (one line: the step and
+    why) when a step fails or the deadline passes. Whatever was opened is closed on the way out."""
+    phase = f"opening the database {safe_url(settings.database_url)}"
+    worker: Worker | None = None
+    log.info("start-up: %s", phase)
+
+    async def steps() -> Worker:
+        nonlocal phase, worker
+        if migrate_first:
+            from store.migrate import migrate_async
+
+            phase = f"migrating the database {safe_url(settings.database_url)}"
+            report = await migrate_async(settings.database_url, settings.embedding_dim)
+            log.info("schema ready: %s", report)
+            phase = f"opening the database {safe_url(settings.database_url)}"
+        worker = await (build or build_worker)(settings)
+        await worker.start()
+        return worker
+
+    def doing() -> str:
+        return worker.phase if worker is not None else phase
+
+    task = asyncio.create_task(steps())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, stopped}, timeout=settings.startup_timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        stopped.cancel()
+    if task in done:
+        exc = task.exception()
+        if exc is None:
+            return task.result()
+        if worker is not None:
+            await worker.close()
+        from store.migrate import SchemaError
+
+        if isinstance(exc, ConfigurationError | StartupError | SchemaError):
+            raise exc
+        raise StartupError(f"start-up failed while {doing()}: {one_line(exc)}") from exc
+    what = doing()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    if worker is not None:
+        await worker.close()
+    if stop.is_set():
+        log.info("signal received during start-up (%s): exiting", what)
+        return None
+    raise StartupError(
+        f"start-up did not finish within PMEM_STARTUP_TIMEOUT_S={settings.startup_timeout_s:g}s while {what}"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
 # ---------------------------------------------------------------------------------------------
 
 
 def consumer_config(settings: Settings) -> ConsumerConfig:
-    """The durable pull consumer the worker wants (see the module docstring for max_deliver=-1)."""
+    """The durable pull consumer the worker wants (max_deliver: see `consumer_max_deliver`)."""
     return ConsumerConfig(
         durable_name=settings.durable,
         name=settings.durable,
         filter_subject=settings.subject,
         ack_policy=JsAckPolicy.EXPLICIT,
         ack_wait=settings.ack_wait_s,
-        max_deliver=-1,
+        max_deliver=consumer_max_deliver(settings),
         deliver_policy=DeliverPolicy.ALL,
         # Room for every worker's in-flight events plus the nacked ones waiting for their delay.
         max_ack_pending=max(1000, settings.concurrency * 16),
     )
+
+
+def consumer_max_deliver(settings: Settings) -> int:
+    """JetStream's own delivery limit: finite, so nothing cycles forever, and above
+    PMEM_MAX_DELIVER so the worker dead-letters first: delivery max_deliver+1 is the one that
+    finds a crashed or hung event, one more is room for a DLQ publish that failed."""
+    return settings.max_deliver + 2
+
+
+# Room for the DLQ message's headers (the reason header is capped at 1000 characters).
+DLQ_HEADER_ALLOWANCE = 4096
+
+
+def dlq_record_limit(max_payload: int) -> int:
+    """Bytes a DLQ record may take so that record plus headers fit the server's max_payload."""
+    return max(1024, max_payload - DLQ_HEADER_ALLOWANCE)
 
 
 def consumer_config_diff(existing: ConsumerConfig, wanted: ConsumerConfig) -> dict[str, tuple[Any, Any]]:
@@ -177,6 +289,7 @@ class Worker:
     _stopping: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
     _background: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
     _started: bool = dataclasses.field(default=False, init=False)
+    phase: str = dataclasses.field(default="not started", init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -218,17 +331,23 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, declare streams and the consumer, start consuming and the health server."""
-        await self.broker.connect()
-        jsm = self.broker.connection.jsm()
-        await self._ensure_streams(jsm)
-        await self._ensure_consumer(jsm)
-        await self.broker.start()
-        self._started = True
-        if self.serve_http:
+        """Start the health server (so /readyz reports a stuck start-up), connect, declare streams
+        and the consumer, start consuming. `self.phase` names the step (for start-up errors)."""
+        if self.serve_http and self.health is None:
+            self._enter(f"starting the health server on port {self.settings.http_port}")
             self.health = await HealthServer(
                 metrics=self.metrics, readiness=self.readiness, port=self.settings.http_port
             ).start()
+        self._enter(f"connecting to NATS at {safe_url(self.settings.nats_url)}")
+        await self.broker.connect()
+        jsm = self.broker.connection.jsm()
+        self._enter("declaring the JetStream streams and the consumer")
+        await self._ensure_streams(jsm)
+        await self._ensure_consumer(jsm)
+        self._enter("starting the consumer")
+        await self.broker.start()
+        self._started = True
+        self.phase = "running"
         self._background.append(asyncio.create_task(self._watch_consumer(jsm)))
         log.info(
             "consuming %s (stream %s, durable %s) with %d handlers",
@@ -237,6 +356,10 @@ class Worker:
             self.settings.durable,
             self.settings.concurrency,
         )
+
+    def _enter(self, phase: str) -> None:
+        self.phase = phase
+        log.info("start-up: %s", phase)
 
     async def stop(self) -> None:
         """Stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), then disconnect."""
@@ -252,6 +375,10 @@ class Worker:
             await self.broker.stop()  # waits for running handlers, then drains the connection
             log.info("consumer stopped after %.1fs", time.monotonic() - started)
             self._started = False
+        else:
+            # start-up was interrupted (signal, timeout): close a half-open connection, bounded
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.broker.stop(), timeout=2.0)
         if self.health is not None:
             await self.health.stop()
             self.health = None
@@ -265,19 +392,12 @@ class Worker:
             await close_embedder()
         await self.store.close()
 
-    async def run_until_signalled(self) -> None:
-        """Start, run until SIGTERM/SIGINT, then shut down gracefully."""
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    async def run_until(self, stop: asyncio.Event) -> None:
+        """Run (started) until `stop` is set, then shut down gracefully."""
         try:
-            await self.start()
             await stop.wait()
             log.info("signal received: finishing in-flight events, then exiting")
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
             await self.close()
 
     async def readiness(self) -> str | None:
@@ -294,9 +414,13 @@ class Worker:
 
     async def _ensure_streams(self, jsm: JetStreamManager) -> None:
         s = self.settings
-        await ensure_stream(jsm, s.stream, [s.subject], create=s.create_stream)
+        await ensure_stream(jsm, s.stream, [s.subject], create=s.create_stream, max_age_s=s.stream_max_age)
         await ensure_stream(
-            jsm, s.output_stream, [s.dlq_subject, s.extracted_subject], create=s.create_stream
+            jsm,
+            s.output_stream,
+            [s.dlq_subject, s.extracted_subject],
+            create=s.create_stream,
+            max_age_s=s.dlq_max_age,
         )
 
     async def _ensure_consumer(self, jsm: JetStreamManager) -> None:
@@ -375,11 +499,20 @@ class Worker:
                     event_id=event_id,
                 )
                 return
+            # PMEM_EVENT_TIMEOUT_S bounds the whole delivery; when it passes, the in-progress
+            # acks stop with it (they live inside the deadline) and the event is retried or
+            # dead-lettered like any transient failure
+            deadline = asyncio.timeout(s.event_timeout_s)
             try:
-                async with self._keep_alive(raw):
+                async with self._keep_alive(raw), deadline:
                     outcome = await process_event(parsed, self.deps, check_processed=delivered > 1)
             except Exception as exc:
-                await self._on_failure(raw, exc, delivered=delivered, event_id=event_id)
+                failure: Exception = exc
+                if deadline.expired():
+                    failure = EventDeadlineExceeded(
+                        f"the event took longer than PMEM_EVENT_TIMEOUT_S={s.event_timeout_s:g}s"
+                    )
+                await self._on_failure(raw, failure, delivered=delivered, event_id=event_id)
                 return
             if outcome.status == "processed":
                 await self._publish_extracted(parsed, outcome.written)
@@ -529,33 +662,46 @@ class Worker:
             delivery_count=meta.num_delivered or 1,
             event_id=event_id,
             failed_at=datetime.now(UTC),
+            max_bytes=dlq_record_limit(self.broker.connection.max_payload),
         )
-        try:
-            await self._js.publish(
-                s.dlq_subject,
-                record.model_dump_json().encode(),
-                headers=dlq_headers(reason=reason, label=label, msg_id=f"dlq:{meta.stream}:{stream_seq}"),
-                timeout=PUBLISH_TIMEOUT_S,
-            )
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
-            self.metrics.publish_failures.labels(kind="dlq").inc()
-            log.error(
-                "could not publish to the DLQ %s (%s: %s); nacking the event instead of dropping it",
-                s.dlq_subject,
-                type(exc).__name__,
-                exc,
-            )
-            await raw.nak(delay=s.retry_delay_s)
-            return
+        headers = dlq_headers(reason=reason, label=label, msg_id=f"dlq:{meta.stream}:{stream_seq}")
+        for attempt in range(1, s.dlq_publish_attempts + 1):
+            try:
+                await self._js.publish(
+                    s.dlq_subject, record.encode(), headers=headers, timeout=PUBLISH_TIMEOUT_S
+                )
+                break
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+                self.metrics.publish_failures.labels(kind="dlq").inc()
+                if attempt < s.dlq_publish_attempts and not self._stopping.is_set():
+                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+                    continue
+                # Bounded: the event goes back to JetStream, whose finite max_deliver (see
+                # consumer_config) stops redelivering it; it stays in the stream until max_age.
+                log.error(
+                    "could not publish to the DLQ %s after %d attempts (%s); nacking the event "
+                    "(delivery %d of at most %d)",
+                    s.dlq_subject,
+                    attempt,
+                    one_line(exc),
+                    meta.num_delivered or 1,
+                    consumer_max_deliver(s),
+                )
+                await raw.nak(delay=s.retry_delay_s)
+                return
         await raw.term()
         self.metrics.events.labels(outcome="dlq").inc()
         self.metrics.dlq.labels(reason=label).inc()
         log.warning("dead-lettered (%s): %s", label, reason, extra={"dlq_label": label})
 
 
-async def ensure_stream(jsm: JetStreamManager, name: str, subjects: list[str], *, create: bool) -> None:
-    """Make sure stream `name` exists and captures `subjects`: create it when missing (if `create`),
-    fail with the fix when it exists without them. An existing stream is never modified."""
+async def ensure_stream(
+    jsm: JetStreamManager, name: str, subjects: list[str], *, create: bool, max_age_s: float = 0.0
+) -> None:
+    """Make sure stream `name` exists and captures `subjects`: create it when missing (if `create`,
+    keeping messages `max_age_s` seconds, 0 = forever), fail with the fix when it exists without
+    them. An existing stream is never modified; a different max_age is warned about (retention is
+    a privacy control: raw transcripts and DLQ copies of them)."""
     try:
         info = await jsm.stream_info(name)
     except nats.js.errors.NotFoundError:
@@ -566,7 +712,14 @@ async def ensure_stream(jsm: JetStreamManager, name: str, subjects: list[str], *
             ) from None
         try:
             # duplicate_window: a re-publish with the same Nats-Msg-Id within 2 minutes is dropped
-            await jsm.add_stream(StreamConfig(name=name, subjects=subjects, duplicate_window=120.0))
+            await jsm.add_stream(
+                StreamConfig(
+                    name=name,
+                    subjects=subjects,
+                    duplicate_window=min(120.0, max_age_s) if max_age_s > 0 else 120.0,
+                    max_age=max_age_s if max_age_s > 0 else None,
+                )
+            )
         except nats.js.errors.BadRequestError as exc:
             raise ConfigurationError(
                 f"could not create stream {name!r} for {subjects}: {exc.description}. If another "
@@ -574,6 +727,16 @@ async def ensure_stream(jsm: JetStreamManager, name: str, subjects: list[str], *
             ) from exc
         log.info("created JetStream stream %s for %s", name, subjects)
         return
+    existing_age = float(info.config.max_age or 0.0)
+    if abs(existing_age - max_age_s) > 1.0:
+        log.warning(
+            "stream %s keeps messages for %s, configured %s; NATS keeps the existing retention "
+            "(change it with `nats stream edit %s --max-age=…`)",
+            name,
+            f"{existing_age:g}s" if existing_age else "ever",
+            f"{max_age_s:g}s" if max_age_s else "forever",
+            name,
+        )
     have = set(info.config.subjects or ())
     missing = [subject for subject in subjects if not _covered(subject, have)]
     if missing:
@@ -650,6 +813,8 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         max_overflow=0,
         settings_defaults=settings.memory_defaults(),
         pool_pre_ping=False,
+        connect_timeout_s=settings.db_connect_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
     )
     try:
         await store.check_schema()

@@ -200,9 +200,16 @@ class MemoryExtracted(BaseModel):
     memories: tuple[ExtractedMemoryRef, ...]
 
 
+DLQ_MAX_REASON_CHARS = 2000
+
+
 class DeadLetter(BaseModel):
     """Published on `pmem.dlq.conversation.ended`: the original body (text when it is UTF-8, else
-    base64), why it failed and how often it was delivered, so it can be inspected and replayed."""
+    base64), why it failed and how often it was delivered, so it can be inspected and replayed.
+
+    A record always fits the NATS payload limit: a body too large for it is truncated
+    (`body_truncated`, `body_size` = the original size in bytes), and `stream` + `stream_sequence`
+    find the whole original in the event stream (while its retention keeps it)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -215,6 +222,8 @@ class DeadLetter(BaseModel):
     event_id: str | None = None
     body_text: str | None = None
     body_base64: str | None = None
+    body_size: int = 0
+    body_truncated: bool = False
     failed_at: datetime
 
     @classmethod
@@ -230,28 +239,53 @@ class DeadLetter(BaseModel):
         stream: str | None = None,
         stream_sequence: int | None = None,
         event_id: str | None = None,
+        max_bytes: int | None = None,
     ) -> DeadLetter:
-        """Build the record, keeping the body byte-exact (text if UTF-8, else base64)."""
-        try:
-            text: str | None = body.decode("utf-8")
-            encoded: str | None = None
-        except UnicodeDecodeError:
-            text, encoded = None, base64.b64encode(body).decode("ascii")
-        return cls(
-            reason=reason,
+        """Build the record, keeping the body byte-exact (text if UTF-8, else base64) when the
+        serialised record fits `max_bytes`; else with the longest body prefix that fits."""
+        base = cls(
+            reason=reason[:DLQ_MAX_REASON_CHARS],
             kind=kind,
             subject=subject,
             stream=stream,
             stream_sequence=stream_sequence,
             delivery_count=delivery_count,
             event_id=event_id,
-            body_text=text,
-            body_base64=encoded,
+            body_size=len(body),
             failed_at=failed_at,
         )
+        try:
+            body.decode("utf-8")
+            is_text = True
+        except UnicodeDecodeError:
+            is_text = False
+        record = base._with_body(body, is_text=is_text, truncated=False)
+        if max_bytes is None or len(record.encode()) <= max_bytes:
+            return record
+        budget = max(0, max_bytes - len(base.model_copy(update={"body_truncated": True}).encode()))
+        # JSON escaping (and base64) can grow a body: shrink the prefix until the record fits
+        while True:
+            record = base._with_body(body[:budget], is_text=is_text, truncated=True)
+            if len(record.encode()) <= max_bytes or budget == 0:
+                return record
+            budget = budget * 3 // 4
+
+    def _with_body(self, body: bytes, *, is_text: bool, truncated: bool) -> DeadLetter:
+        text: str | None = None
+        encoded: str | None = None
+        if is_text:  # a prefix may end inside a UTF-8 sequence: only that broken tail is dropped
+            text = body.decode("utf-8", errors="ignore")
+        else:
+            encoded = base64.b64encode(body).decode("ascii")
+        changes = {"body_text": text, "body_base64": encoded, "body_truncated": truncated}
+        return self.model_copy(update=changes)
+
+    def encode(self) -> bytes:
+        """The record as published (JSON)."""
+        return self.model_dump_json().encode()
 
     def original_body(self) -> bytes:
-        """The original event body, byte for byte."""
+        """The original event body, byte for byte (only its prefix when `body_truncated`)."""
         if self.body_base64 is not None:
             return base64.b64decode(self.body_base64)
         return (self.body_text or "").encode("utf-8")

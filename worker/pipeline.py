@@ -2,10 +2,16 @@
 failure decisions) and one thin async shell, `process_event`, that runs them against the store,
 the extractor and the embedder.
 
-Order (issue 3): policy → existing memories of the applicable owners → extraction (prompt, LLM
-calls, validation, redaction happen inside the extractor) → allowed scopes and minimum confidence
-→ ONE batched embeddings call → semantic dedup against existing memories of the same owner →
-ONE transaction (`store.write_event`) → what was written.
+Order (issue 3, bounded by issue 9): policy → the few stored memories most relevant to the
+conversation (their keys go into the prompt; a fixed number, whatever the owner's size) →
+extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → allowed scopes
+and minimum confidence → ONE batched embeddings call → dedup within the batch → ONE transaction
+(`store.write_event`) that, under a per-owner lock, reads each candidate's nearest stored
+neighbours in one statement and drops those that restate a stored memory
+(`extraction.dedup.decide_against_neighbours`) → what was written.
+
+Nothing here loads an owner's memories: per-event time, memory and prompt size do not grow with
+the owner's memory count.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from extraction.dedup import dedup_candidates, memory_text
+from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
+from store.errors import StoreTimeout, StoreUnavailable
+from store.keys import embedding_text
+from store.recall import STOPWORDS, query_terms
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import MemoryStore
 from worker.events import ConversationEnded
@@ -123,12 +132,33 @@ def build_row(
     )
 
 
+# How many words of the conversation select the prompt's existing keys, and how many keys.
+PROMPT_WORDS = 16
+PROMPT_KEYS = 40
+# Nearest stored neighbours read per candidate inside the write transaction.
+DEDUP_NEIGHBOURS = 8
+
+
+def prompt_words(event: ConversationEnded, *, limit: int = PROMPT_WORDS) -> tuple[str, ...]:
+    """The conversation's most frequent informative words (no stopwords, 3+ letters; ties in
+    order of appearance): what selects the stored keys shown to the LLM."""
+    counts: dict[str, int] = {}
+    for message in event.messages:
+        if message.role not in ("user", "assistant"):
+            continue
+        for term in query_terms(message.content):
+            if len(term) >= 3 and term not in STOPWORDS and not term.isdigit():
+                counts[term] = counts.get(term, 0) + 1
+    ranked = sorted(counts, key=lambda term: -counts[term])  # stable: first appearance breaks ties
+    return tuple(ranked[:limit])
+
+
 def plan_rows(
     event: ConversationEnded,
     scopes: Sequence[Scope],
     candidates: Sequence[Candidate],
     embeddings: Sequence[Sequence[float]] | None,
-    existing: Sequence[tuple[Memory, Sequence[float] | None]],
+    existing: Sequence[tuple[Memory, Sequence[float] | None]] = (),
 ) -> tuple[tuple[NewMemory, ...], tuple[Dropped, ...]]:
     """Semantic dedup (extraction/dedup.py) against the existing memories of this event's owners
     and within the batch, then one row per candidate to write. A candidate with an existing key is
@@ -148,7 +178,20 @@ def plan_rows(
     return tuple(rows), tuple(dropped)
 
 
-FailureCategory = Literal["llm", "embedding", "database", "unexpected"]
+FailureCategory = Literal["llm", "embedding", "database", "deadline", "unexpected"]
+
+
+class EventDeadlineExceeded(Exception):
+    """One delivery of an event ran past PMEM_EVENT_TIMEOUT_S (LLM chunks and retries, embeddings,
+    database waits included); retried later, dead-lettered with label `deadline_exhausted` on the
+    last delivery."""
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: driver errors append the SQL statement and help links on
+    further lines, which belong in neither a log line nor a DLQ reason."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,11 +207,13 @@ class FailureDecision:
 
 def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
     """(category, transient?) of an exception raised while processing an event."""
+    if isinstance(exc, EventDeadlineExceeded):
+        return "deadline", True
     if isinstance(exc, TransientEmbeddingError | PermanentEmbeddingError):
         return "embedding", isinstance(exc, TransientError)
     if isinstance(exc, TransientError | PermanentError):
         return "llm", isinstance(exc, TransientError)
-    if is_database_unavailable(exc):
+    if isinstance(exc, StoreUnavailable | StoreTimeout):
         return "database", True
     # A bug or an unforeseen error: retried like a transient failure, then dead-lettered, so it
     # is neither lost nor retried forever.
@@ -176,35 +221,9 @@ def categorize(exc: BaseException) -> tuple[FailureCategory, bool]:
 
 
 def is_database_unavailable(exc: BaseException) -> bool:
-    """True for errors that mean "the database cannot be reached right now" (not "this write is
-    wrong"): connection refused/reset, server shutting down, pool timeouts."""
-    import psycopg
-    import sqlalchemy.exc
-
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
-        return True
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        return True
-    if isinstance(exc, sqlalchemy.exc.TimeoutError):  # connection pool exhausted
-        return True
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return True
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and _is_unavailable_cause(cause)
-
-
-def _is_unavailable_cause(exc: BaseException, depth: int = 0) -> bool:
-    # a store may wrap the driver's error in its own exception type
-    if depth > 3:
-        return False
-    import psycopg
-
-    if isinstance(exc, psycopg.OperationalError | ConnectionError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and _is_unavailable_cause(cause, depth + 1)
+    """True when the store says the database cannot be reached right now (not "this write is
+    wrong"): the store translates driver errors into its own exceptions (store.errors)."""
+    return isinstance(exc, StoreUnavailable)
 
 
 def retry_delay(delivery_count: int, *, base_s: float, max_s: float) -> float:
@@ -224,7 +243,7 @@ def decide_failure(
     """Retry transient failures with a delay (the provider's Retry-After when it gave one, else
     exponential backoff) until the `max_deliver`-th delivery; dead-letter permanent ones at once."""
     category, transient = categorize(exc)
-    detail = f"{type(exc).__name__}: {exc}"
+    detail = one_line(exc)
     if not transient:
         return FailureDecision(
             action="dead_letter", delay_s=0.0, label=f"{category}_permanent", reason=detail
@@ -363,12 +382,16 @@ async def process_event(
         return await duplicate() if write.duplicate else Outcome(status="disabled")
 
     owners = owners_for(event, scopes)
-    existing = await db("existing_memories", lambda: store.existing_memories(owners, team_id=event.team_id))
+    words = prompt_words(event)
+    relevant = await db(
+        "prompt_memories",
+        lambda: store.prompt_memories(owners, team_id=event.team_id, words=words, limit=PROMPT_KEYS),
+    )
 
     request = ExtractionRequest(
         messages=transcript(event),
         allowed_scopes=scopes,
-        existing=tuple(memory for memory, _ in existing),
+        existing=tuple(relevant),
         prompt_override=policy.extraction_prompt,
     )
     with metrics.time(metrics.llm_duration):
@@ -381,27 +404,50 @@ async def process_event(
     vectors: list[list[float]] = []
     if kept:
         with metrics.time(metrics.embedding_duration):
-            vectors = await deps.embedder.embed([memory_text(c.key, c.value) for c in kept])
+            vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
         if len(vectors) != len(kept):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
-    rows, deduped = plan_rows(event, scopes, kept, vectors, existing)
+    rows, deduped = plan_rows(event, scopes, kept, vectors)
 
-    write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=rows))
-    dropped_all = dropped + deduped
-    for item in dropped_all:
-        metrics.candidates_dropped.labels(reason=item.reason).inc()
-    if result.rejected:
-        metrics.candidates_dropped.labels(reason="rejected_by_validation").inc(len(result.rejected))
-    if write.duplicate:
-        # another delivery committed the same event between our check and our write
-        return await duplicate(result.usage)
-    if len(write.results) != len(rows):
+    write = await db(
+        "write_event",
+        lambda: store.write_event(
+            event_id=event.event_id,
+            memories=rows,
+            dedup=decide_against_neighbours,
+            neighbours=DEDUP_NEIGHBOURS,
+        ),
+    )
+    if not write.duplicate and len(write.results) != len(rows):
         raise RuntimeError(
             f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
         )
+    # restating a stored memory (found inside the write transaction): dropped, not written
+    near = tuple(
+        Dropped(reason="semantic_duplicate", candidate=_candidate(row))
+        for r, row in zip(write.results, rows, strict=True)
+        if r.near_duplicate
+    )
+    dropped_all = dropped + deduped + near
+    for item in dropped_all:
+        metrics.candidates_dropped.labels(reason=item.reason).inc()
+    for rejection in result.rejected:
+        # once per rejected item, with the bounded code as the metric label; `raw` is redacted
+        metrics.candidates_dropped.labels(reason=rejection.code).inc()
+        log.info(
+            "candidate rejected (%s): %s; item: %s",
+            rejection.code,
+            rejection.reason,
+            rejection.raw,
+            extra={"rejection": rejection.code},
+        )
+    if write.duplicate:
+        # another delivery committed the same event between our check and our write
+        return await duplicate(result.usage)
     written = tuple(
         Written(id=r.memory_id, action=r.action, scope=row.scope, key=row.key)
         for r, row in zip(write.results, rows, strict=True)
+        if not r.near_duplicate
     )
     for done in written:
         metrics.memories_written.labels(scope=done.scope, action=done.action).inc()
@@ -412,6 +458,10 @@ async def process_event(
         rejected=len(result.rejected),
         usage=result.usage,
     )
+
+
+def _candidate(row: NewMemory) -> Candidate:
+    return Candidate(key=row.key, value=row.value, confidence=row.confidence, scope=row.scope)
 
 
 async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) -> MemorySettings:

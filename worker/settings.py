@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
@@ -20,6 +21,10 @@ class Settings(BaseSettings):
     # Storage
     database_url: str = DEFAULT_DATABASE_URL
     db_pool_size: int = Field(default=10, ge=1)
+    # Opening a Postgres connection gives up after this long (an unreachable host fails, not hangs).
+    db_connect_timeout_s: float = Field(default=5.0, gt=0)
+    # Postgres statement_timeout of the worker's and the store's sessions; 0 = none.
+    db_statement_timeout_s: float = Field(default=30.0, ge=0)
 
     # NATS / JetStream
     nats_url: str = "nats://localhost:4222"
@@ -29,6 +34,20 @@ class Settings(BaseSettings):
     create_stream: bool = True
     concurrency: int = Field(default=8, ge=1, le=1024)
     max_deliver: int = Field(default=5, ge=1)
+    # Everything one delivery of an event may take (policy, every LLM chunk and retry, embeddings,
+    # the write); past it the delivery stops, its in-progress acks stop, and it is retried later or
+    # dead-lettered (label `deadline`).
+    event_timeout_s: float = Field(default=300.0, gt=0)
+    # Connecting to NATS, declaring streams and the consumer, opening the store: past this, `pmem
+    # worker` exits non-zero with one line naming what it was waiting for.
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    # Retention of the event stream (raw transcripts!) and of the output stream (DLQ records copy
+    # event bodies): a privacy control. Seconds or "7d" / "12h" / "30m"; 0 = keep forever. Applied
+    # when the worker creates a stream; an existing stream keeps its own max_age (warned about).
+    stream_max_age: float = Field(default=7 * 86400.0, ge=0)
+    dlq_max_age: float = Field(default=14 * 86400.0, ge=0)
+    # Publishing a DLQ record is tried this many times before the message is left to redelivery.
+    dlq_publish_attempts: int = Field(default=3, ge=1)
     ack_wait_s: float = Field(default=60.0, gt=0)
     retry_delay_s: float = Field(default=5.0, ge=0)
     extracted_subject: str = "memory.extracted"
@@ -69,6 +88,9 @@ class Settings(BaseSettings):
     # Send `dimensions` to /v1/embeddings: None = only for models known to support it (text-embedding-3*)
     embedding_send_dimensions: bool | None = None
 
+    # Recall's query embedding: short timeout, at most one retry (a user is waiting).
+    query_embedding_timeout_s: float = Field(default=5.0, gt=0)
+
     # Policy defaults (overridable globally, per team and per persona in the memory settings table)
     min_confidence: float = Field(default=0.5, ge=0.0, le=1.0)
     # Retention: pending memories older than this are rejected, archived ones erased (`pmem retention`)
@@ -99,6 +121,11 @@ class Settings(BaseSettings):
                 f"got {value.split('://', 1)[0]!r}"
             )
         return value
+
+    @field_validator("stream_max_age", "dlq_max_age", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("auth_jwt_secret")
     @classmethod
@@ -133,6 +160,18 @@ class Settings(BaseSettings):
         if self.extractor is not None:
             return self.extractor
         return "llm" if (self.llm_api_key or self.llm_base_url) else "rules"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90", "90s", "30m", "12h", "7d" or "2w"; raises ValueError otherwise."""
+    match = _DURATION.match(text.lower())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (use seconds, or a number with s, m, h, d or w)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 def load_settings(**overrides: object) -> Settings:

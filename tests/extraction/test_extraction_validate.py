@@ -11,7 +11,7 @@ from extraction.validate import (
     MalformedOutputError,
     ValidationLimits,
     merge_candidates,
-    normalise_key,
+    normalize_key,
     output_json_schema,
     parse_output,
     validate_items,
@@ -48,30 +48,57 @@ def test_valid_reply_becomes_normalised_candidates_and_extra_fields_are_ignored(
 
 
 @pytest.mark.parametrize(
-    ("overrides", "reason_part"),
+    ("overrides", "code", "reason_part"),
     [
-        ({"key": " ".join(["word"] * 200)}, "200 words"),
-        ({"key": "diet"}, "1 words"),
-        ({"key": "one two three four five six seven"}, "7 words"),
-        ({"key": "x" * 81 + " y"}, "longer than 80"),
-        ({"key": 42}, "key missing"),
-        ({"value": "   "}, "value missing"),
-        ({"value": "v" * 501}, "value longer"),
-        ({"value": None}, "value missing"),
-        ({"confidence": 1.5}, "outside 0–1"),
-        ({"confidence": -0.1}, "outside 0–1"),
-        ({"confidence": True}, "not a number"),
-        ({"confidence": "0.9"}, "not a number"),
-        ({"confidence": float("nan")}, "outside 0–1"),
-        ({"scope": "persona"}, "not allowed"),
-        ({"scope": "admin"}, "unknown scope"),
+        ({"key": " ".join(["word"] * 200)}, "key_too_many_words", "200 words"),
+        ({"key": "one two three four five six seven"}, "key_too_many_words", "7 words"),
+        ({"key": "x" * 81}, "key_too_long", "longer than 80"),
+        ({"key": 42}, "key_missing", "key missing"),
+        ({"key": " _ . "}, "key_empty", "key is empty"),
+        ({"key": "\x00"}, "key_empty", "key is empty"),
+        ({"value": "   "}, "value_empty", "value missing"),
+        ({"value": "\x00\ud800"}, "value_empty", "value missing"),
+        ({"value": "v" * 501}, "value_too_long", "value longer"),
+        ({"value": None}, "value_empty", "value missing"),
+        ({"confidence": 1.5}, "confidence_invalid", "outside 0–1"),
+        ({"confidence": -0.1}, "confidence_invalid", "outside 0–1"),
+        ({"confidence": True}, "confidence_invalid", "not a number"),
+        ({"confidence": "0.9"}, "confidence_invalid", "not a number"),
+        ({"confidence": float("nan")}, "confidence_invalid", "outside 0–1"),
+        ({"scope": "persona"}, "scope_not_allowed", "not allowed"),
+        ({"scope": "admin"}, "scope_unknown", "unknown scope"),
     ],
 )
-def test_bad_items_are_rejected_with_a_reason(overrides: dict[str, object], reason_part: str) -> None:
+def test_bad_items_are_rejected_with_a_code_and_a_reason(
+    overrides: dict[str, object], code: str, reason_part: str
+) -> None:
     candidates, rejections = validate_items([item(**overrides), item(key="job title")], ("user",))
     assert [c.key for c in candidates] == ["job title"]
     assert len(rejections) == 1
+    assert rejections[0].code == code
     assert reason_part in rejections[0].reason
+
+
+@pytest.mark.parametrize("key", ["diet", "Hometown", "pet", "editor", "EDITOR."])
+def test_one_word_keys_are_valid(key: str) -> None:
+    candidates, rejections = validate_items([item(key=key, value="Is vegetarian")], ("user",))
+    assert rejections == []
+    assert [c.key for c in candidates] == [key.lower().strip(".")]
+
+
+def test_nul_and_lone_surrogates_are_removed_from_keys_and_values() -> None:
+    content = '{"memories": [{"key": "fav\\u0000 tea", "value": "Likes\\u0000 green \\ud800tea",'
+    content += ' "confidence": 0.9, "scope": "user"}]}'
+    candidates, rejections = parse_output(content, ("user",))
+    assert rejections == []
+    assert candidates == [Candidate(key="fav tea", value="Likes green tea", confidence=0.9, scope="user")]
+    assert "\x00" not in candidates[0].value and "\ud800" not in candidates[0].value
+
+
+def test_rejected_raw_text_carries_no_nul() -> None:
+    _, rejections = validate_items([item(key="a " * 10, value="x\x00y")], ("user",))
+    assert rejections[0].code == "key_too_many_words"
+    assert "\x00" not in rejections[0].raw
 
 
 def test_no_persona_means_user_scope_only() -> None:
@@ -139,8 +166,8 @@ def test_rejected_raw_text_is_redacted_and_bounded() -> None:
         ("e-mail address", "e-mail address"),
     ],
 )
-def test_normalise_key(raw: str, expected: str) -> None:
-    assert normalise_key(raw) == expected
+def test_normalize_key(raw: str, expected: str) -> None:
+    assert normalize_key(raw) == expected
 
 
 def test_merge_keeps_the_later_value_at_the_first_position() -> None:

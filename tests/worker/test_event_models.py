@@ -213,3 +213,50 @@ def test_memory_extracted_round_trips() -> None:
         }
     )
     assert MemoryExtracted.model_validate_json(payload.model_dump_json()) == payload
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"x" * 1_200_000,
+        b'"' * 600_000,  # every byte doubles when escaped in JSON
+        b"\x01" * 400_000,  # every byte becomes \u0001
+        "é".encode() * 500_000,  # a prefix may end inside a two-byte character
+        b"\xff" * 900_000,  # binary: base64 grows it by a third
+    ],
+)
+def test_dead_letter_record_fits_the_limit_and_says_it_was_cut(body: bytes) -> None:
+    limit = 1_000_000
+    record = DeadLetter.for_body(
+        body,
+        reason="r" * 10_000,
+        kind="invalid_oversized",
+        subject="s",
+        stream="CHAT",
+        stream_sequence=42,
+        delivery_count=1,
+        failed_at=datetime.now(UTC),
+        max_bytes=limit,
+    )
+    assert len(record.encode()) <= limit
+    assert record.body_truncated and record.body_size == len(body)
+    assert record.stream_sequence == 42 and record.stream == "CHAT"
+    assert len(record.reason) <= 2000
+    prefix = record.original_body()
+    assert len(prefix) > limit // 8  # cut to fit, not emptied
+    assert body.startswith(prefix)
+
+
+def test_dead_letter_record_under_the_limit_is_whole() -> None:
+    body = b'{"event_id": "x"}'
+    record = DeadLetter.for_body(
+        body,
+        reason="r",
+        kind="k",
+        subject="s",
+        delivery_count=1,
+        failed_at=datetime.now(UTC),
+        max_bytes=10_000,
+    )
+    assert not record.body_truncated and record.body_size == len(body)
+    assert record.original_body() == body

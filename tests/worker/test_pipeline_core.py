@@ -16,6 +16,7 @@ from extraction.errors import (
     TransientExtractionError,
 )
 from extraction.types import Candidate
+from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable
 from store.types import MemorySettings, OwnerRef
 from worker.events import ConversationEnded
 from worker.pipeline import (
@@ -129,7 +130,11 @@ def test_plan_rows_dedups_within_the_batch_and_keeps_owners() -> None:
         (PermanentExtractionError("bad output"), 1, "dead_letter", "llm_permanent"),
         (TransientEmbeddingError("503"), 2, "retry", "embedding"),
         (PermanentEmbeddingError("dim"), 1, "dead_letter", "embedding_permanent"),
-        (sqlalchemy.exc.OperationalError("select", {}, Exception("down")), 1, "retry", "database"),
+        (StoreUnavailable("connection refused"), 1, "retry", "database"),
+        (StoreTimeout("canceling statement due to statement timeout"), 1, "retry", "database"),
+        (StoreIntegrityError("duplicate key"), 1, "retry", "unexpected"),
+        # the pipeline knows no driver exceptions: the store translates them
+        (sqlalchemy.exc.OperationalError("select", {}, Exception("down")), 1, "retry", "unexpected"),
         (KeyError("bug"), 1, "retry", "unexpected"),
         (KeyError("bug"), 5, "dead_letter", "unexpected_exhausted"),
     ],
@@ -166,14 +171,12 @@ def test_backoff_is_exponential_and_capped() -> None:
     assert retry_delay(10_000, base_s=1.0, max_s=300.0) == 300.0
 
 
-def test_database_unavailable_classification() -> None:
-    assert is_database_unavailable(psycopg.OperationalError("connection refused"))
-    assert is_database_unavailable(ConnectionRefusedError())
-    wrapped = RuntimeError("store failed")
-    wrapped.__cause__ = psycopg.OperationalError("server closed the connection")
-    assert is_database_unavailable(wrapped)
+def test_only_the_stores_own_unavailable_error_is_an_outage() -> None:
+    assert is_database_unavailable(StoreUnavailable("connection refused"))
+    assert not is_database_unavailable(psycopg.OperationalError("connection refused"))
+    assert not is_database_unavailable(StoreTimeout("statement timeout"))
+    assert not is_database_unavailable(StoreIntegrityError("duplicate key"))
     assert not is_database_unavailable(ValueError("bad value"))
-    assert not is_database_unavailable(sqlalchemy.exc.IntegrityError("insert", {}, Exception("dup")))
 
 
 def test_policy_cache_expires_and_stays_bounded() -> None:
@@ -198,3 +201,20 @@ def test_rows_carry_the_conversations_team() -> None:
     event = make_event(persona=True).model_copy(update={"team_id": team})
     assert build_row(event, cand("diet"), None).team_id == team
     assert build_row(make_event(persona=False), cand("diet"), None).team_id is None
+
+
+def test_a_deadline_is_retried_then_dead_lettered_with_its_own_label() -> None:
+    from worker.pipeline import EventDeadlineExceeded
+
+    exc = EventDeadlineExceeded("the event took longer than PMEM_EVENT_TIMEOUT_S=1s")
+    first = decide_failure(exc, delivery_count=1, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    last = decide_failure(exc, delivery_count=2, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    assert (first.action, first.label) == ("retry", "deadline")
+    assert (last.action, last.label) == ("dead_letter", "deadline_exhausted")
+    assert "PMEM_EVENT_TIMEOUT_S=1s" in last.reason
+
+
+def test_failure_reasons_are_one_line() -> None:
+    exc = RuntimeError("(psycopg.DataError) bad\n[SQL: INSERT INTO memories …]\n(Background …)")
+    decision = decide_failure(exc, delivery_count=9, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)
+    assert "\n" not in decision.reason and "INSERT" not in decision.reason

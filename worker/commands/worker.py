@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 
 from worker.logs import configure_logging
 from worker.settings import Settings, load_settings
@@ -30,20 +29,21 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
-    """Build the worker from `settings` and run it until a signal arrives."""
-    from worker.app import build_worker
+    """Start the worker within PMEM_STARTUP_TIMEOUT_S and run it until SIGTERM/SIGINT; a signal
+    at any point, start-up included, ends the process promptly."""
+    from worker.app import signals_set, start_bounded
 
-    if migrate_first:
-        from store.migrate import migrate_async
-
-        report = await migrate_async(settings.database_url, settings.embedding_dim)
-        log.info("schema ready: %s", report)
-    worker = await build_worker(settings)
-    await worker.run_until_signalled()
+    stop = asyncio.Event()
+    with signals_set(stop):
+        worker = await start_bounded(settings, stop, migrate_first=migrate_first)
+        if worker is not None:
+            await worker.run_until(stop)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the worker; exit 0 after a graceful shutdown, 2 on a configuration error."""
+    """Run the worker; exit 0 after a graceful shutdown (or a signal during start-up), 2 on a
+    configuration error, 1 when a dependency (NATS, the database) cannot be reached at start-up.
+    Either failure is ONE log line on stderr."""
     overrides: dict[str, object] = {}
     if args.concurrency is not None:
         overrides["concurrency"] = args.concurrency
@@ -51,20 +51,15 @@ def run(args: argparse.Namespace) -> int:
         overrides["http_port"] = args.http_port
     settings = load_settings(**overrides)
     configure_logging(settings.log_level, json_format=settings.log_json)
-    import nats.errors
-
     from store.migrate import SchemaError
-    from worker.app import ConfigurationError
+    from worker.app import ConfigurationError, StartupError
 
     try:
         asyncio.run(serve(settings, migrate_first=args.migrate))
     except (ConfigurationError, SchemaError) as exc:
-        log.error("%s", exc)
-        print(f"pmem worker: {exc}", file=sys.stderr)
+        log.error("pmem worker: %s", " ".join(str(exc).split()))
         return 2
-    except (OSError, ValueError, nats.errors.Error) as exc:
-        # cannot reach NATS/Postgres at start-up, or a bad setting: say which and stop
-        log.error("cannot start the worker: %s: %s", type(exc).__name__, exc)
-        print(f"pmem worker: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+    except StartupError as exc:
+        log.error("pmem worker: %s", exc)
+        return 1
     return 0

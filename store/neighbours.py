@@ -1,0 +1,211 @@
+"""Near-duplicate lookups in the database, bounded by k per new memory whatever the owner's size:
+
+- `_neighbours_in`: for every new memory of an event, its k nearest stored memories of the same
+  owner (active or pending, visible in its team context) plus any stored row under the same key,
+  in ONE statement (Postgres: a pgvector nearest-neighbour scan per memory, UNION ALL). SQLite has
+  no vector index: it reads the owner's embeddings and ranks them with numpy in a worker thread.
+- `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
+  of one owner check and write one after the other (SQLite serialises writers already).
+- `prompt_memories`: the few stored memories most relevant to a conversation (full-text match
+  on its words, from a bounded sample), for the extraction prompt's existing keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, literal_column, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.base import StoreBase
+from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression
+from store.types import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
+
+_COLUMNS = (
+    "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
+    "m.status, m.created_at, m.updated_at, m.team_id"
+)
+# FTS matches a prompt's relevance ranking looks at, at most (bounded work for a huge owner)
+PROMPT_SAMPLE = 2000
+
+
+def owner_lock_key(memory: NewMemory) -> str:
+    """The advisory-lock name of a memory's owner (scope, owner, user)."""
+    return f"pmem:{memory.scope}:{memory.owner_id}:{memory.user_id or ''}"
+
+
+def _vector_text(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+class NearDuplicates(StoreBase):
+    """Near-duplicate lookups and per-owner write serialisation (see the module docstring)."""
+
+    async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
+        if self._schema.dialect != "postgresql":
+            return  # SQLite: BEGIN IMMEDIATE already serialises every writer
+        for name in sorted({owner_lock_key(m) for m in memories}):  # one order: no deadlock
+            lock = text("SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))")
+            await conn.execute(lock, {"name": name})
+
+    async def _neighbours_in(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        """Per new memory: its k nearest stored memories of the same owner in its team context,
+        plus a stored row under the same key, best first (one statement on Postgres)."""
+        if not memories:
+            return []
+        if self._schema.dialect != "postgresql":
+            return await self._neighbours_sqlite(conn, memories, embeddings, k)
+        dim = self._schema.embedding_dim
+        hnsw = hnsw_expression(dim)
+        halfvec = hnsw is not None and hnsw[0] != "embedding"
+        parts: list[str] = []
+        params: dict[str, Any] = {"k": k}
+        for i, (memory, vector) in enumerate(zip(memories, embeddings, strict=True)):
+            query_vector = f"CAST(:v{i} AS vector({dim}))"
+            distance = (
+                f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
+                if halfvec
+                else f"m.embedding <=> {query_vector}"
+            )
+            owner = f"m.scope = :s{i} AND m.owner_id = :o{i}"
+            owner += f" AND m.user_id = :u{i}" if memory.user_id is not None else " AND m.user_id IS NULL"
+            team = "m.team_id IS NULL"
+            if memory.team_id is not None:
+                team = f"(m.team_id IS NULL OR m.team_id = :t{i})"
+            where = f"{owner} AND {team} AND m.status IN ('active', 'pending_review')"
+            parts.append(
+                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                f"WHERE {where} AND m.embedding IS NOT NULL ORDER BY {distance} LIMIT :k)"
+            )
+            # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
+            nil = NIL_UUID_SQL
+            parts.append(
+                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
+                f"AND coalesce(m.user_id, {nil}) = :un{i} "
+                f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
+                f"AND m.key = :k{i} AND m.status IN ('active', 'pending_review'))"
+            )
+            params.update(
+                {
+                    f"v{i}": _vector_text(vector),
+                    f"s{i}": memory.scope,
+                    f"o{i}": memory.owner_id,
+                    f"u{i}": memory.user_id,
+                    f"t{i}": memory.team_id,
+                    f"un{i}": memory.user_id or NIL_UUID,
+                    f"tn{i}": memory.team_id or NIL_UUID,
+                    f"k{i}": memory.key,
+                }
+            )
+        rows = (await conn.execute(text(" UNION ALL ".join(parts)), params)).all()
+        found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in memories]
+        for row in rows:
+            data = row._mapping
+            similarity = float(data["similarity"]) if data["similarity"] is not None else float("-inf")
+            found[data["idx"]][data["id"]] = Neighbour(memory=self._memory(data), similarity=similarity)
+        return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
+
+    async def _neighbours_sqlite(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        m = self._schema.memories
+        result: list[list[Neighbour]] = []
+        cache: dict[tuple[Any, ...], tuple[list[Memory], Any]] = {}
+        for memory, vector in zip(memories, embeddings, strict=True):
+            owner = OwnerRef(scope=memory.scope, owner_id=memory.owner_id, user_id=memory.user_id)
+            slot = (owner, memory.team_id)
+            if slot not in cache:
+                stmt = select(*self._memory_columns, m.c.embedding).where(
+                    self._owner_clause([owner]),
+                    self._team_clause(memory.team_id),
+                    m.c.status.in_(("active", "pending_review")),
+                )
+                rows = (await conn.execute(stmt)).all()
+                stored = [self._memory(row) for row in rows]
+                matrix = [row._mapping["embedding"] for row in rows]
+                cache[slot] = (stored, matrix)
+            stored, matrix = cache[slot]
+            scores = await asyncio.to_thread(_cosines, matrix, vector)
+            order = sorted(range(len(stored)), key=lambda j: -scores[j])[:k]
+            near = {stored[j].id: Neighbour(memory=stored[j], similarity=scores[j]) for j in order}
+            for j, other in enumerate(stored):
+                if other.key == memory.key:
+                    near[other.id] = Neighbour(memory=other, similarity=scores[j])
+            result.append(sorted(near.values(), key=lambda n: -n.similarity))
+        return result
+
+    async def prompt_memories(
+        self,
+        owners: Sequence[OwnerRef],
+        *,
+        team_id: uuid.UUID | None,
+        words: Sequence[str],
+        limit: int,
+    ) -> builtins.list[Memory]:
+        """At most `limit` active or pending memories of these owners in the team context that
+        are the most relevant to `words` (a conversation's informative words): full-text rank
+        over a bounded sample of matches on Postgres, most recent first on SQLite."""
+        if not owners or limit <= 0:
+            return []
+        m = self._schema.memories
+        where = [
+            self._owner_clause(owners),
+            self._team_clause(team_id),
+            m.c.status.in_(("active", "pending_review")),
+        ]
+        if self._schema.dialect != "postgresql":
+            stmt = select(*self._memory_columns).where(*where).order_by(m.c.updated_at.desc()).limit(limit)
+            async with self._reading() as conn:
+                return [self._memory(row) for row in (await conn.execute(stmt)).all()]
+        if not words:
+            return []
+        tsquery = func.websearch_to_tsquery(
+            literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), " or ".join(words)
+        )
+        matches = (
+            select(*self._memory_columns, m.c.search_tsv.label("tsv"))
+            .where(*where, m.c.search_tsv.op("@@")(tsquery))
+            .limit(PROMPT_SAMPLE)
+            .subquery()
+        )
+        stmt = (
+            select(*[matches.c[c.name] for c in self._memory_columns])
+            .order_by(func.ts_rank(matches.c.tsv, tsquery).desc(), matches.c.updated_at.desc())
+            .limit(limit)
+        )
+        async with self._reading() as conn:
+            return [self._memory(row) for row in (await conn.execute(stmt)).all()]
+
+
+def _cosines(matrix: Sequence[Any], vector: Sequence[float]) -> builtins.list[float]:
+    """Cosine similarity of `vector` to each row (rows without an embedding: -inf)."""
+    if not matrix:
+        return []
+    q = np.asarray(vector, dtype=np.float32)
+    q_norm = float(np.linalg.norm(q)) or 1.0
+    present = [i for i, row in enumerate(matrix) if row is not None]
+    out = [float("-inf")] * len(matrix)
+    if present:
+        rows = np.asarray([matrix[i] for i in present], dtype=np.float32)
+        norms = np.linalg.norm(rows, axis=1)
+        norms[norms == 0] = 1.0
+        sims = rows @ q / (norms * q_norm)
+        for i, s in zip(present, sims.tolist(), strict=True):
+            out[i] = float(s)
+    return out

@@ -1,0 +1,142 @@
+"""How the store reads driver errors (pure), and that it raises only its own exceptions."""
+
+from __future__ import annotations
+
+import psycopg
+import psycopg.errors
+import pytest
+import sqlalchemy.exc
+
+from store.errors import db_failure
+
+
+def wrapped(orig: Exception) -> sqlalchemy.exc.DBAPIError:
+    return sqlalchemy.exc.DBAPIError.instance("SELECT 1", {}, orig, psycopg.Error)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (wrapped(psycopg.errors.DeadlockDetected("deadlock detected")), "conflict"),
+        (wrapped(psycopg.errors.SerializationFailure("could not serialize")), "conflict"),
+        (wrapped(psycopg.errors.QueryCanceled("statement timeout")), "timeout"),
+        (wrapped(psycopg.errors.UniqueViolation("duplicate key")), "integrity"),
+        (wrapped(psycopg.errors.CheckViolation("check")), "integrity"),
+        (wrapped(psycopg.errors.AdminShutdown("terminating connection")), "unavailable"),
+        (wrapped(psycopg.errors.TooManyConnections("too many clients")), "unavailable"),
+        (wrapped(psycopg.OperationalError("connection refused")), "unavailable"),
+        (psycopg.OperationalError("connection failed"), "unavailable"),
+        (sqlalchemy.exc.TimeoutError("QueuePool limit reached"), "unavailable"),
+        (ConnectionResetError(), "unavailable"),
+        (psycopg.errors.DeadlockDetected("raw driver error"), "conflict"),
+        (wrapped(psycopg.errors.UndefinedTable("no such table")), "other"),
+        (ValueError("not a database error"), "other"),
+    ],
+)
+def test_db_failure_reads_the_sqlstate_through_the_wrapper(exc: BaseException, kind: str) -> None:
+    assert db_failure(exc) == kind
+
+
+# -- on a real Postgres ---------------------------------------------------------------------------
+
+import asyncio  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+from extraction.embeddings import HashingEmbedder  # noqa: E402
+from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable  # noqa: E402
+from store.migrate import migrate_async  # noqa: E402
+from store.postgres import PostgresMemoryStore  # noqa: E402
+from store.types import NewMemory  # noqa: E402
+
+
+def memory(owner: uuid.UUID, key: str, value: str) -> NewMemory:
+    return NewMemory(
+        scope="user",
+        owner_id=owner,
+        user_id=None,
+        key=key,
+        value=value,
+        confidence=0.9,
+        status="pending_review",
+        embedding=[0.5] * 8,
+    )
+
+
+async def test_an_unreachable_database_is_store_unavailable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = PostgresMemoryStore(f"postgresql://postgres@127.0.0.1:{port}/x", HashingEmbedder(dim=8))
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.ping()
+    finally:
+        await store.close()
+    assert "\n" not in str(caught.value)
+
+
+async def test_statement_timeout_and_constraint_errors_are_not_outages(database_url: str) -> None:
+    await migrate_async(database_url, 8)
+    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=8), statement_timeout_s=0.2)
+    try:
+        with pytest.raises(StoreTimeout):
+            async with store._reading() as conn:
+                await conn.execute(sqlalchemy.text("SELECT pg_sleep(2)"))
+        insert = sqlalchemy.text(
+            "INSERT INTO processed_events (event_id, processed_at, memory_count, actor)"
+            " VALUES (:e, now(), 0, 'test')"
+        )
+        event_id = uuid.uuid4()
+        async with store._transaction() as conn:
+            await conn.execute(insert, {"e": event_id})
+        with pytest.raises(StoreIntegrityError) as caught:
+            async with store._transaction() as conn:
+                await conn.execute(insert, {"e": event_id})
+        assert "INSERT" not in str(caught.value)
+    finally:
+        await store.close()
+
+
+async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_url: str) -> None:
+    await migrate_async(database_url, 8)
+    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=8))
+    owner, event_id = uuid.uuid4(), uuid.uuid4()
+    try:
+        first = await store.write_event(event_id=uuid.uuid4(), memories=[memory(owner, "diet", "vegan")])
+        existing = first.results[0].memory_id
+        async with await psycopg.AsyncConnection.connect(database_url) as other:
+            # the other transaction holds the memory the event's write will lock …
+            await other.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (existing,))
+            write = asyncio.create_task(
+                store.write_event(event_id=event_id, memories=[memory(owner, "diet", "vegetarian")])
+            )
+            # … wait until the write claimed the event and waits for that memory …
+            deadline = time.monotonic() + 20
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as probe:
+                while True:
+                    cursor = await probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock'"
+                        " AND query LIKE 'SELECT%%memories%%FOR UPDATE%%'"
+                    )
+                    row = await cursor.fetchone()
+                    if row and row[0] >= 1:
+                        break
+                    assert time.monotonic() < deadline, "the write never waited for the lock"
+                    await asyncio.sleep(0.02)
+            # … then waits for the event's processed row: a deadlock, which Postgres breaks by
+            # aborting the write (it waited first); the store retries it at once
+            await other.execute(
+                "INSERT INTO processed_events (event_id, processed_at, memory_count, actor)"
+                " VALUES (%s, now(), 0, 'other')",
+                (event_id,),
+            )
+            await other.rollback()
+            result = await asyncio.wait_for(write, timeout=20)
+    finally:
+        await store.close()
+    assert not result.duplicate
+    assert result.results[0].memory_id == existing
+    assert store.conflict_retries == 1

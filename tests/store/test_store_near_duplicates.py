@@ -1,0 +1,119 @@
+"""Near-duplicate detection in the database (both backends): inside `write_event`, under a lock
+per owner, each new memory meets its nearest stored neighbours; the same fact from two concurrent
+events of one owner ends as one memory; team boundaries hold; the prompt's keys are the relevant
+few of a large owner."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from extraction.dedup import decide_against_neighbours
+from extraction.embeddings import hashing_vector
+from store.types import NewMemory, OwnerRef
+from tests.store.store_testkit import Store
+
+DIM = 384
+
+
+def fact(
+    owner: uuid.UUID, key: str, value: str, *, team: uuid.UUID | None = None, scope: str = "user"
+) -> NewMemory:
+    return NewMemory(
+        scope=scope,  # type: ignore[arg-type]
+        owner_id=owner,
+        user_id=None,
+        key=key,
+        value=value,
+        confidence=0.9,
+        status="pending_review",
+        embedding=hashing_vector(f"{key}: {value}", DIM),
+        team_id=team,
+    )
+
+
+async def keys(store: Store, owner: uuid.UUID) -> list[str]:
+    rows = await store.existing_memories([OwnerRef(scope="user", owner_id=owner)])
+    return sorted(m.key for m, _ in rows)
+
+
+async def test_a_restated_fact_under_another_key_is_not_written(store: Store) -> None:
+    owner = uuid.uuid4()
+    first = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "city", "Lives in Lyon, France")],
+        dedup=decide_against_neighbours,
+    )
+    again = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "home city", "Lives in Lyon, France"), fact(owner, "pet", "Has a cat")],
+        dedup=decide_against_neighbours,
+    )
+    assert again.results[0].near_duplicate and again.results[0].memory_id == first.results[0].memory_id
+    assert not again.results[1].near_duplicate
+    assert await keys(store, owner) == ["city", "pet"]
+
+
+async def test_the_same_key_is_an_update_not_a_duplicate(store: Store) -> None:
+    owner = uuid.uuid4()
+    rule = decide_against_neighbours
+    await store.write_event(
+        event_id=uuid.uuid4(), memories=[fact(owner, "city", "Lives in Lyon")], dedup=rule
+    )
+    moved = await store.write_event(
+        event_id=uuid.uuid4(), memories=[fact(owner, "city", "Lives in Oslo")], dedup=rule
+    )
+    assert not moved.results[0].near_duplicate and moved.results[0].action == "updated"
+
+
+async def test_near_duplicates_respect_team_boundaries(store: Store) -> None:
+    owner, team_a, team_b = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "city", "Lives in Lyon, France", team=team_a)],
+        dedup=decide_against_neighbours,
+    )
+    other_team = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "home city", "Lives in Lyon, France", team=team_b)],
+        dedup=decide_against_neighbours,
+    )
+    same_team = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "hometown city", "Lives in Lyon, France", team=team_a)],
+        dedup=decide_against_neighbours,
+    )
+    assert not other_team.results[0].near_duplicate  # team A's memory is not team B's business
+    assert same_team.results[0].near_duplicate
+
+
+async def test_the_same_fact_from_two_concurrent_events_is_one_memory(store: Store) -> None:
+    for _ in range(5):
+        owner = uuid.uuid4()
+        results = await asyncio.gather(
+            store.write_event(
+                event_id=uuid.uuid4(),
+                memories=[fact(owner, "city", "Lives in Lyon, France")],
+                dedup=decide_against_neighbours,
+            ),
+            store.write_event(
+                event_id=uuid.uuid4(),
+                memories=[fact(owner, "home city", "Lives in Lyon, France")],
+                dedup=decide_against_neighbours,
+            ),
+        )
+        assert len(await keys(store, owner)) == 1
+        assert sum(r.results[0].near_duplicate for r in results) == 1
+
+
+async def test_prompt_memories_are_the_relevant_few_of_a_large_owner(store: Store, backend: str) -> None:
+    owner = uuid.uuid4()
+    filler = [fact(owner, f"topic {i}", f"Mentioned subject number {i}") for i in range(300)]
+    await store.write_event(event_id=uuid.uuid4(), memories=filler)
+    await store.write_event(event_id=uuid.uuid4(), memories=[fact(owner, "employer", "Works at Acmecorp")])
+    found = await store.prompt_memories(
+        [OwnerRef(scope="user", owner_id=owner)], team_id=None, words=["acmecorp", "works"], limit=10
+    )
+    assert len(found) <= 10
+    if backend == "postgres":
+        assert found[0].key == "employer"

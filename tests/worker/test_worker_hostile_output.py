@@ -1,0 +1,85 @@
+"""Hostile LLM output on a real nats-server and Postgres: one-word keys, NUL characters, lone
+surrogates and rejected items cost only themselves, never the rest of the conversation, and no log
+line or error carries a memory value or SQL parameters."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from extraction.embeddings import HashingEmbedder
+from store.postgres import PostgresMemoryStore
+from store.types import NewMemory
+from tests.worker.worker_harness import Harness, conversation, wait_for
+
+pytestmark = pytest.mark.asyncio
+
+HOSTILE_REPLY = (
+    '{"memories": ['
+    '{"key": "favourite drink", "value": "Drinks green\\u0000 tea \\ud800daily", "confidence": 0.9,'
+    ' "scope": "user"},'
+    '{"key": "diet", "value": "Is vegetarian", "confidence": 0.9, "scope": "user"},'
+    '{"key": "home city", "value": "Lives in Lyon", "confidence": 0.9, "scope": "user"},'
+    '{"key": "one two three four five six seven", "value": "Owns a boat", "confidence": 0.9,'
+    ' "scope": "user"}'
+    "]}"
+)
+
+
+async def test_nul_one_word_key_and_normal_fact_keep_the_good_facts_after_one_llm_call(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    h.fake.set_chat_responder(lambda _body: HOSTILE_REPLY)
+    user = uuid.uuid4()
+    caplog.set_level(logging.INFO)
+    async with h.worker() as worker:
+        await h.publish(conversation("I'm vegetarian, I live in Lyon, green tea daily.", "Ok.", user_id=user))
+
+        async def processed() -> bool:
+            return await h.processed() >= 1
+
+        await wait_for(processed, what="the event to be processed")
+        dropped = worker.metrics.registry.get_sample_value(
+            "pmem_candidates_dropped_total", {"reason": "key_too_many_words"}
+        )
+    got = {r[0]: r[1] for r in await h.sql("SELECT key, value FROM memories WHERE owner_id = %s", user)}
+    assert got["diet"] == "Is vegetarian"
+    assert got["home city"] == "Lives in Lyon"
+    assert got["favourite drink"] == "Drinks green tea daily"  # cleaned, not lost
+    assert "one two three four five six seven" not in got
+    assert h.fake.counters["chat"] == 1
+    assert await h.dlq() == []
+    assert dropped == 1
+    rejected = [r for r in caplog.records if r.getMessage().startswith("candidate rejected")]
+    assert len(rejected) == 1 and rejected[0].levelno == logging.INFO
+    assert "key_too_many_words" in rejected[0].getMessage()
+    stored_values = ("Is vegetarian", "Lives in Lyon", "green tea")
+    assert not [r for r in caplog.records for v in stored_values if v in r.getMessage()]
+
+
+async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
+    from store.migrate import migrate_async
+
+    await migrate_async(database_url, 16)
+    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16))
+    try:
+        bad = NewMemory(
+            scope="user",
+            owner_id=uuid.uuid4(),
+            user_id=None,
+            key="secret plan",
+            value="the value nobody may log\x00",  # Postgres refuses NUL: the write fails
+            confidence=0.9,
+            status="pending_review",
+            embedding=[0.25] * 16,
+        )
+        with pytest.raises(Exception) as caught:
+            await store.write_event(event_id=uuid.uuid4(), memories=[bad])
+    finally:
+        await store.close()
+    text = "".join(str(e) for e in (caught.value, caught.value.__cause__, caught.value.__context__) if e)
+    assert "the value nobody may log" not in text
+    assert "secret plan" not in text

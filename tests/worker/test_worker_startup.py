@@ -1,0 +1,134 @@
+"""`pmem worker` start-up against unreachable dependencies, as a subprocess: a bounded, configurable
+wait, one log line naming what failed, a non-zero exit; SIGTERM/SIGINT end it in every phase."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.worker.worker_harness import Harness
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def start(h: Harness, processes: list[subprocess.Popen[str]], **overrides: object) -> subprocess.Popen[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+        **h.env(**overrides),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(proc)
+    return proc
+
+
+def read_until(proc: subprocess.Popen[str], fragment: str, *, within: float) -> list[str]:
+    """stderr lines up to and including the first one containing `fragment` (fails after `within`)."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + within
+    lines: list[str] = []
+    os.set_blocking(proc.stderr.fileno(), False)
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if line:
+            lines.append(line)
+            if fragment in line:
+                return lines
+        elif proc.poll() is not None:
+            break
+        else:
+            time.sleep(0.02)  # polling a pipe, not synchronising: the deadline bounds it
+    raise AssertionError(f"no stderr line with {fragment!r} within {within}s; got {lines}")
+
+
+def errors(lines: list[str]) -> list[dict[str, object]]:
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [r for r in records if r.get("level") in ("ERROR", "error")]
+
+
+def test_unreachable_nats_exits_non_zero_within_the_startup_timeout(
+    harness: Harness, processes: list[subprocess.Popen[str]]
+) -> None:
+    started = time.monotonic()
+    proc = start(harness, processes, nats_url=f"nats://127.0.0.1:{closed_port()}", startup_timeout_s=3)
+    code = proc.wait(timeout=20)
+    elapsed = time.monotonic() - started
+    assert proc.stderr is not None
+    lines = proc.stderr.read().splitlines()
+    assert code == 1
+    assert elapsed < 3 + 5  # the timeout plus interpreter start-up and shutdown
+    (error,) = errors(lines)
+    message = str(error["message"])
+    assert "connecting to NATS" in message and "PMEM_STARTUP_TIMEOUT_S=3" in message
+    assert "\n" not in message
+
+
+def test_unreachable_postgres_exits_non_zero_with_one_line(
+    harness: Harness, processes: list[subprocess.Popen[str]]
+) -> None:
+    url = f"postgresql://postgres:secretpw@127.0.0.1:{closed_port()}/postgres"
+    proc = start(harness, processes, database_url=url, startup_timeout_s=10)
+    code = proc.wait(timeout=20)
+    assert proc.stderr is not None
+    lines = proc.stderr.read().splitlines()
+    assert code == 1
+    (error,) = errors(lines)
+    message = str(error["message"])
+    assert "opening the database" in message and "\n" not in message
+    assert "secretpw" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_startup_ends_the_process_within_5s(
+    harness: Harness, processes: list[subprocess.Popen[str]], sig: signal.Signals
+) -> None:
+    proc = start(harness, processes, nats_url=f"nats://127.0.0.1:{closed_port()}", startup_timeout_s=120)
+    read_until(proc, "connecting to NATS", within=30)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=10)
+    assert time.monotonic() - sent < 5
+
+
+def test_sigterm_while_running_ends_the_process_within_5s(
+    harness: Harness, processes: list[subprocess.Popen[str]]
+) -> None:
+    proc = start(harness, processes)
+    read_until(proc, "with 4 handlers", within=30)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=10)
+    assert code == 0
+    assert time.monotonic() - sent < 5
