@@ -137,7 +137,7 @@ class Services:
     def fake(self) -> Any:
         """An in-process FakeOpenAI (no latency) answering mem0 in mem0's shape and us in ours."""
         if self._fake is None:
-            from tests.fakes.fake_openai import FakeOpenAI
+            from bench.fake_openai import FakeOpenAI
 
             self._fake = FakeOpenAI(chat_responder=dispatch_responder)
             self._fake.start()
@@ -169,7 +169,7 @@ class Services:
 
 def dispatch_responder(body: dict[str, Any]) -> str:
     """Chat answers for both systems: mem0's extraction call gets mem0's shape, ours our contract."""
-    from tests.fakes.fake_openai import rules_responder
+    from bench.fake_openai import rules_responder
 
     return mem0_setup.mem0_responder(body) if mem0_setup.is_mem0_request(body) else rules_responder(body)
 
@@ -285,8 +285,8 @@ async def run_tokens(services: Services, locomo: Path, max_conversations: int | 
     from extraction.llm import LLMConfig, LLMExtractor
     from extraction.prompt import default_instructions
     from extraction.types import ExtractionRequest, TranscriptMessage
-    from store.locomo import load_locomo
     from store.types import Memory
+    from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     fake = services.fake
@@ -498,7 +498,7 @@ FAKE_SERVER = textwrap.dedent(
     import sys
     sys.path.insert(0, sys.argv[1])
     from bench.mem0_setup import is_mem0_request, mem0_responder
-    from tests.fakes.fake_openai import FakeOpenAI, rules_responder
+    from bench.fake_openai import FakeOpenAI, rules_responder
 
     def respond(body):
         return mem0_responder(body) if is_mem0_request(body) else rules_responder(body)
@@ -1054,8 +1054,8 @@ async def mem0_locomo_search(
     memory: Any, conversations: Sequence[Any], loaded: Sequence[Any], ks: Sequence[int]
 ) -> dict[str, Any]:
     """Every question through `search(filters={'user_id': …}, top_k=max(k), threshold=0.0)`, scored
-    the official way (`store.locomo.summarise`), plus how many results mem0 returned."""
-    from store.locomo import QuestionResult, summarise
+    the official way (`worker.evaluation.locomo.summarise`), plus how many results mem0 returned."""
+    from worker.evaluation.locomo import QuestionResult, summarise
 
     results: list[QuestionResult] = []
     returned: list[int] = []
@@ -1087,9 +1087,9 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """Part 4: LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
-    from store.locomo import load_locomo
     from store.recall import RETRIEVERS
     from worker.commands import evaluate
+    from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     started = time.perf_counter()
@@ -1221,7 +1221,7 @@ async def run_parts(
     """Run the requested parts in order (tokens, throughput, recall-latency, locomo), merging each
     part into `out` as soon as it is done; a failing part is reported and the next one still runs.
     Returns the report and the failures."""
-    from store.locomo import parse_ks
+    from worker.evaluation.locomo import parse_ks
 
     parts = PARTS if args.part == "all" else (args.part,)
     report: dict[str, Any] = {"machine": machine()}

@@ -214,7 +214,7 @@ def mem0_responder(body: Mapping[str, Any], *, max_facts: int = 8) -> str:
 
 
 async def _smoke(work_dir: Path) -> None:
-    from tests.fakes.fake_openai import FakeOpenAI  # the project's fake OpenAI-compatible server
+    from bench.fake_openai import FakeOpenAI  # the project's fake OpenAI-compatible server
     from worker.embedded import EmbeddedPostgres
 
     server = EmbeddedPostgres(data_dir=work_dir / "pg").start()

@@ -5,8 +5,9 @@ Recall takes two round trips. The first reads the query words' document frequenc
 owners' active memories (`term_stats_sql`); the second is one statement with a vector branch
 (cosine nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics,
 idf from the first trip), each limited to the caller's owners and `active` rows in its WHERE
-clause, plus the same-key rows of other scopes so overrides can be merged. Python then fuses the
-scores with the query's time cue (`store.recall.fuse_scores`, `store.cues`).
+clause, plus the same-key rows of other scopes so overrides can be merged. The shared pure code then
+fuses the scores with the query's cues (`store.recall.fuse_scores`, `store.cues`), exactly as the
+SQLite store does.
 
 Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
 HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead
@@ -23,13 +24,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 from sqlalchemy import event, func
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.core import CoreStore
-from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.cues import TimeWindow
 from store.errors import translating_errors
 from store.migrate import (
     EmbeddingDimensionMismatch,
@@ -42,14 +42,19 @@ from store.policy import storable_confidence
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
+    Bm25,
     ScoreFusion,
-    bm25_idf,
+    TermStats,
     candidate_count,
+    embedding_queries,
     fuse,
     fuse_scores,
     is_empty_query,
+    mean_direction,
+    query_cues,
     query_terms,
     resolve_scopes,
+    term_stats,
     websearch_or_query,
 )
 from store.schema import TEXT_SEARCH_CONFIG, build_schema, hnsw_expression
@@ -81,52 +86,13 @@ class RecallTuning:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Bm25:
-    """Full-text scoring: BM25 (binary term frequency) with idf from the owner's own memories."""
-
-    k1: float = 1.2
-    b: float = 0.75
-    stats_sample: int = 5000  # memories read to estimate document frequencies
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TermStats:
-    """Document frequencies of a query's words among the recalled owners' active memories."""
-
-    documents: int
-    mean_length: float
-    idf: dict[str, float]  # lexeme -> BM25 idf
-    word_share: dict[str, float]  # query word -> fraction of memories containing it
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class RecallPlan:
     """One recall statement with its parameters and the query's time window (if it named one)."""
 
     sql: str
     params: dict[str, Any]
     time_window: TimeWindow | None
-
-
-def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
-    """`TermStats` from the rows of `term_stats_sql` (word, lexeme, containing, documents, mean length)."""
-    if not rows:
-        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
-    documents, mean_length = int(rows[0][3]), float(rows[0][4])
-    idf: dict[str, float] = {}
-    word_share: dict[str, float] = {}
-    for word, lexeme, containing, *_ in rows:
-        idf[lexeme] = bm25_idf(documents, int(containing))
-        share = int(containing) / documents if documents else 0.0
-        word_share[word] = max(word_share.get(word, 0.0), share)
-    return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
-
-
-def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
-    """The unit-length mean of unit vectors (the direction between them)."""
-    summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
-    norm = float(np.linalg.norm(summed))
-    return [float(x) for x in (summed / norm if norm > 0 else summed)]
+    entities: tuple[str, ...] = ()
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -379,8 +345,8 @@ class PostgresMemoryStore(CoreStore):
         if is_empty_query(query):
             sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._schema.embedding_dim)
             return RecallPlan(sql=sql, params=params, time_window=None)
-        cue = parse_time_cue(query, now=datetime.now(UTC))
-        text = cue.remaining_query if cue is not None and not is_empty_query(cue.remaining_query) else query
+        cues = query_cues(query, now=datetime.now(UTC))
+        text = cues.text
         branches: list[str] = []
         needs_stats = retriever != "vector" or query_embedding is None
         stats = await self._term_stats(owners, params, text) if needs_stats else None
@@ -406,7 +372,7 @@ class PostgresMemoryStore(CoreStore):
         if not branches:
             return None
         sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim)
-        return RecallPlan(sql=sql, params=params, time_window=cue.window if cue is not None else None)
+        return RecallPlan(sql=sql, params=params, time_window=cues.time_window, entities=cues.entities)
 
     async def _term_stats(
         self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str
@@ -422,13 +388,11 @@ class PostgresMemoryStore(CoreStore):
         return term_stats(rows)
 
     async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
-        """Embedding of the query, averaged with the query minus the words most memories contain."""
-        share = self._fusion.focus_share
-        focused = text if share is None else informative_query(text, stats.word_share, max_share=share)
-        if focused == text:
-            return await self.embed_query(text)
-        vectors = await self._embedder.embed([text, focused])
-        return self._check_dim(mean_direction(vectors), "query embedding")
+        """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
+        texts = embedding_queries(text, stats.word_share, self._fusion)
+        if len(texts) == 1:
+            return await self.embed_query(texts[0])
+        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
 
     async def _fetch(
         self, sql: str, params: Mapping[str, Any] | None = None
@@ -491,7 +455,12 @@ class PostgresMemoryStore(CoreStore):
             rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
             return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
         return fuse_scores(
-            memories.values(), scores, limit=limit, fusion=self._fusion, time_window=plan.time_window
+            memories.values(),
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=plan.time_window,
+            entities=plan.entities,
         )
 
     async def explain_recall(

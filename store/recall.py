@@ -1,5 +1,7 @@
-"""Pure recall logic shared by both stores: scope resolution, query terms, reciprocal rank and score
-fusion, merging the same key across scopes, and the in-Python rankers the SQLite store uses. No I/O.
+"""Pure recall logic shared by both stores: scope resolution, query terms and cues, BM25 statistics,
+reciprocal rank and score fusion, merging the same key across scopes, and the vector scoring the
+SQLite store does in numpy. No I/O: the Postgres and SQLite stores only fetch candidates and call
+these functions, so both rank the same way.
 
 Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
 rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
@@ -16,10 +18,11 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
-from store.cues import TimeWindow
+from store.cues import TimeWindow, informative_query, parse_time_cue
 from store.keys import embedding_text as embedding_text  # re-exported; store.keys is the one home
 from store.keys import normalize_key as normalize_key
 from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
@@ -137,14 +140,101 @@ def fuse(
 class ScoreFusion:
     """How score fusion weighs the branches and the query's cues (measured in bench/README.md)."""
 
+    # defaults chosen on the LoCoMo dev split only (bench/README.md, `bench/tune_fusion.py`)
     vector_weight: float = 0.5  # the rest goes to full text
-    time_boost: float = 0.3  # added when a memory's created_at falls in the query's time window
+    time_boost: float = 0.5  # added when a memory's created_at falls in the query's time window
     time_slack: timedelta = timedelta(days=3)
-    conversation_boost: float = 0.2  # share of the strong hits coming from the memory's conversation
+    conversation_boost: float = 0.3  # share of the strong hits coming from the memory's conversation
     conversation_top: int = 10
     # query words found in more than this share of the owner's memories (the user's own name) are
     # dropped from a second query embedding averaged with the first; None: embed the query as is
-    focus_share: float | None = 0.15
+    focus_share: float | None = 0.1
+    # the question rewritten as a statement ("When did Ana move to Porto?" -> "Ana move to Porto")
+    # is embedded too and averaged in: memories are statements, not questions
+    rewrite_questions: bool = False
+    # added × the share of the query's names (capitalised words inside the sentence) a memory contains
+    entity_boost: float = 0.0
+    # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
+    # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
+    learned: tuple[tuple[str, float], ...] | None = None
+
+
+FEATURES: tuple[str, ...] = ("vector", "text", "cosine", "vector_rank", "text_rank", "both", "time", "entity")
+
+
+def candidate_features(
+    by_id: Mapping[uuid.UUID, Memory],
+    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    *,
+    fusion: ScoreFusion,
+    time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
+) -> dict[uuid.UUID, dict[str, float]]:
+    """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
+    over the candidates, `text` BM25 over the best one, `cosine` the raw cosine, `vector_rank` and
+    `text_rank` 1/rank in each branch, `both` 1 when both branches found it, `time` 1 when its
+    created_at is in the query's time window (± `time_slack`), `entity` the share of the query's
+    names it contains."""
+    features: dict[uuid.UUID, dict[str, float]] = {}
+    for name, scores in branch_scores.items():
+        if not scores or name not in ("vector", "text"):
+            continue
+        normalised = _normalise(scores, min_max=name == "vector")
+        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], str(mid)))
+        for rank, memory_id in enumerate(ranked, start=1):
+            entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
+            entry[name] = normalised[memory_id]
+            entry[f"{name}_rank"] = 1.0 / rank
+            if name == "vector":
+                entry["cosine"] = float(scores[memory_id])
+    window = time_window.widened(fusion.time_slack) if time_window is not None else None
+    for memory_id, entry in features.items():
+        entry["both"] = 1.0 if entry["vector_rank"] and entry["text_rank"] else 0.0
+        memory = by_id.get(memory_id)
+        if memory is None:
+            continue
+        if window is not None and window.contains(memory.created_at):
+            entry["time"] = 1.0
+        if entities:
+            entry["entity"] = entity_share(entities, memory)
+    return features
+
+
+def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
+    """A candidate's score before the conversation cue: the learned linear model when
+    `fusion.learned` is set, else `vector_weight` mixing plus the time and entity boosts."""
+    if fusion.learned is not None:
+        return sum(weight * entry.get(name, 0.0) for name, weight in fusion.learned if name != "conversation")
+    vector_weight = 1.0 if branches == 1 else fusion.vector_weight
+    text_weight = 1.0 if branches == 1 else 1.0 - fusion.vector_weight
+    return (
+        vector_weight * entry["vector"]
+        + text_weight * entry["text"]
+        + fusion.time_boost * entry["time"]
+        + fusion.entity_boost * entry["entity"]
+    )
+
+
+def conversation_scores(
+    by_id: Mapping[uuid.UUID, Memory], scores: Mapping[uuid.UUID, float], top: int
+) -> dict[uuid.UUID, float]:
+    """Per candidate, the summed score of the `top` strongest candidates from its conversation,
+    relative to the best conversation's (0 when it has no conversation or none of them is there)."""
+    strongest = sorted(scores, key=lambda mid: (-scores[mid], str(mid)))[:top]
+    per_conversation: dict[uuid.UUID, float] = {}
+    for memory_id in strongest:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel is not None:
+            per_conversation[channel] = per_conversation.get(channel, 0.0) + scores[memory_id]
+    if not per_conversation:
+        return {}
+    best = max(per_conversation.values()) or 1.0
+    out: dict[uuid.UUID, float] = {}
+    for memory_id in scores:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel in per_conversation:
+            out[memory_id] = per_conversation[channel] / best
+    return out
 
 
 def fuse_scores(
@@ -154,46 +244,36 @@ def fuse_scores(
     limit: int,
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
+    memories naming the query's `entities` get `entity_boost` × the share they name; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
-    (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
+    (facts told together tend to be asked together). With `fusion.learned`, a linear model over
+    `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
+    `fuse`."""
     by_id = {m.id: m for m in rows}
-    combined: dict[uuid.UUID, float] = {}
-    sources: dict[uuid.UUID, list[str]] = {}
-    for name, scores in branch_scores.items():
-        if not scores:
-            continue
-        weight = fusion.vector_weight if name == "vector" else 1.0 - fusion.vector_weight
-        if len(branch_scores) == 1:
-            weight = 1.0
-        normalised = _normalise(scores, min_max=name == "vector")
-        for memory_id, value in normalised.items():
-            combined[memory_id] = combined.get(memory_id, 0.0) + weight * value
-            sources.setdefault(memory_id, []).append(name)
-    if time_window is not None and fusion.time_boost:
-        window = time_window.widened(fusion.time_slack)
-        for memory_id in combined:
-            memory = by_id.get(memory_id)
-            if memory is not None and window.contains(memory.created_at):
-                combined[memory_id] += fusion.time_boost
-    if fusion.conversation_boost and combined:
-        strongest = sorted(combined, key=lambda mid: (-combined[mid], str(mid)))[: fusion.conversation_top]
-        per_conversation: dict[uuid.UUID, float] = {}
-        for memory_id in strongest:
-            channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
-            if channel is not None:
-                per_conversation[channel] = per_conversation.get(channel, 0.0) + combined[memory_id]
-        if per_conversation:
-            best = max(per_conversation.values()) or 1.0
-            for memory_id in combined:
-                channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
-                if channel in per_conversation:
-                    combined[memory_id] += fusion.conversation_boost * per_conversation[channel] / best
-    scored = {mid: (score, tuple(sources[mid])) for mid, score in combined.items()}
+    branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
+    features = candidate_features(
+        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities
+    )
+    combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
+    conversation_weight = (
+        dict(fusion.learned).get("conversation", 0.0)
+        if fusion.learned is not None
+        else fusion.conversation_boost
+    )
+    if conversation_weight and combined:
+        for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
+            combined[memory_id] += conversation_weight * share
+    sources = {
+        mid: tuple(name for name in ("vector", "text") if entry[f"{name}_rank"])
+        for mid, entry in features.items()
+    }
+    scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
     return merge_by_key(by_id.values(), scored, limit=limit)
 
 
@@ -292,3 +372,190 @@ def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit
             scored.append((-matched, -memory.confidence, str(memory.id), memory.id))
     scored.sort()
     return [memory_id for *_, memory_id in scored[:limit]]
+
+
+# -- query cues and term statistics (both stores) -----------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueryCues:
+    """What recall matches for a query: its text without the words naming a time, and that time."""
+
+    text: str
+    time_window: TimeWindow | None
+    entities: tuple[str, ...] = ()
+
+
+def query_cues(query: str, *, now: datetime) -> QueryCues:
+    """The query's time cue (if any), the text left to match (the whole query when the time words
+    were all it had) and the names it mentions."""
+    cue = parse_time_cue(query, now=now)
+    entities = tuple(query_entities(query))
+    if cue is None or is_empty_query(cue.remaining_query):
+        window = cue.window if cue is not None else None
+        return QueryCues(text=query, time_window=window, entities=entities)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bm25:
+    """Full-text scoring: BM25 with idf from the owner's own memories (Postgres: binary term frequency;
+    SQLite: FTS5's `bm25()` with these k1 and b)."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    stats_sample: int = 5000  # memories read to estimate document frequencies
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TermStats:
+    """Document frequencies of a query's words among the recalled owners' active memories."""
+
+    documents: int
+    mean_length: float
+    idf: dict[str, float]  # lexeme -> BM25 idf
+    word_share: dict[str, float]  # query word -> fraction of memories containing it
+
+
+def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
+    """`TermStats` from rows of (word, lexeme, containing, documents, mean length)."""
+    if not rows:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    documents, mean_length = int(rows[0][3]), float(rows[0][4])
+    idf: dict[str, float] = {}
+    word_share: dict[str, float] = {}
+    for word, lexeme, containing, *_ in rows:
+        idf[lexeme] = bm25_idf(documents, int(containing))
+        share = int(containing) / documents if documents else 0.0
+        word_share[word] = max(word_share.get(word, 0.0), share)
+    return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
+
+
+def embedding_queries(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> list[str]:
+    """The texts whose embeddings' mean direction is the query vector: the query itself, the query
+    without the words most of the owner's memories contain (`focus_share`), and the question
+    rewritten as a statement (`rewrite_questions`), each only when it differs."""
+    texts = [text]
+    if fusion.focus_share is not None:
+        texts.append(informative_query(text, word_share, max_share=fusion.focus_share))
+    if fusion.rewrite_questions:
+        texts.append(statement_form(texts[-1]))
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+_QUESTION_LEAD = frozenset(
+    [
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "might",
+        "may",
+    ]
+)
+
+
+def statement_form(question: str) -> str:
+    """A question without its leading question and auxiliary words and its question mark
+    ("When did Ana move to Porto?" -> "Ana move to Porto"); the text itself when nothing is left."""
+    words = question.replace("?", " ").split()
+    start = 0
+    while start < len(words) and words[start].lower().strip(",") in _QUESTION_LEAD:
+        start += 1
+    rest = " ".join(words[start:])
+    return rest if rest else question
+
+
+_NAME = re.compile(r"\b[A-Z][\w'’-]*")
+
+
+def query_entities(query: str) -> list[str]:
+    """Lower-cased names in a query: capitalised words that do not start it, are not stop or question
+    words and are at least two letters ("What did Caroline tell Mel?" -> caroline, mel)."""
+    names: dict[str, None] = {}
+    for match in _NAME.finditer(query):
+        before = query[: match.start()].rstrip()
+        if not before or before[-1] in ".!?":
+            continue  # sentence start: capitalised anyway
+        word = match.group(0).lower().rstrip("'’s").rstrip("'’")
+        if len(word) > 1 and word not in STOPWORDS and word not in _QUESTION_LEAD:
+            names.setdefault(word, None)
+    return list(names)
+
+
+def entity_share(entities: Sequence[str], memory: Memory) -> float:
+    """The share of `entities` found among the memory's words (key and value)."""
+    if not entities:
+        return 0.0
+    words = set(query_terms(f"{memory.key} {memory.value}"))
+    return sum(1 for e in entities if e in words) / len(entities)
+
+
+def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The unit-length mean of unit vectors (the direction between them)."""
+    summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(summed))
+    return [float(x) for x in (summed / norm if norm > 0 else summed)]
+
+
+def fts5_match(text: str) -> str | None:
+    """An SQLite FTS5 MATCH expression ORing the query's informative words (each a quoted string, so
+    user text cannot inject FTS5 syntax); None when there is none."""
+    terms = [t for t in keyword_terms(text) if t != "or"]
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+# -- vectors in numpy (SQLite) ---------------------------------------------------------------------
+
+
+def unit_rows(matrix: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Rows scaled to unit length (zero rows stay zero, so they score 0 against any query)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    scaled: np.ndarray[Any, np.dtype[np.float32]] = (matrix / norms).astype(np.float32, copy=False)
+    return scaled
+
+
+def top_cosines(
+    unit_matrix: np.ndarray[Any, np.dtype[np.float32]],
+    usable: np.ndarray[Any, np.dtype[np.bool_]],
+    query_vector: Sequence[float],
+    k: int,
+) -> list[tuple[int, float]]:
+    """(row index, cosine) of the `k` rows most similar to the query, best first; rows not `usable`
+    (no embedding) are skipped, ties go to the lower index."""
+    query = np.asarray(query_vector, dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    if norm == 0.0 or unit_matrix.shape[0] == 0 or unit_matrix.shape[1] != query.shape[0]:
+        return []
+    cosines = unit_matrix @ (query / norm)
+    cosines = np.where(usable, cosines, -np.inf)
+    take = min(k, int(usable.sum()))
+    if take <= 0:
+        return []
+    if take < cosines.shape[0]:
+        part = np.argpartition(-cosines, take - 1)[:take]
+    else:
+        part = np.arange(cosines.shape[0])
+    order = part[np.lexsort((part, -cosines[part]))]
+    return [(int(i), float(cosines[i])) for i in order]

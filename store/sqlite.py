@@ -1,54 +1,189 @@
 """`SqliteMemoryStore`: the same MemoryStore and HistoryStore contract on SQLite (aiosqlite), for a
-single process without Postgres. Seed §4: text search falls back to LIKE (any query term, as a
-substring); vector similarity is computed in Python over the caller's own active rows, which the
-SQL WHERE clause selects — owner isolation never depends on Python filtering.
+single process without Postgres.
+
+Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
+conversation boosts, the same merging of a key across scopes (`store.recall`, `store.cues`). Full
+text is SQLite's FTS5 (`porter unicode61` tokenizer, so "preferences" finds "prefers"; OR over the
+query's informative words; `bm25()` scores), in a table `memories_fts` that triggers keep in step
+with `memories`. Vectors are scored with numpy off the event loop: the caller's owners' embeddings
+are read once into a unit-row matrix, kept until anything is written (this process's writes, or
+another connection's, seen through `PRAGMA data_version`). Owner isolation is in the SQL WHERE
+clauses that read the rows, never a filter in Python.
 
 The tables are created on first use (`store.migrate` does the same), so `sqlite:///:memory:` works.
-Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`.
-
-Differences from Postgres, by design of the fallback: no stemming (LIKE matches substrings, so
-"prefer" finds "prefers" but "preferences" does not find "prefers"), SQLite's lower() folds ASCII
-only, and vector recall reads every active row of the caller's owners (fine for thousands of
-memories per user, not for a persona with hundreds of thousands).
+Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`. SQLite's lower() folds ASCII
+only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import event, func, or_, select
+import numpy as np
+from sqlalchemy import String, event, select, text, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core import CoreStore
+from store.cues import informative_query
 from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
+    ScoreFusion,
     candidate_count,
+    embedding_queries,
+    fts5_match,
     fuse,
+    fuse_scores,
     is_empty_query,
-    keyword_ranking,
-    keyword_terms,
+    mean_direction,
+    normalize_key,
+    query_cues,
+    query_terms,
     resolve_scopes,
+    top_cosines,
     top_order,
-    vector_ranking,
+    unit_rows,
 )
 from store.schema import build_schema
-from store.types import MemorySettings, RecallHit, Retriever
+from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
 
+# FTS5 mirror of memories.key and memories.value, plus one `owner` token per active row naming its
+# owner (`owner_token`), so a recall's MATCH reads only the caller's owners' posting lists. Its
+# `memory_id` links back to memories.id (the rowid of a table without an INTEGER PRIMARY KEY may
+# change on VACUUM, so it is not the link). The trailing 0 keeps the porter stemmer off the token.
+_OWNER_TOKEN_SQL = (
+    "CASE WHEN {t}.status = 'active' THEN "
+    "(CASE {t}.scope WHEN 'user' THEN 'u' WHEN 'persona' THEN 'p' ELSE 'q' END) "
+    "|| replace({t}.owner_id, '-', '') "
+    "|| (CASE WHEN {t}.scope = 'persona_user' THEN replace(coalesce({t}.user_id, ''), '-', '') ELSE '' END) "
+    "|| '0' ELSE '' END"
+)
+# the team of a row: `t0` for none, else `t<hex>0`
+_TEAM_TOKEN_SQL = "'t' || replace(coalesce({t}.team_id, ''), '-', '') || '0'"
+_FTS_ROW = (
+    "(memory_id, owner, team, key, value) VALUES (new.id, "
+    + _OWNER_TOKEN_SQL.format(t="new")
+    + ", "
+    + _TEAM_TOKEN_SQL.format(t="new")
+    + ", new.key, new.value)"
+)
+FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value")
+FTS_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
+    "memory_id UNINDEXED, owner, team, key, value, tokenize = 'porter unicode61')",
+    f"CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
+    f"INSERT INTO memories_fts {_FTS_ROW}; END",
+    "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
+    "DELETE FROM memories_fts WHERE memory_id = old.id; END",
+    f"CREATE TRIGGER IF NOT EXISTS memories_fts_update AFTER UPDATE ON memories "
+    f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
+)
+FTS_BACKFILL = (
+    "INSERT INTO memories_fts (memory_id, owner, team, key, value) SELECT m.id, "
+    + _OWNER_TOKEN_SQL.format(t="m")
+    + ", "
+    + _TEAM_TOKEN_SQL.format(t="m")
+    + ", m.key, m.value FROM memories m "
+    "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
+)
+# bm25() column weights: memory_id, owner and team carry no relevance
+_BM25 = "bm25(memories_fts, 0.0, 0.0, 0.0, 1.0, 1.0)"
 
-def _like_pattern(term: str) -> str:
-    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+
+def owner_token(owner: OwnerRef) -> str:
+    """The `owner` token the triggers write for an active row of this owner (see _OWNER_TOKEN_SQL)."""
+    prefix = {"user": "u", "persona": "p", "persona_user": "q"}[owner.scope]
+    user = owner.user_id.hex if owner.scope == "persona_user" and owner.user_id is not None else ""
+    return f"{prefix}{owner.owner_id.hex}{user}0"
+
+
+def team_tokens(team_id: uuid.UUID | None) -> list[str]:
+    """The `team` tokens visible in a team context: rows of no team, and of `team_id`."""
+    return ["t0"] if team_id is None else ["t0", f"t{team_id.hex}0"]
+
+
+def owner_match(owners: Sequence[OwnerRef], team_id: uuid.UUID | None, words_match: str) -> str:
+    """An FTS5 MATCH expression: the owners' active rows (`owner` column) visible in the team context
+    (`team` column) matching the words (in `key` or `value`)."""
+    tokens = " OR ".join(f'"{owner_token(owner)}"' for owner in owners)
+    teams = " OR ".join(f'"{token}"' for token in team_tokens(team_id))
+    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value}} : ({words_match})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OwnerIndex:
+    """One set of owners' active memories held in memory for recall: the rows, their embeddings as
+    unit rows of a matrix, their keys (for merging scopes) and word document frequencies (for the
+    informative-words cue). Valid while `stamp` is."""
+
+    stamp: tuple[int, int]
+    memories: list[Memory]
+    by_id: dict[uuid.UUID, Memory]
+    by_key: dict[str, list[uuid.UUID]]  # normalised key (store.recall.normalize_key) -> ids
+    document_frequency: dict[str, int]  # lower-cased word -> memories containing it
+    matrix: np.ndarray[Any, np.dtype[np.float32]]
+    usable: np.ndarray[Any, np.dtype[np.bool_]]
+
+    def word_share(self, words: Sequence[str]) -> dict[str, float]:
+        """Fraction of the memories containing each word."""
+        documents = len(self.memories)
+        if not documents:
+            return {}
+        return {word: self.document_frequency.get(word, 0) / documents for word in words}
+
+    def with_same_key(self, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+        """`ids` plus every memory sharing a key with one of them (the same key in other scopes)."""
+        found = set(ids)
+        for memory_id in ids:
+            memory = self.by_id.get(memory_id)
+            if memory is not None:
+                found.update(self.by_key[normalize_key(memory.key)])
+        return found
+
+
+def owner_index(
+    stamp: tuple[int, int], memories: Sequence[Memory], embeddings: Sequence[str | None], dim: int
+) -> OwnerIndex:
+    """`OwnerIndex` of memories and their embeddings (JSON text); a missing or wrong-sized embedding
+    is a zero row that is never returned."""
+    matrix = np.zeros((len(memories), dim), dtype=np.float32)
+    usable = np.zeros(len(memories), dtype=np.bool_)
+    for index, raw in enumerate(embeddings):
+        if raw is None:
+            continue
+        vector = json.loads(raw)
+        if len(vector) == dim:
+            matrix[index] = vector
+            usable[index] = True
+    by_key: dict[str, list[uuid.UUID]] = {}
+    document_frequency: dict[str, int] = {}
+    for memory in memories:
+        by_key.setdefault(normalize_key(memory.key), []).append(memory.id)
+        for word in set(query_terms(f"{memory.key} {memory.value}")):
+            document_frequency[word] = document_frequency.get(word, 0) + 1
+    return OwnerIndex(
+        stamp=stamp,
+        memories=list(memories),
+        by_id={memory.id: memory for memory in memories},
+        by_key=by_key,
+        document_frequency=document_frequency,
+        matrix=unit_rows(matrix),
+        usable=usable & (np.linalg.norm(matrix, axis=1) > 0.0),
+    )
 
 
 class SqliteMemoryStore(CoreStore):
@@ -60,7 +195,9 @@ class SqliteMemoryStore(CoreStore):
         embedder: Embedder,
         *,
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        fusion: ScoreFusion | None = None,
         busy_timeout_ms: int = 30_000,
+        index_cache_owners: int = 64,
         settings_defaults: MemorySettings | None = None,
     ) -> None:
         # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
@@ -82,8 +219,14 @@ class SqliteMemoryStore(CoreStore):
             settings_defaults=settings_defaults,
         )
         self._weights = dict(weights)
+        self._fusion = fusion or ScoreFusion()
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
+        # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
+        # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
+        self._indexes: OrderedDict[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = OrderedDict()
+        self._index_cache_owners = index_cache_owners
+        self._generation = 0
 
     def _configure_connection(self, dbapi_connection: Any, _record: Any) -> None:
         # let SQLAlchemy emit BEGIN itself (see _begin_immediate) instead of pysqlite's implicit one
@@ -107,6 +250,17 @@ class SqliteMemoryStore(CoreStore):
             if not self._schema_ready:
                 async with self._engine.begin() as conn:
                     await conn.run_sync(create_sqlite_schema, self._schema)
+                    info = (await conn.exec_driver_sql("PRAGMA table_info(memories_fts)")).all()
+                    columns = [str(row._mapping["name"]) for row in info]
+                    if columns and columns != list(FTS_COLUMNS):
+                        # a full-text table of another layout: rebuild it from memories
+                        await conn.exec_driver_sql("DROP TABLE memories_fts")
+                        for trigger in ("insert", "delete", "update"):
+                            await conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS memories_fts_{trigger}")
+                    for statement in FTS_DDL:
+                        await conn.exec_driver_sql(statement)
+                    # rows written before the full-text table existed (a database from an older version)
+                    await conn.exec_driver_sql(FTS_BACKFILL)
                 self._schema_ready = True
 
     async def check_schema(self) -> None:
@@ -116,8 +270,11 @@ class SqliteMemoryStore(CoreStore):
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         await self._ensure_schema()
-        async with translating_errors(), self._engine.begin() as conn:
-            yield conn
+        try:
+            async with translating_errors(), self._engine.begin() as conn:
+                yield conn
+        finally:
+            self._generation += 1
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
@@ -143,27 +300,91 @@ class SqliteMemoryStore(CoreStore):
         if limit <= 0:
             return []
         owners = resolve_scopes(user_id, persona_id)
-        m = self._schema.memories
         k = candidate_count(limit)
-        visible = (m.c.status == "active", self._owner_clause(owners), self._team_clause(team_id))
+        scores: dict[str, dict[uuid.UUID, float]] = {}
         async with self._reading() as conn:
-            rows = (await conn.execute(select(*self._memory_columns, m.c.embedding).where(*visible))).all()
-            memories = [self._memory(row) for row in rows]
-            rankings: dict[str, builtins.list[uuid.UUID]] = {}
+            index = await self._owner_index(conn, owners, team_id)
             if is_empty_query(query):
-                rankings["top"] = [mm.id for mm in top_order(memories)[:k]]
+                top = [m.id for m in top_order(index.memories)[:k]]
+                rows = [index.by_id[mid] for mid in index.with_same_key(set(top))]
+                return fuse(rows, {"top": top}, limit=limit, weights=self._weights)
+            cues = query_cues(query, now=datetime.now(UTC))
+            # FTS5 clamps the idf of a word in more than half of the rows to ~0: beside rarer words
+            # it only adds noise that score normalisation would blow up, so it is not matched
+            words = query_terms(cues.text)
+            match = fts5_match(informative_query(" ".join(words), index.word_share(words), max_share=0.5))
+            if retriever in ("hybrid", "keyword") and match is not None:
+                scores["text"] = await self._text_scores(conn, owners, team_id, match, k)
+        if retriever in ("hybrid", "vector"):
+            if query_embedding is not None:
+                query_vector = self._check_dim(query_embedding, "query embedding")
             else:
-                terms = keyword_terms(query)
-                if retriever in ("hybrid", "keyword") and terms:
-                    haystack = func.lower(m.c.key + " " + m.c.value)
-                    like = or_(*(haystack.like(_like_pattern(term), escape="\\") for term in terms))
-                    matched = (await conn.execute(select(*self._memory_columns).where(*visible, like))).all()
-                    rankings["text"] = keyword_ranking(terms, [self._memory(r) for r in matched], limit=k)
-        if retriever in ("hybrid", "vector") and not is_empty_query(query):
-            vector = (
-                self._check_dim(query_embedding, "query embedding")
-                if query_embedding is not None
-                else await self.embed_query(query)
-            )
-            rankings["vector"] = vector_ranking(vector, ((row.id, row.embedding) for row in rows), limit=k)
-        return fuse(memories, rankings, limit=limit, weights=self._weights)
+                query_vector = await self._query_vector(cues.text, index)
+            found = await asyncio.to_thread(top_cosines, index.matrix, index.usable, query_vector, k)
+            scores["vector"] = {index.memories[row].id: cosine for row, cosine in found}
+        scores = {name: branch for name, branch in scores.items() if branch}
+        wanted = {mid for branch in scores.values() for mid in branch if mid in index.by_id}
+        rows = [index.by_id[mid] for mid in index.with_same_key(wanted)]
+        return fuse_scores(
+            rows,
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=cues.time_window,
+            entities=cues.entities,
+        )
+
+    async def _query_vector(self, text: str, index: OwnerIndex) -> builtins.list[float]:
+        """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
+        texts = embedding_queries(text, index.word_share(query_terms(text)), self._fusion)
+        if len(texts) == 1:
+            return await self.embed_query(texts[0])
+        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
+
+    async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
+        """Changes since the owners' rows were read: this store's writes and other connections'."""
+        version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
+        return self._generation, int(version)
+
+    async def _owner_index(
+        self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None
+    ) -> OwnerIndex:
+        """The owners' active memories visible in the team context, and their embeddings, read once
+        and kept until anything is written."""
+        key = (tuple(owners), team_id)
+        stamp = await self._stamp(conn)
+        cached = self._indexes.get(key)
+        if cached is not None and cached.stamp == stamp:
+            self._indexes.move_to_end(key)
+            return cached
+        m = self._schema.memories
+        statement = select(*self._memory_columns, type_coerce(m.c.embedding, String)).where(
+            m.c.status == "active", self._owner_clause(owners), self._team_clause(team_id)
+        )
+        rows = (await conn.execute(statement)).all()
+        memories = [self._memory(row) for row in rows]
+        index = await asyncio.to_thread(
+            owner_index, stamp, memories, [row[-1] for row in rows], self._schema.embedding_dim
+        )
+        self._indexes[key] = index
+        self._indexes.move_to_end(key)
+        while len(self._indexes) > self._index_cache_owners:
+            self._indexes.popitem(last=False)
+        return index
+
+    async def _text_scores(
+        self,
+        conn: AsyncConnection,
+        owners: Sequence[OwnerRef],
+        team_id: uuid.UUID | None,
+        match: str,
+        k: int,
+    ) -> dict[uuid.UUID, float]:
+        """FTS5 BM25 (higher is better) of the owners' active memories visible in the team context
+        matching any query word."""
+        statement = text(
+            f"SELECT memory_id, -{_BM25} FROM memories_fts WHERE memories_fts MATCH :match "
+            f"ORDER BY {_BM25}, memory_id LIMIT :k"
+        )
+        rows = (await conn.execute(statement, {"match": owner_match(owners, team_id, match), "k": k})).all()
+        return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}

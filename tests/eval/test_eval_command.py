@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from store.locomo import Unit
 from worker.cli import build_parser, main
 from worker.commands.evaluate import (
     RETRIEVERS,
@@ -23,6 +22,7 @@ from worker.commands.evaluate import (
     resolve_embedding_provider,
     unit_memories,
 )
+from worker.evaluation.locomo import Unit
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 
@@ -95,15 +95,29 @@ def test_report_and_table() -> None:
         "recall@5": 0.5,
         "by_category": {"single-hop": {"questions": 2, "recall@5": 0.5}},
     }
-    report = report_json(questions=2, unit="dialog", embedder="hashing", summaries={"hybrid": summary})
+    report = report_json(
+        questions=2,
+        unit="dialog",
+        embedder="hashing",
+        summaries={"hybrid": summary},
+        split="all",
+        store="sqlite",
+        conversations=["c1", "c2"],
+        by_split={"dev": {"hybrid": {**summary, "questions": 1}}, "test": {"hybrid": summary}},
+    )
     assert report == {
         "questions": 2,
         "unit": "dialog",
+        "split": "all",
+        "store": "sqlite",
         "embedder": "hashing",
+        "conversations": ["c1", "c2"],
         "retrievers": {"hybrid": summary},
+        "splits": {"dev": {"hybrid": {**summary, "questions": 1}}, "test": {"hybrid": summary}},
     }
     table = format_table(report, (5,))
     assert "hybrid" in table and "0.500" in table and "single-hop (2)" in table
+    assert "dev: hybrid (1)" in table and "store sqlite" in table
 
 
 @pytest.mark.slow
@@ -132,6 +146,20 @@ def test_eval_locomo_end_to_end_on_the_fixture(
     # lexical overlap is strong in the fixture: the hashing embedder and full text both find "Pixel"
     assert report["retrievers"]["hybrid"]["recall@3"] >= 0.5
     assert "%" in captured.err  # the progress bar went to stderr
+    # one run reports both halves of the held-out split, which add up to the whole
+    assert report["split"] == "all" and set(report["splits"]) == {"dev", "test"}
+    assert sum(s["hybrid"]["questions"] for s in report["splits"].values()) == 9
+
+    # the test half alone: the second conversation only, the same figures as in the split of `all`
+    assert main([*argv, "--database-url", database_url, "--split", "test", "--retriever", "vector"]) == 0
+    test_half = json.loads(capsys.readouterr().out)
+    assert test_half["conversations"] == [report["conversations"][1]]
+    alone, within_all = test_half["retrievers"]["vector"], report["splits"]["test"]["vector"]
+    # (answer recall at k=1 can differ: ties between memories break on their random ids)
+    assert {k: alone[k] for k in ("questions", "recall@3", "recall@50")} == {
+        k: within_all[k] for k in ("questions", "recall@3", "recall@50")
+    }
+    assert within_all["answer_questions"] >= 1 and "answer_recall@50" in within_all
 
     # dialog units, one retriever
     assert main([*argv, "--database-url", database_url, "--unit", "dialog", "--retriever", "keyword"]) == 0

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from store.locomo import (
+from worker.evaluation.locomo import (
     CATEGORY_NAMES,
     LocomoFormatError,
     QuestionResult,
+    answer_found,
+    answer_recall_at_k,
+    answer_tokens,
     canonical_dia_id,
     dialog_text,
     evidence_recall,
@@ -19,7 +22,9 @@ from store.locomo import (
     parse_ks,
     parse_locomo,
     recall_at_k,
+    select_split,
     split_dia_ids,
+    split_of,
     summarise,
 )
 
@@ -156,3 +161,42 @@ def test_parse_rejects_what_is_not_locomo(tmp_path: Path) -> None:
     bad_turn = [{"conversation": {"session_1": [{"speaker": "A", "dia_id": "x", "text": "t"}]}, "qa": []}]
     with pytest.raises(LocomoFormatError, match="D<session>:<turn>"):
         parse_locomo(json.loads(json.dumps(bad_turn)))
+
+
+def test_split_is_first_half_dev_in_file_order_and_the_rest_test() -> None:
+    assert [split_of(i, 10) for i in range(10)] == ["dev"] * 5 + ["test"] * 5
+    assert [split_of(i, 3) for i in range(3)] == ["dev", "dev", "test"]
+    conversations = load_locomo(FIXTURE)
+    assert [c.sample_id for c in select_split(conversations, "dev")] == [conversations[0].sample_id]
+    assert [c.sample_id for c in select_split(conversations, "test")] == [conversations[1].sample_id]
+    assert select_split(conversations, "all") == conversations
+
+
+def test_answer_tokens_drop_case_punctuation_and_articles() -> None:
+    assert answer_tokens("The Sunday before 25 May, 2023.") == ["sunday", "before", "25", "may", "2023"]
+    assert answer_tokens("an adoption_agency") == ["adoption", "agency"]
+
+
+def test_answer_is_found_when_all_its_tokens_are_in_the_top_k_texts_together() -> None:
+    texts = ("Caroline went to the LGBTQ support group", "She paints sunsets", "Mel runs")
+    assert answer_found("LGBTQ support group", texts)
+    assert answer_found("support group, sunsets", texts)  # tokens may come from different texts
+    assert not answer_found("support group in Boston", texts)
+    assert not answer_found("...", texts)
+    result = QuestionResult(category=4, evidence=(), ranked=((),) * 3, answer="sunsets", texts=texts)
+    assert answer_recall_at_k(result, 1) == 0.0
+    assert answer_recall_at_k(result, 2) == 1.0
+
+
+def test_answer_recall_leaves_out_adversarial_and_answerless_questions() -> None:
+    texts = ("Caroline paints",)
+    results = [
+        QuestionResult(category=4, evidence=(), ranked=((),), answer="paints", texts=texts),
+        QuestionResult(category=1, evidence=(), ranked=((),), answer="sculpts", texts=texts),
+        QuestionResult(category=5, evidence=(), ranked=((),), answer="paints", texts=texts),
+        QuestionResult(category=2, evidence=(), ranked=((),), answer=None, texts=texts),
+    ]
+    summary = summarise(results, (1,))
+    assert summary["answer_questions"] == 2
+    assert summary["answer_recall@1"] == 0.5
+    assert "answer_recall@1" not in summary["by_category"]["adversarial"]

@@ -4,19 +4,42 @@ and the Postgres recall using them end to end."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.cues import TimeWindow, informative_query, parse_time_cue
-from store.migrate import migrate
-from store.postgres import PostgresMemoryStore, mean_direction, term_stats
-from store.recall import ScoreFusion, bm25_idf, fuse_scores
+from store.recall import (
+    ScoreFusion,
+    bm25_idf,
+    candidate_features,
+    fuse_scores,
+    mean_direction,
+    term_stats,
+)
 from store.types import Memory, NewMemory
+from tests.store.store_testkit import MakeStore
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class RecordingEmbedder:
+    """An embedder that records the texts of each call."""
+
+    inner: HashingEmbedder
+    texts: list[list[str]] = field(default_factory=list)
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts.append(list(texts))
+        return await self.inner.embed(texts)
 
 
 @pytest.mark.parametrize(
@@ -157,38 +180,130 @@ def test_conversation_boost_lifts_memories_told_with_the_strongest_hits() -> Non
     assert [h.memory.id for h in with_boost][1] == sibling.id
 
 
-async def test_postgres_recall_uses_the_time_cue_and_owner_term_statistics(
-    new_database: Callable[[], str],
+async def test_recall_uses_the_time_cue_and_owner_term_statistics_on_both_stores(
+    make_store: MakeStore,
 ) -> None:
-    url = new_database()
-    migrate(url, 384)
-    store = PostgresMemoryStore(url, HashingEmbedder(dim=384))
+    store = await make_store()
     user = uuid.uuid4()
-    try:
-        june = datetime(2023, 6, 16, 10, tzinfo=UTC)
-        facts = [
-            ("joined gym", "Maria joined a gym and loves the people there", june),
-            ("shelter volunteering", "Maria volunteers at a homeless shelter", june - timedelta(days=60)),
-            ("new puppy", "Maria adopted a puppy named Coco", june + timedelta(days=90)),
-            ("favourite food", "Maria likes spicy chili", june + timedelta(days=120)),
-        ]
-        for key, value, when in facts:
-            await store.upsert(
-                NewMemory(
-                    scope="user",
-                    owner_id=user,
-                    user_id=None,
-                    key=key,
-                    value=value,
-                    status="active",
-                    observed_at=when,
-                )
+    june = datetime(2023, 6, 16, 10, tzinfo=UTC)
+    facts = [
+        ("joined gym", "Maria joined a gym and loves the people there", june),
+        ("shelter volunteering", "Maria volunteers at a homeless shelter", june - timedelta(days=60)),
+        ("new puppy", "Maria adopted a puppy named Coco", june + timedelta(days=90)),
+        ("favourite food", "Maria likes spicy chili", june + timedelta(days=120)),
+    ]
+    for key, value, when in facts:
+        await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=user,
+                user_id=None,
+                key=key,
+                value=value,
+                status="active",
+                observed_at=when,
             )
-        hits = await store.recall(user, None, "What exciting news did Maria share on 16 June, 2023?", 4)
-        assert hits[0].memory.key == "joined gym"
-        assert hits[0].memory.created_at == june
-        # "maria" is in every memory: it alone ranks nothing first by keyword
-        keyword = await store.recall(user, None, "Maria puppy", 4, retriever="keyword")
-        assert keyword[0].memory.key == "new puppy"
-    finally:
-        await store.close()
+        )
+    dated = [h.memory.key for h in await store.recall(user, None, "What did Maria do on 16 June, 2023?", 4)]
+    undated = [h.memory.key for h in await store.recall(user, None, "What did Maria do?", 4)]
+    # the date's words leave the matched text, and the memory from that day moves up
+    assert dated.index("joined gym") < undated.index("joined gym")
+    assert dated.index("joined gym") <= 1
+    # "maria" is in every memory: it alone ranks nothing first by keyword
+    keyword = await store.recall(user, None, "Maria puppy", 4, retriever="keyword")
+    assert keyword[0].memory.key == "new puppy"
+
+
+async def test_informative_words_cue_changes_the_query_vector_on_both_stores(make_store: MakeStore) -> None:
+    """The owner's name is in every memory: with the cue the query is also embedded without it."""
+    embedder = RecordingEmbedder(HashingEmbedder(dim=384))
+    store = await make_store(embedder)
+    user = uuid.uuid4()
+    hobbies = ("tea", "jazz", "chess", "rain", "dogs", "maps", "figs", "vinyl", "kites", "trains", "opera")
+    values = ["Caroline paints"] + [f"Caroline likes {x}" for x in hobbies]
+    for i, value in enumerate([*values, "Caroline went hiking", "Caroline adopted a dog"]):
+        await store.upsert(
+            NewMemory(
+                scope="user", owner_id=user, user_id=None, key=f"fact {i}", value=value, status="active"
+            )
+        )
+    embedder.texts.clear()
+    await store.recall(user, None, "what does Caroline paint", 3, retriever="vector")
+    assert embedder.texts == [["what does Caroline paint", "what does paint"]]
+
+
+async def test_conversation_cue_lifts_a_sibling_fact_on_both_stores(make_store: MakeStore) -> None:
+    store = await make_store()
+    user = uuid.uuid4()
+    talk, other = uuid.uuid4(), uuid.uuid4()
+    rows = [
+        ("trip", "went to Lisbon for the marathon", talk),
+        ("trip food", "ate grilled sardines with friends", talk),
+        ("lunch", "ate grilled cheese at the office", other),
+        *(
+            (f"hobby {i}", f"collects {thing}", other)
+            for i, thing in enumerate(("stamps", "coins", "shells"))
+        ),
+    ]
+    for key, value, channel in rows:
+        await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=user,
+                user_id=None,
+                key=key,
+                value=value,
+                status="active",
+                source_channel_id=channel,
+            )
+        )
+    hits = await store.recall(user, None, "Lisbon marathon grilled", 3, retriever="keyword")
+    assert [h.memory.key for h in hits][:2] == ["trip", "trip food"]
+
+
+def test_candidate_features_describe_each_branch_and_cue() -> None:
+    a, b = _memory("alpha fact", created=datetime(2023, 6, 16, tzinfo=UTC)), _memory("Maria beta fact")
+    window = TimeWindow(start=datetime(2023, 6, 16, tzinfo=UTC), end=datetime(2023, 6, 17, tzinfo=UTC))
+    features = candidate_features(
+        {a.id: a, b.id: b},
+        {"vector": {a.id: 0.9, b.id: 0.3}, "text": {b.id: 4.0}},
+        fusion=ScoreFusion(),
+        time_window=window,
+        entities=["maria"],
+    )
+    assert features[a.id] == {
+        "vector": 1.0, "text": 0.0, "cosine": 0.9, "vector_rank": 1.0, "text_rank": 0.0, "both": 0.0,
+        "time": 1.0, "entity": 0.0,
+    }  # fmt: skip
+    assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0 and features[b.id]["entity"] == 1.0
+    assert features[b.id]["vector_rank"] == 0.5
+
+
+def test_learned_fusion_ranks_by_its_weights_and_replaces_the_hand_set_mix() -> None:
+    a, b, c = _memory("a k"), _memory("b k"), _memory("c k")
+    scores = {"vector": {a.id: 0.9, b.id: 0.5, c.id: 0.1}, "text": {c.id: 6.0, b.id: 8.0}}
+    text_only = ScoreFusion(learned=(("text", 1.0),))
+    vector_only = ScoreFusion(learned=(("vector", 1.0), ("text", 0.0)))
+    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=text_only)][:2] == [
+        b.id,
+        c.id,
+    ]
+    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=vector_only)] == [
+        a.id,
+        b.id,
+        c.id,
+    ]
+
+
+def test_learned_conversation_weight_lifts_siblings_of_the_strongest_hits() -> None:
+    talk = uuid.uuid4()
+    strong, sibling = _memory("strong", channel=talk), _memory("sibling", channel=talk)
+    stranger = _memory("stranger", channel=uuid.uuid4())
+    scores = {"vector": {strong.id: 1.0, stranger.id: 0.5, sibling.id: 0.45, uuid.uuid4(): 0.0}}
+    plain = ScoreFusion(learned=(("vector", 1.0),))
+    with_conversation = ScoreFusion(learned=(("vector", 1.0), ("conversation", 0.2)))
+    rows = [strong, sibling, stranger]
+    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=plain)][1] == stranger.id
+    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=with_conversation)][
+        1
+    ] == sibling.id

@@ -1,8 +1,10 @@
 """`pmem eval locomo FILE`: recall quality on LoCoMo through the real store and the real recall.
 
 Each conversation's units (observations or dialog turns) become active `user`-scope memories of a
-fresh owner; every QA question then goes through `recall` at max(k) and is scored the official way
-(see `store.locomo`).
+fresh owner, or (`--unit extracted`) its sessions go through the worker's extraction pipeline and a
+reviewer approves what it proposes; every QA question then goes through `recall` at max(k) and is
+scored the official way, plus answer recall (see `worker.evaluation.locomo`). `--split` selects the
+held-out half (`dev` to tune on, `test` to report); `--store` Postgres or SQLite.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -20,26 +23,35 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
-from store.locomo import (
-    UNIT_KINDS,
-    Conversation,
-    LocomoFormatError,
-    QuestionResult,
-    Unit,
-    UnitKind,
-    load_locomo,
-    parse_ks,
-    session_datetime,
-    summarise,
-)
 from store.migrate import SchemaError, migrate_async
 from store.recall import RETRIEVERS, ScoreFusion
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
+from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
+from worker.evaluation.locomo import (
+    SPLITS,
+    UNIT_KINDS,
+    Conversation,
+    LocomoFormatError,
+    QuestionResult,
+    Split,
+    Unit,
+    UnitKind,
+    load_locomo,
+    parse_ks,
+    select_split,
+    session_datetime,
+    split_of,
+    summarise,
+)
 
 EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
+EvalUnit = Literal["observation", "dialog", "extracted"]
+EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted")
+STORES = ("postgres", "sqlite")
+DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
 _WRITE_BATCH = 256
 
@@ -123,25 +135,70 @@ def unit_memories(
 
 
 def report_json(
-    *, questions: int, unit: UnitKind, embedder: str, summaries: Mapping[str, Mapping[str, Any]]
+    *,
+    questions: int,
+    unit: EvalUnit,
+    embedder: str,
+    summaries: Mapping[str, Mapping[str, Any]],
+    split: Split = "all",
+    store: str = "postgres",
+    conversations: Sequence[str] = (),
+    by_split: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """The `--json` document: `{"questions": N, "unit": …, "embedder": …, "retrievers": {…}}`."""
-    return {"questions": questions, "unit": unit, "embedder": embedder, "retrievers": dict(summaries)}
+    """The `--json` document: `{"questions": N, "unit": …, "split": …, "store": …, "embedder": …,
+    "conversations": [sample ids], "retrievers": {retriever: summary}}`, plus with `--split all`
+    `"splits": {"dev": {retriever: summary}, "test": {…}}` so one run reports both halves."""
+    report: dict[str, Any] = {
+        "questions": questions,
+        "unit": unit,
+        "split": split,
+        "store": store,
+        "embedder": embedder,
+        "conversations": list(conversations),
+        "retrievers": dict(summaries),
+    }
+    if by_split:
+        report["splits"] = {name: dict(per) for name, per in by_split.items()}
+    return report
 
 
 def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
-    """A human-readable table: one row per retriever, then one per category under it."""
-    header = f"{'':<24}" + "".join(f"{f'R@{k}':>8}" for k in ks)
+    """A human-readable table: one row per retriever, then one per category under it; evidence
+    recall (R@k) and, where recorded, answer recall (A@k)."""
+    metrics = [(prefix, label) for prefix, label in (("recall", "R"), ("answer_recall", "A"))]
+    first: Mapping[str, Any] = next(iter(report["retrievers"].values()), {})
+    metrics = [(prefix, label) for prefix, label in metrics if f"{prefix}@{ks[0]}" in first]
+    header = f"{'':<24}" + "".join(f"{f'{label}@{k}':>8}" for _, label in metrics for k in ks)
     lines = [
-        f"LoCoMo recall — unit {report['unit']}, {report['questions']} questions, "
+        f"LoCoMo recall — unit {report['unit']}, split {report.get('split', 'all')}, "
+        f"{report['questions']} questions, store {report.get('store', 'postgres')}, "
         f"embedder {report['embedder']}",
         header,
     ]
+
+    def cells(entry: Mapping[str, Any]) -> str:
+        return "".join(
+            f"{entry[f'{prefix}@{k}']:>8.3f}" if f"{prefix}@{k}" in entry else f"{'—':>8}"
+            for prefix, _ in metrics
+            for k in ks
+        )
+
     for retriever, summary in report["retrievers"].items():
-        lines.append(f"{retriever:<24}" + "".join(f"{summary[f'recall@{k}']:>8.3f}" for k in ks))
+        lines.append(f"{retriever:<24}" + cells(summary))
         for name, entry in summary["by_category"].items():
             label = f"  {name} ({entry['questions']})"
-            lines.append(f"{label:<24}" + "".join(f"{entry[f'recall@{k}']:>8.3f}" for k in ks))
+            lines.append(f"{label:<24}" + cells(entry))
+    for split, per_retriever in report.get("splits", {}).items():
+        for retriever, summary in per_retriever.items():
+            label = f"{split}: {retriever} ({summary['questions']})"
+            lines.append(f"{label:<24}" + cells(summary))
+    if "extraction" in report:
+        used = report["extraction"]
+        lines.append(
+            f"extraction ({report.get('extractor')}): {used['events']} events, "
+            f"{used['prompt_tokens_per_event']:.0f} prompt / {used['completion_tokens_per_event']:.0f} "
+            f"completion tokens and {used['llm_calls_per_event']:.2f} LLM calls per event"
+        )
     return "\n".join(lines)
 
 
@@ -198,11 +255,30 @@ class Progress:
 @dataclass
 class CachingEmbedder:
     """Wraps an embedder and remembers vectors by text, so each question is embedded once for all
-    retrievers (and can be embedded in one batch up front)."""
+    retrievers (and can be embedded in one batch up front). `load`/`save` keep the vectors in a
+    file between runs (the evaluation is CPU-bound on the embedding model otherwise)."""
 
     inner: Embedder
     batch_size: int = 128
     cache: dict[str, list[float]] = field(default_factory=dict)
+
+    def load(self, path: Path) -> None:
+        """Add the vectors saved in `path` (missing or unreadable file: nothing)."""
+        try:
+            with path.open("rb") as handle:
+                saved = pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError):
+            return
+        if isinstance(saved, dict) and saved.get("dim") == self.dim:
+            self.cache.update(saved["vectors"])
+
+    def save(self, path: Path) -> None:
+        """Write every vector known so far to `path` (atomically)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        with partial.open("wb") as handle:
+            pickle.dump({"dim": self.dim, "vectors": self.cache}, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        partial.replace(path)
 
     @property
     def dim(self) -> int:
@@ -227,7 +303,7 @@ class EvalOptions:
     """Everything `run_locomo` needs, parsed from the command line."""
 
     file: Path
-    unit: UnitKind
+    unit: EvalUnit
     ks: tuple[int, ...]
     retrievers: tuple[Retriever, ...]
     embedding_provider: str
@@ -237,6 +313,9 @@ class EvalOptions:
     max_conversations: int | None = None
     keep: bool = False
     fusion: ScoreFusion | None = None  # recall fusion knobs (bench/recall_ablation.py); None: defaults
+    split: Split = "all"
+    store: str = "postgres"
+    embedding_cache: Path | None = None  # directory of saved vectors; None: embed every run
 
 
 async def _embed_units(
@@ -245,7 +324,7 @@ async def _embed_units(
     vectors: list[list[float]] = []
     for start in range(0, len(texts), embedder.batch_size):
         chunk = texts[start : start + embedder.batch_size]
-        vectors.extend(await embedder.inner.embed(chunk))
+        vectors.extend(await embedder.embed(chunk))
         on_batch(len(chunk))
     return vectors
 
@@ -258,6 +337,8 @@ async def _evaluate_conversation(
     progress: Progress,
 ) -> dict[str, list[QuestionResult]]:
     owner = uuid.uuid4()
+    if options.unit == "extracted":
+        raise EvalError("extracted memories go through the extraction pipeline, not unit loading")
     units = conversation.units(options.unit)
     label = f"{conversation.sample_id}: loading {options.unit}s"
     progress.update(0, label)
@@ -281,18 +362,24 @@ async def _evaluate_conversation(
     semaphore = asyncio.Semaphore(options.concurrency)
     label = f"{conversation.sample_id}: querying"
 
-    async def ask(question: str, retriever: Retriever) -> tuple[tuple[str, ...], ...]:
+    async def ask(question: str, retriever: Retriever) -> list[Any]:
         async with semaphore:
             hits = await store.recall(owner, None, question, limit, retriever=retriever)
         progress.update(1, label)
-        return tuple(dia_ids.get(hit.memory.id, ()) for hit in hits)
+        return list(hits)
 
     results: dict[str, list[QuestionResult]] = {}
     for retriever in options.retrievers:
-        ranked = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
+        answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
         results[retriever] = [
-            QuestionResult(category=q.category, evidence=q.evidence, ranked=r)
-            for q, r in zip(conversation.questions, ranked, strict=True)
+            QuestionResult(
+                category=q.category,
+                evidence=q.evidence,
+                ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
+                answer=q.answer,
+                texts=tuple(hit.memory.value for hit in hits),
+            )
+            for q, hits in zip(conversation.questions, answers, strict=True)
         ]
 
     if not options.keep and options.database_url is not None:
@@ -304,43 +391,288 @@ async def _evaluate_conversation(
 
 
 async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = None) -> dict[str, Any]:
-    """Load LoCoMo, evaluate every conversation through the real store, return the `--json` report."""
-    conversations = load_locomo(options.file)
+    """Load LoCoMo, evaluate the split's conversations through the real store, return the `--json`
+    report (with `--split all`, the dev and test halves too)."""
+    everything = load_locomo(options.file)
+    split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
+    conversations = select_split(everything, options.split)
     if options.max_conversations is not None:
         conversations = conversations[: options.max_conversations]
 
     from extraction.embeddings import build_embedder
-    from store.postgres import PostgresMemoryStore
     from worker.settings import load_settings
 
     settings = load_settings(embedding_provider=options.embedding_provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    per_retriever: dict[str, list[QuestionResult]] = {r: [] for r in options.retrievers}
+    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
+    if cache_file is not None:
+        embedder.load(cache_file)
+    per_conversation: dict[str, dict[str, list[QuestionResult]]] = {}
+    usage: dict[str, list[dict[str, int]]] = {}
+    checkpoint = _checkpoint_file(options, settings)
+    if checkpoint is not None:
+        per_conversation, usage = _load_checkpoint(checkpoint, options)
 
     async with AsyncExitStack() as stack:
-        database_url = options.database_url
-        if database_url is None:
-            database_url = stack.enter_context(embedded_database(options.data_dir))
-        await migrate_async(database_url, embedder.dim)
-        store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
-        stack.push_async_callback(store.close)
-
-        total = sum(
-            2 * len(c.units(options.unit)) + len(c.questions) * len(options.retrievers) for c in conversations
-        )
+        store = await _open_store(options, embedder, stack)
+        pipeline = _extraction_pipeline(settings, store, embedder) if options.unit == "extracted" else None
+        todo = [c for c in conversations if c.sample_id not in per_conversation]
+        total = sum(_work(c, options) for c in todo)
         progress = Progress(total=total, stream=progress_stream or sys.stderr)
-        for conversation in conversations:
-            results = await _evaluate_conversation(store, embedder, conversation, options, progress)
-            for retriever, items in results.items():
-                per_retriever[retriever].extend(items)
+        if len(todo) < len(conversations):
+            progress.stream.write(
+                f"resuming: {len(conversations) - len(todo)} conversation(s) done in {checkpoint}\n"
+            )
+        for conversation in todo:
+            if pipeline is not None:
+                results, used = await _evaluate_extracted(store, pipeline, conversation, options, progress)
+                per_conversation[conversation.sample_id] = results
+                usage[conversation.sample_id] = used
+            else:
+                per_conversation[conversation.sample_id] = await _evaluate_conversation(
+                    store, embedder, conversation, options, progress
+                )
+            if cache_file is not None:
+                embedder.save(cache_file)
+            if checkpoint is not None:
+                _save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
 
-    questions = sum(len(c.questions) for c in conversations)
-    summaries = {r: summarise(items, options.ks) for r, items in per_retriever.items()}
+    def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        return {
+            r: summarise([item for sid in sample_ids for item in per_conversation[sid][r]], options.ks)
+            for r in options.retrievers
+        }
+
+    ids = [c.sample_id for c in conversations]
+    if options.unit == "extracted":
+        plain = summaries_of
+
+        def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+            return {r: without_evidence_recall(summary) for r, summary in plain(sample_ids).items()}
+
+    by_split = None
+    if options.split == "all":
+        by_split = {
+            name: summaries_of([sid for sid in ids if split_by_id[sid] == name]) for name in ("dev", "test")
+        }
+        by_split = {name: per for name, per in by_split.items() if per and _has_questions(per)}
     provider = options.embedding_provider
     if provider == "local":
         provider = "local (all-MiniLM-L6-v2)"
-    return report_json(questions=questions, unit=options.unit, embedder=provider, summaries=summaries)
+    report = report_json(
+        questions=sum(len(c.questions) for c in conversations),
+        unit=options.unit,
+        embedder=provider,
+        summaries=summaries_of(ids),
+        split=options.split,
+        store=options.store,
+        conversations=ids,
+        by_split=by_split,
+    )
+    if options.unit == "extracted":
+        report["extractor"] = settings.effective_extractor
+        report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
+    return report
+
+
+def _work(conversation: Conversation, options: EvalOptions) -> int:
+    """Progress steps for one conversation: units loaded (embedded, written) or events extracted,
+    then one per question and retriever."""
+    asked = len(conversation.questions) * len(options.retrievers)
+    if options.unit == "extracted":
+        return 2 * len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers)) + asked
+    return 2 * len(conversation.units(options.unit)) + asked
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Pipeline:
+    deps: Any  # worker.pipeline.PipelineDeps
+    metrics: Any  # worker.metrics.Metrics
+
+
+def _extraction_pipeline(settings: Any, store: Any, embedder: CachingEmbedder) -> _Pipeline:
+    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured)."""
+    from extraction.factory import build_extractor
+    from worker.metrics import Metrics
+    from worker.pipeline import PipelineDeps
+
+    metrics = Metrics()
+    deps = PipelineDeps(store=store, extractor=build_extractor(settings), embedder=embedder, metrics=metrics)
+    return _Pipeline(deps=deps, metrics=metrics)
+
+
+async def _evaluate_extracted(
+    store: Any,
+    pipeline: _Pipeline,
+    conversation: Conversation,
+    options: EvalOptions,
+    progress: Progress,
+) -> tuple[dict[str, list[QuestionResult]], list[dict[str, int]]]:
+    """Run the conversation's sessions through the pipeline into a fresh owner, approve what it
+    proposed (as a reviewer would), then ask every question."""
+    from store.types import MemoryFilter
+    from worker.pipeline import process_event
+
+    owner = uuid.uuid4()
+    label = f"{conversation.sample_id}: extracting"
+    used: list[dict[str, int]] = []
+    registry = pipeline.metrics.registry
+    for item in session_events(conversation, owner):
+        calls_before = registry.get_sample_value("pmem_llm_calls_total") or 0.0
+        outcome = await process_event(item.event, pipeline.deps)
+        calls = (registry.get_sample_value("pmem_llm_calls_total") or 0.0) - calls_before
+        used.append(
+            {
+                "prompt_tokens": outcome.usage.prompt_tokens,
+                "completion_tokens": outcome.usage.completion_tokens,
+                "llm_calls": int(calls),
+                "written": len(outcome.written),
+            }
+        )
+        progress.update(1, label)
+        # a reviewer approves what the worker proposed (new memories and revisions of earlier ones)
+        for written in outcome.written:
+            await store.approve(written.id, actor="pmem-eval")
+        progress.update(1, label)
+    memories = await store.list(MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000))
+
+    limit = max(options.ks)
+    semaphore = asyncio.Semaphore(options.concurrency)
+    label = f"{conversation.sample_id}: querying"
+
+    async def ask(question: str, retriever: Retriever) -> list[Any]:
+        async with semaphore:
+            hits = await store.recall(owner, None, question, limit, retriever=retriever)
+        progress.update(1, label)
+        return list(hits)
+
+    results: dict[str, list[QuestionResult]] = {}
+    for retriever in options.retrievers:
+        answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
+        results[retriever] = [
+            QuestionResult(
+                category=q.category,
+                evidence=q.evidence,
+                ranked=(),
+                answer=q.answer,
+                texts=tuple(f"{hit.memory.key}: {hit.memory.value}" for hit in hits),
+            )
+            for q, hits in zip(conversation.questions, answers, strict=True)
+        ]
+    if not options.keep and options.database_url is not None:
+        for memory in memories:
+            await store.delete(memory.id, actor="pmem-eval")
+    return results, used
+
+
+def _checkpoint_file(options: EvalOptions, settings: Any) -> Path | None:
+    """Where an extracted-unit run keeps finished conversations (None: other units, or no cache)."""
+    if options.unit != "extracted" or options.embedding_cache is None:
+        return None
+    model = settings.llm_model if settings.effective_extractor == "llm" else "rules"
+    data = options.file.resolve()
+    stamp = f"{data.name}-{data.stat().st_size if data.exists() else 0}"
+    name = (
+        f"extracted-{stamp}-{options.split}-{options.store}-{settings.effective_extractor}-{model}-"
+        f"{options.embedding_provider}-{'-'.join(options.retrievers)}-k{max(options.ks)}"
+    ).replace("/", "_")
+    return options.embedding_cache / f"{name}.json"
+
+
+def _load_checkpoint(
+    path: Path, options: EvalOptions
+) -> tuple[dict[str, dict[str, list[QuestionResult]]], dict[str, list[dict[str, int]]]]:
+    """Finished conversations of an interrupted run (nothing when the file is missing or unreadable)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    results = {
+        sid: {
+            retriever: [
+                QuestionResult(
+                    category=item["category"],
+                    evidence=tuple(item["evidence"]),
+                    ranked=(),
+                    answer=item["answer"],
+                    texts=tuple(item["texts"]),
+                )
+                for item in items
+            ]
+            for retriever, items in per_retriever.items()
+        }
+        for sid, per_retriever in saved.get("results", {}).items()
+        if set(per_retriever) >= set(options.retrievers)
+    }
+    usage = {sid: saved.get("usage", {}).get(sid, []) for sid in results}
+    return results, usage
+
+
+def _save_checkpoint(
+    path: Path,
+    results: Mapping[str, Mapping[str, Sequence[QuestionResult]]],
+    usage: Mapping[str, Sequence[Mapping[str, int]]],
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "results": {
+            sid: {
+                retriever: [
+                    {
+                        "category": r.category,
+                        "evidence": list(r.evidence),
+                        "answer": r.answer,
+                        "texts": list(r.texts or ()),
+                    }
+                    for r in items
+                ]
+                for retriever, items in per_retriever.items()
+            }
+            for sid, per_retriever in results.items()
+        },
+        "usage": {sid: list(items) for sid, items in usage.items()},
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(document))
+    partial.replace(path)
+
+
+def _has_questions(per_retriever: Mapping[str, Mapping[str, Any]]) -> bool:
+    return any(summary["questions"] for summary in per_retriever.values())
+
+
+def _cache_file(options: EvalOptions, model: str, dim: int) -> Path | None:
+    """Where this provider's and model's vectors are kept (None: no cache, or hashing, which is cheap)."""
+    if options.embedding_cache is None or options.embedding_provider == "hashing":
+        return None
+    name = f"{options.embedding_provider}-{model}-{dim}".replace("/", "_")
+    return options.embedding_cache / f"{name}.pickle"
+
+
+async def _open_store(options: EvalOptions, embedder: CachingEmbedder, stack: AsyncExitStack) -> Any:
+    """A fresh store of the chosen kind; closed (and a temporary database removed) by `stack`."""
+    if options.store == "sqlite":
+        from store.sqlite import SqliteMemoryStore
+
+        directory = options.data_dir
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-eval-")))
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"pmem_eval_{uuid.uuid4().hex[:8]}.db"
+        sqlite_store = SqliteMemoryStore(f"sqlite:///{path}", embedder, fusion=options.fusion)
+        stack.push_async_callback(sqlite_store.close)
+        await sqlite_store.check_schema()
+        return sqlite_store
+    from store.postgres import PostgresMemoryStore
+
+    database_url = options.database_url
+    if database_url is None:
+        database_url = stack.enter_context(embedded_database(options.data_dir))
+    await migrate_async(database_url, embedder.dim)
+    store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
+    stack.push_async_callback(store.close)
+    return store
 
 
 @contextmanager
@@ -370,18 +702,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="recall@k on LoCoMo (locomo10.json), scored on evidence dia_ids",
         description=(
             "Load each LoCoMo conversation's units as active memories of a fresh user through the real "
-            "Postgres store, run every QA question through the real recall and report recall@k (the fraction "
-            "of a question's evidence dia_ids found in the top k), overall and per category. Without "
+            "store, run every QA question through the real recall and report recall@k (the fraction "
+            "of a question's evidence dia_ids found in the top k) and answer recall@k (the gold answer's "
+            "tokens all found in the top k texts), overall and per category. --unit extracted runs every "
+            "session through the worker's extraction pipeline instead (the configured extractor) and "
+            "reports answer recall; it resumes from a checkpoint in --embedding-cache. Without "
             "--database-url or PMEM_DATABASE_URL an embedded Postgres is started in --data-dir."
         ),
     )
     locomo.add_argument("file", type=Path, help="the LoCoMo JSON, e.g. ../shared/data/locomo/locomo10.json")
     locomo.add_argument(
         "--unit",
-        choices=UNIT_KINDS,
+        choices=EVAL_UNITS,
         default="observation",
-        help="what becomes a memory: observation (facts with their dia_ids) or dialog (one per turn); "
-        "default observation",
+        help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn) or "
+        "extracted (what the extraction pipeline makes of each session); default observation",
     )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
@@ -389,6 +724,28 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="hybrid|vector|keyword",
         help="repeatable or a comma list (default: all three)",
+    )
+    locomo.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="all",
+        help="held-out protocol: dev = the first half of the conversations in file order (tune on it), "
+        "test = the rest (report on it), all = every one, with dev and test reported beside (default all)",
+    )
+    locomo.add_argument(
+        "--store",
+        choices=STORES,
+        default="postgres",
+        help="postgres (embedded or --database-url) or sqlite (a fresh file in --data-dir); default postgres",
+    )
+    locomo.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=DEFAULT_EMBEDDING_CACHE,
+        help=f"directory where computed vectors are kept between runs (default {DEFAULT_EMBEDDING_CACHE})",
+    )
+    locomo.add_argument(
+        "--no-embedding-cache", action="store_true", help="embed everything afresh and keep nothing"
     )
     locomo.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     locomo.add_argument(
@@ -436,6 +793,9 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         concurrency=args.concurrency,
         max_conversations=args.max_conversations,
         keep=args.keep,
+        split=args.split,
+        store=args.store,
+        embedding_cache=None if args.no_embedding_cache else args.embedding_cache,
     )
 
 

@@ -9,6 +9,7 @@ ship it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +20,8 @@ from typing import Any, Literal
 
 UnitKind = Literal["observation", "dialog"]
 UNIT_KINDS: tuple[UnitKind, ...] = ("observation", "dialog")
+Split = Literal["dev", "test", "all"]
+SPLITS: tuple[Split, ...] = ("dev", "test", "all")
 
 # The data set's `category` ids (the paper's table order differs; these are the ids in the JSON).
 CATEGORY_NAMES: dict[int, str] = {
@@ -288,6 +291,22 @@ def load_locomo(path: str | Path) -> list[Conversation]:
     return parse_locomo(data)
 
 
+# -- held-out split ---------------------------------------------------------------------------------
+
+
+def split_of(index: int, count: int) -> Split:
+    """`dev` for the first half of `count` conversations in file order (the larger half when odd),
+    `test` for the rest: constants are chosen on `dev`, reported on `test`."""
+    return "dev" if index < (count + 1) // 2 else "test"
+
+
+def select_split(conversations: Sequence[Conversation], split: Split) -> list[Conversation]:
+    """The conversations of one split (`all`: every one), in file order."""
+    if split == "all":
+        return list(conversations)
+    return [c for i, c in enumerate(conversations) if split_of(i, len(conversations)) == split]
+
+
 # -- scoring ----------------------------------------------------------------------------------------
 
 
@@ -301,11 +320,55 @@ def evidence_recall(evidence: Sequence[str], retrieved: Iterable[Iterable[str]])
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QuestionResult:
-    """What the retriever returned for one question: the ranked units' dia_ids, best first."""
+    """What the retriever returned for one question: the ranked units' dia_ids and texts, best first."""
 
     category: int
     evidence: tuple[str, ...]
     ranked: tuple[tuple[str, ...], ...]
+    answer: str | None = None
+    texts: tuple[str, ...] | None = None  # None: not recorded (no answer recall)
+
+
+_ANSWER_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_ARTICLES = frozenset({"a", "an", "the"})
+
+
+def answer_tokens(text: str) -> list[str]:
+    """Normalised tokens for answer matching: lower case, runs of letters and digits (punctuation and
+    `_` separate), the articles a/an/the dropped."""
+    return [t for t in _ANSWER_TOKEN.findall(text.lower()) if t not in _ARTICLES]
+
+
+def answer_found(answer: str, texts: Iterable[str]) -> bool:
+    """True when every normalised token of `answer` occurs among the normalised tokens of `texts`
+    taken together (an answer with no token is never found)."""
+    wanted = _token_set(answer)
+    if not wanted:
+        return False
+    pool: set[str] = set()
+    for text in texts:
+        pool.update(_token_set(text))
+        if wanted <= pool:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=65_536)
+def _token_set(text: str) -> frozenset[str]:
+    # the same texts are scored at every k, category and split: tokenise each once
+    return frozenset(answer_tokens(text))
+
+
+def answerable(result: QuestionResult) -> bool:
+    """Questions scored by answer recall: a gold answer with at least one token, not adversarial
+    (category 5: the right answer is that the conversation does not say)."""
+    return result.category != 5 and result.answer is not None and bool(answer_tokens(result.answer))
+
+
+def answer_recall_at_k(result: QuestionResult, k: int) -> float:
+    """1.0 when the gold answer is found in the top-k texts (`answer_found`), else 0.0."""
+    texts = result.texts or ()
+    return 1.0 if result.answer is not None and answer_found(result.answer, texts[:k]) else 0.0
 
 
 def recall_at_k(result: QuestionResult, k: int) -> float:
@@ -326,21 +389,30 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 def summarise(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str, Any]:
     """Mean recall@k over all questions and per category:
-    `{"questions": N, "recall@5": …, "by_category": {"multi-hop": {"questions": n, "recall@5": …}}}`.
+    `{"questions": N, "recall@5": …, "by_category": {"multi-hop": {"questions": n, "recall@5": …}}}`;
+    where the results carry texts, also `answer_recall@k` over the `answer_questions` that are
+    `answerable`.
     Categories appear in id order; a question set without a category leaves it out."""
-    summary: dict[str, Any] = {"questions": len(results)}
-    for k in ks:
-        summary[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in results])
+    summary = _scores(results, ks)
     by_category: dict[str, Any] = {}
     for category in sorted({r.category for r in results}):
         members = [r for r in results if r.category == category]
         name = CATEGORY_NAMES.get(category, f"category-{category}")
-        entry: dict[str, Any] = {"questions": len(members)}
-        for k in ks:
-            entry[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in members])
-        by_category[name] = entry
+        by_category[name] = _scores(members, ks)
     summary["by_category"] = by_category
     return summary
+
+
+def _scores(results: Sequence[QuestionResult], ks: Sequence[int]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"questions": len(results)}
+    for k in ks:
+        entry[f"recall@{k}"] = _mean([recall_at_k(r, k) for r in results])
+    scored = [r for r in results if answerable(r) and r.texts is not None]
+    if scored:
+        entry["answer_questions"] = len(scored)
+        for k in ks:
+            entry[f"answer_recall@{k}"] = _mean([answer_recall_at_k(r, k) for r in scored])
+    return entry
 
 
 def _mean(values: Sequence[float]) -> float:

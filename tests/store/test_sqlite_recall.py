@@ -1,0 +1,122 @@
+"""The SQLite store's recall machinery: the FTS5 mirror kept in step by triggers (owner tokens,
+status, edits, deletes), the in-memory owner index and when it is refreshed, and the numpy scoring."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extraction.embeddings import HashingEmbedder
+from store.recall import top_cosines, unit_rows
+from store.sqlite import SqliteMemoryStore, owner_match, owner_token
+from store.types import NewMemory, OwnerRef
+
+
+def _new(owner: uuid.UUID, key: str, value: str, **kw: object) -> NewMemory:
+    return NewMemory(scope="user", owner_id=owner, user_id=None, key=key, value=value, status="active", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> SqliteMemoryStore:
+    store = SqliteMemoryStore(f"sqlite:///{tmp_path}/recall.db", HashingEmbedder(dim=64))
+    yield store  # type: ignore[misc]
+    await store.close()
+
+
+async def test_fts_rows_carry_the_owner_token_the_query_asks_for(
+    sqlite_store: SqliteMemoryStore, tmp_path: Path
+) -> None:
+    user, persona = uuid.uuid4(), uuid.uuid4()
+    owners = [
+        OwnerRef(scope="user", owner_id=user),
+        OwnerRef(scope="persona", owner_id=persona),
+        OwnerRef(scope="persona_user", owner_id=persona, user_id=user),
+    ]
+    for owner in owners:
+        await sqlite_store.upsert(
+            NewMemory(
+                scope=owner.scope,
+                owner_id=owner.owner_id,
+                user_id=owner.user_id,
+                key=f"{owner.scope} fact",
+                value="likes kayaking",
+                status="active",
+            )
+        )
+    with sqlite3.connect(tmp_path / "recall.db") as conn:
+        tokens = {row[0] for row in conn.execute("SELECT owner FROM memories_fts")}
+        assert tokens == {owner_token(owner) for owner in owners}
+        for owner in owners:
+            found = conn.execute(
+                "SELECT key FROM memories_fts WHERE memories_fts MATCH ?",
+                (owner_match([owner], None, '"kayak"'),),
+            ).fetchall()
+            assert found == [(f"{owner.scope} fact",)]
+
+
+async def test_keyword_recall_stems_and_follows_edits_archives_and_deletes(
+    sqlite_store: SqliteMemoryStore,
+) -> None:
+    user = uuid.uuid4()
+    filler = [("tea", "drinks green tea"), ("chess", "plays chess on sundays"), ("jazz", "listens to jazz")]
+    for key, value in filler:
+        await sqlite_store.upsert(_new(user, key, value))
+    written = await sqlite_store.upsert(_new(user, "diet", "prefers vegetarian food"))
+    memory_id = written.memory_id
+    hits = await sqlite_store.recall(user, None, "food preferences", 5, retriever="keyword")
+    assert [h.memory.id for h in hits] == [memory_id]  # "preferences" and "prefers" share a stem
+
+    await sqlite_store.edit(memory_id, "eats fish now", actor="test")
+    assert await sqlite_store.recall(user, None, "vegetarian", 5, retriever="keyword") == []
+    assert [h.memory.id for h in await sqlite_store.recall(user, None, "fish", 5, retriever="keyword")] == [
+        memory_id
+    ]
+    await sqlite_store.archive(memory_id, actor="test")
+    assert await sqlite_store.recall(user, None, "fish", 5, retriever="keyword") == []
+    await sqlite_store.delete(memory_id, actor="test")
+    hits = await sqlite_store.recall(user, None, "fish", 5)
+    assert memory_id not in {h.memory.id for h in hits}
+    async with sqlite_store.engine.connect() as conn:
+        left = (await conn.exec_driver_sql("SELECT count(*) FROM memories_fts")).scalar_one()
+    assert left == len(filler)
+
+
+async def test_another_connections_write_refreshes_the_owner_index(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/shared.db"
+    reader = SqliteMemoryStore(url, HashingEmbedder(dim=64))
+    writer = SqliteMemoryStore(url, HashingEmbedder(dim=64))
+    user = uuid.uuid4()
+    try:
+        await writer.upsert(_new(user, "pet", "has a beagle"))
+        assert len(await reader.recall(user, None, "beagle", 5, retriever="vector")) == 1
+        await writer.upsert(_new(user, "car", "drives a beagle-yellow van"))
+        assert len(await reader.recall(user, None, "beagle", 5, retriever="vector")) == 2
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+def test_top_cosines_ranks_usable_rows_by_similarity() -> None:
+    matrix = unit_rows(np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    usable = np.array([True, True, False, True])
+    assert [i for i, _ in top_cosines(matrix, usable, [0.0, 2.0], 10)] == [3, 1, 0]
+    assert [i for i, _ in top_cosines(matrix, usable, [1.0, 0.0], 2)] == [0, 1]
+    assert top_cosines(matrix, usable, [0.0, 0.0], 3) == []
+    cosine = top_cosines(matrix, usable, [1.0, 1.0], 1)[0][1]
+    assert cosine == pytest.approx((0.6 + 0.8) / 2**0.5)
+
+
+async def test_keyword_and_vector_recall_keep_the_team_boundary(sqlite_store: SqliteMemoryStore) -> None:
+    user, team, other_team = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await sqlite_store.upsert(_new(user, "pet", "has a beagle"))
+    await sqlite_store.upsert(_new(user, "work pet", "the office beagle", team_id=team))
+    await sqlite_store.upsert(_new(user, "other pet", "a beagle at the other office", team_id=other_team))
+    for retriever in ("keyword", "vector", "hybrid"):
+        no_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever)  # type: ignore[arg-type]
+        in_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever, team_id=team)  # type: ignore[arg-type]
+        assert {h.memory.key for h in no_team} == {"pet"}
+        assert {h.memory.key for h in in_team} == {"pet", "work pet"}
