@@ -81,6 +81,7 @@ from worker.pipeline import (
     process_event,
 )
 from worker.settings import Settings
+from worker.tracing import configure_tracing, event_span, span, traced
 
 log = logging.getLogger("pmem.worker")
 
@@ -466,7 +467,8 @@ class Worker:
         started = time.perf_counter()
         self.metrics.in_flight.inc()
         try:
-            await self._handle(raw)
+            with event_span(raw.headers, **{"messaging.destination.name": raw.subject}):
+                await self._handle(raw)
         except Exception:
             # Nothing acked: JetStream redelivers after ack_wait. Should not happen; logged loudly.
             log.exception("unhandled error while handling a message; it will be redelivered")
@@ -477,7 +479,8 @@ class Worker:
     async def _handle(self, raw: Msg) -> None:
         s = self.settings
         delivered = raw.metadata.num_delivered or 1
-        parsed = parse_event(raw.data, self.limits)
+        with span("pmem.parse"):
+            parsed = parse_event(raw.data, self.limits)
         if isinstance(parsed, InvalidEvent):
             with event_context(parsed.event_id):
                 await self._dead_letter(
@@ -618,6 +621,7 @@ class Worker:
     def _js(self) -> JetStreamContext:
         return self.broker.connection.jetstream()
 
+    @traced("pmem.publish")
     async def _publish_extracted(self, event: ConversationEnded, written: Sequence[Written]) -> None:
         """Announce the event's memories; the Nats-Msg-Id makes a republish (duplicate delivery)
         a no-op within the output stream's duplicate window."""
@@ -646,6 +650,7 @@ class Worker:
                 "could not publish %s after commit: %s: %s", s.extracted_subject, type(exc).__name__, exc
             )
 
+    @traced("pmem.publish")
     async def _dead_letter(self, raw: Msg, *, label: str, reason: str, event_id: str | None) -> None:
         """Publish the original body and the reason to the DLQ subject, wait until JetStream stored
         it, then terminate the message. If the publish fails the message is nacked, never dropped."""
@@ -775,6 +780,7 @@ async def build_worker(
     `retry` overrides the extractor's in-process LLM retry schedule (tests use tiny waits)."""
     from extraction.factory import build_embedder, build_extractor
 
+    configure_tracing()  # OTLP export when the OTEL_* variables ask for it (extra `otel`)
     metrics = metrics or Metrics()
     counter = metrics.llm_retries
     embedder = build_embedder(settings)
