@@ -241,9 +241,13 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
         wait_until(
             scraped_everything, within=90, what="Prometheus to see 3 processed, 1 retried, 1 dead-lettered"
         )
-        up = query(prometheus, "up")
-        assert sorted(series["metric"]["job"] for series in up) == sorted(SCRAPE_TARGETS)
-        assert all(series["value"][1] == "1" for series in up)
+
+        def every_target_up() -> list[str]:
+            return sorted(series["metric"]["job"] for series in query(prometheus, "up == 1"))
+
+        wait_until(
+            lambda: every_target_up() == sorted(SCRAPE_TARGETS), within=60, what="every target scraped and up"
+        )
 
         def empty_panels() -> list[str]:
             return [f"{title}: {expr}" for title, expr in queries if not query(prometheus, expr)]

@@ -281,7 +281,9 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     print(
         f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
     )
-    hits = await store.recall(alice, chef, QUESTION, limit=5)
+    # the samples' conversations happened in one team: their memories are recalled in its context
+    team = next((uuid.UUID(k) for k, v in names.items() if v.endswith("(team)")), None)
+    hits = await store.recall(alice, chef, QUESTION, limit=5, team_id=team)
     print(f'recall for alice with the chef persona: "{QUESTION}"')
     for hit in hits:
         memory = hit.memory

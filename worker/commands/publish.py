@@ -101,7 +101,11 @@ async def publish_file(
     )
     try:
         await ensure_stream(
-            connection.jsm(), settings.stream, [settings.subject], create=settings.create_stream
+            connection.jsm(),
+            settings.stream,
+            [settings.subject],
+            create=settings.create_stream,
+            max_age_s=settings.stream_max_age,  # the worker's retention, so the two never disagree
         )
         js = connection.jetstream()
 
