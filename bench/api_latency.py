@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -161,7 +162,16 @@ def wrk_recall(
     script = workdir / "recall.lua"
     script.write_text(WRK_SCRIPT % (",".join(json.dumps(b) for b in bodies), key))
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(script), base],
+        [
+            "wrk",
+            f"-t{min(2, clients)}",
+            f"-c{clients}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            base,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -232,23 +242,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_average_at_start": os.getloadavg(),
     }
     with tempfile.TemporaryDirectory(prefix="pmem-api-bench-") as temp:
-        server = EmbeddedPostgres(data_dir=Path(temp) / "pg").start()
+        data_dir = args.data_dir or Path(temp)
+        server = EmbeddedPostgres(data_dir=data_dir / "pg").start()
         proc: subprocess.Popen[bytes] | None = None
         try:
-            url = server.create_database("bench")
-            key, timings = prepare(
-                url, population, memories=args.memories, pending=args.pending, seed=args.seed
-            )
-            report["load"] = timings
+            if args.skip_load:
+                url = server.url_for("bench")
+                key = (data_dir / "key").read_text()
+            else:
+                url = server.create_database("bench")
+                key, timings = prepare(
+                    url, population, memories=args.memories, pending=args.pending, seed=args.seed
+                )
+                (data_dir / "key").write_text(key)
+                report["load"] = timings
             port = free_port()
             proc = serve(url, port)
             base = f"http://127.0.0.1:{port}"
-            report["recall"] = asyncio.run(
+            report["recall_python_client"] = asyncio.run(
                 recall_load(
                     base, key, population, clients=args.clients, requests=args.requests, seed=args.seed
                 )
             )
-            print(f"POST /v1/recall: {report['recall']}", file=sys.stderr)
+            print(f"POST /v1/recall (python client): {report['recall_python_client']}", file=sys.stderr)
+            if shutil.which("wrk"):
+                for clients in (1, args.clients):
+                    row = wrk_recall(
+                        base,
+                        key,
+                        population,
+                        clients=clients,
+                        seconds=args.seconds,
+                        seed=args.seed,
+                        workdir=Path(temp),
+                    )
+                    report[f"recall_wrk_c{clients}"] = row
+                    print(f"POST /v1/recall (wrk, {clients} connections): {row}", file=sys.stderr)
             report["review_page"] = asyncio.run(review_pages(base, pages=args.pages))
             print(f"GET /v1/review: {report['review_page']}", file=sys.stderr)
         finally:

@@ -105,7 +105,7 @@ async def publish_file(
             settings.stream,
             [settings.subject],
             create=settings.create_stream,
-            max_age_s=settings.stream_max_age,  # the worker's retention, so the two never disagree
+            max_age_s=settings.stream_max_age,  # the worker's: no false "retention differs" warning
         )
         js = connection.jetstream()
 
