@@ -351,6 +351,8 @@ class PostgresMemoryStore(CoreStore):
                 f"the database schema is at revision {revision} but this version of persona-memory "
                 f"needs {head}: run `pmem migrate`"
             )
+        # another embedding model than the one the stored vectors were made with: refuse
+        await self.check_embedding_identity()
 
     def _now(self) -> Any:
         # the server's clock, so timestamps agree across worker hosts

@@ -151,7 +151,11 @@ async def start_bounded(
             from store.migrate import migrate_async
 
             phase = f"migrating the database {safe_url(settings.database_url)}"
-            report = await migrate_async(settings.database_url, settings.embedding_dim)
+            from extraction.embeddings import embedding_identity
+
+            report = await migrate_async(
+                settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings)
+            )
             log.info("schema ready: %s", report)
             phase = f"opening the database {safe_url(settings.database_url)}"
         worker = await (build or build_worker)(settings)

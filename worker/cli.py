@@ -20,6 +20,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("keys", "keys", "create, list or revoke API keys for services"),
     ("token", "token", "mint a JWT with PMEM_AUTH_JWT_SECRET (development, demo)"),
     ("retention", "retention", "reject old pending memories, erase old archived ones"),
+    ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
 )
 
 

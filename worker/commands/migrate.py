@@ -8,6 +8,7 @@ import sys
 
 from sqlalchemy.exc import OperationalError
 
+from extraction.embeddings import embedding_identity
 from store.migrate import SchemaError, migrate
 from store.urls import DatabaseUrlError
 from worker.settings import load_settings
@@ -36,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
         overrides["embedding_dim"] = args.embedding_dim
     settings = load_settings(**overrides)
     try:
-        report = migrate(settings.database_url, settings.embedding_dim)
+        report = migrate(
+            settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings)
+        )
     except (SchemaError, DatabaseUrlError) as exc:
         print(f"pmem migrate: {exc}", file=sys.stderr)
         return 2
