@@ -49,9 +49,13 @@ class NearDuplicates(StoreBase):
     async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
         if self._schema.dialect != "postgresql":
             return  # SQLite: BEGIN IMMEDIATE already serialises every writer
-        for name in sorted({owner_lock_key(m) for m in memories}):  # one order: no deadlock
-            lock = text("SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))")
-            await conn.execute(lock, {"name": name})
+        # one statement, the locks taken in one (sorted) order: no deadlock between two events
+        names = sorted({owner_lock_key(m) for m in memories})
+        lock = text(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+            "FROM unnest(CAST(:names AS text[])) AS t(n)"  # array (sorted) order
+        )
+        await conn.execute(lock, {"names": names})
 
     async def _neighbours_in(
         self,
