@@ -6,8 +6,9 @@
   no vector index: it reads the owner's embeddings and ranks them with numpy in a worker thread.
 - `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
   of one owner check and write one after the other (SQLite serialises writers already).
-- `prompt_memories`: the few stored memories most relevant to a conversation (full-text match
-  on its words, from a bounded sample), for the extraction prompt's existing keys.
+- `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
+  its words within each owner's most recent memories: a bounded index scan), for the extraction
+  prompt's existing keys.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, literal_column, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import StoreBase
@@ -30,8 +31,9 @@ _COLUMNS = (
     "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
     "m.status, m.created_at, m.updated_at, m.team_id"
 )
-# FTS matches a prompt's relevance ranking looks at, at most (bounded work for a huge owner)
-PROMPT_SAMPLE = 2000
+# Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
+# huge owner: an index scan of this many rows, whatever the owner's size)
+PROMPT_WINDOW = 500
 
 
 def owner_lock_key(memory: NewMemory) -> str:
@@ -163,8 +165,9 @@ class NearDuplicates(StoreBase):
         limit: int,
     ) -> builtins.list[Memory]:
         """At most `limit` active or pending memories of these owners in the team context that
-        are the most relevant to `words` (a conversation's informative words): full-text rank
-        over a bounded sample of matches on Postgres, most recent first on SQLite."""
+        are the most relevant to `words` (a conversation's informative words): on Postgres, the
+        full-text matches first (by rank) among each owner's `PROMPT_WINDOW` most recent memories,
+        then the most recent; on SQLite the most recent."""
         if not owners or limit <= 0:
             return []
         m = self._schema.memories
@@ -177,24 +180,31 @@ class NearDuplicates(StoreBase):
             stmt = select(*self._memory_columns).where(*where).order_by(m.c.updated_at.desc()).limit(limit)
             async with self._reading() as conn:
                 return [self._memory(row) for row in (await conn.execute(stmt)).all()]
-        if not words:
-            return []
-        tsquery = func.websearch_to_tsquery(
-            literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), " or ".join(words)
-        )
-        matches = (
-            select(*self._memory_columns, m.c.search_tsv.label("tsv"))
-            .where(*where, m.c.search_tsv.op("@@")(tsquery))
-            .limit(PROMPT_SAMPLE)
-            .subquery()
-        )
-        stmt = (
-            select(*[matches.c[c.name] for c in self._memory_columns])
-            .order_by(func.ts_rank(matches.c.tsv, tsquery).desc(), matches.c.updated_at.desc())
-            .limit(limit)
+        nil = NIL_UUID_SQL
+        parts: list[str] = []
+        params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
+        for i, owner in enumerate(owners):
+            team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = :team)"
+            # the owner's most recent memories, read in index order (ix_memories_owner_recent)
+            parts.append(
+                f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = :s{i} "
+                f"AND m.owner_id = :o{i} AND coalesce(m.user_id, {nil}) = :u{i} AND {team} "
+                "AND m.status IN ('active', 'pending_review') "
+                "ORDER BY m.updated_at DESC LIMIT :window)"
+            )
+            params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
+        params["team"] = team_id
+        sql = (
+            "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
+            f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS query) "
+            "SELECT r.id, r.scope, r.owner_id, r.user_id, r.key, r.value, r.source_channel_id, "
+            "r.confidence, r.status, r.created_at, r.updated_at, r.team_id FROM recent r, q "
+            "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
+            "r.updated_at DESC LIMIT :limit"
         )
         async with self._reading() as conn:
-            return [self._memory(row) for row in (await conn.execute(stmt)).all()]
+            rows = (await conn.execute(text(sql), params)).all()
+        return [self._memory(row) for row in rows]
 
 
 def _cosines(matrix: Sequence[Any], vector: Sequence[float]) -> builtins.list[float]:

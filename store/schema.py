@@ -219,6 +219,14 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         sqlite_where=text("team_id IS NOT NULL"),
     )
     Index("ix_memories_source_channel_id", table.c.source_channel_id)
+    # an owner's most recently updated memories without sorting all of them (the prompt's keys)
+    Index(
+        "ix_memories_owner_recent",
+        table.c.scope,
+        table.c.owner_id,
+        func.coalesce(table.c.user_id, literal_column(nil)),
+        table.c.updated_at.desc(),
+    )
     if dialect == "postgresql":
         Index("ix_memories_search_tsv", table.c.search_tsv, postgresql_using="gin")
         hnsw = hnsw_expression(dim)

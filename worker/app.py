@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -110,10 +111,20 @@ class StartupError(RuntimeError):
 
 @contextlib.contextmanager
 def signals_set(event: asyncio.Event) -> Iterator[None]:
-    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included)."""
+    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included). A
+    second signal during the graceful shutdown ends the process at once (nothing unacked is lost:
+    JetStream redelivers it)."""
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if event.is_set():
+            log.warning("second signal: exiting without waiting for in-flight events")
+            logging.shutdown()
+            os._exit(1)
+        event.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, event.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         yield
     finally:

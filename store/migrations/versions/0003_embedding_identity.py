@@ -1,4 +1,5 @@
-"""Embedding identity: which provider, model and dimension made the stored vectors.
+"""Embedding identity: which provider, model and dimension made the stored vectors; an index of
+each owner's most recent memories.
 
 Revision ID: 0003
 Revises: 0002
@@ -20,7 +21,15 @@ branch_labels: str | None = None
 depends_on: str | None = None
 
 
+NIL = "'00000000-0000-0000-0000-000000000000'::uuid"
+
+
 def upgrade() -> None:
+    # an owner's most recently updated memories, read without sorting all of them
+    op.execute(
+        "CREATE INDEX ix_memories_owner_recent ON memories "
+        f"(scope, owner_id, coalesce(user_id, {NIL}), updated_at DESC)"
+    )
     op.execute(
         "CREATE TABLE pmem_embedding ("
         " id integer PRIMARY KEY,"
@@ -37,3 +46,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS pmem_embedding")
+    op.execute("DROP INDEX IF EXISTS ix_memories_owner_recent")
