@@ -470,7 +470,7 @@ async def run_one(
     started = False
     peak_rss = 0
     first = last = None
-    deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 4
+    deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 12
     try:
         while True:
             peak_rss = max(peak_rss, *(p.memory_info().rss for p in ps))

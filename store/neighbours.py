@@ -34,6 +34,8 @@ _COLUMNS = (
 # Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
 # huge owner: an index scan of this many rows, whatever the owner's size)
 PROMPT_WINDOW = 500
+# Owners with at most this many memories are ranked exactly instead of through HNSW
+EXACT_OWNER_ROWS = 3000
 
 
 def owner_lock_key(memory: NewMemory) -> str:
@@ -76,7 +78,8 @@ class NearDuplicates(StoreBase):
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
         parts: list[str] = []
-        params: dict[str, Any] = {"k": k}
+        ctes: list[str] = []
+        params: dict[str, Any] = {"k": k, "small": EXACT_OWNER_ROWS, "small1": EXACT_OWNER_ROWS + 1}
         for i, (memory, vector) in enumerate(zip(memories, embeddings, strict=True)):
             query_vector = f"CAST(:v{i} AS vector({dim}))"
             distance = (
@@ -90,12 +93,28 @@ class NearDuplicates(StoreBase):
             if memory.team_id is not None:
                 team = f"(m.team_id IS NULL OR m.team_id = :t{i})"
             where = f"{owner} AND {team} AND m.status IN ('active', 'pending_review')"
+            nil = NIL_UUID_SQL
+            # A small owner is ranked exactly (its rows through the owner index: a few ms); the
+            # HNSW index with such a selective filter would walk far more of the graph than the
+            # owner has rows. A large owner goes through HNSW (iterative scan). Which one is an
+            # InitPlan one-time filter: the other branch does not run. One statement either way.
+            ctes.append(
+                f"size{i} AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM memories c "
+                f"WHERE c.scope = :s{i} AND c.owner_id = :o{i} AND coalesce(c.user_id, {nil}) = :un{i} "
+                "LIMIT :small1) x)"
+            )
+            size = f"(SELECT n FROM size{i})"
             parts.append(
                 f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
-                f"WHERE {where} AND m.embedding IS NOT NULL ORDER BY {distance} LIMIT :k)"
+                f"WHERE {where} AND m.embedding IS NOT NULL AND {size} <= :small "
+                f"ORDER BY ({distance}) + 0 LIMIT :k)"
+            )
+            parts.append(
+                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                f"WHERE {where} AND m.embedding IS NOT NULL AND {size} > :small "
+                f"ORDER BY {distance} LIMIT :k)"
             )
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
-            nil = NIL_UUID_SQL
             parts.append(
                 f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
                 f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
@@ -115,7 +134,8 @@ class NearDuplicates(StoreBase):
                     f"k{i}": memory.key,
                 }
             )
-        rows = (await conn.execute(text(" UNION ALL ".join(parts)), params)).all()
+        sql = "WITH " + ", ".join(ctes) + " " + " UNION ALL ".join(parts)
+        rows = (await conn.execute(text(sql), params)).all()
         found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in memories]
         for row in rows:
             data = row._mapping

@@ -830,6 +830,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         pool_pre_ping=False,
         connect_timeout_s=settings.db_connect_timeout_s,
         statement_timeout_s=settings.db_statement_timeout_s,
+        parallel_query=False,
     )
     try:
         await store.check_schema()
