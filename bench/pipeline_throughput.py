@@ -416,7 +416,8 @@ async def run_one(
                 per_user=ROWS["user"],
             )
             print(
-                f"populated: {ROWS['persona']:,} persona memories, {len(users)} users x {ROWS['user']:,} in {took:.0f}s",
+                f"populated: {ROWS['persona']:,} persona memories, {len(users)} users "
+                f"x {ROWS['user']:,} in {took:.0f}s",
                 flush=True,
             )
         else:  # persona learning on in both runs
