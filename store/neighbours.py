@@ -33,7 +33,7 @@ _COLUMNS = (
 )
 # Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
 # huge owner: an index scan of this many rows, whatever the owner's size)
-PROMPT_WINDOW = 500
+PROMPT_WINDOW = 200
 # Owners with at most this many memories are ranked exactly instead of through HNSW
 EXACT_OWNER_ROWS = 3000
 
@@ -96,8 +96,10 @@ class NearDuplicates(StoreBase):
             nil = NIL_UUID_SQL
             # A small owner is ranked exactly (its rows through the owner index: a few ms); the
             # HNSW index with such a selective filter would walk far more of the graph than the
-            # owner has rows. A large owner goes through HNSW (iterative scan). Which one is an
-            # InitPlan one-time filter: the other branch does not run. One statement either way.
+            # owner has rows (measured: ~75 ms for a 2,000-memory user among 140,000). A large
+            # owner goes through HNSW (iterative scan). Which one runs is an InitPlan one-time
+            # filter on the owner's size: the other branch does not run. One statement either way.
+            # (Reading the owner's rows once into a CTE for both was slower: it copies vectors.)
             ctes.append(
                 f"size{i} AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM memories c "
                 f"WHERE c.scope = :s{i} AND c.owner_id = :o{i} AND coalesce(c.user_id, {nil}) = :un{i} "

@@ -25,7 +25,11 @@ Delivery semantics (read this first):
   publish keeps failing (bounded retries, PMEM_DLQ_PUBLISH_ATTEMPTS) cannot cycle forever.
 - A DLQ record always fits the server's max_payload: an over-large body is truncated, with its
   original size and stream sequence recorded.
-- SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
+- Deadlines: one delivery of an event is bounded by PMEM_EVENT_TIMEOUT_S (every LLM chunk and
+  retry, embeddings, database waits); its in-progress acks end with it, and it is retried later or
+  dead-lettered (`deadline_exhausted`). Start-up is bounded by PMEM_STARTUP_TIMEOUT_S.
+- SIGTERM/SIGINT: in any phase, start-up included. Running: stop fetching, let in-flight events
+  finish (PMEM_SHUTDOWN_TIMEOUT_S), close; a second signal exits at once.
 
 FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
 nacks, in-progress and publishes use the raw nats-py message and JetStream context underneath.
