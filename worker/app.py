@@ -25,7 +25,11 @@ Delivery semantics (read this first):
   publish keeps failing (bounded retries, PMEM_DLQ_PUBLISH_ATTEMPTS) cannot cycle forever.
 - A DLQ record always fits the server's max_payload: an over-large body is truncated, with its
   original size and stream sequence recorded.
-- SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
+- Deadlines: one delivery of an event is bounded by PMEM_EVENT_TIMEOUT_S (every LLM chunk and
+  retry, embeddings, database waits); its in-progress acks end with it, and it is retried later or
+  dead-lettered (`deadline_exhausted`). Start-up is bounded by PMEM_STARTUP_TIMEOUT_S.
+- SIGTERM/SIGINT: in any phase, start-up included. Running: stop fetching, let in-flight events
+  finish (PMEM_SHUTDOWN_TIMEOUT_S), close; a second signal exits at once.
 
 FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
 nacks, in-progress and publishes use the raw nats-py message and JetStream context underneath.
@@ -37,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -111,10 +116,20 @@ class StartupError(RuntimeError):
 
 @contextlib.contextmanager
 def signals_set(event: asyncio.Event) -> Iterator[None]:
-    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included)."""
+    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included). A
+    second signal during the graceful shutdown ends the process at once (nothing unacked is lost:
+    JetStream redelivers it)."""
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if event.is_set():
+            log.warning("second signal: exiting without waiting for in-flight events")
+            logging.shutdown()
+            os._exit(1)
+        event.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, event.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         yield
     finally:
@@ -152,7 +167,11 @@ async def start_bounded(
             from store.migrate import migrate_async
 
             phase = f"migrating the database {safe_url(settings.database_url)}"
-            report = await migrate_async(settings.database_url, settings.embedding_dim)
+            from extraction.embeddings import embedding_identity
+
+            report = await migrate_async(
+                settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings)
+            )
             log.info("schema ready: %s", report)
             phase = f"opening the database {safe_url(settings.database_url)}"
         worker = await (build or build_worker)(settings)
@@ -821,6 +840,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         pool_pre_ping=False,
         connect_timeout_s=settings.db_connect_timeout_s,
         statement_timeout_s=settings.db_statement_timeout_s,
+        parallel_query=False,
     )
     try:
         await store.check_schema()
