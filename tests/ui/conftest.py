@@ -11,9 +11,12 @@ import pytest
 from tests.ui.browser import CHROMIUM_ARGS, HOW_TO_INSTALL, chromium_path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """One headless Chromium for the session; skips with how to install it when it is absent."""
+    """One headless Chromium per test module; skips with how to install it when it is absent.
+    Not per session: Playwright's sync API keeps an event loop running in the main thread while it
+    is open, and every async test after it would fail with "Runner.run() cannot be called from a
+    running event loop"."""
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
