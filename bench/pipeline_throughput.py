@@ -18,6 +18,13 @@ Measured:
     python bench/pipeline_throughput.py                       # 2,000 events at 1, 8, 32, 64
     python bench/pipeline_throughput.py --events 500 --concurrency 32
     python bench/pipeline_throughput.py --concurrency 32 --workers 2   # 2 processes x 16
+    python bench/pipeline_throughput.py --populated --events 1000 --concurrency 32 --workers 2
+
+`--populated` (issue 9): the same events twice, against an empty store and against a populated
+one: one persona (persona learning on) owning 100,000 memories and every user of the events owning
+2,000 (`--users`, default 20). Per-event latency p50/p99 (the workers' pmem_event_duration_seconds,
+interpolated in its buckets), peak RSS, prompt tokens per event (pmem_llm_tokens_total) and worker
+CPU per event are reported for both, with the populated/empty ratio.
 """
 
 from __future__ import annotations
@@ -94,12 +101,19 @@ class Result:
     worker_cpu_ms_per_event: float
     fake_llm_cpu_ms_per_event: float
     postgres_cpu_ms_per_event: float
+    populated: bool = False
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    prompt_tokens_per_event: float = 0.0
 
 
-def make_events(n: int, seed: int) -> list[dict[str, Any]]:
-    """n conversations over n/4 users (half with a persona), 2 facts each, deterministic."""
-    users = [uuid.UUID(int=seed * 1_000_000 + i) for i in range(max(1, n // 4))]
-    personas = [uuid.UUID(int=seed * 1_000_000 + 900_000 + i) for i in range(4)]
+def make_events(
+    n: int, seed: int, *, users_count: int | None = None, personas_count: int = 4
+) -> list[dict[str, Any]]:
+    """n conversations over n/4 users (or `users_count`) (half with a persona), 2 facts each,
+    deterministic."""
+    users = [uuid.UUID(int=seed * 1_000_000 + i) for i in range(users_count or max(1, n // 4))]
+    personas = [uuid.UUID(int=seed * 1_000_000 + 900_000 + i) for i in range(personas_count)]
     events = []
     for i in range(n):
         fact_a = FACTS[i % len(FACTS)]
@@ -153,6 +167,189 @@ async def publish(nats_url: str, names: dict[str, str], events: list[dict[str, A
         await nc.close()
 
 
+WORDS = [
+    "lisbon",
+    "porto",
+    "oslo",
+    "lima",
+    "kyoto",
+    "austin",
+    "nairobi",
+    "hanoi",
+    "nurse",
+    "teacher",
+    "pilot",
+    "engineer",
+    "chef",
+    "lawyer",
+    "vegetarian",
+    "peanuts",
+    "shellfish",
+    "tea",
+    "coffee",
+    "thai",
+    "italian",
+    "weekend",
+    "walk",
+    "book",
+    "recipe",
+    "refund",
+    "order",
+    "shipping",
+    "invoice",
+    "account",
+    "password",
+    "reset",
+    "billing",
+    "plan",
+    "upgrade",
+    "travel",
+    "hotel",
+    "flight",
+    "music",
+    "film",
+    "garden",
+    "dog",
+    "cat",
+    "running",
+    "cycling",
+    "yoga",
+    "piano",
+    "guitar",
+    "painting",
+    "chess",
+    "football",
+    "swimming",
+    "hiking",
+]
+
+
+# rows of the populated store (issue 9: a persona with 100,000, users with 2,000 each)
+ROWS = {"persona": 100_000, "user": 2000}
+LEARNING_ON = "INSERT INTO memory_settings (level, target_id, persona_learning) VALUES ('persona', %s, true)"
+
+
+async def populate(
+    database_url: str, *, persona: uuid.UUID, users: list[uuid.UUID], persona_rows: int, per_user: int
+) -> float:
+    """Seed the store: `persona_rows` persona memories and `per_user` per user, with random unit
+    vectors and text from a shared vocabulary (so full-text matches are plentiful); persona
+    learning on for the persona. Binary COPY with the HNSW index dropped and rebuilt after.
+    Returns the seconds it took."""
+    import numpy as np
+    from pgvector.psycopg import register_vector_async
+
+    started = time.monotonic()
+    rng = np.random.default_rng(7)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await register_vector_async(conn)
+        await conn.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
+        owners = [("persona", persona, persona_rows), *(("user", u, per_user) for u in users)]
+        columns = "id, scope, owner_id, key, value, confidence, status, embedding, created_at, updated_at"
+        types = [
+            "uuid",
+            "text",
+            "uuid",
+            "text",
+            "text",
+            "float4",
+            "text",
+            "vector",
+            "timestamptz",
+            "timestamptz",
+        ]
+        now = time.time()
+        from datetime import UTC, datetime
+
+        copy_sql = f"COPY memories ({columns}) FROM STDIN WITH (FORMAT BINARY)"
+        async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            copy.set_types(types)
+            for scope, owner, count in owners:
+                vectors = rng.standard_normal((count, 384)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                picks = rng.integers(0, len(WORDS), size=(count, 6))
+                for i in range(count):
+                    words = [WORDS[j] for j in picks[i]]
+                    at = datetime.fromtimestamp(now - i, UTC)
+                    await copy.write_row(
+                        (
+                            uuid.uuid4(),
+                            scope,
+                            owner,
+                            f"{words[0]} {words[1]} {i}",
+                            "Talked about " + " and ".join(words[2:]),
+                            0.8,
+                            "active",
+                            vectors[i],
+                            at,
+                            at,
+                        )
+                    )
+        await conn.execute("SET maintenance_work_mem = '512MB'")
+        await conn.execute(
+            "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
+        )
+        await conn.execute(LEARNING_ON, (persona,))
+        await conn.execute("ANALYZE memories")
+    return time.monotonic() - started
+
+
+async def scrape(port: int) -> str:
+    """The /metrics text of a worker."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    return data.decode(errors="replace").split("\r\n\r\n", 1)[-1]
+
+
+def histogram(texts: list[str], name: str) -> list[tuple[float, float]]:
+    """Cumulative (upper bound, count) buckets of a histogram, summed over workers."""
+    buckets: dict[float, float] = {}
+    for text in texts:
+        for line in text.splitlines():
+            if line.startswith(f"{name}_bucket{{"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    return sorted(buckets.items())
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus-style histogram_quantile: linear interpolation inside the bucket."""
+    if not buckets or buckets[-1][1] == 0:
+        return 0.0
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower_bound
+            share = (rank - lower_count) / (count - lower_count) if count > lower_count else 0.0
+            return lower_bound + (bound - lower_bound) * share
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def counter(texts: list[str], sample: str) -> float:
+    """A counter sample (exact series text, e.g. `pmem_llm_tokens_total{kind="prompt"}`) summed."""
+    total = 0.0
+    for text in texts:
+        for line in text.splitlines():
+            if line.startswith(sample + " "):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 async def commits(database_url: str) -> tuple[int, float | None, float | None]:
     """(processed events, first commit, last commit) as unix times."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -197,12 +394,35 @@ async def run_one(
     llm_url: str,
     log_dir: Path,
     fake_pid: int,
+    populated: bool = False,
+    users_count: int | None = None,
 ) -> Result:
     """Publish n events, then run `workers` worker subprocesses sharing the durable consumer, with
     `concurrency` events in flight in total, until every event committed."""
     tag = uuid.uuid4().hex[:8]
     database_url = postgres.create_database(f"bench_{tag}")
     await migrate_async(database_url, 384)
+    seed = 7 if users_count else concurrency  # the same events for the empty and the populated run
+    events = make_events(n, seed=seed, users_count=users_count, personas_count=1 if users_count else 4)
+    if users_count:
+        users = sorted({uuid.UUID(e["user_id"]) for e in events})
+        persona = next(uuid.UUID(e["persona_id"]) for e in events if e["persona_id"])
+        if populated:
+            took = await populate(
+                database_url,
+                persona=persona,
+                users=users,
+                persona_rows=ROWS["persona"],
+                per_user=ROWS["user"],
+            )
+            print(
+                f"populated: {ROWS['persona']:,} persona memories, {len(users)} users "
+                f"x {ROWS['user']:,} in {took:.0f}s",
+                flush=True,
+            )
+        else:  # persona learning on in both runs
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                await conn.execute(LEARNING_ON, (persona,))
     names = {
         "PMEM_SUBJECT": f"bench{tag}.conversation.ended",
         "PMEM_STREAM": f"BENCH{tag}",
@@ -211,7 +431,7 @@ async def run_one(
         "PMEM_EXTRACTED_SUBJECT": f"bench{tag}.extracted",
         "PMEM_DURABLE": f"bench{tag}",
     }
-    await publish(nats_url, names, make_events(n, seed=concurrency))
+    await publish(nats_url, names, events)
     per_worker = max(1, concurrency // workers)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
@@ -226,16 +446,23 @@ async def run_one(
         "PMEM_EMBEDDING_PROVIDER": "openai",
         "PMEM_EMBEDDING_MODEL": "fake-embedding",
         "PMEM_EMBEDDING_DIM": "384",
-        "PMEM_HTTP_PORT": "0",
         "PMEM_LOG_LEVEL": "WARNING",
     }
     procs = []
+    ports = [free_port() for _ in range(workers)]
     for index in range(workers):
         log_path = log_dir / f"worker-c{concurrency}-{index}.log"
         with log_path.open("wb") as log:
             procs.append(
                 await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "worker.cli", "worker", cwd=REPO, env=env, stdout=log, stderr=log
+                    sys.executable,
+                    "-m",
+                    "worker.cli",
+                    "worker",
+                    cwd=REPO,
+                    env={**env, "PMEM_HTTP_PORT": str(ports[index])},
+                    stdout=log,
+                    stderr=log,
                 )
             )
     ps = [psutil.Process(proc.pid) for proc in procs]
@@ -244,7 +471,7 @@ async def run_one(
     started = False
     peak_rss = 0
     first = last = None
-    deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 4
+    deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 12
     try:
         while True:
             peak_rss = max(peak_rss, *(p.memory_info().rss for p in ps))
@@ -254,6 +481,7 @@ async def run_one(
                 started = True
             if done >= n:
                 end_cpu = (sum(cpu_s(p) for p in ps), cpu_s(fake), postgres_cpu_s(postgres))
+                metrics = [await scrape(port) for port in ports]
                 break
             if any(proc.returncode is not None for proc in procs):
                 raise RuntimeError(f"a worker exited early; see {log_dir}/worker-c{concurrency}-*.log")
@@ -273,6 +501,8 @@ async def run_one(
     rate = (n - 1) / seconds if seconds > 0 else float("inf")
     ideal = per_worker * workers / PER_EVENT_IDEAL_S
     per_event = [round(1000 * (e - s) / max(1, n - 1), 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
+    durations = histogram(metrics, "pmem_event_duration_seconds")
+    prompt_tokens = counter(metrics, 'pmem_llm_tokens_total{kind="prompt"}')
     return Result(
         concurrency=per_worker * workers,
         workers=workers,
@@ -285,6 +515,10 @@ async def run_one(
         worker_cpu_ms_per_event=per_event[0],
         fake_llm_cpu_ms_per_event=per_event[1],
         postgres_cpu_ms_per_event=per_event[2],
+        populated=populated,
+        p50_ms=round(1000 * quantile(durations, 0.5), 1),
+        p99_ms=round(1000 * quantile(durations, 0.99), 1),
+        prompt_tokens_per_event=round(prompt_tokens / max(1, n), 1),
     )
 
 
@@ -293,7 +527,10 @@ async def run_all(
 ) -> list[Result]:
     """Every requested concurrency in turn, printing each result as it comes."""
     results = []
-    for concurrency in args.concurrency:
+    runs = [(c, False) for c in args.concurrency]
+    if args.populated:
+        runs = [(c, populated) for c in args.concurrency for populated in (False, True)]
+    for concurrency, populated in runs:
         result = await run_one(
             concurrency=concurrency,
             workers=args.workers,
@@ -303,6 +540,8 @@ async def run_all(
             llm_url=llm_url,
             log_dir=Path(args.log_dir),
             fake_pid=fake_pid,
+            populated=populated,
+            users_count=args.users if args.populated else None,
         )
         results.append(result)
         print(
@@ -311,7 +550,10 @@ async def run_all(
             f"(ideal {result.ideal_per_s:>6.1f}, {result.percent_of_ideal:>5.1f}%), "
             f"{result.events} events in {result.seconds:.1f}s, peak RSS/worker {result.peak_rss_mb:.0f} MB, "
             f"CPU/event: worker {result.worker_cpu_ms_per_event:.1f} ms, fake LLM "
-            f"{result.fake_llm_cpu_ms_per_event:.1f} ms, Postgres {result.postgres_cpu_ms_per_event:.1f} ms",
+            f"{result.fake_llm_cpu_ms_per_event:.1f} ms, Postgres {result.postgres_cpu_ms_per_event:.1f} ms, "
+            f"latency p50/p99 {result.p50_ms:.0f}/{result.p99_ms:.0f} ms, "
+            f"prompt tokens/event {result.prompt_tokens_per_event:.0f}"
+            + (" [populated]" if result.populated else ""),
             flush=True,
         )
     return results
@@ -355,6 +597,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, default=1, help="worker processes sharing the consumer (concurrency is split)"
     )
+    parser.add_argument(
+        "--populated",
+        action="store_true",
+        help="run each concurrency against an empty and a populated store (issue 9)",
+    )
+    parser.add_argument("--users", type=int, default=20, help="users of the events with --populated")
+    parser.add_argument("--persona-rows", type=int, default=100_000, help="persona memories with --populated")
+    parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
     return parser.parse_args(argv)
@@ -362,17 +612,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     options = parse_args()
+    ROWS.update(persona=options.persona_rows, user=options.user_rows)
     figures = main(options)
     print()
     print(
-        "| concurrency | worker processes | events | conv/s | ideal conv/s | % of ideal "
-        "| peak RSS per worker | CPU per event: workers / fake LLM / Postgres |"
+        "| store | concurrency | worker processes | events | conv/s | % of ideal | p50 / p99 latency "
+        "| peak RSS per worker | prompt tokens/event | CPU per event: workers / fake LLM / Postgres |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in figures:
         print(
-            f"| {r.concurrency} | {r.workers} | {r.events} | {r.conv_per_s} | {r.ideal_per_s} "
-            f"| {r.percent_of_ideal}% | {r.peak_rss_mb:.0f} MB | {r.worker_cpu_ms_per_event} / "
+            f"| {'populated' if r.populated else 'empty'} | {r.concurrency} | {r.workers} | {r.events} "
+            f"| {r.conv_per_s} | {r.percent_of_ideal}% | {r.p50_ms:.0f} / {r.p99_ms:.0f} ms "
+            f"| {r.peak_rss_mb:.0f} MB | {r.prompt_tokens_per_event:.0f} | {r.worker_cpu_ms_per_event} / "
             f"{r.fake_llm_cpu_ms_per_event} / {r.postgres_cpu_ms_per_event} ms |"
         )
     if options.json:

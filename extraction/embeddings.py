@@ -24,12 +24,15 @@ from extraction.errors import (
     TransientEmbeddingError,
     classify_openai_error,
 )
+from store.types import EmbeddingIdentity
 from store.typing import Embedder
 
 if TYPE_CHECKING:
     from worker.settings import Settings
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+HASHING_MODEL = "hashing-v1"  # bump when hashing_vector changes
+LOCAL_MODEL = "all-MiniLM-L6-v2"
 
 
 def hashing_vector(text: str, dim: int) -> list[float]:
@@ -52,6 +55,11 @@ class HashingEmbedder:
     """Deterministic lexical embedder: no model, no network. Similar wording → similar vectors."""
 
     dim: int = 384
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """What the store records and checks (provider, model, dimension)."""
+        return EmbeddingIdentity(provider="hashing", model=HASHING_MODEL, dim=self.dim)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One hashed vector per text."""
@@ -149,6 +157,11 @@ class OpenAIEmbedder:
     def dim(self) -> int:
         """The configured vector size (`PMEM_EMBEDDING_DIM`); every returned vector is checked against it."""
         return self._config.dim
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """What the store records and checks (provider, model, dimension)."""
+        return EmbeddingIdentity(provider="openai", model=self._config.model, dim=self._config.dim)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, same order; one request per `batch_size` texts."""
@@ -277,6 +290,11 @@ class LocalEmbedder:
         """The vector size (384 for the bundled MiniLM)."""
         return self._dim
 
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """What the store records and checks (provider, model, dimension)."""
+        return EmbeddingIdentity(provider="local", model=self._model_path or LOCAL_MODEL, dim=self._dim)
+
     def _load(self) -> Any:
         # Never reach for the Hugging Face hub: the model is a local directory.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -339,3 +357,15 @@ def build_embedder(settings: Settings, *, retry: RetryPolicy | None = None) -> E
     if provider == "openai":
         return OpenAIEmbedder(OpenAIEmbedderConfig.from_settings(settings, retry=retry))
     raise ValueError(f"unknown PMEM_EMBEDDING_PROVIDER {provider!r}; use openai, local or hashing")
+
+
+def embedding_identity(settings: Settings) -> EmbeddingIdentity:
+    """The identity of the embedder `build_embedder(settings)` builds, without building it."""
+    provider = settings.embedding_provider
+    if provider == "hashing":
+        model = HASHING_MODEL
+    elif provider == "local":
+        model = settings.embedding_model or LOCAL_MODEL
+    else:
+        model = settings.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL
+    return EmbeddingIdentity(provider=provider, model=model, dim=settings.embedding_dim)

@@ -11,6 +11,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 from __future__ import annotations
 
 from store.api_keys import ApiKeys
+from store.embedding_models import EmbeddingModels
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
 from store.listing import MemoryListing
@@ -19,5 +20,14 @@ from store.review import MemoryReview
 from store.writes import MemoryWrites
 
 
-class CoreStore(MemoryWrites, MemoryReview, MemoryListing, MemoryErasure, SettingsRows, ApiKeys, ChatHistory):
+class CoreStore(
+    MemoryWrites,
+    MemoryReview,
+    MemoryListing,
+    MemoryErasure,
+    SettingsRows,
+    ApiKeys,
+    ChatHistory,
+    EmbeddingModels,
+):
     """Everything but recall, shared by the Postgres and SQLite stores."""

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Connection
 
 from store.schema import Schema, build_schema
+from store.types import EmbeddingIdentity
 from store.urls import backend_of, to_sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -40,6 +41,39 @@ class EmbeddingDimensionMismatch(SchemaError):
         )
         self.existing = existing
         self.configured = configured
+
+
+class EmbeddingModelMismatch(SchemaError):
+    """The stored vectors were made by another embedding provider or model than the configured one."""
+
+    def __init__(self, *, recorded: EmbeddingIdentity, configured: EmbeddingIdentity) -> None:
+        super().__init__(
+            f"the stored memories were embedded with {recorded.describe()} but the configured embedder "
+            f"is {configured.describe()}; vectors of two models in one column would silently spoil "
+            "recall and de-duplication. Run `pmem reembed` to re-embed every memory with the configured "
+            "model (stop the workers first), or configure PMEM_EMBEDDING_PROVIDER/PMEM_EMBEDDING_MODEL "
+            "to the recorded one."
+        )
+        self.recorded = recorded
+        self.configured = configured
+
+
+def recorded_embedding(conn: Connection) -> EmbeddingIdentity | None:
+    """The identity `pmem migrate` recorded (None: not recorded yet)."""
+    row = conn.execute(text("SELECT provider, model, dim FROM pmem_embedding WHERE id = 1")).first()
+    return None if row is None else EmbeddingIdentity(provider=row[0], model=row[1], dim=int(row[2]))
+
+
+def record_embedding(conn: Connection, embedding: EmbeddingIdentity) -> None:
+    """Record `embedding` when nothing is recorded; refuse another one (`EmbeddingModelMismatch`)."""
+    recorded = recorded_embedding(conn)
+    if recorded is None:
+        conn.execute(
+            text("INSERT INTO pmem_embedding (id, provider, model, dim) VALUES (1, :p, :m, :d)"),
+            {"p": embedding.provider, "m": embedding.model, "d": embedding.dim},
+        )
+    elif recorded != embedding:
+        raise EmbeddingModelMismatch(recorded=recorded, configured=embedding)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,7 +149,9 @@ def current_revision(connection: Connection) -> str | None:
     ).get_current_revision()
 
 
-def _migrate_postgres(database_url: str, embedding_dim: int) -> MigrationReport:
+def _migrate_postgres(
+    database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
+) -> MigrationReport:
     engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -133,6 +169,8 @@ def _migrate_postgres(database_url: str, embedding_dim: int) -> MigrationReport:
                 raise EmbeddingDimensionMismatch(existing=existing, configured=embedding_dim)
             command.upgrade(alembic_config(embedding_dim=embedding_dim, connection=conn), "head")
             after = current_revision(conn)
+            if embedding is not None:
+                record_embedding(conn, embedding)
     finally:
         engine.dispose()
     return MigrationReport(
@@ -166,11 +204,15 @@ def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
                 index.create(conn)
 
 
-def _migrate_sqlite(database_url: str, embedding_dim: int) -> MigrationReport:
+def _migrate_sqlite(
+    database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
+) -> MigrationReport:
     engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
             create_sqlite_schema(conn, build_schema(embedding_dim, "sqlite"))
+            if embedding is not None:
+                record_embedding(conn, embedding)
     finally:
         engine.dispose()
     return MigrationReport(
@@ -178,17 +220,23 @@ def _migrate_sqlite(database_url: str, embedding_dim: int) -> MigrationReport:
     )
 
 
-def migrate(database_url: str, embedding_dim: int) -> MigrationReport:
-    """Bring the database at `database_url` (a plain postgresql:// or sqlite:/// URL) to the newest schema.
+def migrate(
+    database_url: str, embedding_dim: int, *, embedding: EmbeddingIdentity | None = None
+) -> MigrationReport:
+    """Bring the database at `database_url` (a plain postgresql:// or sqlite:/// URL) to the newest schema,
+    and record `embedding` (provider, model, dimension) when given.
 
-    Raises `EmbeddingDimensionMismatch` when the existing column has another dimension."""
+    Raises `EmbeddingDimensionMismatch` when the existing column has another dimension, and
+    `EmbeddingModelMismatch` when another embedding model is recorded."""
     if embedding_dim < 1:
         raise ValueError(f"embedding dimension must be positive, got {embedding_dim}")
     if backend_of(database_url) == "sqlite":
-        return _migrate_sqlite(database_url, embedding_dim)
-    return _migrate_postgres(database_url, embedding_dim)
+        return _migrate_sqlite(database_url, embedding_dim, embedding)
+    return _migrate_postgres(database_url, embedding_dim, embedding)
 
 
-async def migrate_async(database_url: str, embedding_dim: int) -> MigrationReport:
+async def migrate_async(
+    database_url: str, embedding_dim: int, *, embedding: EmbeddingIdentity | None = None
+) -> MigrationReport:
     """`migrate` in a worker thread, for callers already inside an event loop."""
-    return await asyncio.to_thread(migrate, database_url, embedding_dim)
+    return await asyncio.to_thread(migrate, database_url, embedding_dim, embedding=embedding)

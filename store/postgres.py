@@ -229,15 +229,22 @@ def vector_literal(vector: Sequence[float]) -> str:
 
 
 def postgres_connect_args(
-    connect_timeout_s: float | None, statement_timeout_s: float | None
+    connect_timeout_s: float | None, statement_timeout_s: float | None, *, parallel_query: bool = True
 ) -> dict[str, Any]:
-    """psycopg connect arguments: `connect_timeout` (whole seconds, at least 1) and the session's
-    `statement_timeout` as a startup option (no extra round trip, survives the pool's resets)."""
+    """psycopg connect arguments: `connect_timeout` (whole seconds, at least 1), and as startup
+    options (no extra round trip, they survive the pool's resets) the session's
+    `statement_timeout` and, without `parallel_query`, no parallel workers (short OLTP statements:
+    launching workers costs more than it saves)."""
     args: dict[str, Any] = {}
     if connect_timeout_s:
         args["connect_timeout"] = max(1, math.ceil(connect_timeout_s))
+    options = []
     if statement_timeout_s:
-        args["options"] = f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}"
+        options.append(f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}")
+    if not parallel_query:
+        options.append("-c max_parallel_workers_per_gather=0")
+    if options:
+        args["options"] = " ".join(options)
     return args
 
 
@@ -260,6 +267,7 @@ class PostgresMemoryStore(CoreStore):
         settings_defaults: MemorySettings | None = None,
         connect_timeout_s: float | None = 10.0,
         statement_timeout_s: float | None = 60.0,
+        parallel_query: bool = True,
     ) -> None:
         """`connect_timeout_s`: opening a connection gives up after it (an unreachable host fails
         instead of hanging); `statement_timeout_s`: the sessions' `statement_timeout`. None or 0:
@@ -270,7 +278,9 @@ class PostgresMemoryStore(CoreStore):
             max_overflow=max_overflow,
             pool_pre_ping=pool_pre_ping,
             echo=echo,
-            connect_args=postgres_connect_args(connect_timeout_s, statement_timeout_s),
+            connect_args=postgres_connect_args(
+                connect_timeout_s, statement_timeout_s, parallel_query=parallel_query
+            ),
             # errors (and so log lines and DLQ reasons) never carry SQL parameters: memory values
             hide_parameters=True,
         )
@@ -317,6 +327,8 @@ class PostgresMemoryStore(CoreStore):
                 f"the database schema is at revision {revision} but this version of persona-memory "
                 f"needs {head}: run `pmem migrate`"
             )
+        # another embedding model than the one the stored vectors were made with: refuse
+        await self.check_embedding_identity()
 
     def _now(self) -> Any:
         # the server's clock, so timestamps agree across worker hosts

@@ -137,6 +137,7 @@ class Schema:
     settings: Table
     chat_messages: Table
     api_keys: Table
+    embedding_config: Table
     embedding_dim: int
     dialect: Dialect_
 
@@ -218,6 +219,14 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         sqlite_where=text("team_id IS NOT NULL"),
     )
     Index("ix_memories_source_channel_id", table.c.source_channel_id)
+    # an owner's most recently updated memories without sorting all of them (the prompt's keys)
+    Index(
+        "ix_memories_owner_recent",
+        table.c.scope,
+        table.c.owner_id,
+        func.coalesce(table.c.user_id, literal_column(nil)),
+        table.c.updated_at.desc(),
+    )
     if dialect == "postgresql":
         Index("ix_memories_search_tsv", table.c.search_tsv, postgresql_using="gin")
         hnsw = hnsw_expression(dim)
@@ -390,9 +399,26 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         sqlite_where=text("revoked_at IS NULL"),
     )
 
+    # the embedding provider, model and dimension the stored vectors were made with (one row,
+    # written by `pmem migrate`); `reembed_*` is the checkpoint of a running `pmem reembed`
+    embedding_config = Table(
+        "pmem_embedding",
+        md,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+        Column("provider", Text, nullable=False),
+        Column("model", Text, nullable=False),
+        Column("dim", Integer, nullable=False),
+        Column("reembed_provider", Text, nullable=True),
+        Column("reembed_model", Text, nullable=True),
+        Column("reembed_after", guid, nullable=True),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("id = 1", name="ck_pmem_embedding_one_row"),
+    )
+
     return Schema(
         metadata=md,
         api_keys=api_keys,
+        embedding_config=embedding_config,
         memories=memories,
         revisions=revisions,
         audit=audit,

@@ -264,8 +264,10 @@ class SqliteMemoryStore(CoreStore):
                 self._schema_ready = True
 
     async def check_schema(self) -> None:
-        """Create the tables if missing (SQLite needs no separate migration step)."""
+        """Create the tables if missing (SQLite needs no separate migration step); refuse another
+        embedding model than the recorded one."""
         await self._ensure_schema()
+        await self.check_embedding_identity()
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:

@@ -305,3 +305,16 @@ class DedupVerdict:
 
 # Decides one new memory against its nearest stored neighbours (pure; see extraction.dedup).
 DedupRule = Callable[["NewMemory", Sequence["Neighbour"]], DedupVerdict]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EmbeddingIdentity:
+    """Which embedder made a vector: vectors of different identities are different spaces."""
+
+    provider: str
+    model: str
+    dim: int
+
+    def describe(self) -> str:
+        """`provider model (N dimensions)`, for messages."""
+        return f"{self.provider} {self.model} ({self.dim} dimensions)"

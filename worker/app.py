@@ -25,7 +25,11 @@ Delivery semantics (read this first):
   publish keeps failing (bounded retries, PMEM_DLQ_PUBLISH_ATTEMPTS) cannot cycle forever.
 - A DLQ record always fits the server's max_payload: an over-large body is truncated, with its
   original size and stream sequence recorded.
-- SIGTERM/SIGINT: stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), close.
+- Deadlines: one delivery of an event is bounded by PMEM_EVENT_TIMEOUT_S (every LLM chunk and
+  retry, embeddings, database waits); its in-progress acks end with it, and it is retried later or
+  dead-lettered (`deadline_exhausted`). Start-up is bounded by PMEM_STARTUP_TIMEOUT_S.
+- SIGTERM/SIGINT: in any phase, start-up included. Running: stop fetching, let in-flight events
+  finish (PMEM_SHUTDOWN_TIMEOUT_S), close; a second signal exits at once.
 
 FastStream owns the connection, the pull loop and the N concurrent handlers (`max_workers`); acks,
 nacks, in-progress and publishes use the raw nats-py message and JetStream context underneath.
@@ -37,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -81,6 +86,7 @@ from worker.pipeline import (
     process_event,
 )
 from worker.settings import Settings
+from worker.tracing import configure_tracing, event_span, span, traced
 
 log = logging.getLogger("pmem.worker")
 
@@ -110,10 +116,20 @@ class StartupError(RuntimeError):
 
 @contextlib.contextmanager
 def signals_set(event: asyncio.Event) -> Iterator[None]:
-    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included)."""
+    """SIGTERM/SIGINT set `event` while the block runs (in every phase: start-up included). A
+    second signal during the graceful shutdown ends the process at once (nothing unacked is lost:
+    JetStream redelivers it)."""
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if event.is_set():
+            log.warning("second signal: exiting without waiting for in-flight events")
+            logging.shutdown()
+            os._exit(1)
+        event.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, event.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         yield
     finally:
@@ -151,7 +167,11 @@ async def start_bounded(
             from store.migrate import migrate_async
 
             phase = f"migrating the database {safe_url(settings.database_url)}"
-            report = await migrate_async(settings.database_url, settings.embedding_dim)
+            from extraction.embeddings import embedding_identity
+
+            report = await migrate_async(
+                settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings)
+            )
             log.info("schema ready: %s", report)
             phase = f"opening the database {safe_url(settings.database_url)}"
         worker = await (build or build_worker)(settings)
@@ -466,7 +486,8 @@ class Worker:
         started = time.perf_counter()
         self.metrics.in_flight.inc()
         try:
-            await self._handle(raw)
+            with event_span(raw.headers, **{"messaging.destination.name": raw.subject}):
+                await self._handle(raw)
         except Exception:
             # Nothing acked: JetStream redelivers after ack_wait. Should not happen; logged loudly.
             log.exception("unhandled error while handling a message; it will be redelivered")
@@ -477,7 +498,8 @@ class Worker:
     async def _handle(self, raw: Msg) -> None:
         s = self.settings
         delivered = raw.metadata.num_delivered or 1
-        parsed = parse_event(raw.data, self.limits)
+        with span("pmem.parse"):
+            parsed = parse_event(raw.data, self.limits)
         if isinstance(parsed, InvalidEvent):
             with event_context(parsed.event_id):
                 await self._dead_letter(
@@ -618,6 +640,7 @@ class Worker:
     def _js(self) -> JetStreamContext:
         return self.broker.connection.jetstream()
 
+    @traced("pmem.publish")
     async def _publish_extracted(self, event: ConversationEnded, written: Sequence[Written]) -> None:
         """Announce the event's memories; the Nats-Msg-Id makes a republish (duplicate delivery)
         a no-op within the output stream's duplicate window."""
@@ -646,6 +669,7 @@ class Worker:
                 "could not publish %s after commit: %s: %s", s.extracted_subject, type(exc).__name__, exc
             )
 
+    @traced("pmem.publish")
     async def _dead_letter(self, raw: Msg, *, label: str, reason: str, event_id: str | None) -> None:
         """Publish the original body and the reason to the DLQ subject, wait until JetStream stored
         it, then terminate the message. If the publish fails the message is nacked, never dropped."""
@@ -775,6 +799,7 @@ async def build_worker(
     `retry` overrides the extractor's in-process LLM retry schedule (tests use tiny waits)."""
     from extraction.factory import build_embedder, build_extractor
 
+    configure_tracing()  # OTLP export when the OTEL_* variables ask for it (extra `otel`)
     metrics = metrics or Metrics()
     counter = metrics.llm_retries
     embedder = build_embedder(settings)
@@ -815,6 +840,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         pool_pre_ping=False,
         connect_timeout_s=settings.db_connect_timeout_s,
         statement_timeout_s=settings.db_statement_timeout_s,
+        parallel_query=False,
     )
     try:
         await store.check_schema()

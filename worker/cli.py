@@ -26,6 +26,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("keys", "keys", "create, list or revoke API keys for services"),
     ("token", "token", "mint a JWT with PMEM_AUTH_JWT_SECRET (development, demo)"),
     ("retention", "retention", "reject old pending memories, erase old archived ones"),
+    ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
 )
 
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"

@@ -5,9 +5,6 @@ a real worker answers every dashboard query."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -134,15 +131,6 @@ class Metrics:
             self.llm_tokens.labels(kind=kind)
         for kind in PUBLISH_KINDS:
             self.publish_failures.labels(kind=kind)
-
-    @contextmanager
-    def time(self, histogram: Histogram) -> Iterator[None]:
-        """Observe the duration of the `with` block on `histogram` (also when it raises)."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            histogram.observe(time.perf_counter() - start)
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

@@ -35,6 +35,7 @@ from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, Upse
 from store.typing import MemoryStore
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
+from worker.tracing import span
 
 log = logging.getLogger("pmem.pipeline")
 
@@ -361,7 +362,8 @@ async def process_event(
     async def db(operation: str, call: Callable[[], Awaitable[T]]) -> T:
         start = time.perf_counter()
         try:
-            return await deps.run_db(operation, call)
+            with span(f"pmem.db {operation}"):
+                return await deps.run_db(operation, call)
         finally:
             metrics.db_duration.labels(operation=operation).observe(time.perf_counter() - start)
 
@@ -375,7 +377,8 @@ async def process_event(
     # arrives as a new message is still caught, without writing anything, by write_event.
     if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
         return await duplicate()
-    policy = await _policy(event, deps, db)
+    with span("pmem.policy"):
+        policy = await _policy(event, deps, db)
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
@@ -394,7 +397,7 @@ async def process_event(
         existing=tuple(relevant),
         prompt_override=policy.extraction_prompt,
     )
-    with metrics.time(metrics.llm_duration):
+    with metrics.llm_duration.time(), span("pmem.llm"):
         result = await deps.extractor.extract(request)
     metrics.llm_tokens.labels(kind="prompt").inc(result.usage.prompt_tokens)
     metrics.llm_tokens.labels(kind="completion").inc(result.usage.completion_tokens)
@@ -403,7 +406,7 @@ async def process_event(
     kept, dropped = screen_candidates(result.candidates, allowed=scopes, min_confidence=policy.min_confidence)
     vectors: list[list[float]] = []
     if kept:
-        with metrics.time(metrics.embedding_duration):
+        with metrics.embedding_duration.time(), span("pmem.embeddings"):
             vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
         if len(vectors) != len(kept):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")

@@ -181,11 +181,6 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
     fake_openai: FakeOpenAI,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "worker.cli", "migrate", "--database-url", database_url],
-        check=True,
-        capture_output=True,
-    )
     settings = base_settings(
         nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
     )
@@ -199,6 +194,13 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
         "PMEM_LOG_JSON": "false",
         "PMEM_CONCURRENCY": "1",  # one event at a time: the scripted LLM errors hit the first event
     }
+    # migrated with the worker's own settings (the schema records the embedding model)
+    subprocess.run(
+        [sys.executable, "-m", "worker.cli", "migrate"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
     # one kept memory and one below the minimum confidence (a dropped candidate) per event
     fake_openai.set_extraction(
         {
@@ -241,9 +243,13 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
         wait_until(
             scraped_everything, within=90, what="Prometheus to see 3 processed, 1 retried, 1 dead-lettered"
         )
-        up = query(prometheus, "up")
-        assert sorted(series["metric"]["job"] for series in up) == sorted(SCRAPE_TARGETS)
-        assert all(series["value"][1] == "1" for series in up)
+
+        def every_target_up() -> list[str]:
+            return sorted(series["metric"]["job"] for series in query(prometheus, "up == 1"))
+
+        wait_until(
+            lambda: every_target_up() == sorted(SCRAPE_TARGETS), within=60, what="every target scraped and up"
+        )
 
         def empty_panels() -> list[str]:
             return [f"{title}: {expr}" for title, expr in queries if not query(prometheus, expr)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -30,10 +31,19 @@ async def seed(h: Harness, owner: uuid.UUID, count: int, extra: list[tuple[str, 
         async with conn.cursor() as cur:
             await cur.executemany(
                 "INSERT INTO memories (id, scope, owner_id, key, value, confidence, status, embedding,"
-                " created_at, updated_at) VALUES (%s, 'user', %s, %s, %s, 0.9, 'active', %s, now(), now())",
-                [
-                    (uuid.uuid4(), owner, k, v, str(hashing_vector(f"{k}: {v}", 384)).replace(" ", ""))
-                    for k, v in rows
+                " created_at, updated_at) VALUES (%s, 'user', %s, %s, %s, 0.9, 'active', %s, %s, %s)",
+                [  # one second apart, the last one newest
+                    (
+                        uuid.uuid4(),
+                        owner,
+                        k,
+                        v,
+                        str(hashing_vector(f"{k}: {v}", 384)).replace(" ", ""),
+                        at,
+                        at,
+                    )
+                    for i, (k, v) in enumerate(rows)
+                    for at in [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i)]
                 ],
             )
         await conn.commit()

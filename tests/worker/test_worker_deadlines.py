@@ -60,6 +60,9 @@ async def test_worker_sessions_have_a_statement_timeout(harness: Harness) -> Non
 async def test_connect_args_carry_both_timeouts() -> None:
     assert postgres_connect_args(2.5, 30) == {"connect_timeout": 3, "options": "-c statement_timeout=30000"}
     assert postgres_connect_args(None, 0) == {}
+    assert postgres_connect_args(None, None, parallel_query=False) == {
+        "options": "-c max_parallel_workers_per_gather=0"
+    }
 
 
 async def test_recall_query_embedding_gives_up_fast_after_one_retry(database_url: str) -> None:

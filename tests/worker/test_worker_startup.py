@@ -132,3 +132,40 @@ def test_sigterm_while_running_ends_the_process_within_5s(
     code = proc.wait(timeout=10)
     assert code == 0
     assert time.monotonic() - sent < 5
+
+
+def test_a_second_signal_during_the_graceful_shutdown_exits_at_once(
+    harness: Harness, processes: list[subprocess.Popen[str]]
+) -> None:
+    import asyncio
+
+    from tests.worker.worker_harness import conversation
+
+    h = harness
+    h.fake.chat_latency_s = 60.0  # an event stays in flight: the graceful shutdown would wait
+    proc = start(h, processes, shutdown_timeout_s=60)
+    read_until(proc, "with 4 handlers", within=30)
+    asyncio.run(_publish_one(h.base, conversation("I live in Oslo.", "Ok.")))
+    deadline = time.monotonic() + 30
+    while h.fake.counters.get("max_in_flight", 0) < 1:
+        assert time.monotonic() < deadline, "the event never reached the LLM"
+        time.sleep(0.02)  # polling the fake's counter, bounded by the deadline
+    proc.send_signal(signal.SIGTERM)
+    read_until(proc, "finishing in-flight events", within=10)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=10)
+    assert code == 1
+    assert time.monotonic() - sent < 5
+
+
+async def _publish_one(base: dict[str, object], event: dict[str, object]) -> None:
+    import nats
+
+    nc = await nats.connect(str(base["nats_url"]))
+    try:
+        await nc.jetstream().publish(
+            str(base["subject"]), json.dumps(event).encode(), headers={"Nats-Msg-Id": str(event["event_id"])}
+        )
+    finally:
+        await nc.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from extraction.embeddings import embedding_identity
 from store.migrate import migrate
 from worker.settings import load_settings
 
@@ -32,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
         overrides["embedding_dim"] = args.embedding_dim
     settings = load_settings(**overrides)
     # a bad URL, a changed dimension or an unreachable database: one line from worker.cli
-    report = migrate(settings.database_url, settings.embedding_dim)
+    report = migrate(settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings))
     print(report.describe())
     return 0
