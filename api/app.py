@@ -28,6 +28,7 @@ from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
 from api.routes import me, platform, review, settings
+from store.context_recall import SettingsCache
 from store.typing import ControlPlaneStore
 
 log = logging.getLogger("pmem.api")
@@ -103,6 +104,7 @@ def create_app(
     auth: AuthConfig,
     max_input_tokens: int = 6000,
     max_body_bytes: int = 1_000_000,
+    settings_cache_s: float = 5.0,
     with_ui: bool = True,
 ) -> FastAPI:
     """The control-plane app over an open store."""
@@ -117,6 +119,7 @@ def create_app(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
+        recall_store=SettingsCache(store, settings_cache_s),
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
     )

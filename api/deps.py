@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from api.auth import CSRF_HEADER, SESSION_COOKIE, ApiKeyCache, AuthConfig, authenticate, csrf_ok
 from api.errors import Forbidden
 from api.principal import Principal
-from store.typing import ControlPlaneStore
+from store.typing import ControlPlaneStore, RecallStore
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -22,6 +22,7 @@ class AppState:
     store: ControlPlaneStore
     auth: AuthConfig
     keys: ApiKeyCache
+    recall_store: RecallStore  # the store, with settings cached for the recall hot path
     max_input_tokens: int
     max_body_bytes: int
 

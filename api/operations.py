@@ -33,7 +33,7 @@ from store.types import (
     UserExport,
     UserMemoryQuery,
 )
-from store.typing import ControlPlaneStore
+from store.typing import ControlPlaneStore, RecallStore
 
 Decision = Literal["approve", "reject", "edit"]
 MAX_BULK = 200
@@ -319,7 +319,7 @@ async def put_settings(
 
 
 async def platform_recall(
-    store: ControlPlaneStore,
+    store: RecallStore,
     principal: Principal,
     *,
     user_id: uuid.UUID,
@@ -336,7 +336,7 @@ async def platform_recall(
 
 
 async def platform_hint(
-    store: ControlPlaneStore,
+    store: RecallStore,
     principal: Principal,
     *,
     user_id: uuid.UUID,

@@ -258,7 +258,8 @@ class MemoryWrites(NearDuplicates):
 
     async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
         """What `write_event` created, updated or proposed for this event, in write order, from the
-        audit trail (so also for memories deleted since). Unchanged memories left no audit row."""
+        audit trail (so also for memories archived or changed since; an erased memory is gone, key and all).
+        Unchanged memories left no audit row."""
         a = self._schema.audit
         stmt = (
             select(a.c.memory_id, a.c.action, a.c.scope, a.c.key)

@@ -1,11 +1,17 @@
-"""`pmem`: the command-line entry point. Each sub-command lives in `worker/commands/<name>.py`."""
+"""`pmem`: the command-line entry point. Each sub-command lives in `worker/commands/<name>.py`.
+
+Configuration and connection errors end the command with one line naming the variable or flag and
+the fix (worker/commands/errors.py has the exit codes); `--debug` shows the traceback instead."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+from worker.commands.errors import EXIT_FAILED, describe, one_line, redact, secrets_in
 
 # (command, module under worker.commands, one-line help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -23,21 +29,25 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
 )
 
+DEBUG_HELP = "show the full traceback of an error instead of the one-line message"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser; sub-commands register their own arguments."""
     parser = argparse.ArgumentParser(
-        prog="pmem", description="persona-memory: long-term, persona-scoped memory for chat platforms."
+        prog="pmem",
+        description="persona-memory: long-term, persona-scoped memory for chat platforms.",
+        epilog="exit codes: 0 done, 1 failed, 2 configuration or usage error, 3 database or NATS unreachable",
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name, help_text in COMMANDS:
-        try:
-            module = importlib.import_module(f"worker.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"worker.commands.{module_name}":
-                raise
-            continue
+        module = importlib.import_module(f"worker.commands.{module_name}")
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # also after the command (`pmem migrate --debug`); SUPPRESS keeps a leading --debug
+        command_parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+        )
         module.register(command_parser)
     return parser
 
@@ -45,7 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen command; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    code = args.run(args)
+    try:
+        code = args.run(args)
+    except Exception as exc:
+        if args.debug:
+            raise
+        nats_url = getattr(args, "nats_url", None) or os.environ.get("PMEM_NATS_URL", "nats://localhost:4222")
+        report = describe(exc, nats_url=nats_url)
+        secrets = secrets_in(os.environ)
+        if report is None:
+            message = f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
+            print(f"pmem {args.command}: {redact(one_line(message), secrets)}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"pmem {args.command}: {redact(one_line(report.message), secrets)}", file=sys.stderr)
+        return report.exit_code
     return int(code or 0)
 
 

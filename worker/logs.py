@@ -28,11 +28,6 @@ def event_context(event_id: str | None) -> Iterator[None]:
         _event_id.reset(token)
 
 
-def current_event_id() -> str | None:
-    """The event id of the current context, if any."""
-    return _event_id.get()
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, event_id, extras, exception."""
 
@@ -78,4 +73,6 @@ def configure_logging(level: str = "INFO", *, json_format: bool = True) -> None:
     root.setLevel(level.upper())
     # FastStream logs every message at INFO; our own lines say more (outcome, event_id).
     logging.getLogger("faststream").setLevel(max(logging.WARNING, root.level))
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
+    # the HTTP client of the openai SDK (httpx2 from openai 3, httpx before) logs every request at INFO
+    for client in ("httpx2", "httpx"):
+        logging.getLogger(client).setLevel(max(logging.WARNING, root.level))

@@ -1,6 +1,7 @@
 """Prometheus metrics of the worker (prefix `pmem_`), on a dedicated registry so tests and the
 benchmark can create a fresh set. Names are referenced by deploy/ (dashboard and alert rules);
-tests/worker/test_deploy.py checks that every name used there exists here."""
+tests/deploy checks that every name used there exists here and that a real Prometheus scraping
+a real worker answers every dashboard query."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ DURATION_BUCKETS: tuple[float, ...] = (
 
 # `outcome` label values of pmem_events_total (bounded).
 OUTCOMES: tuple[str, ...] = ("processed", "duplicate", "disabled", "retried", "dlq", "shutdown")
+
+# `kind` label values of pmem_publish_failures_total (bounded; exported as zeros from the start).
+PUBLISH_KINDS: tuple[str, ...] = ("extracted", "dlq")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -128,6 +132,8 @@ class Metrics:
             self.events.labels(outcome=outcome)  # export zeros so rate() works from the start
         for kind in ("prompt", "completion"):
             self.llm_tokens.labels(kind=kind)
+        for kind in PUBLISH_KINDS:
+            self.publish_failures.labels(kind=kind)
 
     @contextmanager
     def time(self, histogram: Histogram) -> Iterator[None]:

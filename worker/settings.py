@@ -132,8 +132,8 @@ class Settings(BaseSettings):
     def _jwt_secret_is_long_enough(cls, value: str | None) -> str | None:
         if value is not None and len(value.encode()) < 32:
             raise ValueError(
-                "PMEM_AUTH_JWT_SECRET must be at least 32 bytes (HS256 keys shorter than the hash can be "
-                "brute-forced); generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                "PMEM_AUTH_JWT_SECRET must be at least 32 bytes (shorter HS256 keys can be brute-forced); "
+                "generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
             )
         return value
 

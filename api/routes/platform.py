@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
@@ -15,11 +16,11 @@ router = APIRouter(tags=["platform"])
 
 
 @router.post("/v1/recall")
-async def recall(body: RecallBody, principal: Caller, state: State) -> dict[str, object]:
+async def recall(body: RecallBody, principal: Caller, state: State) -> JSONResponse:
     """Active memories for the user (and persona) in the team's context, best first; the same items
     as `pmem recall --json`."""
     hits = await operations.platform_recall(
-        state.store,
+        state.recall_store,
         principal,
         user_id=body.user_id,
         persona_id=body.persona_id,
@@ -27,14 +28,15 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> dict[str,
         query=body.query,
         limit=body.limit,
     )
-    return {"items": [hit_record(hit) for hit in hits]}
+    # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
+    return JSONResponse({"items": [hit_record(hit) for hit in hits]})
 
 
 @router.post("/v1/hint")
 async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
     """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
     text = await operations.platform_hint(
-        state.store,
+        state.recall_store,
         principal,
         user_id=body.user_id,
         persona_id=body.persona_id,

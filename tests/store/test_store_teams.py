@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.types import MemorySettings, NewMemory, OwnerRef
+from store.types import MemorySettings, NewMemory, OwnerRef, ReviewQuery, UserMemoryQuery
 from tests.store.store_testkit import MakeStore, Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
@@ -102,3 +102,31 @@ def test_pmem_min_confidence_reaches_the_settings_defaults(monkeypatch: pytest.M
     monkeypatch.setenv("PMEM_RETENTION_PENDING_DAYS", "7")
     defaults = load_settings().memory_defaults()
     assert (defaults.min_confidence, defaults.pending_days) == (0.9, 7)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
+        min_size=1,
+        max_size=8,
+    ),
+    admin_of=st.sampled_from([frozenset({TEAM_A}), frozenset({TEAM_B}), frozenset({TEAM_A, TEAM_B}), None]),
+)
+async def test_the_review_queue_and_lists_never_cross_a_team_boundary(
+    store: Store, rows: list[tuple[uuid.UUID | None, str]], admin_of: frozenset[uuid.UUID] | None
+) -> None:
+    user = uuid.uuid4()
+    written: dict[uuid.UUID, uuid.UUID | None] = {}
+    for team, key in rows:
+        result = await store.upsert(
+            NewMemory(scope="user", owner_id=user, user_id=None, key=key, value=f"v {key}", team_id=team)
+        )
+        written[result.memory_id] = team
+    page = await store.review_queue(ReviewQuery(teams=admin_of, user_id=user, limit=50))
+    # the oracle: a team admin sees their teams' rows only, an admin (None) sees every row
+    expected = {mid for mid, team in written.items() if admin_of is None or team in admin_of}
+    assert {item.memory_id for item in page.items} == expected
+    for team in (TEAM_A, TEAM_B):
+        listed = await store.list_for_user(UserMemoryQuery(user_id=user, team_id=team, limit=50))
+        assert {m.id for m in listed.items} == {mid for mid, t in written.items() if t == team}

@@ -6,7 +6,9 @@ import asyncio
 import io
 import json
 import logging
+import threading
 
+import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from worker.app import _covered, consumer_config, consumer_config_diff, dlq_headers, heartbeat_interval
@@ -80,6 +82,37 @@ async def test_health_endpoints() -> None:
         assert 'pmem_events_total{outcome="processed"} 1.0' in body
         assert "pmem_ready 1.0" in body
         assert (await http_get(server.port, "/nope"))[0] == 404
+    finally:
+        await server.stop()
+
+
+async def test_liveness_fails_while_the_event_loop_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+    import urllib.request
+
+    import worker.health
+
+    monkeypatch.setattr(worker.health, "LOOP_TIMEOUT_S", 0.2)
+
+    async def readiness() -> str | None:
+        return None
+
+    server = await HealthServer(metrics=Metrics(), readiness=readiness, host="127.0.0.1").start()
+
+    def probe() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    try:
+        assert await asyncio.to_thread(probe) == 200
+        result: list[int] = []
+        prober = threading.Thread(target=lambda: result.append(probe()))
+        prober.start()
+        prober.join(timeout=10)  # blocks the event loop on purpose until the probe has answered
+        assert result == [503]
     finally:
         await server.stop()
 

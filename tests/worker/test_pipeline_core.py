@@ -196,6 +196,13 @@ def test_policy_cache_expires_and_stays_bounded() -> None:
     assert off.get(key) is None
 
 
+def test_rows_carry_the_conversations_team() -> None:
+    team = uuid.uuid4()
+    event = make_event(persona=True).model_copy(update={"team_id": team})
+    assert build_row(event, cand("diet"), None).team_id == team
+    assert build_row(make_event(persona=False), cand("diet"), None).team_id is None
+
+
 def test_a_deadline_is_retried_then_dead_lettered_with_its_own_label() -> None:
     from worker.pipeline import EventDeadlineExceeded
 

@@ -87,7 +87,7 @@ def test_unreachable_nats_exits_non_zero_within_the_startup_timeout(
     elapsed = time.monotonic() - started
     assert proc.stderr is not None
     lines = proc.stderr.read().splitlines()
-    assert code == 1
+    assert code == 3  # unreachable (worker/commands/errors.py)
     assert elapsed < 3 + 5  # the timeout plus interpreter start-up and shutdown
     (error,) = errors(lines)
     message = str(error["message"])
@@ -103,7 +103,7 @@ def test_unreachable_postgres_exits_non_zero_with_one_line(
     code = proc.wait(timeout=20)
     assert proc.stderr is not None
     lines = proc.stderr.read().splitlines()
-    assert code == 1
+    assert code == 3  # unreachable (worker/commands/errors.py)
     (error,) = errors(lines)
     message = str(error["message"])
     assert "opening the database" in message and "\n" not in message

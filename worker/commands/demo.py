@@ -3,12 +3,17 @@
 Starts a real nats-server and a real Postgres + pgvector in a data directory, migrates, runs the
 worker in this process, publishes the bundled sample conversations (with and without a persona;
 persona learning on for the "chef" persona), waits until every one is processed, prints the pending
-memories per owner, approves Alice's and shows one recall and the prompt hint, then exits 0.
+memories per owner, approves Alice's and shows one recall and the prompt hint; then publishes a
+follow-up (a proposed change to a reviewed memory) and serves the web UI until Ctrl-C, printing
+sign-in links for an admin, a team admin and a user (`--no-ui`: exit 0 after the recall instead).
+Offline, persona-scope memories come from a scripted stand-in for an LLM (`demo_ui.py`).
 
 Offline by default: the rules extractor, and the local MiniLM embedder when sentence-transformers is
 installed (else the hashing embedder). With PMEM_LLM_API_KEY / OPENAI_API_KEY / PMEM_LLM_BASE_URL
 set, extraction goes through that LLM. PMEM_EMBEDDING_PROVIDER, when set, is respected. Running it
-again reuses the data directory: the same events are recognised as already processed.
+again reuses the data directory: the same events are recognised as already processed; a second demo
+on a directory in use is refused. `--keep-running` keeps the services up (their URLs printed) until
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from worker.commands import demo_ui
+from worker.commands.errors import UsageError
 from worker.logs import configure_logging
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -40,7 +47,48 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="where nats-server and Postgres keep their data",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the events")
+    parser.add_argument(
+        "--no-ui", action="store_true", help="exit after the recall instead of serving the web UI and API"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="web UI and API port (default PMEM_API_PORT, else 8080; a free one when that is taken)",
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="with --no-ui: keep nats-server, Postgres and the worker up (URLs printed) until Ctrl-C",
+    )
     parser.set_defaults(run=run)
+
+
+LOCK_FILE = "demo.lock"
+
+
+def lock_data_dir(data_dir: Path) -> TextIO:
+    """Hold an exclusive lock on `data_dir` for as long as the returned file is open (the OS drops
+    it when the process dies); a second demo on the same directory is refused."""
+    import fcntl
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = (data_dir / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        raise UsageError(
+            f"another pmem demo (pid {holder}) is running on {data_dir}; stop it (Ctrl-C) or pass "
+            "--data-dir with another directory"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,11 +96,15 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(os.environ.get("PMEM_LOG_LEVEL", "WARNING"), json_format=False)
     from worker.embedded import EmbeddedServiceError
 
+    data_dir = args.data_dir.resolve()
+    lock = lock_data_dir(data_dir)
     try:
-        return asyncio.run(demo(args.data_dir.resolve(), timeout_s=args.timeout))
+        ui = None if args.no_ui else demo_ui.UiPort(args.port or _api_port(), chosen=args.port is not None)
+        return asyncio.run(demo(data_dir, timeout_s=args.timeout, keep_running=args.keep_running, ui=ui))
     except EmbeddedServiceError as exc:
-        print(f"pmem demo: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
+    finally:
+        lock.close()
 
 
 def choose_embedding_provider() -> tuple[str, str]:
@@ -68,7 +120,13 @@ def choose_embedding_provider() -> tuple[str, str]:
     )
 
 
-async def demo(data_dir: Path, *, timeout_s: float) -> int:
+def _api_port() -> int:
+    return int(os.environ.get("PMEM_API_PORT", "8080"))
+
+
+async def demo(
+    data_dir: Path, *, timeout_s: float, keep_running: bool = False, ui: demo_ui.UiPort | None = None
+) -> int:
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
     from store.migrate import migrate_async
@@ -99,7 +157,7 @@ async def demo(data_dir: Path, *, timeout_s: float) -> int:
             http_port=0,
             concurrency=4,
         )
-        print(f"  postgres     {settings.database_url.split('?')[0]} (pgvector)")
+        print(f"  postgres     {settings.database_url} (pgvector)")
         extractor = settings.effective_extractor
         if extractor == "llm":
             where = settings.llm_base_url or "api.openai.com"
@@ -112,6 +170,9 @@ async def demo(data_dir: Path, *, timeout_s: float) -> int:
         print(f"  schema       {report.describe()}")
         worker = await build_worker(settings)
         store = worker.store
+        if extractor == "rules":
+            demo_ui.learn_persona_offline(worker)
+            print("  persona      scripted offline stand-in for an LLM (worker/samples/persona_script.json)")
         for persona_id in catalogue["persona_learning"]:
             await store.put_settings(level="persona", target_id=uuid.UUID(persona_id), persona_learning=True)
         await worker.start()
@@ -141,15 +202,49 @@ async def demo(data_dir: Path, *, timeout_s: float) -> int:
 
         await _print_pending(store, names)
         await _approve_and_recall(store, names, catalogue)
+        if ui is not None:
+            await demo_ui.publish_followups(store, settings, timeout_s=timeout_s)
+            _print_services(settings.database_url, nats_server.url, port)
+            return await demo_ui.serve(store, settings, catalogue, ui)
+        if keep_running:
+            await _serve_until_interrupted(settings.database_url, nats_server.url, port)
+        else:
+            print(
+                f"\nnats-server and Postgres stop now; their data stays in {data_dir}. To reach them again: "
+                f"pmem demo --data-dir {data_dir} --keep-running"
+            )
         return 0
     except PmemProviderError as exc:
-        print(f"pmem demo: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
     finally:
         if worker is not None:
             await worker.close()
         postgres.stop()
         nats_server.stop()
+
+
+def _print_services(database_url: str, nats_url: str, metrics_port: int | None) -> None:
+    print("\nservices stay up until Ctrl-C:")
+    print(f"  psql '{database_url}'")
+    print(f"  PMEM_DATABASE_URL='{database_url}' PMEM_NATS_URL={nats_url} pmem recall --user-id …")
+    print(f"  metrics      http://127.0.0.1:{metrics_port}/metrics")
+
+
+async def _serve_until_interrupted(database_url: str, nats_url: str, metrics_port: int | None) -> None:
+    """Print where the services are and wait for SIGINT/SIGTERM."""
+    import signal
+
+    _print_services(database_url, nats_url, metrics_port)
+    print("ready", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def _check_local(settings: Any, provider: str, why: str) -> tuple[str, str]:
@@ -202,6 +297,7 @@ async def _print_pending(store: Any, names: dict[str, str]) -> None:
 
 
 async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict[str, Any]) -> None:
+    from store.context_recall import recall_in_context
     from store.hint import build_memory_hint
     from store.types import MemoryFilter
 
@@ -210,15 +306,19 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     approved = 0
     for owner in (alice, chef):
         for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
-            if memory.scope == "persona_user" and memory.user_id != alice:
+            if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != alice):
                 continue
             if await store.approve(memory.id, actor="pmem-demo") is not None:
                 approved += 1
     print(
         f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
     )
-    hits = await store.recall(alice, chef, QUESTION, limit=5)
-    print(f'recall for alice with the chef persona: "{QUESTION}"')
+    team = next(uuid.UUID(k) for k, v in names.items() if v.endswith("(team)"))
+    # the samples' conversations happened in one team: recall in that team's context
+    hits = await recall_in_context(
+        store, user_id=alice, persona_id=chef, team_id=team, query=QUESTION, limit=5
+    )
+    print(f'recall for alice with the chef persona, in the acme team: "{QUESTION}"')
     for hit in hits:
         memory = hit.memory
         print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")

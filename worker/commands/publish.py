@@ -21,6 +21,7 @@ from typing import TextIO
 import nats
 
 from worker.app import ConfigurationError, ensure_stream
+from worker.commands.errors import ServiceUnreachable, UsageError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.settings import Settings, load_settings
 
@@ -83,6 +84,10 @@ def _best_effort_id(body: bytes) -> str | None:
     return event_id if isinstance(event_id, str) else None
 
 
+async def _report_at_the_end(exc: Exception) -> None:
+    """nats-py's default logs every failed attempt with a traceback; the command reports once."""
+
+
 async def publish_file(
     path: Path, settings: Settings, *, validate: bool = True, progress: TextIO | None = None
 ) -> Tally:
@@ -91,10 +96,16 @@ async def publish_file(
     tally = Tally(total=len(items))
     tally.invalid.extend(item for item in items if isinstance(item, str))
     lines = [item for item in items if isinstance(item, Line)]
-    connection = await nats.connect(settings.nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    connection = await nats.connect(
+        settings.nats_url, connect_timeout=5, max_reconnect_attempts=3, error_cb=_report_at_the_end
+    )
     try:
         await ensure_stream(
-            connection.jsm(), settings.stream, [settings.subject], create=settings.create_stream
+            connection.jsm(),
+            settings.stream,
+            [settings.subject],
+            create=settings.create_stream,
+            max_age_s=settings.stream_max_age,  # the worker's: no false "retention differs" warning
         )
         js = connection.jetstream()
 
@@ -147,22 +158,18 @@ def run(args: argparse.Namespace) -> int:
     }
     settings = load_settings(**overrides)
     if not args.file.exists():
-        print(f"pmem publish: {args.file} does not exist", file=sys.stderr)
-        return 2
+        raise UsageError(f"{args.file} does not exist; pass the path of a JSONL file of events")
     try:
         tally = asyncio.run(
             publish_file(args.file, settings, validate=not args.no_validate, progress=sys.stderr)
         )
-    except (OSError, nats.errors.Error) as exc:
-        print(
-            f"pmem publish: cannot reach NATS at {settings.nats_url} ({type(exc).__name__}: {exc}); "
-            "start nats-server -js or set PMEM_NATS_URL",
-            file=sys.stderr,
-        )
-        return 2
     except ConfigurationError as exc:
-        print(f"pmem publish: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
+    except (OSError, nats.errors.Error) as exc:
+        raise ServiceUnreachable(
+            f"cannot reach NATS at {settings.nats_url} ({type(exc).__name__}: {exc}); start "
+            "nats-server -js or set PMEM_NATS_URL (or --nats-url)"
+        ) from exc
     for problem in tally.invalid + tally.failed:
         print(problem, file=sys.stderr)
     return 1 if tally.invalid or tally.failed else 0

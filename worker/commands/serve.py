@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
+from collections.abc import Generator
+
+import uvicorn
 
 from api.auth import AuthConfig
 from worker.commands.errors import run_reporting_database_errors
@@ -43,8 +48,6 @@ def auth_config(settings: Settings, *, insecure_dev: bool = False) -> AuthConfig
 
 async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool) -> None:
     """Open the store, then serve until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
-    import uvicorn
-
     from api.app import create_app
 
     async with opened_store(settings) as store:
@@ -55,11 +58,27 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
             max_body_bytes=settings.api_max_body_bytes,
         )
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
+        server = _Server(config)
         print(
             f"pmem serve: listening on http://{host}:{port} (API /v1, UI /ui/, docs /docs)", file=sys.stderr
         )
         await server.serve()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but SIGTERM/SIGINT end it gracefully with exit code 0 (uvicorn re-raises the
+    signal after its shutdown, so a clean stop would look like a kill)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,905 @@
+"""The web UI under `/ui/`: server-rendered pages (templates in `api/templates/`, static files in
+`api/static/`), a session cookie from `/ui/login?token=<JWT>`, CSRF tokens on every form.
+
+This is the shell: HTTP in, templates out. Who may do what is decided by `api/operations.py` (the
+same functions the JSON API calls), never here; the UI only hides what a role cannot use. Pure
+decisions (cookies, CSRF, parsing, view models) live in `api/ui_core.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import jwt
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from api import access
+from api import auth as api_auth
+from api import operations as ops
+from api import ui_core as core
+from api.deps import AppState
+from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
+from api.schemas import export_json
+from store.types import Page, ReviewItem, SettingsLevel, SettingsRow
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "static"
+STATIC_FILES = {
+    "ui.css": "text/css; charset=utf-8",
+    "ui.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+
+templates = Environment(
+    loader=FileSystemLoader(str(HERE / "templates")),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+# Known notices and errors shown after a redirect (codes in the query string, never free text).
+NOTICES = {
+    "approved": "Approved.",
+    "rejected": "Rejected.",
+    "edited": "Saved and approved.",
+    "bulk": "Done: the selected items were decided.",
+    "saved": "Saved.",
+    "deleted": "Deleted.",
+    "deleted_all": "Everything remembered about you was erased.",
+}
+MY_PAGES = 10  # "My memories" shows up to 2000; the download has everything
+QUEUE_ERRORS = {"none_selected": "Select at least one item first."}
+
+
+class _SecureRoute(APIRoute):
+    """Every UI response carries the Content-Security-Policy and the other security headers."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def with_headers(request: Request) -> Response:
+            response = await handler(request)
+            for name, value in core.SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            return response
+
+        return with_headers
+
+
+router = APIRouter(prefix="/ui", route_class=_SecureRoute, include_in_schema=False)
+
+
+# --- the shell's ports: credentials, the store, the CSRF key -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    token: str
+    principal: Any
+    csrf: str
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.pmem
+    return state
+
+
+def _store(request: Request) -> Any:
+    return _state(request).store
+
+
+def _verify(request: Request, token: str) -> tuple[Any, float] | None:
+    """The person a JWT names and when it expires (`api.auth`, the API's own verification); None
+    when it is expired, forged or malformed."""
+    try:
+        principal = api_auth.verify_jwt(token, _state(request).auth)
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except (Unauthorized, jwt.InvalidTokenError):
+        return None
+    if not principal.is_person:
+        return None
+    return principal, float(claims["exp"])
+
+
+async def _session(request: Request) -> Session | None:
+    token = request.cookies.get(core.SESSION_COOKIE)
+    if not token:
+        return None
+    verified = _verify(request, token)
+    if verified is None:
+        return None
+    return Session(token=token, principal=verified[0], csrf=api_auth.csrf_token(token, _state(request).auth))
+
+
+def _role(principal: Any) -> str:
+    return str(principal.role)
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+ROLE_LABELS = {"admin": "Admin", "team_admin": "Team admin", "user": "Signed in", "service": "Service"}
+
+
+async def _page(
+    request: Request,
+    session: Session | None,
+    template: str,
+    *,
+    title: str,
+    status_code: int = 200,
+    notice: str | None = None,
+    **context: Any,
+) -> HTMLResponse:
+    role = _role(session.principal) if session else ""
+    waiting = context.pop("waiting", None)
+    if session is not None and waiting is None and role in core.REVIEWERS:
+        waiting = await _waiting(request, session)
+    html = templates.get_template(template).render(
+        title=title,
+        principal=session.principal if session else None,
+        csrf=session.csrf if session else "",
+        nav=core.nav_links(role, request.url.path) if session else (),
+        role_label=ROLE_LABELS.get(role, role),
+        waiting=waiting,
+        notice=notice,
+        **context,
+    )
+    return HTMLResponse(html, status_code=status_code)
+
+
+def _message(
+    request: Request,
+    session: Session | None,
+    *,
+    title: str,
+    lines: tuple[str, ...],
+    status_code: int,
+    link: tuple[str, str] | None = None,
+    refresh_to: str | None = None,
+) -> Awaitable[HTMLResponse]:
+    return _page(
+        request,
+        session,
+        "message.html",
+        title=title,
+        lines=lines,
+        status_code=status_code,
+        bad=status_code >= 400,
+        link={"href": link[0], "label": link[1]} if link else None,
+        refresh_to=refresh_to,
+        waiting=0 if status_code >= 400 else None,
+    )
+
+
+async def _signed_out(request: Request, *, expired: bool = False) -> HTMLResponse:
+    """401 with what to do; a session cookie that no longer verifies (expired) is removed."""
+    stale = core.SESSION_COOKIE in request.cookies
+    lines = (
+        ("Your session has ended." if expired or stale else "You are not signed in."),
+        "Open the memory page again from your chat platform: its link signs you in.",
+    )
+    response = await _message(request, None, title="Sign in to continue", lines=lines, status_code=401)
+    if stale:
+        response.delete_cookie(core.SESSION_COOKIE, path=core.COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
+def _forbidden(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+    return _message(
+        request,
+        session,
+        title="Not available to you",
+        lines=("This page is for admins and team admins.",),
+        status_code=403,
+        link=(core.landing_path(_role(session.principal)), "Go to your page"),
+    )
+
+
+def _not_found(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+    return _message(
+        request,
+        session,
+        title="Not found",
+        lines=("It does not exist, or it is not yours to see. It may have been decided or erased already.",),
+        status_code=404,
+        link=(core.landing_path(_role(session.principal)), "Back"),
+    )
+
+
+async def _refuse(request: Request, session: Session, exc: Exception) -> Response:
+    """NotFound (or an id that is not one) → 404, Forbidden → 403, Conflict → 409; JSON for
+    fetch, else a page."""
+    if isinstance(exc, Conflict):
+        message = "Someone else decided this already. Reload the page to see the queue as it is now."
+        if _wants_json(request):
+            return _json(409, error=message)
+        return await _message(request, session, title="Already decided", lines=(message,), status_code=409)
+    if isinstance(exc, Forbidden):
+        return (
+            _json(403, error="Not allowed.") if _wants_json(request) else await _forbidden(request, session)
+        )
+    if _wants_json(request):
+        return _json(404, error="Not found: it may have been decided or erased already. Reload the page.")
+    return await _not_found(request, session)
+
+
+def _parse_id(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+def _wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
+def _json(status_code: int, **body: Any) -> JSONResponse:
+    return JSONResponse(body, status_code=status_code)
+
+
+def _redirect(path: str, **params: str) -> RedirectResponse:
+    query = urlencode({k: v for k, v in params.items() if v})
+    return RedirectResponse(f"{path}?{query}" if query else path, status_code=303)
+
+
+def _back(form: Mapping[str, Any]) -> str:
+    """The queue's query string to return to (re-parsed, so only known filters survive)."""
+    raw = str(form.get("back") or "")
+    filters, _ = core.parse_review_filters(dict(_pairs(raw)))
+    return filters.query(cursor=filters.cursor)
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return parse_qsl(query, keep_blank_values=False)[:20]
+
+
+@dataclass(frozen=True, slots=True)
+class _Posted:
+    """A POSTed form after the session and CSRF checks (or the response refusing it)."""
+
+    session: Session | None
+    form: dict[str, Any]
+    refusal: Response | None
+
+
+async def _posted(request: Request) -> _Posted:
+    """Read a form; refuse it without a valid session (401) or without its CSRF token (403)."""
+    form_data = await request.form()
+    form: dict[str, Any] = {}
+    for key, value in form_data.multi_items():
+        if isinstance(value, str):
+            form.setdefault(key, []).append(value)
+    flat = {k: (v if k == "ids" else v[-1]) for k, v in form.items()}
+    session = await _session(request)
+    if session is None:
+        if _wants_json(request):
+            return _Posted(None, flat, _json(401, error="You are not signed in."))
+        return _Posted(None, flat, await _signed_out(request, expired=True))
+    if not api_auth.csrf_ok(session.token, flat.get(core.CSRF_FIELD), _state(request).auth):
+        message = "This form has expired or did not come from this site. Reload the page and try again."
+        if _wants_json(request):
+            return _Posted(session, flat, _json(403, error=message))
+        response = await _message(request, session, title="Form refused", lines=(message,), status_code=403)
+        return _Posted(session, flat, response)
+    return _Posted(session, flat, None)
+
+
+# --- sign-in -------------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login(request: Request, token: str = "", next: str = "") -> Response:
+    """`/ui/login?token=<JWT>`: verify the token, set the session cookie, continue to the role's page.
+
+    It answers a small page that continues by itself (meta refresh) instead of a redirect: the
+    link arrives from the chat platform, another site, and a browser does not send a SameSite=Strict
+    cookie on a redirect that a cross-site navigation started, so the person would land signed out."""
+    verified = _verify(request, token) if token else None
+    if verified is None:
+        return await _message(
+            request,
+            None,
+            title="This sign-in link does not work",
+            lines=(
+                "It has expired or is not valid.",
+                "Open the memory page again from your chat platform to get a new link.",
+            ),
+            status_code=401,
+        )
+    principal, expires_at = verified
+    cookie = core.session_cookie(token, expires_at=expires_at, now=time.time(), scheme=request.url.scheme)
+    if cookie is None:  # pragma: no cover - verify refuses expired tokens first
+        return await _signed_out(request, expired=True)
+    destination = core.safe_next(next, _role(principal))
+    response = await _message(
+        request,
+        None,
+        title="Signed in",
+        lines=("Taking you to your page…",),
+        status_code=200,
+        link=(destination, "Continue"),
+        refresh_to=destination,
+    )
+    response.set_cookie(
+        core.SESSION_COOKIE,
+        cookie.value,
+        max_age=cookie.max_age,
+        path=cookie.path,
+        secure=cookie.secure,
+        httponly=cookie.httponly,
+        samesite=cookie.samesite,
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None and posted.session is not None:
+        return posted.refusal
+    response = await _message(
+        request,
+        None,
+        title="Signed out",
+        lines=("You are signed out. Open the memory page from your chat platform to sign in again.",),
+        status_code=200,
+    )
+    response.delete_cookie(core.SESSION_COOKIE, path=core.COOKIE_PATH, httponly=True, samesite="strict")
+    return response
+
+
+@router.get("/signed-out")
+async def signed_out(request: Request, expired: int = 0) -> Response:
+    return await _signed_out(request, expired=bool(expired))
+
+
+@router.get("/")
+@router.get("")
+async def home(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    return RedirectResponse(core.landing_path(_role(session.principal)), status_code=303)
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC_FILES:
+        return Response("not found", status_code=404, media_type="text/plain")
+    response = FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+    response.headers["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+# --- review queue ------------------------------------------------------------------------------
+
+
+async def _waiting(request: Request, session: Session) -> int | None:
+    try:
+        return sum((await ops.waiting_counts(_store(request), session.principal)).values())
+    except Forbidden:
+        return None
+
+
+@router.get("/review")
+async def review(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    raw = dict(request.query_params)
+    filters, errors = core.parse_review_filters(raw)
+    queue_error = QUEUE_ERRORS.get(raw.get("error", ""))
+    if queue_error:
+        errors["bulk"] = queue_error
+    try:
+        page: Page[ReviewItem] = await ops.review_page(
+            _store(request),
+            session.principal,
+            team_id=filters.team_id,
+            scope=filters.scope,
+            persona_id=filters.persona_id,
+            user_id=filters.user_id,
+            min_confidence=filters.min_confidence,
+            cursor=filters.cursor,
+            limit=25,
+        )
+        waiting = await _waiting(request, session)
+    except Forbidden:
+        return await _forbidden(request, session)
+    except BadInput as exc:
+        errors["cursor" if "cursor" in str(exc) else "team_id"] = str(exc)
+        page = Page(items=(), next_cursor=None)
+        waiting = 0
+    rows = [core.review_row(item) for item in core.field_of(page, "items", [])]
+    teams = [str(t) for t in getattr(session.principal, "teams", ())]
+    return await _page(
+        request,
+        session,
+        "review.html",
+        title="Review queue",
+        notice=NOTICES.get(raw.get("notice", "")),
+        rows=rows,
+        next_cursor=core.field_of(page, "next_cursor"),
+        filters=filters,
+        errors=errors,
+        raw=raw,
+        back=filters.query(cursor=filters.cursor),
+        waiting=waiting,
+        team_choices=teams if _role(session.principal) == "team_admin" else [],
+        scope_labels=core.SCOPE_LABELS,
+    )
+
+
+async def _decide(request: Request, item_id: str, action: ops.Decision) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    back = _back(posted.form)
+    value = str(posted.form.get("value") or "")
+    target = _parse_id(item_id)
+    try:
+        if target is None:
+            raise NotFound(item_id)
+        decided = await ops.decide(_store(request), session.principal, target, action, value)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="value")
+        return await _page(
+            request,
+            session,
+            "edit.html",
+            title="Edit before approving",
+            status_code=422,
+            action=f"/ui/review/{item_id}/edit",
+            value=value,
+            error=str(exc),
+            back=back,
+        )
+    notice = {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
+    if _wants_json(request):
+        return _json(200, message=NOTICES[notice], done=[item_id], value=decided.value)
+    return RedirectResponse(f"/ui/review?{back}&notice={notice}".replace("?&", "?"), status_code=303)
+
+
+@router.post("/review/{item_id}/approve")
+async def approve(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "approve")
+
+
+@router.post("/review/{item_id}/reject")
+async def reject(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "reject")
+
+
+@router.post("/review/{item_id}/edit")
+async def edit(request: Request, item_id: str) -> Response:
+    return await _decide(request, item_id, "edit")
+
+
+@router.post("/review/bulk")
+async def bulk(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    back = _back(posted.form)
+    action = str(posted.form.get("decision") or "")
+    ids, _bad = core.parse_ids(posted.form.get("ids") or [])
+    if not ids or action not in ("approve", "reject"):
+        message = QUEUE_ERRORS["none_selected"] if not ids else "Choose approve or reject."
+        if _wants_json(request):
+            return _json(422, error=message, field="bulk")
+        return RedirectResponse(f"/ui/review?{back}&error=none_selected".replace("?&", "?"), status_code=303)
+    try:
+        decision: Literal["approve", "reject"] = "approve" if action == "approve" else "reject"
+        results = await ops.bulk_decide(_store(request), session.principal, decision, ids)
+    except Forbidden:
+        return await _refuse(request, session, Forbidden("not allowed"))
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="bulk")
+        return await _message(request, session, title="Not done", lines=(str(exc),), status_code=422)
+    done = [str(r.id) for r in results if r.status == "done"]
+    failed = [str(r.id) for r in results if r.status != "done"]
+    verb = "Approved" if action == "approve" else "Rejected"
+    message = f"{verb} {core.plural(len(done), 'item')}."
+    if failed:
+        message += f" {core.plural(len(failed), 'item')} could not be decided (already decided or not yours)."
+    if _wants_json(request):
+        return _json(200, message=message, done=done, failed=failed)
+    return RedirectResponse(f"/ui/review?{back}&notice=bulk".replace("?&", "?"), status_code=303)
+
+
+@router.get("/memories/{memory_id}")
+async def memory_detail(request: Request, memory_id: str) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    target = _parse_id(memory_id)
+    try:
+        if target is None:
+            raise NotFound(memory_id)
+        detail = await ops.memory_detail(_store(request), session.principal, target)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    memory = detail.memory
+    history = [
+        {
+            "when": core.show_time(entry.at),
+            "action": core.AUDIT_ACTIONS.get(entry.action, entry.action),
+            "actor": entry.actor,
+            "old_value": entry.old_value,
+            "new_value": entry.new_value,
+        }
+        for entry in detail.history
+    ]
+    view = {
+        "id": str(memory.id),
+        "key": memory.key,
+        "value": memory.value,
+        "status": memory.status,
+        "scope": memory.scope,
+        "confidence": core.show_confidence(memory.confidence),
+        "created": core.show_time(memory.created_at),
+        "updated": core.show_time(memory.updated_at),
+        "channel_id": memory.source_channel_id,
+        "owner_id": memory.owner_id,
+        "user_id": memory.user_id,
+        "team_id": memory.team_id,
+    }
+    proposal = detail.pending_revision
+    decide_id = (
+        proposal.id if proposal is not None else (memory.id if memory.status == "pending_review" else None)
+    )
+    return await _page(
+        request,
+        session,
+        "memory.html",
+        title=f"Memory “{view['key']}”",
+        memory=view,
+        history=history,
+        proposal=proposal
+        and {
+            "old_value": proposal.old_value,
+            "new_value": proposal.new_value,
+            "confidence": core.show_confidence(proposal.confidence),
+            "created": core.show_time(proposal.created_at),
+        },
+        decide_id=decide_id,
+    )
+
+
+# --- my memories -------------------------------------------------------------------------------
+
+
+async def _my_page(
+    request: Request, session: Session, *, errors: dict[str, str], notice: str | None
+) -> Response:
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MY_PAGES):
+        page = await ops.my_memories(_store(request), session.principal, limit=200, cursor=cursor)
+        items.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    groups = core.group_my_memories(items)
+    total = sum(len(g.cards) for g in groups)
+    return await _page(
+        request,
+        session,
+        "me.html",
+        title="My memories",
+        notice=notice,
+        groups=groups,
+        total=total,
+        errors=errors,
+        status_code=422 if errors else 200,
+    )
+
+
+@router.get("/me")
+async def me(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    return await _my_page(request, session, errors={}, notice=notice)
+
+
+@router.post("/me/memories/{memory_id}/edit")
+async def me_edit(request: Request, memory_id: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    value = str(posted.form.get("value") or "")
+    target = _parse_id(memory_id)
+    try:
+        if target is None:
+            raise NotFound(memory_id)
+        edited = await ops.edit_mine(_store(request), session.principal, target, value)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    except BadInput as exc:
+        if _wants_json(request):
+            return _json(422, error=str(exc), field="value")
+        return await _page(
+            request,
+            session,
+            "edit.html",
+            title="Correct a memory",
+            status_code=422,
+            action=f"/ui/me/memories/{memory_id}/edit",
+            value=value,
+            error=str(exc),
+            back="",
+        )
+    if _wants_json(request):
+        message = "Saved. Assistants use the corrected value from now on."
+        return _json(200, message=message, value=edited.value)
+    return _redirect("/ui/me", notice="saved")
+
+
+@router.post("/me/memories/{memory_id}/delete")
+async def me_delete(request: Request, memory_id: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    target = _parse_id(memory_id)
+    try:
+        if target is None:
+            raise NotFound(memory_id)
+        await ops.erase_mine(_store(request), session.principal, target)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    if _wants_json(request):
+        return _json(200, message="Deleted. It is erased, not just hidden.")
+    return _redirect("/ui/me", notice="deleted")
+
+
+@router.post("/me/delete-all")
+async def me_delete_all(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    if posted.form.get("confirm") != "yes":
+        errors = {"confirm": "Tick this box to confirm; nothing was deleted."}
+        return await _my_page(request, session, errors=errors, notice=None)
+    await ops.erase_all_mine(_store(request), session.principal)
+    return _redirect("/ui/me", notice="deleted_all")
+
+
+@router.get("/me/export")
+async def me_export(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    data = export_json(await ops.export_mine(_store(request), session.principal))
+    body = json.dumps(data, indent=2, ensure_ascii=False)
+    return Response(
+        body,
+        media_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="my-memories.json"'},
+    )
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    href: str
+    label: str
+    current: bool
+
+
+def _levels(principal: Any, path: str) -> list[_Level]:
+    links: list[tuple[str, str]] = []
+    if _role(principal) == "admin":
+        links.append(("/ui/settings/global", "Global"))
+    for team in getattr(principal, "teams", ()):
+        links.append((f"/ui/settings/teams/{team}", f"Team {core.short_id(team)}"))
+    return [_Level(href, label, href == path) for href, label in links]
+
+
+@router.get("/settings")
+async def settings_home(request: Request) -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    levels = _levels(session.principal, "")
+    if _role(session.principal) not in core.REVIEWERS or not levels:
+        return await _forbidden(request, session)
+    return RedirectResponse(levels[0].href, status_code=303)
+
+
+@router.get("/settings/open")
+async def settings_open(request: Request, level: str = "persona", target_id: str = "") -> Response:
+    """The "open another level" form: to the team's or persona's settings page."""
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    try:
+        target = core.parse_uuid(target_id)
+    except ValueError as exc:
+        return await _settings_page(request, session, None, None, errors={}, open_error=str(exc))
+    if target is None:
+        return await _settings_page(request, session, None, None, errors={}, open_error="Enter an id.")
+    kind = "teams" if level == "team" else "personas"
+    return RedirectResponse(f"/ui/settings/{kind}/{target}", status_code=303)
+
+
+async def _settings_page(
+    request: Request,
+    session: Session,
+    level: SettingsLevel | None,
+    target: uuid.UUID | None,
+    *,
+    errors: dict[str, str],
+    open_error: str | None = None,
+    notice: str | None = None,
+    form: Mapping[str, Any] | None = None,
+) -> Response:
+    view = None
+    if level is None and _role(session.principal) not in core.REVIEWERS:
+        return await _forbidden(request, session)
+    if level is not None:
+        try:
+            current = await ops.settings_view(_store(request), session.principal, level, target)
+        except (Forbidden, NotFound) as exc:
+            return await _refuse(request, session, exc)
+        view = _settings_form(session.principal, level, target, current, form)
+    status_code = 422 if errors or open_error else 200
+    return await _page(
+        request,
+        session,
+        "settings.html",
+        title="Settings",
+        status_code=status_code,
+        notice=notice,
+        levels=_levels(session.principal, request.url.path),
+        view=view,
+        errors=errors,
+        open_error=open_error,
+        open_level=request.query_params.get("level", level or "persona"),
+        open_query=request.query_params.get("target_id", ""),
+        switch_choices=core.SWITCH_CHOICES,
+    )
+
+
+def _may_change(principal: Any, level: SettingsLevel, target: uuid.UUID | None) -> bool:
+    """Whether to offer the form at all (the rule is `api.access`'s; the server checks it again)."""
+    try:
+        access.check_settings_access(principal, level, target, write=True)
+    except Forbidden:
+        return False
+    return True
+
+
+def _settings_form(
+    principal: Any,
+    level: SettingsLevel,
+    target: uuid.UUID | None,
+    current: ops.SettingsView,
+    form: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What the settings form shows: per field the level's own value, and what is in effect there."""
+    rows = []
+    for field in core.SETTING_FIELDS:
+        value = getattr(current.own, field.name)
+        effective = getattr(current.effective, field.name)
+        source = current.inherited_from.get(field.name, "default")
+        rows.append(
+            {
+                "field": field,
+                "form_value": str(form.get(field.name) or "")
+                if form is not None
+                else core.form_value(field, value),
+                "effect": core.effect_of(level, source, effective, field.name),
+            }
+        )
+    if level == "global":
+        title, action = "Global", "/ui/settings/global"
+    elif level == "team":
+        title, action = f"Team {target}", f"/ui/settings/teams/{target}"
+    else:
+        title, action = f"Persona {target}", f"/ui/settings/personas/{target}"
+    return {
+        "title": title,
+        "action": action,
+        "level_name": level,
+        "rows": rows,
+        "writable": _may_change(principal, level, target),
+    }
+
+
+def _level_of(kind: str, target_id: str) -> tuple[SettingsLevel, uuid.UUID | None]:
+    if kind == "global":
+        return "global", None
+    return ("team" if kind == "teams" else "persona"), uuid.UUID(target_id)
+
+
+@router.get("/settings/{kind}")
+@router.get("/settings/{kind}/{target_id}")
+async def settings_level(request: Request, kind: str, target_id: str = "") -> Response:
+    session = await _session(request)
+    if session is None:
+        return await _signed_out(request)
+    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
+        return await _not_found(request, session)
+    try:
+        level, target = _level_of(kind, target_id)
+    except ValueError:
+        return await _not_found(request, session)
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    return await _settings_page(request, session, level, target, errors={}, notice=notice)
+
+
+@router.post("/settings/{kind}")
+@router.post("/settings/{kind}/{target_id}")
+async def settings_save(request: Request, kind: str, target_id: str = "") -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
+        return await _not_found(request, session)
+    try:
+        level, target = _level_of(kind, target_id)
+    except ValueError:
+        return await _not_found(request, session)
+    values, errors = core.parse_settings_form(posted.form)
+    saved = None
+    if not errors:
+        try:
+            saved = await ops.put_settings(
+                _store(request),
+                session.principal,
+                level,
+                target,
+                SettingsRow(level=level, target_id=target, **values),
+                max_input_tokens=_state(request).max_input_tokens,
+            )
+        except (Forbidden, NotFound) as exc:
+            return await _refuse(request, session, exc)
+        except BadInput as exc:
+            errors[core.field_named(exc.message)] = exc.message
+    if errors:
+        if _wants_json(request):
+            name, message = next(iter(errors.items()))
+            return _json(422, error=message, field=name)
+        return await _settings_page(request, session, level, target, errors=errors, form=posted.form)
+    if _wants_json(request) and saved is not None:
+        view = _settings_form(session.principal, level, target, saved, None)
+        inherit = {
+            row["field"].name: {"value": row["effect"].value, "source": row["effect"].source}
+            for row in view["rows"]
+        }
+        return _json(200, message="Saved.", inherit=inherit)
+    return _redirect(request.url.path, notice="saved")

@@ -1,0 +1,237 @@
+"""Every endpoint × every role × own / another user's / another team's resource → one expected
+status, generated from one table, on Postgres. Zero leaks: a refused call changes nothing and never
+shows the memory's text."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from store.postgres import PostgresMemoryStore
+from store.types import NewMemory
+from tests.api.conftest import TEAM_A, TEAM_B, People
+
+ROLES = ("anonymous", "user", "team_admin", "admin", "service")
+# own: about `user`, written in team A; other_user: about `other_user` in team A; other_team: about
+# `other_user` in team B. The user and the team admin belong to team A.
+RESOURCES = ("own", "other_user", "other_team")
+PERSONA = uuid.UUID(int=0x9)
+SECRET_VALUE = {
+    "own": "own-secret-7f3a",
+    "other_user": "other-secret-1b9c",
+    "other_team": "team-b-secret-5d2e",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One endpoint: how to call it, and the status per role (and per resource where it matters)."""
+
+    method: str
+    path: str  # {id}: the resource memory; {user}: the resource's subject; {team}: the resource's team
+    body: dict[str, Any] | None
+    expect: dict[str, Any]  # role → status, or role → {resource: status}
+
+
+def per(own: int, other_user: int, other_team: int) -> dict[str, int]:
+    return {"own": own, "other_user": other_user, "other_team": other_team}
+
+
+ANY_PERSON = {"anonymous": 401, "user": 200, "team_admin": 200, "admin": 200, "service": 403}
+REVIEWERS = {
+    "anonymous": 401,
+    "user": 403,
+    "team_admin": per(200, 200, 404),
+    "admin": 200,
+    "service": 403,
+}
+TABLE: tuple[Case, ...] = (
+    Case("GET", "/v1/me/memories", None, ANY_PERSON),
+    Case("GET", "/v1/me/export", None, ANY_PERSON),
+    Case("DELETE", "/v1/me/memories", None, ANY_PERSON),
+    Case(
+        "PATCH",
+        "/v1/me/memories/{id}",
+        {"value": "edited"},
+        {"anonymous": 401, "user": per(200, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
+    ),
+    Case(
+        "DELETE",
+        "/v1/me/memories/{id}",
+        None,
+        {"anonymous": 401, "user": per(204, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
+    ),
+    Case("GET", "/v1/review", None, {**REVIEWERS, "team_admin": 200}),
+    Case("POST", "/v1/review/{id}/approve", None, REVIEWERS),
+    Case("POST", "/v1/review/{id}/reject", None, REVIEWERS),
+    Case("POST", "/v1/review/{id}/edit", {"value": "edited"}, REVIEWERS),
+    Case("POST", "/v1/review/bulk", {"action": "approve", "ids": ["{id}"]}, {**REVIEWERS, "team_admin": 200}),
+    Case("GET", "/v1/memories/{id}", None, REVIEWERS),
+    Case(
+        "GET",
+        "/v1/settings/global",
+        None,
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 403},
+    ),
+    Case(
+        "PUT",
+        "/v1/settings/global",
+        {"min_confidence": 0.6},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 403},
+    ),
+    Case(
+        "GET",
+        "/v1/settings/teams/{team}",
+        None,
+        {"anonymous": 401, "user": 403, "team_admin": per(200, 200, 403), "admin": 200, "service": 403},
+    ),
+    Case(
+        "PUT",
+        "/v1/settings/teams/{team}",
+        {"pending_days": 10},
+        {"anonymous": 401, "user": 403, "team_admin": per(200, 200, 403), "admin": 200, "service": 403},
+    ),
+    Case(
+        "GET",
+        f"/v1/settings/personas/{PERSONA}",
+        None,
+        {"anonymous": 401, "user": 403, "team_admin": 200, "admin": 200, "service": 403},
+    ),
+    Case(
+        "PUT",
+        f"/v1/settings/personas/{PERSONA}",
+        {"persona_learning": True},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 403},
+    ),
+    Case(
+        "POST",
+        "/v1/recall",
+        {"user_id": "{user}", "team_id": "{team}"},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
+    ),
+    Case(
+        "POST",
+        "/v1/hint",
+        {"user_id": "{user}", "team_id": "{team}"},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
+    ),
+    Case(
+        "DELETE",
+        "/v1/users/{user}/memories",
+        None,
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
+    ),
+)
+
+
+def expected(case: Case, role: str, resource: str) -> int:
+    value = case.expect[role]
+    return value[resource] if isinstance(value, dict) else int(value)
+
+
+def fill(template: Any, values: dict[str, str]) -> Any:
+    if isinstance(template, str):
+        for name, value in values.items():
+            template = template.replace("{" + name + "}", value)
+        return template
+    if isinstance(template, list):
+        return [fill(item, values) for item in template]
+    if isinstance(template, dict):
+        return {k: fill(v, values) for k, v in template.items()}
+    return template
+
+
+async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUID]:
+    """One pending memory per resource kind."""
+    owners = {
+        "own": (people.user, TEAM_A),
+        "other_user": (people.other_user, TEAM_A),
+        "other_team": (people.other_user, TEAM_B),
+    }
+    ids = {}
+    for resource, (subject, team) in owners.items():
+        result = await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=subject,
+                user_id=None,
+                key=f"fact {resource}",
+                value=SECRET_VALUE[resource],
+                status="pending_review",
+                team_id=team,
+            )
+        )
+        ids[resource] = result.memory_id
+    return ids
+
+
+async def snapshot(store: PostgresMemoryStore, ids: dict[str, uuid.UUID]) -> dict[str, Any]:
+    return {resource: await store.get_by_id(memory_id) for resource, memory_id in ids.items()}
+
+
+CASES = [(case, role, resource) for case in TABLE for role in ROLES for resource in RESOURCES]
+
+
+@pytest.mark.parametrize(
+    ("case", "role", "resource"),
+    CASES,
+    ids=[f"{c.method} {c.path} as {role} on {resource}" for c, role, resource in CASES],
+)
+async def test_authorization_matrix(
+    case: Case,
+    role: str,
+    resource: str,
+    client: httpx.AsyncClient,
+    api_store: PostgresMemoryStore,
+    people: People,
+) -> None:
+    ids = await seed(api_store, people)
+    subject = people.user if resource == "own" else people.other_user
+    team = TEAM_B if resource == "other_team" else TEAM_A
+    values = {"id": str(ids[resource]), "user": str(subject), "team": str(team)}
+    before = await snapshot(api_store, ids)
+    response = await client.request(
+        case.method, fill(case.path, values), json=fill(case.body, values), headers=people.headers(role)
+    )
+    want = expected(case, role, resource)
+    assert response.status_code == want, response.text
+    if response.status_code != 204:
+        assert "error" in response.json() if want >= 400 else True
+    if want >= 400:
+        assert await snapshot(api_store, ids) == before  # a refused call changes nothing
+        assert all(secret not in response.text for secret in SECRET_VALUE.values())
+    elif response.status_code == 200 and case.method == "GET":
+        # what a caller may list never includes what it may not see
+        visible = {
+            "user": {"own"},
+            "team_admin": {"own", "other_user"},
+            "admin": set(RESOURCES),
+            "service": {resource},
+        }[role]
+        for other, secret in SECRET_VALUE.items():
+            if other not in visible:
+                assert secret not in response.text, f"{role} saw {other}"
+
+
+async def test_bulk_decisions_skip_what_a_team_admin_may_not_see(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
+) -> None:
+    ids = await seed(api_store, people)
+    response = await client.post(
+        "/v1/review/bulk",
+        json={"action": "approve", "ids": [str(i) for i in ids.values()]},
+        headers=people.headers("team_admin"),
+    )
+    assert response.status_code == 200
+    status = {item["id"]: item["status"] for item in response.json()["results"]}
+    assert status == {
+        str(ids["own"]): "done",
+        str(ids["other_user"]): "done",
+        str(ids["other_team"]): "not_found",
+    }
+    untouched = await api_store.get_by_id(ids["other_team"])
+    assert untouched is not None and untouched.status == "pending_review"

@@ -1,0 +1,186 @@
+"""Erasure leaves no trace of the text anywhere in the database; bad input gets a JSON error that
+names the problem, never a stack trace."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import jwt
+import psycopg
+
+from api.app import create_app
+from api.auth import mint_jwt
+from store.postgres import PostgresMemoryStore
+from store.types import NewMemory
+from tests.api.conftest import AUTH, SECRET, TEAM_A, People
+
+ERASED = "Keeps a diary in Esperanto"
+
+
+def text_columns_holding(url: str, needle: str) -> list[str]:
+    """Every (table.column) of a text-like type, in every table of the public schema, that contains
+    `needle` anywhere (tsvector columns searched through their text form)."""
+    hits = []
+    with psycopg.connect(url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' "
+            "AND data_type IN ('text', 'character varying', 'tsvector', 'json', 'jsonb')"
+        ).fetchall()
+        assert len(columns) > 10  # the search really covers the schema
+        for table, column in columns:
+            row = conn.execute(
+                f'SELECT count(*) FROM "{table}" WHERE "{column}"::text ILIKE %s',
+                (f"%{needle.split()[-1]}%",),
+            ).fetchone()
+            if row and row[0]:
+                hits.append(f"{table}.{column}")
+    return hits
+
+
+async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID:
+    """A memory with a revision history: added, approved, a proposal, an edit."""
+    first = await store.upsert(
+        NewMemory(
+            scope="user",
+            owner_id=people.user,
+            user_id=None,
+            key="hobby",
+            value="Keeps a diary",
+            team_id=TEAM_A,
+        )
+    )
+    await store.upsert(
+        NewMemory(
+            scope="user",
+            owner_id=people.user,
+            user_id=None,
+            key="hobby",
+            value=ERASED,
+            status="pending_review",
+            team_id=TEAM_A,
+        )
+    )
+    await store.upsert(
+        NewMemory(
+            scope="persona_user",
+            owner_id=uuid.uuid4(),
+            user_id=people.user,
+            key="language",
+            value=ERASED + " daily",
+            team_id=TEAM_A,
+        )
+    )
+    return first.memory_id
+
+
+async def test_erasing_everything_about_a_user_leaves_no_text_in_any_table_or_export(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People, api_db_url: str
+) -> None:
+    await write_history(api_store, people)
+    assert text_columns_holding(api_db_url, ERASED)  # the probe finds the text before
+    response = await client.delete(f"/v1/users/{people.user}/memories", headers=people.headers("service"))
+    assert response.status_code == 200 and response.json() == {"erased": 2}
+    assert text_columns_holding(api_db_url, ERASED) == []
+    export = await client.get("/v1/me/export", headers=people.headers("user"))
+    assert export.status_code == 200 and "Esperanto" not in export.text
+    audit = export.json()["audit"]
+    assert export.json()["memories"] == [] and [a["action"] for a in audit].count("erase") == 2
+    assert all(a["key"] is None and a["old_value"] is None and a["new_value"] is None for a in audit)
+
+
+async def test_a_user_erasing_one_memory_leaves_a_content_free_tombstone(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People, api_db_url: str
+) -> None:
+    memory_id = await write_history(api_store, people)
+    response = await client.delete(f"/v1/me/memories/{memory_id}", headers=people.headers("user"))
+    assert response.status_code == 204
+    with psycopg.connect(api_db_url) as conn:
+        rows = conn.execute(
+            "SELECT action, actor, key, old_value, new_value FROM memory_audit "
+            "WHERE memory_id = %s ORDER BY id",
+            (memory_id,),
+        ).fetchall()
+    assert rows[-1][:2] == ("erase", f"user:{people.user}")
+    assert all(row[2:] == (None, None, None) for row in rows)
+    assert "memory_revisions" not in str(text_columns_holding(api_db_url, "Esperanto"))
+
+
+async def test_malformed_ids_and_bodies_are_422_naming_the_field(
+    client: httpx.AsyncClient, people: People
+) -> None:
+    bad_path = await client.post("/v1/review/not-a-uuid/approve", headers=people.headers("admin"))
+    assert bad_path.status_code == 422 and "item_id" in bad_path.json()["error"]
+    bad_body = await client.post(
+        "/v1/recall", json={"user_id": "x", "limit": 0}, headers=people.headers("service")
+    )
+    assert bad_body.status_code == 422
+    assert "user_id" in bad_body.json()["error"] and "limit" in bad_body.json()["error"]
+    unknown = await client.put(
+        "/v1/settings/global", json={"min_confidense": 0.5}, headers=people.headers("admin")
+    )
+    assert unknown.status_code == 422 and "min_confidense" in unknown.json()["error"]
+    cursor = await client.get("/v1/review?cursor=forged", headers=people.headers("admin"))
+    assert cursor.status_code == 422 and "cursor" in cursor.json()["error"]
+
+
+async def test_an_oversized_body_is_413(client: httpx.AsyncClient, people: People) -> None:
+    huge = {"user_id": str(people.user), "query": "x" * 70_000}
+    response = await client.post("/v1/recall", json=huge, headers=people.headers("service"))
+    assert response.status_code == 413 and "error" in response.json()
+
+
+async def test_expired_forged_and_malformed_tokens_are_401(client: httpx.AsyncClient, people: People) -> None:
+    expired = mint_jwt(secret=SECRET, subject=people.user, ttl_s=-10)
+    forged = mint_jwt(secret="another-secret-that-is-long-enough-too", subject=people.user)
+    no_exp = jwt.encode({"sub": str(people.user)}, SECRET, algorithm="HS256")
+    bad_role = jwt.encode(
+        {"sub": str(people.user), "exp": int(time.time()) + 60, "pmem_role": "root"},
+        SECRET,
+        algorithm="HS256",
+    )
+    none_alg = jwt.encode({"sub": str(people.user), "exp": int(time.time()) + 60}, None, algorithm="none")
+    for token in (expired, forged, no_exp, bad_role, none_alg, "garbage", "pmem_sk_unknown"):
+        response = await client.get("/v1/me/memories", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 401, token
+        assert set(response.json()) == {"error"}
+    assert (
+        "expired"
+        in (await client.get("/v1/me/memories", headers={"Authorization": f"Bearer {expired}"})).json()[
+            "error"
+        ]
+    )
+
+
+async def test_a_revoked_api_key_stops_working(api_store: PostgresMemoryStore) -> None:
+    _, key = await api_store.create_api_key("short-lived")
+    body = {"user_id": str(uuid.uuid4())}
+    headers = {"Authorization": f"Bearer {key}"}
+    for expected in (200, 401):
+        # a new app per call: one process caches a verified key for a few seconds (API_KEY_CACHE_S)
+        app = create_app(store=api_store, auth=AUTH)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://pmem.test"
+        ) as http:
+            assert (await http.post("/v1/recall", json=body, headers=headers)).status_code == expected
+        await api_store.revoke_api_key("short-lived")
+
+
+async def test_settings_validate_the_prompt_override_and_show_inheritance(
+    client: httpx.AsyncClient, people: People
+) -> None:
+    admin = people.headers("admin")
+    assert (
+        await client.put("/v1/settings/global", json={"min_confidence": 0.7}, headers=admin)
+    ).status_code == 200
+    team = (await client.put(f"/v1/settings/teams/{TEAM_A}", json={"pending_days": 5}, headers=admin)).json()
+    assert team["own"]["pending_days"] == 5 and team["own"]["min_confidence"] is None
+    assert team["effective"]["min_confidence"] == 0.7 and team["inherited_from"]["min_confidence"] == "global"
+    assert team["inherited_from"]["pending_days"] == "team"
+    too_long = "Keep facts. " * 3000
+    response = await client.put(
+        f"/v1/settings/teams/{TEAM_A}", json={"extraction_prompt": too_long}, headers=admin
+    )
+    assert response.status_code == 422 and "extraction_prompt" in response.json()["error"]

@@ -1,0 +1,152 @@
+"""`pmem serve` as a real process on real Postgres, driven over real HTTP: sign-in with a JWT from
+`pmem token`, a service key from `pmem keys create`, review, erasure, metrics and shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from store.migrate import migrate
+from store.types import NewMemory
+from tests.api.conftest import SECRET, TEAM_A
+from worker.embedded import free_port
+
+PMEM = [sys.executable, "-m", "worker.cli"]
+
+
+def pmem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PMEM, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def serve_env(new_database: object) -> dict[str, str]:
+    url = new_database()  # type: ignore[operator]
+    migrate(url, 384)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env.update(
+        PMEM_DATABASE_URL=url,
+        PMEM_AUTH_JWT_SECRET=SECRET,
+        PMEM_API_PORT=str(free_port()),
+        PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+    )
+    return env
+
+
+@pytest.fixture
+def server(serve_env: dict[str, str]) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [*PMEM, "serve"], env=serve_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    base = f"http://127.0.0.1:{serve_env['PMEM_API_PORT']}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"pmem serve did not become ready: {proc.communicate()[1]}")
+        time.sleep(0.1)
+    yield base
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+
+
+async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env: dict[str, str]) -> None:
+    from extraction.embeddings import HashingEmbedder
+    from store.postgres import PostgresMemoryStore
+
+    user = uuid.uuid4()
+    store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))
+    try:
+        pending = await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=user,
+                user_id=None,
+                key="hometown",
+                value="Grew up in Ghent",
+                team_id=TEAM_A,
+            )
+        )
+    finally:
+        await store.close()
+    admin = pmem(serve_env, "token", "--role", "team_admin", "--team", str(TEAM_A)).stdout.strip()
+    person = pmem(serve_env, "token", "--sub", str(user)).stdout.strip()
+    created = pmem(serve_env, "keys", "create", "chat-backend")
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+
+    async with httpx.AsyncClient(base_url=server, timeout=10) as http:
+        queue = await http.get("/v1/review", headers={"Authorization": f"Bearer {admin}"})
+        assert queue.status_code == 200
+        assert [item["id"] for item in queue.json()["items"]] == [str(pending.memory_id)]
+        approved = await http.post(
+            f"/v1/review/{pending.memory_id}/approve", headers={"Authorization": f"Bearer {admin}"}
+        )
+        assert approved.status_code == 200 and approved.json()["status"] == "active"
+        recall = await http.post(
+            "/v1/recall",
+            json={"user_id": str(user), "team_id": str(TEAM_A), "query": "where did they grow up"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert [hit["value"] for hit in recall.json()["items"]] == ["Grew up in Ghent"]
+        mine = await http.get("/v1/me/memories", headers={"Authorization": f"Bearer {person}"})
+        assert [m["key"] for m in mine.json()["items"]] == ["hometown"]
+        erased = await http.delete("/v1/me/memories", headers={"Authorization": f"Bearer {person}"})
+        assert erased.json() == {"erased": 1}
+        again = await http.post(
+            "/v1/recall",
+            json={"user_id": str(user), "team_id": str(TEAM_A)},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert again.json()["items"] == []
+        metrics = (await http.get("/metrics")).text
+        assert 'pmem_api_requests_total{method="POST",route="/v1/recall",status="200"} 2.0' in metrics
+        assert 'pmem_review_queue_depth{scope="user"} 0.0' in metrics
+        docs = await http.get("/openapi.json")
+        assert "/v1/review/{item_id}/approve" in docs.json()["paths"]
+
+
+def test_serve_refuses_to_start_without_auth_unless_insecure_dev(serve_env: dict[str, str]) -> None:
+    env = {k: v for k, v in serve_env.items() if k != "PMEM_AUTH_JWT_SECRET"}
+    refused = pmem(env, "serve")
+    assert refused.returncode == 2
+    assert "PMEM_AUTH_JWT_SECRET" in refused.stderr and "--insecure-dev" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_keys_list_never_shows_a_key_and_revoke_names_it(serve_env: dict[str, str]) -> None:
+    key = pmem(serve_env, "keys", "create", "ops").stdout.strip()
+    listing = pmem(serve_env, "keys", "list")
+    assert "ops" in listing.stdout and "active" in listing.stdout and key not in listing.stdout
+    assert pmem(serve_env, "keys", "revoke", "ops").returncode == 0
+    assert "revoked" in pmem(serve_env, "keys", "list").stdout
+    missing = pmem(serve_env, "keys", "revoke", "ops")
+    assert missing.returncode == 1 and "no active key named 'ops'" in missing.stderr
+
+
+def test_token_needs_the_secret(serve_env: dict[str, str]) -> None:
+    env = {k: v for k, v in serve_env.items() if k != "PMEM_AUTH_JWT_SECRET"}
+    result = pmem(env, "token")
+    assert result.returncode == 2 and "PMEM_AUTH_JWT_SECRET" in result.stderr
+
+
+def test_retention_reports_what_it_did(serve_env: dict[str, str]) -> None:
+    result = pmem(serve_env, "retention")
+    assert result.returncode == 0, result.stderr
+    assert "rejected 0 pending memories" in result.stderr and "erased 0 archived memories" in result.stderr

@@ -1,0 +1,257 @@
+"""A real Prometheus (Debian's `prometheus`) scrapes a real `pmem worker` and a real `pmem serve` on
+loopback while the worker handles events (processed, retried after LLM errors, dead-lettered), and
+every query of every Grafana panel in deploy/grafana answers with at least one series.
+
+The scrape targets are one table (`SCRAPE_TARGETS` in the test): another process that serves
+/metrics is one more line there."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.deploy_files import DASHBOARDS, prometheus_tool
+from tests.fakes.fake_openai import FakeOpenAI, Reply
+from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
+from tests.worker.worker_harness import base_settings, conversation
+from worker.embedded import EmbeddedNats, free_port
+
+pytestmark = pytest.mark.slow
+
+# Grafana's interval variables, as the dashboard's time range would set them.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "5m"}
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every target of every dashboard, Grafana variables substituted."""
+    queries: list[tuple[str, str]] = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                expr = target["expr"]
+                for variable, value in GRAFANA_VARIABLES.items():
+                    expr = expr.replace(variable, value)
+                queries.append((f"{path.stem}: {panel['title']}", expr))
+    return queries
+
+
+def http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_until(check: Any, *, within: float, what: str) -> Any:
+    """Poll `check()` until it returns something truthy; fail naming `what` (and the last value)."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            last = check()
+            if last:
+                return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {within:.0f}s waiting for {what}; last: {last!r}")
+
+
+@contextlib.contextmanager
+def running_pmem(args: list[str], env: Mapping[str, str], *, port: int, logs: Path) -> Iterator[str]:
+    """A `pmem ARGS` process whose /metrics is on `port`; yields its scrape address when /readyz
+    answers 200."""
+    log = logs.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", *args],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"pmem {' '.join(args)} exited: {logs.read_text()[-3000:]}")
+            with urllib.request.urlopen(f"http://{address}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+
+        wait_until(ready, within=60, what=f"pmem {' '.join(args)} to be ready")
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@contextlib.contextmanager
+def running_prometheus(targets: Mapping[str, str], workdir: Path) -> Iterator[str]:
+    """Prometheus scraping `targets` ({job: host:port}) every second; yields its base URL."""
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [address]}]} for job, address in targets.items()
+        ],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            prometheus_tool("prometheus"),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()[-3000:]}")
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                return bool(response.status == 200)
+
+        wait_until(ready, within=60, what="Prometheus to be ready")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
+    answer = http_json(f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+    assert answer["status"] == "success", answer
+    result: list[dict[str, Any]] = answer["data"]["result"]
+    return result
+
+
+def publish(nats_url: str, subject: str, bodies: list[bytes]) -> None:
+    """Publish with the nats-py client in a short-lived event loop of its own."""
+    import asyncio
+
+    import nats
+
+    async def go() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            js = nc.jetstream()
+            for body in bodies:
+                await js.publish(subject, body, timeout=10)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def api_env(env: Mapping[str, str], port: int) -> dict[str, str]:
+    """`pmem serve` on `port`, with the worker's database and a test signing secret."""
+    return {
+        **env,
+        "PMEM_API_PORT": str(port),
+        "PMEM_AUTH_JWT_SECRET": "prometheus-scrape-test-secret-0123456789",
+    }
+
+
+def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
+    nats_server: EmbeddedNats,
+    database_url: str,
+    fake_openai: FakeOpenAI,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "worker.cli", "migrate", "--database-url", database_url],
+        check=True,
+        capture_output=True,
+    )
+    settings = base_settings(
+        nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
+    )
+    worker_port, api_port = free_port(), free_port()
+    env = {
+        **{
+            f"PMEM_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in settings.items()
+        },
+        "PMEM_HTTP_PORT": str(worker_port),
+        "PMEM_LOG_JSON": "false",
+        "PMEM_CONCURRENCY": "1",  # one event at a time: the scripted LLM errors hit the first event
+    }
+    # one kept memory and one below the minimum confidence (a dropped candidate) per event
+    fake_openai.set_extraction(
+        {
+            "memories": [
+                {"key": "diet preference", "value": "Is vegetarian", "confidence": 0.9, "scope": "user"},
+                {"key": "current mood", "value": "Was tired", "confidence": 0.1, "scope": "user"},
+            ]
+        }
+    )
+    # the first event's LLM calls fail twice: one in-process LLM retry, then the event is retried
+    fake_openai.script_chat(Reply.server_error(), Reply.server_error())
+    queries = dashboard_queries()
+    assert len(queries) >= 10
+
+    with contextlib.ExitStack() as stack:
+        SCRAPE_TARGETS = {
+            "pmem-worker": stack.enter_context(
+                running_pmem(["worker"], env, port=worker_port, logs=tmp_path / "worker.log")
+            ),
+            "pmem-api": stack.enter_context(
+                running_pmem(["serve"], api_env(env, api_port), port=api_port, logs=tmp_path / "api.log")
+            ),
+        }
+        prometheus = stack.enter_context(running_prometheus(SCRAPE_TARGETS, tmp_path))
+        events = [json.dumps(conversation("I'm vegetarian.", "Noted!")).encode() for _ in range(3)]
+        publish(nats_server.url, settings["subject"], [*events, b"this is not json"])
+
+        def scraped_everything() -> bool:
+            processed = query(prometheus, 'sum(pmem_events_total{outcome="processed"})')
+            dlq = query(prometheus, "sum(pmem_dlq_total)")
+            retried = query(prometheus, "sum(pmem_retries_total)")
+            return bool(
+                processed
+                and float(processed[0]["value"][1]) >= 3
+                and dlq
+                and float(dlq[0]["value"][1]) >= 1
+                and retried
+            )
+
+        wait_until(
+            scraped_everything, within=90, what="Prometheus to see 3 processed, 1 retried, 1 dead-lettered"
+        )
+        up = query(prometheus, "up")
+        assert sorted(series["metric"]["job"] for series in up) == sorted(SCRAPE_TARGETS)
+        assert all(series["value"][1] == "1" for series in up)
+
+        def empty_panels() -> list[str]:
+            return [f"{title}: {expr}" for title, expr in queries if not query(prometheus, expr)]
+
+        # rate() needs two samples after the change: wait until every panel has its series
+        def all_answer() -> bool:
+            return not empty_panels()
+
+        with contextlib.suppress(AssertionError):
+            wait_until(all_answer, within=30, what="every dashboard query to answer")
+        assert empty_panels() == []

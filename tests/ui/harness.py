@@ -1,0 +1,227 @@
+"""The server side of the UI tests: a seeded Postgres, `pmem serve` as a real process, JWTs, and
+SQL to check what the database holds after each action."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import psycopg
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "ui-test-secret-" + "x" * 32
+
+TEAM_A = uuid.UUID("6d43c50b-3849-56d1-93dd-b57a6f867071")  # acme
+TEAM_B = uuid.UUID("7e54d61c-4950-57e2-a4ee-c68b7f978182")
+ALICE = uuid.UUID("f8be0f1e-b4cc-5d4a-8ee4-67d5bfa90dc8")
+BOB = uuid.UUID("f62d7bcf-ae18-58e9-b4f4-df90d4af36d5")
+CARLA = uuid.UUID("9f917bb1-dad5-5c74-8b90-7456ce88c940")
+ADMIN = uuid.UUID("a0000000-0000-4000-8000-000000000001")
+TEAM_ADMIN = uuid.UUID("a0000000-0000-4000-8000-000000000002")
+CHEF = uuid.UUID("356511b6-2380-55cb-8587-4de33f3a7e61")
+CHANNEL = uuid.UUID("13066c66-a322-5abd-bf9c-407bb5565fe3")
+
+
+def token(
+    subject: uuid.UUID, role: str = "user", teams: tuple[uuid.UUID, ...] = (), *, ttl_s: float = 3600
+) -> str:
+    """A person's JWT as the chat platform would mint it (HS256 with the server's secret)."""
+    claims: dict[str, Any] = {
+        "sub": str(subject),
+        "exp": int(time.time() + ttl_s),
+        "pmem_role": role,
+        "pmem_teams": [str(t) for t in teams],
+    }
+    return jwt.encode(claims, SECRET, algorithm="HS256")
+
+
+def admin_token() -> str:
+    return token(ADMIN, "admin")
+
+
+def team_admin_token() -> str:
+    return token(TEAM_ADMIN, "team_admin", (TEAM_A,))
+
+
+def alice_token() -> str:
+    return token(ALICE, "user", (TEAM_A,))
+
+
+@dataclass(frozen=True, slots=True)
+class Seeded:
+    """Ids of the seeded memories, by a short name."""
+
+    ids: dict[str, uuid.UUID]
+
+    def __getitem__(self, name: str) -> uuid.UUID:
+        return self.ids[name]
+
+
+async def _seed(database_url: str) -> Seeded:
+    from extraction.embeddings import HashingEmbedder
+    from store.factory import open_store
+    from store.migrate import migrate_async
+    from store.types import NewMemory
+
+    await migrate_async(database_url, 384)
+    store = await open_store(database_url, HashingEmbedder(dim=384))
+    ids: dict[str, uuid.UUID] = {}
+
+    async def add(name: str, **fields: Any) -> None:
+        fields.setdefault("source_channel_id", CHANNEL)
+        fields.setdefault("team_id", TEAM_A)
+        result = await store.upsert(NewMemory(**fields), actor="worker")
+        ids[name] = result.memory_id
+
+    try:
+        await add("colour", scope="user", owner_id=ALICE, user_id=None, key="favourite colour",
+                  value="Likes blue", confidence=0.9, status="active")  # fmt: skip
+        await add("language", scope="user", owner_id=ALICE, user_id=None, key="spoken language",
+                  value="Speaks Portuguese", confidence=0.8, status="active")  # fmt: skip
+        await add("city", scope="user", owner_id=ALICE, user_id=None, key="home city",
+                  value="Lives in Lisbon", confidence=0.85)  # fmt: skip
+        await add("job", scope="user", owner_id=ALICE, user_id=None, key="job title",
+                  value="Works as a data engineer", confidence=0.6)  # fmt: skip
+        await add("dish", scope="persona", owner_id=CHEF, user_id=None, key="signature dish",
+                  value="Often suggests a quick Thai green curry", confidence=0.7)  # fmt: skip
+        await add("diet", scope="persona_user", owner_id=CHEF, user_id=ALICE, key="diet",
+                  value="Is vegetarian", confidence=0.95)  # fmt: skip
+        await add("pets", scope="user", owner_id=BOB, user_id=None, key="pets at home",
+                  value="Has two cats", confidence=0.75)  # fmt: skip
+        await add("hobby", scope="user", owner_id=CARLA, user_id=None, key="chess hobby",
+                  value="Plays chess on Sundays", confidence=0.8, team_id=TEAM_B)  # fmt: skip
+        # a proposed change to a reviewed memory: the worker saw a different value
+        await add("colour", scope="user", owner_id=ALICE, user_id=None, key="favourite colour",
+                  value="Likes green now", confidence=0.8)  # fmt: skip
+    finally:
+        await store.close()
+    return Seeded(ids)
+
+
+def seed(database_url: str) -> Seeded:
+    """Migrate and (re)seed the database: pending memories in every scope, two teams, a proposed
+    change, two active memories; whatever an earlier test left is truncated first."""
+    with psycopg.connect(database_url) as conn:
+        tables = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
+        if tables and tables[0]:
+            conn.execute("TRUNCATE memories, memory_revisions, memory_audit, memory_settings CASCADE")
+    # in a thread of its own: Playwright's sync API keeps an event loop running in this one
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(_seed(database_url))).result()
+
+
+async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
+    from extraction.embeddings import HashingEmbedder
+    from store.factory import open_store
+    from store.types import NewMemory
+
+    store = await open_store(database_url, HashingEmbedder(dim=384))
+    try:
+        for n in range(count):
+            memory = NewMemory(scope="user", owner_id=owner, user_id=None, key=f"fact number {n}",
+                               value=f"Fact {n}", confidence=0.5, team_id=TEAM_A)  # fmt: skip
+            await store.upsert(memory, actor="worker")
+    finally:
+        await store.close()
+
+
+def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
+    """`count` more pending memories of `owner` (team A)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(lambda: asyncio.run(_add_pending(database_url, owner, count))).result()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(database_url: str) -> Iterator[str]:
+    """`pmem serve` as a real process on a loopback port; yields its base URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env.update(
+        PMEM_DATABASE_URL=database_url,
+        PMEM_AUTH_JWT_SECRET=SECRET,
+        PMEM_API_PORT=str(port),
+        PMEM_EMBEDDING_PROVIDER="hashing",
+        PMEM_LOG_LEVEL="WARNING",
+    )
+    logs = REPO / ".pytest_cache"
+    logs.mkdir(exist_ok=True)
+    log = logs / f"ui-serve-{port}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"pmem serve exited {process.returncode}: {log.read_text()[-2000:]}")
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"pmem serve did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def status_of(database_url: str, memory_id: uuid.UUID) -> str | None:
+    """The memory's status in the database (None: the row is gone)."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT status FROM memories WHERE id = %s", (memory_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def value_of(database_url: str, memory_id: uuid.UUID) -> str | None:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT value FROM memories WHERE id = %s", (memory_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def pending_revisions(database_url: str, memory_id: uuid.UUID) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM memory_revisions WHERE memory_id = %s AND status = 'pending'", (memory_id,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def audit_actors(database_url: str, memory_id: uuid.UUID) -> list[tuple[str, str]]:
+    """(action, actor) of the memory's audit rows, oldest first."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT action, actor FROM memory_audit WHERE memory_id = %s ORDER BY id", (memory_id,)
+        ).fetchall()
+    return [(str(a), str(b)) for a, b in rows]

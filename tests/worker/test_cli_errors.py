@@ -1,0 +1,143 @@
+"""Every row of the README's troubleshooting table: the mistake, run as a user would (a `pmem`
+process), gives exactly one line on stderr naming the variable or flag and the fix, the documented
+exit code, and never the password or key that was configured."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worker.commands.errors import EXIT_CONFIGURATION, EXIT_UNREACHABLE, describe, redact, secrets_in
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORD = "s3cret-pw"
+KEY = "sk-test-very-secret"
+UNREACHABLE_DB = f"postgresql://pmem:{PASSWORD}@127.0.0.1:1/pmem"
+USER = "7a1c0000-0000-4000-8000-000000000000"
+
+
+def pmem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        cwd=REPO,
+        env={**base, "PMEM_LLM_API_KEY": KEY, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def single_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    output = result.stdout + result.stderr
+    assert PASSWORD not in output and KEY not in output
+    return lines[0]
+
+
+def test_a_bad_pmem_value_names_the_variable_not_the_field() -> None:
+    result = pmem("migrate", PMEM_CONCURRENCY="many")
+    assert single_line(result) == (
+        "pmem migrate: PMEM_CONCURRENCY: Input should be a valid integer, unable to parse string as an "
+        "integer. Fix the value or unset the variable to use the default (README: Configuration)"
+    )
+    assert result.returncode == EXIT_CONFIGURATION
+
+
+def test_a_database_url_of_another_kind_is_named_without_its_password() -> None:
+    result = pmem("migrate", PMEM_DATABASE_URL=f"mysql://pmem:{PASSWORD}@db/pmem")
+    assert single_line(result).startswith(
+        "pmem migrate: PMEM_DATABASE_URL: PMEM_DATABASE_URL must be a postgresql://… (or sqlite:///…) URL"
+    )
+    assert result.returncode == EXIT_CONFIGURATION
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["migrate"],
+        ["review", "list"],
+        ["recall", "--user-id", USER, "coffee"],
+        ["eval", "locomo", str(REPO / "tests/eval/locomo_tiny.json"), "--embedding-provider", "hashing"],
+    ],
+    ids=["migrate", "review", "recall", "eval"],
+)
+def test_an_unreachable_database_is_one_line_naming_pmem_database_url(args: list[str]) -> None:
+    result = pmem(*args, PMEM_DATABASE_URL=UNREACHABLE_DB, PMEM_EMBEDDING_PROVIDER="hashing")
+    line = single_line(result)
+    assert line.startswith(f"pmem {args[0]}: cannot reach the database (")
+    assert line.endswith("check PMEM_DATABASE_URL (or --database-url) and that Postgres is running")
+    assert result.returncode == EXIT_UNREACHABLE
+
+
+def test_an_unreachable_nats_is_one_line_naming_pmem_nats_url() -> None:
+    result = pmem(
+        "publish", str(REPO / "worker/samples/conversations.jsonl"), PMEM_NATS_URL="nats://127.0.0.1:1"
+    )
+    line = single_line(result)
+    assert line.startswith("pmem publish: cannot reach NATS at nats://127.0.0.1:1 (")
+    assert line.endswith("start nats-server -js or set PMEM_NATS_URL (or --nats-url)")
+    assert result.returncode == EXIT_UNREACHABLE
+
+
+def test_a_port_that_is_not_a_number_in_a_url() -> None:
+    result = pmem("migrate", PMEM_DATABASE_URL=f"postgresql://pmem:{PASSWORD}@127.0.0.1:5432x/pmem")
+    assert single_line(result) == (
+        "pmem migrate: a port is not a number (invalid literal for int() with base 10: '5432x'); check "
+        "the port in PMEM_DATABASE_URL and PMEM_NATS_URL (host:PORT, digits only)"
+    )
+    assert result.returncode == EXIT_CONFIGURATION
+
+
+def test_a_port_variable_that_is_not_a_number() -> None:
+    result = pmem("worker", PMEM_HTTP_PORT="94x4")
+    assert single_line(result).startswith("pmem worker: PMEM_HTTP_PORT: Input should be a valid integer")
+    assert result.returncode == EXIT_CONFIGURATION
+
+
+def test_a_missing_api_key_names_the_variables_that_provide_one(tmp_path: Path) -> None:
+    result = pmem(
+        "recall",
+        "--user-id",
+        USER,
+        "coffee",
+        PMEM_LLM_API_KEY="",
+        PMEM_EMBEDDING_PROVIDER="openai",
+        PMEM_DATABASE_URL=f"sqlite:///{tmp_path / 'm.db'}",
+    )
+    assert single_line(result) == (
+        "pmem recall: the openai embedder needs PMEM_EMBEDDING_API_KEY (or PMEM_LLM_API_KEY / "
+        "OPENAI_API_KEY) for api.openai.com, or PMEM_EMBEDDING_BASE_URL for a local server; or set "
+        "PMEM_EMBEDDING_PROVIDER=local or hashing"
+    )
+    assert result.returncode == EXIT_CONFIGURATION
+
+
+def test_a_missing_optional_extra_names_the_pip_install() -> None:
+    missing = ModuleNotFoundError("No module named 'sentence_transformers'", name="sentence_transformers")
+    report = describe(missing)
+    assert report is not None
+    assert report.message == "the Python package 'sentence_transformers' is not installed: " + (
+        "pip install 'persona-memory[local]'"
+    )
+    assert report.exit_code == EXIT_CONFIGURATION
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = pmem("--debug", "migrate", PMEM_DATABASE_URL=UNREACHABLE_DB)
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.returncode != 0
+
+
+def test_secrets_are_masked_wherever_they_appear() -> None:
+    environ = {"PMEM_DATABASE_URL": UNREACHABLE_DB, "PMEM_LLM_API_KEY": KEY, "HOME": "/root"}
+    text = f"failed {UNREACHABLE_DB} with key {KEY} and host=x password={PASSWORD}"
+    masked = redact(text, secrets_in(environ))
+    assert PASSWORD not in masked and KEY not in masked
+    assert "postgresql://pmem:***@127.0.0.1:1/pmem" in masked
