@@ -181,11 +181,6 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
     fake_openai: FakeOpenAI,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "worker.cli", "migrate", "--database-url", database_url],
-        check=True,
-        capture_output=True,
-    )
     settings = base_settings(
         nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
     )
@@ -199,6 +194,13 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
         "PMEM_LOG_JSON": "false",
         "PMEM_CONCURRENCY": "1",  # one event at a time: the scripted LLM errors hit the first event
     }
+    # migrated with the worker's embedding settings: migrate records the model, the worker checks it
+    subprocess.run(
+        [sys.executable, "-m", "worker.cli", "migrate", "--database-url", database_url],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **env},
+    )
     # one kept memory and one below the minimum confidence (a dropped candidate) per event
     fake_openai.set_extraction(
         {
