@@ -42,8 +42,9 @@ async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the worker; exit 0 after a graceful shutdown (or a signal during start-up), 2 on a
-    configuration error, 1 when a dependency (NATS, the database) cannot be reached at start-up.
-    Either failure is ONE log line on stderr."""
+    configuration error, 3 when a dependency (NATS, the database) cannot be reached at start-up or
+    start-up passed PMEM_STARTUP_TIMEOUT_S (worker/commands/errors.py's codes). Either failure is
+    ONE log line on stderr."""
     overrides: dict[str, object] = {}
     if args.concurrency is not None:
         overrides["concurrency"] = args.concurrency
@@ -61,5 +62,5 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except StartupError as exc:
         log.error("pmem worker: %s", exc)
-        return 1
+        return 3
     return 0
