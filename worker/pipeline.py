@@ -32,7 +32,7 @@ from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
 from store.recall import STOPWORDS, query_terms
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
-from store.typing import MemoryStore
+from store.typing import WorkerStore
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
 from worker.tracing import span
@@ -313,7 +313,7 @@ async def run_directly(operation: str, call: Callable[[], Awaitable[T]]) -> T:
 class PipelineDeps:
     """What `process_event` needs from the outside."""
 
-    store: MemoryStore
+    store: WorkerStore
     extractor: Extractor
     embedder: Embedder
     metrics: Metrics
