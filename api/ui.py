@@ -234,6 +234,25 @@ async def _refuse(request: Request, session: Session, exc: Exception) -> Respons
     return await _not_found(request, session)
 
 
+async def _edit_refused(
+    request: Request, session: Session, exc: BadInput, *, title: str, action: str, value: str, back: str
+) -> Response:
+    """A refused edit: the error next to the field (JSON for scripts, else the form again)."""
+    if _wants_json(request):
+        return _json(422, error=str(exc), field="value")
+    return await _page(
+        request,
+        session,
+        "edit.html",
+        title=title,
+        status_code=422,
+        action=action,
+        value=value,
+        error=str(exc),
+        back=back,
+    )
+
+
 def _parse_id(text: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(text)
@@ -460,17 +479,13 @@ async def _decide(request: Request, item_id: str, action: ops.Decision) -> Respo
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
-        if _wants_json(request):
-            return _json(422, error=str(exc), field="value")
-        return await _page(
+        return await _edit_refused(
             request,
             session,
-            "edit.html",
+            exc,
             title="Edit before approving",
-            status_code=422,
             action=f"/ui/review/{item_id}/edit",
             value=value,
-            error=str(exc),
             back=back,
         )
     notice = {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
@@ -642,17 +657,13 @@ async def me_edit(request: Request, memory_id: str) -> Response:
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
-        if _wants_json(request):
-            return _json(422, error=str(exc), field="value")
-        return await _page(
+        return await _edit_refused(
             request,
             session,
-            "edit.html",
+            exc,
             title="Correct a memory",
-            status_code=422,
             action=f"/ui/me/memories/{memory_id}/edit",
             value=value,
-            error=str(exc),
             back="",
         )
     if _wants_json(request):
