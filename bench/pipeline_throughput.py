@@ -395,6 +395,7 @@ async def run_one(
     log_dir: Path,
     fake_pid: int,
     populated: bool = False,
+    profile: bool = False,
     users_count: int | None = None,
 ) -> Result:
     """Publish n events, then run `workers` worker subprocesses sharing the durable consumer, with
@@ -466,6 +467,18 @@ async def run_one(
                 )
             )
     ps = [psutil.Process(proc.pid) for proc in procs]
+    # --profile: py-spy samples each worker (collapsed stacks, idle frames left out)
+    profilers = [
+        await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "py-spy"),
+            *("record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200", "--nonblocking"),
+            *("-o", str(log_dir / f"profile-c{concurrency}-{index}.txt")),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for index, proc in enumerate(procs)
+        if profile
+    ]
     fake = psutil.Process(fake_pid)
     start_cpu = end_cpu = (0.0, 0.0, 0.0)  # workers, fake LLM, Postgres
     started = False
@@ -496,6 +509,8 @@ async def run_one(
                 await asyncio.wait_for(proc.wait(), timeout=30)
             except TimeoutError:
                 proc.kill()
+        for profiler in profilers:  # py-spy writes its file when the worker exits
+            await asyncio.wait_for(profiler.wait(), timeout=60)
     assert first is not None and last is not None
     seconds = last - first
     rate = (n - 1) / seconds if seconds > 0 else float("inf")
@@ -539,6 +554,7 @@ async def run_all(
             postgres=postgres,
             llm_url=llm_url,
             log_dir=Path(args.log_dir),
+            profile=args.profile,
             fake_pid=fake_pid,
             populated=populated,
             users_count=args.users if args.populated else None,
@@ -607,6 +623,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample each worker with py-spy (pip install py-spy) into LOG_DIR/profile-*.txt",
+    )
     return parser.parse_args(argv)
 
 

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from extraction.clients import openai_client
+from extraction.clients import openai_client, post_raw
 from extraction.errors import (
     PermanentEmbeddingError,
     RetryPolicy,
     TransientEmbeddingError,
     classify_openai_error,
 )
+from extraction.wire import MalformedReplyError, embeddings_body, parse_embeddings
 from store.types import EmbeddingIdentity
 from store.typing import Embedder
 
@@ -187,15 +188,17 @@ class OpenAIEmbedder:
         retrying = policy.retrying(retry_on=(TransientEmbeddingError,), sleep=self._sleep)
         async for attempt in retrying:
             with attempt:
+                # base64: ~30% less worker CPU than JSON floats (bench/README.md); a provider
+                # answering with float lists anyway is handled the same way
+                body = embeddings_body(
+                    model=self._config.model,
+                    inputs=inputs,
+                    dimensions=self._config.dim if self._config.send_dimensions else None,
+                )
                 try:
-                    response = await client.embeddings.create(
-                        model=self._config.model,
-                        input=inputs,
-                        # encoding_format left to the client: it asks for base64 and decodes it,
-                        # ~30% less worker CPU than parsing JSON floats (bench/README.md); a
-                        # provider answering with float lists anyway is handled the same way
-                        dimensions=self._config.dim if self._config.send_dimensions else openai.omit,
-                    )
+                    items = parse_embeddings(await post_raw(client, "/embeddings", body))
+                except MalformedReplyError as exc:
+                    raise PermanentEmbeddingError(f"{self._where}: {exc}") from exc
                 except openai.OpenAIError as exc:
                     raise classify_openai_error(
                         exc,
@@ -203,14 +206,13 @@ class OpenAIEmbedder:
                         permanent=PermanentEmbeddingError,
                         what=self._where,
                     ) from exc
-                return self._check(response.data, len(inputs))
+                return self._check(items, len(inputs))
         raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
 
-    def _check(self, data: Sequence[openai.types.Embedding], expected: int) -> list[list[float]]:
+    def _check(self, data: Sequence[tuple[int, list[float]]], expected: int) -> list[list[float]]:
         if len(data) != expected:
             raise PermanentEmbeddingError(f"{self._where} returned {len(data)} vectors for {expected} inputs")
-        ordered = sorted(data, key=lambda item: item.index)
-        vectors = [list(item.embedding) for item in ordered]
+        vectors = [vector for _, vector in sorted(data, key=lambda item: item[0])]
         for vector in vectors:
             if len(vector) != self._config.dim:
                 hint = (

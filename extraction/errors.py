@@ -150,7 +150,7 @@ def classify_openai_error(
     """
     import openai  # a core dependency; imported here so this module stays cheap to import
 
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, openai.APITimeoutError) and not _dropped_connection(exc):
         return transient(
             f"{what} timed out; raise the timeout if the provider is just slow", reason="timeout"
         )
@@ -177,6 +177,24 @@ def classify_openai_error(
         }.get(status, "the request was rejected as invalid; see the provider's message")
         return permanent(f"{what} failed with HTTP {status}: {detail}; {fix}")
     return permanent(f"{what} failed: {type(exc).__name__}: {_short(str(exc))}")
+
+
+def _dropped_connection(exc: BaseException) -> bool:
+    """True when a "timeout" is really a dropped or refused connection: the aiohttp transport
+    reports every `aiohttp.ClientConnectionError` (a server hanging up included) as a connect
+    timeout; its real timeouts are `ServerTimeoutError`/`SocketTimeoutError`."""
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp comes with openai[aiohttp]
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
+            cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _short(text: str, limit: int = 300) -> str:

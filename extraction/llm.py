@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import openai
-from openai import Omit
 from tenacity import RetryCallState
 
-from extraction.clients import openai_client
+from extraction.clients import openai_client, post_raw
 from extraction.errors import (
     PermanentExtractionError,
     RetryPolicy,
@@ -57,12 +56,10 @@ from extraction.validate import (
     output_json_schema,
     parse_output,
 )
+from extraction.wire import MalformedReplyError, chat_body, parse_chat_reply
 from store.types import Scope
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
-    from openai.types.chat.completion_create_params import ResponseFormat
-
     from worker.settings import Settings
 
 __all__ = ["LLMConfig", "LLMExtractor"]
@@ -261,7 +258,7 @@ class LLMExtractor:
             ) from exc
         raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
 
-    def _response_format(self, mode: OutputMode, allowed: Sequence[Scope]) -> ResponseFormat | Omit:
+    def _response_format(self, mode: OutputMode, allowed: Sequence[Scope]) -> dict[str, Any] | None:
         if mode == "json_schema":
             return {
                 "type": "json_schema",
@@ -269,13 +266,13 @@ class LLMExtractor:
             }
         if mode == "json_object":
             return {"type": "json_object"}
-        return openai.omit
+        return None
 
     async def _complete(
         self, prompt: RenderedPrompt, allowed: Sequence[Scope], state: _CallState
     ) -> str | None:
         """One chat completion (plus the JSON-mode fallback call if needed); returns the content."""
-        messages: list[ChatCompletionMessageParam] = [
+        messages: list[dict[str, str]] = [
             {"role": "system", "content": prompt.system},
             {"role": "user", "content": prompt.user},
         ]
@@ -296,13 +293,14 @@ class LLMExtractor:
         while True:
             mode = self._mode
             state.calls += 1
+            body = chat_body(
+                model=self._config.model,
+                messages=messages,
+                response_format=self._response_format(mode, allowed),
+                extra=extra,
+            )
             try:
-                completion = await self._client.chat.completions.create(
-                    model=self._config.model,
-                    messages=messages,
-                    response_format=self._response_format(mode, allowed),
-                    **extra,
-                )
+                reply = parse_chat_reply(await post_raw(self._client, "/chat/completions", body))
             except openai.APIStatusError as exc:
                 if mode in _FALLBACK and _rejects_response_format(exc):
                     # remembered: later calls start with the mode that works; never climb back up
@@ -312,30 +310,25 @@ class LLMExtractor:
                         self._mode = fallback
                     continue
                 raise self._classify(exc) from exc
-            except openai.APIResponseValidationError as exc:
+            except MalformedReplyError as exc:
                 raise _MalformedReply(f"the response body did not parse: {exc}") from exc
             except openai.OpenAIError as exc:
                 raise self._classify(exc) from exc
             break
 
-        content: str | None = None
-        choice = completion.choices[0] if completion.choices else None
-        if choice is not None:
-            content = choice.message.content
-        if completion.usage is not None:
-            state.usage += TokenUsage(
-                prompt_tokens=completion.usage.prompt_tokens,
-                completion_tokens=completion.usage.completion_tokens,
-            )
-        else:  # some compatible servers omit usage: estimate rather than report zero
-            state.usage += TokenUsage(
-                prompt_tokens=prompt.tokens, completion_tokens=count_tokens(content or "")
-            )
-        if choice is None:
+        content = reply.content
+        # some compatible servers omit usage: estimate rather than report zero
+        state.usage += TokenUsage(
+            prompt_tokens=reply.prompt_tokens if reply.prompt_tokens is not None else prompt.tokens,
+            completion_tokens=reply.completion_tokens
+            if reply.completion_tokens is not None
+            else count_tokens(content or ""),
+        )
+        if not reply.choice:
             raise _MalformedReply("the response has no choices")
-        if choice.message.refusal:
+        if reply.refusal:
             return None
-        if choice.finish_reason == "length":
+        if reply.finish_reason == "length":
             raise _MalformedReply("the reply was cut off at the output token limit")
         return content or ""
 

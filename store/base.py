@@ -290,21 +290,47 @@ class StoreBase:
     ) -> None:
         await conn.execute(
             self._insert(self._schema.audit).values(
-                memory_id=memory_id,
-                action=action,
-                scope=memory.scope,
-                owner_id=memory.owner_id,
-                user_id=memory.user_id,
-                key=memory.key,
-                old_value=old_value,
-                new_value=new_value,
-                actor=actor,
-                event_id=event_id,
-                revision_id=revision_id,
-                team_id=memory.team_id,
-                at=self._now(),
+                self._audit_values(
+                    action,
+                    memory=memory,
+                    memory_id=memory_id,
+                    old_value=old_value,
+                    new_value=new_value,
+                    actor=actor,
+                    event_id=event_id,
+                    revision_id=revision_id,
+                )
             )
         )
+
+    def _audit_values(
+        self,
+        action: AuditAction,
+        *,
+        memory: Memory | NewMemory,
+        memory_id: uuid.UUID,
+        old_value: str | None,
+        new_value: str | None,
+        actor: str,
+        event_id: uuid.UUID | None = None,
+        revision_id: uuid.UUID | None = None,
+    ) -> dict[str, Any]:
+        """One audit row's columns (for one INSERT or a multi-row one)."""
+        return {
+            "memory_id": memory_id,
+            "action": action,
+            "scope": memory.scope,
+            "owner_id": memory.owner_id,
+            "user_id": memory.user_id,
+            "key": memory.key,
+            "old_value": old_value,
+            "new_value": new_value,
+            "actor": actor,
+            "event_id": event_id,
+            "revision_id": revision_id,
+            "team_id": memory.team_id,
+            "at": self._now(),
+        }
 
     async def _close_revision(
         self,

@@ -19,14 +19,15 @@ from __future__ import annotations
 import builtins
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import event, func
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store.core import CoreStore
 from store.cues import TimeWindow
@@ -405,6 +406,13 @@ class PostgresMemoryStore(CoreStore):
         if len(texts) == 1:
             return await self.embed_query(texts[0])
         return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        # reads run one statement each under READ COMMITTED anyway: a transaction around them
+        # only costs the BEGIN and ROLLBACK round trips
+        async with translating_errors(), self._read_engine.connect() as conn:
+            yield conn
 
     async def _fetch(
         self, sql: str, params: Mapping[str, Any] | None = None

@@ -307,17 +307,13 @@ async def test_a_processed_event_is_a_duplicate_and_writes_nothing(store: Store)
 
 async def test_write_event_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     user, event = new_id(), new_id()
-    real = store._upsert_in
-    calls = 0
+    real = store._insert_new
 
-    async def fail_on_second(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise RuntimeError("boom")
-        return await real(*args, **kwargs)
+    async def fail_after_inserting(*args: Any, **kwargs: Any) -> Any:
+        await real(*args, **kwargs)  # the rows and their audit are written, then the event fails
+        raise RuntimeError("boom")
 
-    monkeypatch.setattr(store, "_upsert_in", fail_on_second)
+    monkeypatch.setattr(store, "_insert_new", fail_after_inserting)
     batch = [mem(owner=user, key="a", value="1"), mem(owner=user, key="b", value="2")]
     with pytest.raises(RuntimeError, match="boom"):
         await store.write_event(event_id=event, memories=batch)

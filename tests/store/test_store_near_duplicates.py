@@ -117,3 +117,50 @@ async def test_prompt_memories_are_the_relevant_few_of_a_large_owner(store: Stor
     assert len(found) <= 10
     if backend == "postgres":
         assert found[0].key == "employer"
+
+
+async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(store: Store) -> None:
+    """New keys are inserted together and stored keys are locked together (the batched paths):
+    each memory still gets its own outcome, in the input order, with its audit row."""
+    owner = uuid.uuid4()
+    rule = decide_against_neighbours
+    first = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[
+            fact(owner, "city", "Lives in Lyon"),
+            fact(owner, "pet", "Has a cat named Tom"),
+            fact(owner, "job", "Works as a nurse"),
+        ],
+        dedup=rule,
+    )
+    job_id = first.results[2].memory_id
+    assert await store.approve(job_id, actor="admin") is not None  # reviewed: a change becomes a revision
+    event = uuid.uuid4()
+    mixed = await store.write_event(
+        event_id=event,
+        memories=[
+            fact(owner, "diet", "Is vegetarian"),  # new
+            fact(owner, "city", "Lives in Oslo"),  # stored, pending: updated in place
+            fact(owner, "pet", "Has a cat named Tom"),  # stored, same value: unchanged
+            fact(owner, "job", "Works as a teacher"),  # stored, active: a pending revision
+            fact(owner, "instrument", "Plays the cello"),  # new
+        ],
+        dedup=rule,
+    )
+    assert [r.action for r in mixed.results] == [
+        "created",
+        "updated",
+        "unchanged",
+        "revision_proposed",
+        "created",
+    ]
+    assert mixed.results[1].memory_id == first.results[0].memory_id
+    assert mixed.results[3].memory_id == job_id and mixed.results[3].revision_id is not None
+    assert await keys(store, owner) == ["city", "diet", "instrument", "job", "pet"]
+    written = {(w.key, w.action) for w in await store.event_writes(event)}
+    assert written == {
+        ("diet", "created"),
+        ("city", "updated"),
+        ("job", "revision_proposed"),
+        ("instrument", "created"),
+    }
