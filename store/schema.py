@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -105,6 +106,11 @@ class JsonVector(TypeDecorator[list[float]]):
 
 def _guid(dialect: Dialect_) -> TypeEngine[uuid.UUID]:
     return TextUuid() if dialect == "sqlite" else Uuid(as_uuid=True)
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector, `[x,y,…]` (what `CAST(... AS vector(D))` reads)."""
+    return "[" + ",".join(map(repr, map(float, vector))) + "]"
 
 
 def _real(dialect: Dialect_) -> TypeEngine[float]:

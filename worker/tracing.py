@@ -36,10 +36,27 @@ def _tracer() -> Any:
     return trace.get_tracer(TRACER_NAME)
 
 
+def recording() -> bool:
+    """Whether a tracer provider is installed (by `configure_tracing` or the host application):
+    without one every span would be a no-op that still costs a context switch-over per stage."""
+    if not AVAILABLE:
+        return False
+    global _idle_providers
+    if _idle_providers is None:
+        from opentelemetry import trace
+
+        _idle_providers = (trace.get_tracer_provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    get_provider, idle = _idle_providers
+    return not isinstance(get_provider(), idle)
+
+
+_idle_providers: tuple[Callable[[], Any], tuple[type, ...]] | None = None
+
+
 @contextmanager
 def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
     """A child span of the current one for the `with` block (exceptions are recorded on it)."""
-    if not AVAILABLE:
+    if not recording():
         yield
         return
     with _tracer().start_as_current_span(name, attributes=attributes):
@@ -49,7 +66,7 @@ def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
 @contextmanager
 def event_span(headers: Mapping[str, str] | None, **attributes: str | int | float | bool) -> Iterator[None]:
     """The span of one event, continuing the trace of the `traceparent` header when present."""
-    if not AVAILABLE:
+    if not recording():
         yield
         return
     from opentelemetry import propagate
