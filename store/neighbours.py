@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,8 +49,79 @@ def _vector_text(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+# How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
+# exact ranking and HNSW, and a few rows more or less do not change that choice
+OWNER_SIZE_TTL_S = 60.0
+OwnerKey = tuple[str, uuid.UUID, uuid.UUID]  # scope, owner, user (nil for none)
+
+
+def owner_key(memory: NewMemory) -> OwnerKey:
+    """An owner as the size cache knows it: (scope, owner_id, user_id or the nil uuid)."""
+    return (memory.scope, memory.owner_id, memory.user_id or NIL_UUID)
+
+
+@dataclass(kw_only=True)
+class OwnerSizes:
+    """Owners' row counts capped at `cap`, each remembered for `ttl_s`, at most `max_entries`
+    (then forgotten all at once: simple and bounded). Counting an owner's rows in every write
+    transaction cost as much as ranking them (bench/README.md)."""
+
+    cap: int
+    ttl_s: float = OWNER_SIZE_TTL_S
+    max_entries: int = 100_000
+    clock: Callable[[], float] = time.monotonic
+    _sizes: dict[OwnerKey, tuple[float, int]] = field(default_factory=dict)
+
+    def get(self, key: OwnerKey) -> int | None:
+        """The remembered size, or None when unknown or expired."""
+        entry = self._sizes.get(key)
+        if entry is None or entry[0] <= self.clock():
+            return None
+        return entry[1]
+
+    def put(self, key: OwnerKey, size: int) -> None:
+        """Remember `size` (capped) for `ttl_s`."""
+        if len(self._sizes) >= self.max_entries:
+            self._sizes.clear()
+        self._sizes[key] = (self.clock() + self.ttl_s, min(size, self.cap))
+
+
 class NearDuplicates(StoreBase):
     """Near-duplicate lookups and per-owner write serialisation (see the module docstring)."""
+
+    _owner_sizes: OwnerSizes | None = None
+
+    async def _owner_row_counts(
+        self, conn: AsyncConnection, owners: Sequence[OwnerKey]
+    ) -> dict[OwnerKey, int]:
+        """Each owner's row count, capped at EXACT_OWNER_ROWS + 1, from the cache or, for those
+        it lacks, one statement for all of them."""
+        if self._owner_sizes is None:
+            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
+        sizes = self._owner_sizes
+        known: dict[OwnerKey, int] = {}
+        missing: list[OwnerKey] = []
+        for key in dict.fromkeys(owners):
+            size = sizes.get(key)
+            if size is None:
+                missing.append(key)
+            else:
+                known[key] = size
+        if missing:
+            parts = []
+            params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
+            for i, (scope, owner, user) in enumerate(missing):
+                parts.append(
+                    f"SELECT {i} AS idx, (SELECT count(*) FROM (SELECT 1 FROM memories c "
+                    f"WHERE c.scope = :s{i} AND c.owner_id = :o{i} "
+                    f"AND coalesce(c.user_id, {NIL_UUID_SQL}) = :u{i} LIMIT :cap) x) AS n"
+                )
+                params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
+            for row in (await conn.execute(text(" UNION ALL ".join(parts)), params)).all():
+                key = missing[row.idx]
+                sizes.put(key, int(row.n))
+                known[key] = int(row.n)
+        return known
 
     async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
         if self._schema.dialect != "postgresql":
@@ -77,9 +150,9 @@ class NearDuplicates(StoreBase):
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
+        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
         parts: list[str] = []
-        ctes: list[str] = []
-        params: dict[str, Any] = {"k": k, "small": EXACT_OWNER_ROWS, "small1": EXACT_OWNER_ROWS + 1}
+        params: dict[str, Any] = {"k": k}
         for i, (memory, vector) in enumerate(zip(memories, embeddings, strict=True)):
             query_vector = f"CAST(:v{i} AS vector({dim}))"
             distance = (
@@ -97,24 +170,12 @@ class NearDuplicates(StoreBase):
             # A small owner is ranked exactly (its rows through the owner index: a few ms); the
             # HNSW index with such a selective filter would walk far more of the graph than the
             # owner has rows (measured: ~75 ms for a 2,000-memory user among 140,000). A large
-            # owner goes through HNSW (iterative scan). Which one runs is an InitPlan one-time
-            # filter on the owner's size: the other branch does not run. One statement either way.
-            # (Reading the owner's rows once into a CTE for both was slower: it copies vectors.)
-            ctes.append(
-                f"size{i} AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM memories c "
-                f"WHERE c.scope = :s{i} AND c.owner_id = :o{i} AND coalesce(c.user_id, {nil}) = :un{i} "
-                "LIMIT :small1) x)"
-            )
-            size = f"(SELECT n FROM size{i})"
+            # owner goes through HNSW (iterative scan); `+ 0` keeps the exact branch off it.
+            exact = sizes[owner_key(memory)] <= EXACT_OWNER_ROWS
             parts.append(
                 f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
-                f"WHERE {where} AND m.embedding IS NOT NULL AND {size} <= :small "
-                f"ORDER BY ({distance}) + 0 LIMIT :k)"
-            )
-            parts.append(
-                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
-                f"WHERE {where} AND m.embedding IS NOT NULL AND {size} > :small "
-                f"ORDER BY {distance} LIMIT :k)"
+                f"WHERE {where} AND m.embedding IS NOT NULL "
+                f"ORDER BY ({distance}){' + 0' if exact else ''} LIMIT :k)"
             )
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
             parts.append(
@@ -136,7 +197,7 @@ class NearDuplicates(StoreBase):
                     f"k{i}": memory.key,
                 }
             )
-        sql = "WITH " + ", ".join(ctes) + " " + " UNION ALL ".join(parts)
+        sql = " UNION ALL ".join(parts)
         rows = (await conn.execute(text(sql), params)).all()
         found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in memories]
         for row in rows:

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import hashing_vector
+from store import neighbours
 from store.types import NewMemory, OwnerRef
 from tests.store.store_testkit import Store
 
@@ -164,3 +167,36 @@ async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(stor
         ("job", "revision_proposed"),
         ("instrument", "created"),
     }
+
+
+async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres ranks a large owner through HNSW instead of exactly; the outcome is the same."""
+    monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    owner = uuid.uuid4()
+    facts = [fact(owner, f"topic {i}", f"Talks about subject number {i} often") for i in range(9)]
+    facts.append(fact(owner, "city", "Lives in Lyon, France"))
+    await store.write_event(event_id=uuid.uuid4(), memories=facts, dedup=decide_against_neighbours)
+    again = await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(owner, "home city", "Lives in Lyon, France")],
+        dedup=decide_against_neighbours,
+    )
+    assert again.results[0].near_duplicate
+
+
+def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
+    now = [0.0]
+    sizes = neighbours.OwnerSizes(cap=101, ttl_s=60.0, max_entries=2, clock=lambda: now[0])
+    a, b, c = (("user", uuid.uuid4(), neighbours.NIL_UUID) for _ in range(3))
+    sizes.put(a, 5000)
+    assert sizes.get(a) == 101  # only "more than the exact limit" matters
+    now[0] = 59.0
+    assert sizes.get(a) == 101
+    now[0] = 60.0
+    assert sizes.get(a) is None  # expired: counted again
+    sizes.put(a, 1)
+    sizes.put(b, 2)
+    sizes.put(c, 3)  # full: everything forgotten, then c remembered
+    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == (None, None, 3)
