@@ -4,16 +4,18 @@ locked reads and the audit trail. Backends override the hooks (`_now`, `_transac
 from __future__ import annotations
 
 import builtins
+import functools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import TextClause
 
 from store.errors import StoreError, translating_errors
 from store.keys import embedding_text
@@ -37,6 +39,13 @@ from store.typing import Embedder
 
 def _nil(schema: Schema) -> Any:
     return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
+
+
+@functools.lru_cache(maxsize=256)
+def cached_text(sql: str) -> TextClause:
+    """`text(sql)`, built once per distinct statement: parsing its bind names costs on every call,
+    and the worker sends the same few statement shapes for every event."""
+    return text(sql)
 
 
 def _vector(value: Any) -> builtins.list[float] | None:

@@ -25,8 +25,8 @@ import numpy as np
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.base import StoreBase
-from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression
+from store.base import StoreBase, cached_text
+from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression, vector_literal
 from store.types import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 
 _COLUMNS = (
@@ -43,10 +43,6 @@ EXACT_OWNER_ROWS = 3000
 def owner_lock_key(memory: NewMemory) -> str:
     """The advisory-lock name of a memory's owner (scope, owner, user)."""
     return f"pmem:{memory.scope}:{memory.owner_id}:{memory.user_id or ''}"
-
-
-def _vector_text(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
@@ -117,7 +113,7 @@ class NearDuplicates(StoreBase):
                     f"AND coalesce(c.user_id, {NIL_UUID_SQL}) = :u{i} LIMIT :cap) x) AS n"
                 )
                 params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
-            for row in (await conn.execute(text(" UNION ALL ".join(parts)), params)).all():
+            for row in (await conn.execute(cached_text(" UNION ALL ".join(parts)), params)).all():
                 key = missing[row.idx]
                 sizes.put(key, int(row.n))
                 known[key] = int(row.n)
@@ -187,7 +183,7 @@ class NearDuplicates(StoreBase):
             )
             params.update(
                 {
-                    f"v{i}": _vector_text(vector),
+                    f"v{i}": vector_literal(vector),
                     f"s{i}": memory.scope,
                     f"o{i}": memory.owner_id,
                     f"u{i}": memory.user_id,
@@ -198,7 +194,7 @@ class NearDuplicates(StoreBase):
                 }
             )
         sql = " UNION ALL ".join(parts)
-        rows = (await conn.execute(text(sql), params)).all()
+        rows = (await conn.execute(cached_text(sql), params)).all()
         found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in memories]
         for row in rows:
             data = row._mapping
@@ -286,7 +282,7 @@ class NearDuplicates(StoreBase):
             "r.updated_at DESC LIMIT :limit"
         )
         async with self._reading() as conn:
-            rows = (await conn.execute(text(sql), params)).all()
+            rows = (await conn.execute(cached_text(sql), params)).all()
         return [self._memory(row) for row in rows]
 
 

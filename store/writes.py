@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import functools
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import TextClause
 
-from store.base import _nil
+from store.base import _nil, cached_text
 from store.errors import StoreConflict, StoreError
 from store.neighbours import NearDuplicates, owner_lock_key
 from store.policy import (
@@ -67,12 +65,6 @@ _INSERT_NEW_SQL = (
     "ORDER BY n.ord) "
     "SELECT id FROM ins"
 )
-
-
-@functools.lru_cache(maxsize=64)
-def _text(sql: str) -> TextClause:
-    """`text(sql)`, built once per distinct statement (parsing its bind names costs each time)."""
-    return text(sql)
 
 
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
@@ -321,7 +313,7 @@ class MemoryWrites(NearDuplicates):
             "actor": actor,
             "event_id": event_id,
         }
-        result = await conn.execute(_text(sql), params)
+        result = await conn.execute(cached_text(sql), params)
         return {row.id for row in result.all()}
 
     async def _locked_by_keys(
@@ -492,7 +484,7 @@ class MemoryWrites(NearDuplicates):
     ) -> bool:
         """Postgres: insert the processed-event row unless it exists and take the owners' advisory
         locks (`_lock_owners`), in one statement; True when this transaction claimed the event."""
-        claim = _text(
+        claim = cached_text(
             f"WITH claim AS (INSERT INTO {self._schema.processed_events.name} "
             "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
             "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
