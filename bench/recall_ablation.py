@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,13 @@ from worker.commands.evaluate import (
     run_locomo,
 )
 
+_NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates (before 2026-12-01)
 VARIANTS: dict[str, ScoreFusion] = {
-    "score fusion + BM25 only": ScoreFusion(time_boost=0.0, conversation_boost=0.0, focus_share=None),
-    "+ informative query words": ScoreFusion(time_boost=0.0, conversation_boost=0.0),
-    "+ time cues": ScoreFusion(conversation_boost=0.0),
-    "+ conversation boost (default)": ScoreFusion(),
+    "score fusion + BM25 only": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0, focus_share=None),
+    "+ informative query words": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0),
+    "+ time cues": replace(_NO_FLOOR, conversation_boost=0.0),
+    "+ conversation boost": _NO_FLOOR,
+    "+ vector floor rank 60 (default)": ScoreFusion(),
 }
 
 

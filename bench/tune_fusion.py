@@ -33,7 +33,11 @@ LEARNED_SQLITE_DEV = (
     ("both", -0.3935), ("time", 0.3417), ("entity", 0.2375), ("conversation", 0.9005),
 )  # fmt: skip
 # the defaults before this tuning; the variants below are what was tried on dev, in order
-BASE = ScoreFusion(vector_weight=0.5, time_boost=0.3, conversation_boost=0.2, focus_share=0.15)
+BASE = ScoreFusion(
+    vector_weight=0.5, time_boost=0.3, conversation_boost=0.2, focus_share=0.15, vector_floor_rank=None
+)
+# the 2026-11-30 defaults (before the vector floor of bench/tune_recall.py)
+NOV30 = ScoreFusion(vector_floor_rank=None)
 V6 = replace(BASE, vector_weight=0.6)
 VARIANTS: dict[str, ScoreFusion] = {
     "before": BASE,
@@ -50,13 +54,13 @@ VARIANTS: dict[str, ScoreFusion] = {
     "vw .6, time boost 0.5": replace(V6, time_boost=0.5),
     "vw .6, focus share 0.1": replace(V6, focus_share=0.1),
     "vw .6, entity boost 0.05": replace(V6, entity_boost=0.05),
-    "A: vw .6, conv .3, time .5, focus .1": replace(ScoreFusion(), vector_weight=0.6),
+    "A: vw .6, conv .3, time .5, focus .1": replace(NOV30, vector_weight=0.6),
     "B: vw .6, conv .3, time .5": replace(V6, conversation_boost=0.3, time_boost=0.5),
     "C: vw .6, conv .3, focus .1": replace(V6, conversation_boost=0.3, focus_share=0.1),
-    "D: A + conv .4": replace(ScoreFusion(), vector_weight=0.6, conversation_boost=0.4),
-    "E: A with vector weight .5 (the new defaults)": ScoreFusion(),
+    "D: A + conv .4": replace(NOV30, vector_weight=0.6, conversation_boost=0.4),
+    "E: A with vector weight .5 (the 11-30 defaults)": NOV30,
     # fit by `python bench/fit_fusion.py locomo10.json --store sqlite` on dev (observations)
-    "L: learned": replace(ScoreFusion(), learned=LEARNED_SQLITE_DEV),
+    "L: learned": replace(NOV30, learned=LEARNED_SQLITE_DEV),
 }
 
 

@@ -157,6 +157,10 @@ class ScoreFusion:
     # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
     # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
     learned: tuple[tuple[str, float], ...] | None = None
+    # the cosine min-max runs from the best candidate down to the one at this rank (those below
+    # score 0), so the vector side's scale does not depend on how many candidates were fetched
+    # (`candidate_count`: 3 per result asked); None: down to the last candidate
+    vector_floor_rank: int | None = 60
 
 
 FEATURES: tuple[str, ...] = ("vector", "text", "cosine", "vector_rank", "text_rank", "both", "time", "entity")
@@ -171,15 +175,18 @@ def candidate_features(
     entities: Sequence[str] = (),
 ) -> dict[uuid.UUID, dict[str, float]]:
     """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
-    over the candidates, `text` BM25 over the best one, `cosine` the raw cosine, `vector_rank` and
-    `text_rank` 1/rank in each branch, `both` 1 when both branches found it, `time` 1 when its
-    created_at is in the query's time window (± `time_slack`), `entity` the share of the query's
-    names it contains."""
+    over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
+    `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
+    both branches found it, `time` 1 when its created_at is in the query's time window
+    (± `time_slack`), `entity` the share of the query's names it contains."""
     features: dict[uuid.UUID, dict[str, float]] = {}
     for name, scores in branch_scores.items():
         if not scores or name not in ("vector", "text"):
             continue
-        normalised = _normalise(scores, min_max=name == "vector")
+        if name == "vector":
+            normalised = _normalise(scores, min_max=True, floor_rank=fusion.vector_floor_rank)
+        else:
+            normalised = _normalise(scores, min_max=False)
         ranked = sorted(normalised, key=lambda mid: (-normalised[mid], str(mid)))
         for rank, memory_id in enumerate(ranked, start=1):
             entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
@@ -277,16 +284,22 @@ def fuse_scores(
     return merge_by_key(by_id.values(), scored, limit=limit)
 
 
-def _normalise(scores: Mapping[uuid.UUID, float], *, min_max: bool) -> dict[uuid.UUID, float]:
-    values = [v for v in scores.values() if math.isfinite(v)]
+def _normalise(
+    scores: Mapping[uuid.UUID, float], *, min_max: bool, floor_rank: int | None = None
+) -> dict[uuid.UUID, float]:
+    """Scores over the best one (`min_max` False), or min-max scaled from the best down to the
+    lowest, or down to the `floor_rank`-th best when given (lower ones clip to 0)."""
+    values = sorted((v for v in scores.values() if math.isfinite(v)), reverse=True)
     if not values:
         return {}
-    high = max(values)
-    low = min(values) if min_max else 0.0
+    high = values[0]
+    low = 0.0
+    if min_max:
+        low = values[-1] if floor_rank is None else values[min(len(values), max(floor_rank, 1)) - 1]
     span = high - low
     if span <= 0.0:
-        return {mid: 1.0 for mid, v in scores.items() if math.isfinite(v)}
-    return {mid: (v - low) / span for mid, v in scores.items() if math.isfinite(v)}
+        return {mid: 1.0 if v >= high else 0.0 for mid, v in scores.items() if math.isfinite(v)}
+    return {mid: max(0.0, (v - low) / span) for mid, v in scores.items() if math.isfinite(v)}
 
 
 def merge_by_key(

@@ -6,13 +6,19 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from extraction.embeddings import HashingEmbedder
+from store.recall import mean_direction
 from worker.cli import build_parser, main
 from worker.commands.evaluate import (
+    DEFAULT_DIALOG_CONTEXT,
     RETRIEVERS,
+    CachingEmbedder,
+    EvalOptions,
     Progress,
     format_table,
     memory_key,
@@ -21,8 +27,9 @@ from worker.commands.evaluate import (
     report_json,
     resolve_embedding_provider,
     unit_memories,
+    unit_vectors,
 )
-from worker.evaluation.locomo import Unit
+from worker.evaluation.locomo import Unit, load_locomo
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 
@@ -67,6 +74,41 @@ def test_options_from_args() -> None:
     assert options.ks == (5, 10)
     assert options.retrievers == ("vector",)
     assert options.database_url == "postgresql://u@/db?host=/tmp"
+    assert options.dialog_context == DEFAULT_DIALOG_CONTEXT == 2
+    bare = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--dialog-context", "0"])
+    assert options_from_args(bare, {}).dialog_context == 0
+    negative = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--dialog-context", "-1"])
+    with pytest.raises(ValueError, match="--dialog-context"):
+        options_from_args(negative, {})
+
+
+async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
+    """A turn's embedding is the mean direction of its own text's and its text-with-context's."""
+    conversation = load_locomo(FIXTURE)[0]
+    embedder = CachingEmbedder(HashingEmbedder(dim=64))
+    base = EvalOptions(
+        file=FIXTURE,
+        unit="dialog",
+        ks=(5,),
+        retrievers=("hybrid",),
+        embedding_provider="hashing",
+        database_url=None,
+        data_dir=None,
+    )
+    alone = await unit_vectors(embedder, conversation, replace(base, dialog_context=0))
+    mixed = await unit_vectors(embedder, conversation, replace(base, dialog_context=2))
+    texts = conversation.context_texts("dialog", 2)
+    own = [u.text for u in conversation.units("dialog")]
+    assert alone == await embedder.embed(own)
+    for index in (0, 2):
+        expected = mean_direction(
+            [(await embedder.embed([own[index]]))[0], (await embedder.embed([texts[index]]))[0]]
+        )
+        assert mixed[index] == pytest.approx(expected)
+    assert mixed[0] == pytest.approx(alone[0])  # no turn before: the turn alone
+    assert mixed[2] != pytest.approx(alone[2])
+    observations = await unit_vectors(embedder, conversation, replace(base, unit="observation"))
+    assert observations == await embedder.embed([u.text for u in conversation.units("observation")])
 
 
 def test_bad_options_exit_2_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:

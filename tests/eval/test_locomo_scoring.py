@@ -200,3 +200,16 @@ def test_answer_recall_leaves_out_adversarial_and_answerless_questions() -> None
     assert summary["answer_questions"] == 2
     assert summary["answer_recall@1"] == 0.5
     assert "answer_recall@1" not in summary["by_category"]["adversarial"]
+
+
+def test_dialog_context_texts_put_the_turns_before_first_within_the_session() -> None:
+    first = load_locomo(FIXTURE)[0]
+    dialog = first.units("dialog")
+    texts = first.context_texts("dialog", 2)
+    assert len(texts) == len(dialog)
+    assert texts[0] == dialog[0].text  # nothing before the first turn
+    assert texts[2] == "\n".join(u.text for u in dialog[:3])
+    second_session = next(i for i, u in enumerate(dialog) if u.session == 2)
+    assert texts[second_session] == dialog[second_session].text  # the session before is not context
+    assert first.context_texts("dialog", 0) == tuple(u.text for u in dialog)
+    assert first.context_texts("observation", 2) == tuple(u.text for u in first.units("observation"))

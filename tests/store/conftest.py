@@ -12,6 +12,7 @@ import pytest
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres import PostgresMemoryStore
+from store.recall import ScoreFusion
 from store.sqlite import SqliteMemoryStore
 from store.types import MemorySettings
 from store.typing import Embedder
@@ -56,11 +57,14 @@ def backend(request: pytest.FixtureRequest) -> str:
 async def make_store(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[MakeStore]:
-    """Factory: an empty store of the current backend for an embedder (hashing, 384-d by default)."""
+    """Factory: an empty store of the current backend for an embedder (hashing, 384-d by default)
+    and recall fusion settings (`ScoreFusion`, the defaults when None)."""
     opened: list[Store] = []
 
     async def make(
-        embedder: Embedder | None = None, settings_defaults: MemorySettings | None = None
+        embedder: Embedder | None = None,
+        settings_defaults: MemorySettings | None = None,
+        fusion: ScoreFusion | None = None,
     ) -> Store:
         embedder = embedder or HashingEmbedder(dim=DIM)
         store: Store
@@ -68,10 +72,13 @@ async def make_store(
             fixture = "pg_url" if embedder.dim == DIM else "pg_concept_url"
             url = request.getfixturevalue(fixture)
             truncate(url)
-            store = PostgresMemoryStore(url, embedder, settings_defaults=settings_defaults)
+            store = PostgresMemoryStore(url, embedder, settings_defaults=settings_defaults, fusion=fusion)
         else:
             store = SqliteMemoryStore(
-                f"sqlite:///{tmp_path}/store-{len(opened)}.db", embedder, settings_defaults=settings_defaults
+                f"sqlite:///{tmp_path}/store-{len(opened)}.db",
+                embedder,
+                settings_defaults=settings_defaults,
+                fusion=fusion,
             )
         opened.append(store)
         return store

@@ -307,3 +307,86 @@ def test_learned_conversation_weight_lifts_siblings_of_the_strongest_hits() -> N
     assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=with_conversation)][
         1
     ] == sibling.id
+
+
+def test_vector_floor_rank_scales_cosines_down_to_that_rank() -> None:
+    rows = [_memory(f"m{i}") for i in range(5)]
+    cosines = {m.id: c for m, c in zip(rows, (0.9, 0.8, 0.7, 0.6, 0.5), strict=True)}
+    by_id = {m.id: m for m in rows}
+
+    def vector_side(fusion: ScoreFusion) -> list[float]:
+        features = candidate_features(by_id, {"vector": cosines}, fusion=fusion)
+        return [round(features[m.id]["vector"], 6) for m in rows]
+
+    assert vector_side(ScoreFusion(vector_floor_rank=None)) == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert vector_side(ScoreFusion(vector_floor_rank=3)) == [1.0, 0.5, 0.0, 0.0, 0.0]
+    assert vector_side(ScoreFusion(vector_floor_rank=60)) == [1.0, 0.75, 0.5, 0.25, 0.0]  # fewer: all
+
+
+def test_vector_floor_rank_keeps_the_head_whatever_the_number_of_candidates() -> None:
+    """More weak vector candidates (a bigger limit fetches more) must not shrink the vector side's
+    scale against the full-text side: with the floor the head keeps its order."""
+    both_strong_text, close_weaker_text = _memory("t1"), _memory("t2")
+    head = {both_strong_text.id: 0.2, close_weaker_text.id: 0.8}
+    text = {both_strong_text.id: 1.0, close_weaker_text.id: 0.47}
+    fillers = [_memory(f"f{i}") for i in range(118)]
+    tail = {m.id: 0.85 - 0.0142 * i for i, m in enumerate(fillers)}
+    few = dict(list(tail.items())[:58])
+    rows = [both_strong_text, close_weaker_text, *fillers]
+
+    def top_two(fusion: ScoreFusion, vector: dict[uuid.UUID, float]) -> list[uuid.UUID]:
+        scores = {"vector": {**head, **vector}, "text": text}
+        return [h.memory.id for h in fuse_scores(rows, scores, limit=2, fusion=fusion)]
+
+    floor, no_floor = ScoreFusion(vector_floor_rank=60), ScoreFusion(vector_floor_rank=None)
+    assert top_two(floor, few) == top_two(no_floor, few) == [close_weaker_text.id, both_strong_text.id]
+    assert top_two(floor, tail) == [close_weaker_text.id, both_strong_text.id]
+    assert top_two(no_floor, tail) == [both_strong_text.id, close_weaker_text.id]
+
+
+@dataclass
+class AngleEmbedder:
+    """Every query embeds to the first axis; a memory's vector (given at write time) has a chosen
+    cosine to it."""
+
+    dim: int = 384
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0] + [0.0] * (self.dim - 1) for _ in texts]
+
+    def at(self, cosine: float, axis: int) -> list[float]:
+        vector = [0.0] * self.dim
+        vector[0], vector[axis] = cosine, (1.0 - cosine * cosine) ** 0.5
+        return vector
+
+
+async def test_a_bigger_limit_keeps_the_head_of_the_ranking_on_both_stores(make_store: MakeStore) -> None:
+    """Recall for 40 fetches 120 candidates per branch instead of 60 (for 20): with the vector floor
+    (default rank 60) the best results come in the same order; without it the weak extra cosines
+    shrink the vector side and the full-text side wins the head."""
+    embedder = AngleEmbedder()
+    user = uuid.uuid4()
+    rows = [
+        ("both words", "zephyr quasar", 0.2),  # matches both query words, far in vector space
+        ("one word", "quasar", 0.8),  # matches one, close in vector space
+        *((f"filler {i}", f"filler note {i}", 0.85 - 0.0142 * i) for i in range(128)),
+    ]
+
+    async def ranked(fusion: ScoreFusion | None, limit: int) -> list[str]:
+        store = await make_store(embedder, fusion=fusion)
+        for axis, (key, value, cosine) in enumerate(rows, start=1):
+            await store.upsert(
+                NewMemory(
+                    scope="user",
+                    owner_id=user,
+                    user_id=None,
+                    key=key,
+                    value=value,
+                    status="active",
+                    embedding=embedder.at(cosine, axis),
+                )
+            )
+        return [h.memory.key for h in await store.recall(user, None, "zephyr quasar", limit)][:2]
+
+    assert await ranked(None, 20) == await ranked(None, 40) == ["one word", "both words"]
+    assert await ranked(ScoreFusion(vector_floor_rank=None), 40) == ["both words", "one word"]

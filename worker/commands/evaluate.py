@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from store.migrate import SchemaError, migrate_async
-from store.recall import RETRIEVERS, ScoreFusion
+from store.recall import RETRIEVERS, ScoreFusion, mean_direction
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
@@ -53,6 +53,7 @@ EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted")
 STORES = ("postgres", "sqlite")
 DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
+DEFAULT_DIALOG_CONTEXT = 2  # chosen on the dev split (bench/README.md)
 _WRITE_BATCH = 256
 
 
@@ -275,7 +276,8 @@ class CachingEmbedder:
     def save(self, path: Path) -> None:
         """Write every vector known so far to `path` (atomically)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
+        # one partial file per process: two runs sharing the cache must not rename each other's
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         with partial.open("wb") as handle:
             pickle.dump({"dim": self.dim, "vectors": self.cache}, handle, protocol=pickle.HIGHEST_PROTOCOL)
         partial.replace(path)
@@ -316,6 +318,9 @@ class EvalOptions:
     split: Split = "all"
     store: str = "postgres"
     embedding_cache: Path | None = None  # directory of saved vectors; None: embed every run
+    # dialog unit: a turn's embedding is the mean direction of its text's and that of its text with
+    # up to this many turns before it in the session (`unit_vectors`); 0: its text's alone
+    dialog_context: int = DEFAULT_DIALOG_CONTEXT
 
 
 async def _embed_units(
@@ -327,6 +332,25 @@ async def _embed_units(
         vectors.extend(await embedder.embed(chunk))
         on_batch(len(chunk))
     return vectors
+
+
+async def unit_vectors(
+    embedder: CachingEmbedder,
+    conversation: Conversation,
+    options: EvalOptions,
+    on_batch: Callable[[int], None] = lambda _n: None,
+) -> list[list[float]]:
+    """The embedding of each unit (`options.unit`): its text's; for a dialog turn with
+    `options.dialog_context` > 0, the mean direction of its text's and that of the turn with the
+    turns before it (`Conversation.context_texts`), so a reply ("Yes, twice last year!") carries
+    what it answers while the turn's own words keep their weight."""
+    assert options.unit != "extracted"
+    units = conversation.units(options.unit)
+    vectors = await _embed_units(embedder, [u.text for u in units], on_batch)
+    if options.unit != "dialog" or options.dialog_context <= 0:
+        return vectors
+    context = await embedder.embed(list(conversation.context_texts(options.unit, options.dialog_context)))
+    return [mean_direction([own, around]) for own, around in zip(vectors, context, strict=True)]
 
 
 async def _evaluate_conversation(
@@ -342,7 +366,7 @@ async def _evaluate_conversation(
     units = conversation.units(options.unit)
     label = f"{conversation.sample_id}: loading {options.unit}s"
     progress.update(0, label)
-    vectors = await _embed_units(embedder, [u.text for u in units], lambda n: progress.update(n, label))
+    vectors = await unit_vectors(embedder, conversation, options, lambda n: progress.update(n, label))
     memories = unit_memories(units, owner, vectors)
     dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
     for start in range(0, len(memories), _WRITE_BATCH):
@@ -718,6 +742,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn) or "
         "extracted (what the extraction pipeline makes of each session); default observation",
     )
+    locomo.add_argument(
+        "--dialog-context",
+        type=int,
+        default=DEFAULT_DIALOG_CONTEXT,
+        metavar="N",
+        help="--unit dialog: embed each turn as the mean direction of its own text's embedding and "
+        "that of the turn with up to N turns before it in the session (default "
+        f"{DEFAULT_DIALOG_CONTEXT}; 0: the turn alone, the representation before 2026-12-01)",
+    )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
         "--retriever",
@@ -780,6 +813,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     env = os.environ if environ is None else environ
     if args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
+    if args.dialog_context < 0:
+        raise ValueError("--dialog-context must be 0 or more")
     return EvalOptions(
         file=args.file,
         unit=args.unit,
@@ -796,6 +831,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         split=args.split,
         store=args.store,
         embedding_cache=None if args.no_embedding_cache else args.embedding_cache,
+        dialog_context=args.dialog_context,
     )
 
 

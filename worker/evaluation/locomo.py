@@ -102,6 +102,21 @@ class Conversation:
             return self.observations
         return tuple(dialog_unit(turn, self.session_dates.get(turn.session)) for turn in self.turns)
 
+    def context_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
+        """Per unit of `units(kind)`, in order, the text a store of conversation turns embeds *beside*
+        the unit's own: for a dialog turn with `context` > 0, the up to `context` turns before it in
+        the same session and the turn itself, one per line (what the turn answers, then the turn);
+        for any other unit, or `context` 0, the unit's text."""
+        units = self.units(kind)
+        if kind != "dialog" or context <= 0:
+            return tuple(unit.text for unit in units)
+        return tuple(
+            "\n".join(
+                [u.text for u in units[max(0, i - context) : i] if u.session == unit.session] + [unit.text]
+            )
+            for i, unit in enumerate(units)
+        )
+
 
 # -- dia_id normalisation ---------------------------------------------------------------------------
 

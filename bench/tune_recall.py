@@ -1,0 +1,149 @@
+"""Many `ScoreFusion` variants on one loaded LoCoMo split (dev only: constants are chosen here and
+reported on test): the split's conversations are written once into a fresh store, then every
+question is recalled (hybrid) once per variant. Faster than `tune_fusion.py`, which reloads the
+store per variant; the figures are the same (`pmem eval locomo` runs the same recall).
+
+    python bench/tune_recall.py /path/to/locomo10.json [--unit observation|dialog]
+        [--store sqlite|postgres] [--split dev] [--dialog-context N]
+        --variant "name: field=value field=value" ...
+
+A variant is a name, a colon and `ScoreFusion` field assignments (Python literals; `default` is
+the defaults). Embeddings come from the eval cache (.pmem/eval-cache)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import sys
+import time
+import uuid
+from contextlib import AsyncExitStack
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from store.recall import ScoreFusion
+from worker.commands.evaluate import (
+    DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_EMBEDDING_CACHE,
+    CachingEmbedder,
+    EvalOptions,
+    _cache_file,
+    _open_store,
+    local_embedder_available,
+    resolve_embedding_provider,
+    unit_memories,
+    unit_vectors,
+)
+from worker.evaluation.locomo import QuestionResult, load_locomo, select_split, summarise
+
+_FIELDS = {f.name for f in fields(ScoreFusion)}
+
+
+def parse_variant(spec: str) -> tuple[str, ScoreFusion]:
+    """`"name: a=1 b=0.5"` → (name, ScoreFusion(a=1, b=0.5))."""
+    name, _, assignments = spec.partition(":")
+    values: dict[str, Any] = {}
+    for part in assignments.split():
+        if part == "default":
+            continue
+        key, _, raw = part.partition("=")
+        if key not in _FIELDS:
+            raise SystemExit(f"unknown ScoreFusion field {key!r}")
+        values[key] = ast.literal_eval(raw)
+    return name.strip(), replace(ScoreFusion(), **values)
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
+    parser.add_argument("--store", default="sqlite", choices=["postgres", "sqlite"])
+    parser.add_argument("--split", default="dev", choices=["dev", "test", "all"])
+    parser.add_argument("--dialog-context", type=int, default=DEFAULT_DIALOG_CONTEXT)
+    parser.add_argument("--variant", action="append", required=True)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    variants = [parse_variant(spec) for spec in args.variant]
+    options = EvalOptions(
+        file=args.file,
+        unit=args.unit,
+        ks=(5, 10, 25, 50),
+        retrievers=("hybrid",),
+        embedding_provider=resolve_embedding_provider(None, {}, local_embedder_available()),
+        database_url=None,
+        data_dir=None,
+        split=args.split,
+        store=args.store,
+        embedding_cache=DEFAULT_EMBEDDING_CACHE,
+        dialog_context=args.dialog_context,
+    )
+    from extraction.embeddings import build_embedder
+    from worker.settings import load_settings
+
+    settings = load_settings(embedding_provider=options.embedding_provider)
+    embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
+    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
+    assert cache_file is not None
+    embedder.load(cache_file)
+    conversations = select_split(load_locomo(options.file), options.split)
+    results: dict[str, Any] = {}
+    async with AsyncExitStack() as stack:
+        store = await _open_store(options, embedder, stack)
+        loaded = []
+        for conversation in conversations:
+            owner = uuid.uuid4()
+            units = conversation.units(options.unit)
+            memories = unit_memories(units, owner, await unit_vectors(embedder, conversation, options))
+            dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
+            for start in range(0, len(memories), 256):
+                written = await store.write_event(
+                    event_id=uuid.uuid4(), memories=memories[start : start + 256], actor="tune"
+                )
+                for unit, result in zip(units[start : start + 256], written.results, strict=True):
+                    dia_ids[result.memory_id] = unit.dia_ids
+            await embedder.embed([q.question for q in conversation.questions])
+            loaded.append((owner, conversation, dia_ids))
+        embedder.save(cache_file)
+        for name, fusion in variants:
+            store._fusion = fusion
+            started = time.monotonic()
+            items: list[QuestionResult] = []
+            for owner, conversation, dia_ids in loaded:
+                semaphore = asyncio.Semaphore(8)
+
+                async def ask(
+                    question: str, owner: uuid.UUID = owner, semaphore: asyncio.Semaphore = semaphore
+                ) -> list[Any]:
+                    async with semaphore:
+                        return list(await store.recall(owner, None, question, 50, retriever="hybrid"))
+
+                answers = await asyncio.gather(*(ask(q.question) for q in conversation.questions))
+                items.extend(
+                    QuestionResult(
+                        category=q.category,
+                        evidence=q.evidence,
+                        ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
+                    )
+                    for q, hits in zip(conversation.questions, answers, strict=True)
+                )
+            summary = summarise(items, options.ks)
+            results[name] = {
+                **{k: round(v, 4) for k, v in summary.items() if k.startswith("recall@")},
+                "by_category@10": {c: round(e["recall@10"], 3) for c, e in summary["by_category"].items()},
+                "seconds": round(time.monotonic() - started, 1),
+            }
+            print(f"{name:<36}", json.dumps(results[name]), flush=True)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
