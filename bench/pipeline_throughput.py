@@ -13,7 +13,8 @@ Measured:
   (20 ms) in sequence; database and NATS time count against the worker;
 - worker RSS: peak resident memory of a worker process (psutil), sampled every 0.25 s;
 - CPU per event of the worker process(es), the fake LLM and every Postgres process, from the
-  first to the last commit (psutil), which shows what the run was bound by.
+  moment every worker has finished one event to the last commit, divided by the events committed
+  in that window (psutil), which shows what the run was bound by.
 
     python bench/pipeline_throughput.py                       # 2,000 events at 1, 8, 32, 64
     python bench/pipeline_throughput.py --events 500 --concurrency 32
@@ -304,6 +305,18 @@ async def scrape(port: int) -> str:
     return data.decode(errors="replace").split("\r\n\r\n", 1)[-1]
 
 
+async def all_working(ports: list[int]) -> bool:
+    """Whether every worker has handled at least one event (pmem_events_total)."""
+    for port in ports:
+        text = await scrape(port)
+        if not any(
+            line.startswith("pmem_events_total{") and float(line.rsplit(" ", 1)[1]) > 0
+            for line in text.splitlines()
+        ):
+            return False
+    return True
+
+
 def histogram(texts: list[str], name: str) -> list[tuple[float, float]]:
     """Cumulative (upper bound, count) buckets of a histogram, summed over workers."""
     buckets: dict[float, float] = {}
@@ -482,6 +495,7 @@ async def run_one(
     fake = psutil.Process(fake_pid)
     start_cpu = end_cpu = (0.0, 0.0, 0.0)  # workers, fake LLM, Postgres
     started = False
+    measured_from = 0
     peak_rss = 0
     first = last = None
     deadline = time.monotonic() + 60 + n * PER_EVENT_IDEAL_S / concurrency * 12
@@ -489,8 +503,11 @@ async def run_one(
         while True:
             peak_rss = max(peak_rss, *(p.memory_info().rss for p in ps))
             done, first, last = await commits(database_url)
-            if not started and done > 0:  # excludes imports and start-up
+            if not started and done > 0 and await all_working(ports):
+                # every worker has finished an event: start-up and imports (the slower process
+                # may still be importing when the faster one commits) are outside the window
                 start_cpu = (sum(cpu_s(p) for p in ps), cpu_s(fake), postgres_cpu_s(postgres))
+                measured_from = done
                 started = True
             if done >= n:
                 end_cpu = (sum(cpu_s(p) for p in ps), cpu_s(fake), postgres_cpu_s(postgres))
@@ -515,7 +532,8 @@ async def run_one(
     seconds = last - first
     rate = (n - 1) / seconds if seconds > 0 else float("inf")
     ideal = per_worker * workers / PER_EVENT_IDEAL_S
-    per_event = [round(1000 * (e - s) / max(1, n - 1), 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
+    in_window = max(1, n - measured_from)
+    per_event = [round(1000 * (e - s) / in_window, 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
     durations = histogram(metrics, "pmem_event_duration_seconds")
     prompt_tokens = counter(metrics, 'pmem_llm_tokens_total{kind="prompt"}')
     return Result(
