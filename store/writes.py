@@ -87,41 +87,9 @@ class MemoryWrites(NearDuplicates):
         actor: str,
         event_id: uuid.UUID | None,
     ) -> UpsertResult:
-        m = self._schema.memories
-        now = self._now()
-        new_id = uuid.uuid4()
-        insert = (
-            self._insert(m)
-            .values(
-                id=new_id,
-                scope=new.scope,
-                owner_id=new.owner_id,
-                user_id=new.user_id,
-                key=new.key,
-                value=new.value,
-                source_channel_id=new.source_channel_id,
-                confidence=storable_confidence(new.confidence),
-                status=new.status,
-                embedding=embedding,
-                created_at=new.observed_at if new.observed_at is not None else now,
-                updated_at=now,
-                team_id=new.team_id,
-            )
-            .on_conflict_do_nothing(index_elements=self._key_index)
-            .returning(m.c.id)
-        )
-        if (await conn.execute(insert)).first() is not None:
-            await self._audit(
-                conn,
-                "add",
-                memory=new,
-                memory_id=new_id,
-                old_value=None,
-                new_value=new.value,
-                actor=actor,
-                event_id=event_id,
-            )
-            return UpsertResult(memory_id=new_id, action="created")
+        (created,) = await self._insert_new(conn, [(new, embedding)], actor=actor, event_id=event_id)
+        if created is not None:
+            return created
 
         existing = await self._locked_by_key(conn, new)
         if existing is None:
