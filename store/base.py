@@ -236,22 +236,6 @@ class StoreBase:
         row = (await conn.execute(stmt)).first()
         return None if row is None else self._memory(row)
 
-    async def _locked_by_key(self, conn: AsyncConnection, new: NewMemory) -> Memory | None:
-        m = self._schema.memories
-        stmt = (
-            select(*self._memory_columns)
-            .where(
-                m.c.scope == new.scope,
-                m.c.owner_id == new.owner_id,
-                func.coalesce(m.c.user_id, _nil(self._schema)) == (new.user_id or NIL_UUID),
-                func.coalesce(m.c.team_id, _nil(self._schema)) == (new.team_id or NIL_UUID),
-                m.c.key == new.key,
-            )
-            .with_for_update()
-        )
-        row = (await conn.execute(stmt)).first()
-        return None if row is None else self._memory(row)
-
     async def _open_revision(
         self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool
     ) -> tuple[Revision, builtins.list[float] | None] | None:

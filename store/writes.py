@@ -91,15 +91,11 @@ class MemoryWrites(NearDuplicates):
         if created is not None:
             return created
 
-        existing = await self._locked_by_key(conn, new)
-        if existing is None:
+        (locked,) = await self._locked_by_keys(conn, [new])
+        if locked is None:
             # the conflicting row was deleted between our insert and our read: let the caller retry
             raise StoreError(f"memory {new.key!r} was deleted concurrently; retry the write")
-        open_rev = await self._open_revision(conn, existing.id, lock=True)
-        revision = open_rev[0] if open_rev else None
-        return await self._apply_upsert(
-            conn, new, embedding, existing, revision, actor=actor, event_id=event_id
-        )
+        return await self._apply_upsert(conn, new, embedding, *locked, actor=actor, event_id=event_id)
 
     async def _apply_upsert(
         self,
