@@ -5,6 +5,7 @@ same key across scopes)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["embedding_text", "normalize_key", "storable_text"]
@@ -16,6 +17,8 @@ _SEPARATORS = re.compile(r"[\s_]+")
 _EDGE_PUNCTUATION = " \t\n\"'`“”‘’.,;:!?*#-"
 
 
+# recall merges every candidate by key: the same few thousand keys, normalised again and again
+@functools.lru_cache(maxsize=16_384)
 def normalize_key(key: str) -> str:
     """Key identity: lowercase, underscores to spaces, whitespace runs collapsed, quotes and
     punctuation stripped at the ends. Idempotent: `normalize_key(normalize_key(k)) == normalize_key(k)`."""

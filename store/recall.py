@@ -187,7 +187,7 @@ def candidate_features(
             normalised = _normalise(scores, min_max=True, floor_rank=fusion.vector_floor_rank)
         else:
             normalised = _normalise(scores, min_max=False)
-        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], str(mid)))
+        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], mid))
         for rank, memory_id in enumerate(ranked, start=1):
             entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
             entry[name] = normalised[memory_id]
@@ -227,7 +227,7 @@ def conversation_scores(
 ) -> dict[uuid.UUID, float]:
     """Per candidate, the summed score of the `top` strongest candidates from its conversation,
     relative to the best conversation's (0 when it has no conversation or none of them is there)."""
-    strongest = sorted(scores, key=lambda mid: (-scores[mid], str(mid)))[:top]
+    strongest = sorted(scores, key=lambda mid: (-scores[mid], mid))[:top]
     per_conversation: dict[uuid.UUID, float] = {}
     for memory_id in strongest:
         channel = by_id[memory_id].source_channel_id if memory_id in by_id else None

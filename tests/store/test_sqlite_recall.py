@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +121,38 @@ async def test_keyword_and_vector_recall_keep_the_team_boundary(sqlite_store: Sq
         in_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever, team_id=team)  # type: ignore[arg-type]
         assert {h.memory.key for h in no_team} == {"pet"}
         assert {h.memory.key for h in in_team} == {"pet", "work pet"}
+
+
+class _FailingEmbedder:
+    """A hashing embedder that fails as many calls as `failures_left` says."""
+
+    def __init__(self) -> None:
+        self._inner = HashingEmbedder(dim=64)
+        self.failures_left = 0
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise RuntimeError("embedding service down")
+        return await self._inner.embed(texts)
+
+
+async def test_a_failing_vector_branch_fails_the_recall_and_returns_the_connection(tmp_path: Path) -> None:
+    # the full-text and vector branches run side by side: the embedder's error is not swallowed
+    # into a full-text-only answer, and the store's only connection is free for the next recall
+    embedder = _FailingEmbedder()
+    store = SqliteMemoryStore(f"sqlite:///{tmp_path}/fail.db", embedder, busy_timeout_ms=2_000)
+    user = uuid.uuid4()
+    try:
+        await store.upsert(_new(user, "pet", "has a beagle"))
+        embedder.failures_left = 1
+        with pytest.raises(RuntimeError, match="embedding service down"):
+            await store.recall(user, None, "beagle", 5)
+        hits = await store.recall(user, None, "beagle", 5)
+        assert [(h.memory.key, h.sources) for h in hits] == [("pet", ("vector", "text"))]
+    finally:
+        await store.close()
