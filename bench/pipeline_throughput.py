@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,7 +42,7 @@ import tempfile
 import textwrap
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,8 @@ class Result:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     prompt_tokens_per_event: float = 0.0
+    # p50 / p99 ms of each stage the workers time (LLM, embeddings, each database operation)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def make_events(
@@ -308,7 +311,10 @@ async def scrape(port: int) -> str:
 async def all_working(ports: list[int]) -> bool:
     """Whether every worker has handled at least one event (pmem_events_total)."""
     for port in ports:
-        text = await scrape(port)
+        try:
+            text = await scrape(port)
+        except OSError:  # its health server is not listening yet: still starting
+            return False
         if not any(
             line.startswith("pmem_events_total{") and float(line.rsplit(" ", 1)[1]) > 0
             for line in text.splitlines()
@@ -317,12 +323,13 @@ async def all_working(ports: list[int]) -> bool:
     return True
 
 
-def histogram(texts: list[str], name: str) -> list[tuple[float, float]]:
-    """Cumulative (upper bound, count) buckets of a histogram, summed over workers."""
+def histogram(texts: list[str], name: str, labels: str = "") -> list[tuple[float, float]]:
+    """Cumulative (upper bound, count) buckets of a histogram (the series whose labels include
+    `labels`, e.g. `operation="write_event"`), summed over workers."""
     buckets: dict[float, float] = {}
     for text in texts:
         for line in text.splitlines():
-            if line.startswith(f"{name}_bucket{{"):
+            if line.startswith(f"{name}_bucket{{") and labels in line:
                 le = line.split('le="', 1)[1].split('"', 1)[0]
                 bound = float("inf") if le == "+Inf" else float(le)
                 buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
@@ -535,6 +542,12 @@ async def run_one(
     in_window = max(1, n - measured_from)
     per_event = [round(1000 * (e - s) / in_window, 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
     durations = histogram(metrics, "pmem_event_duration_seconds")
+    stages = {"llm": histogram(metrics, "pmem_llm_duration_seconds")}
+    stages["embeddings"] = histogram(metrics, "pmem_embedding_duration_seconds")
+    operations = re.findall(r'pmem_db_duration_seconds_count\{operation="([^"]+)"', "".join(metrics))
+    for operation in sorted(set(operations)):
+        labels = f'operation="{operation}"'
+        stages[f"db {operation}"] = histogram(metrics, "pmem_db_duration_seconds", labels)
     prompt_tokens = counter(metrics, 'pmem_llm_tokens_total{kind="prompt"}')
     return Result(
         concurrency=per_worker * workers,
@@ -552,6 +565,11 @@ async def run_one(
         p50_ms=round(1000 * quantile(durations, 0.5), 1),
         p99_ms=round(1000 * quantile(durations, 0.99), 1),
         prompt_tokens_per_event=round(prompt_tokens / max(1, n), 1),
+        stages={
+            name: (round(1000 * quantile(b, 0.5), 1), round(1000 * quantile(b, 0.99), 1))
+            for name, b in stages.items()
+            if b
+        },
     )
 
 
@@ -588,6 +606,11 @@ async def run_all(
             f"latency p50/p99 {result.p50_ms:.0f}/{result.p99_ms:.0f} ms, "
             f"prompt tokens/event {result.prompt_tokens_per_event:.0f}"
             + (" [populated]" if result.populated else ""),
+            flush=True,
+        )
+        print(
+            "  stages p50/p99 ms: "
+            + ", ".join(f"{name} {p50:.0f}/{p99:.0f}" for name, (p50, p99) in result.stages.items()),
             flush=True,
         )
     return results

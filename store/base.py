@@ -36,6 +36,9 @@ from store.types import (
 )
 from store.typing import Embedder
 
+# audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
+AuditRows = list[dict[str, Any]]
+
 
 def _nil(schema: Schema) -> Any:
     return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
@@ -280,21 +283,30 @@ class StoreBase:
         actor: str,
         event_id: uuid.UUID | None = None,
         revision_id: uuid.UUID | None = None,
+        into: AuditRows | None = None,
     ) -> None:
-        await conn.execute(
-            self._insert(self._schema.audit).values(
-                self._audit_values(
-                    action,
-                    memory=memory,
-                    memory_id=memory_id,
-                    old_value=old_value,
-                    new_value=new_value,
-                    actor=actor,
-                    event_id=event_id,
-                    revision_id=revision_id,
-                )
-            )
+        """Write one audit row now, or append it to `into` for `_flush_audits` (one statement for
+        all of a transaction's rows, in order)."""
+        values = self._audit_values(
+            action,
+            memory=memory,
+            memory_id=memory_id,
+            old_value=old_value,
+            new_value=new_value,
+            actor=actor,
+            event_id=event_id,
+            revision_id=revision_id,
         )
+        if into is not None:
+            into.append(values)
+            return
+        await conn.execute(self._insert(self._schema.audit).values(values))
+
+    async def _flush_audits(self, conn: AsyncConnection, rows: AuditRows) -> None:
+        """Insert the audit rows `_audit(into=rows)` collected, in one statement, and forget them."""
+        if rows:
+            await conn.execute(self._insert(self._schema.audit).values(list(rows)))
+            rows.clear()
 
     def _audit_values(
         self,
@@ -334,6 +346,7 @@ class StoreBase:
         status: str,
         actor: str,
         audit: bool,
+        audits_into: AuditRows | None = None,
     ) -> None:
         r = self._schema.revisions
         await conn.execute(
@@ -351,6 +364,7 @@ class StoreBase:
                 new_value=revision.new_value,
                 actor=actor,
                 revision_id=revision.id,
+                into=audits_into,
             )
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:

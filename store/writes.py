@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.base import _nil, cached_text
+from store.base import AuditRows, _nil, cached_text
 from store.errors import StoreConflict, StoreError
 from store.neighbours import NearDuplicates, owner_lock_key
 from store.policy import (
@@ -107,9 +107,11 @@ class MemoryWrites(NearDuplicates):
         *,
         actor: str,
         event_id: uuid.UUID | None,
+        audits: AuditRows | None = None,
     ) -> UpsertResult:
         """Write `new` over the stored row of its key (locked by the caller, with its open
-        revision) as `store.policy.plan_upsert` says: unchanged, update or pending revision."""
+        revision) as `store.policy.plan_upsert` says: unchanged, update or pending revision. Audit
+        rows are written at once, or appended to `audits` for the caller to flush."""
         m = self._schema.memories
         now = self._now()
         plan = plan_upsert(existing, revision, new)
@@ -148,6 +150,7 @@ class MemoryWrites(NearDuplicates):
                 actor=actor,
                 event_id=event_id,
                 revision_id=revision_id,
+                into=audits,
             )
             return UpsertResult(memory_id=existing.id, action="revision_proposed", revision_id=revision_id)
 
@@ -171,9 +174,12 @@ class MemoryWrites(NearDuplicates):
             new_value=new.value,
             actor=actor,
             event_id=event_id,
+            into=audits,
         )
         if plan.close_revision and revision is not None:
-            await self._close_revision(conn, revision, existing, status="rejected", actor=actor, audit=True)
+            await self._close_revision(
+                conn, revision, existing, status="rejected", actor=actor, audit=True, audits_into=audits
+            )
         return UpsertResult(memory_id=existing.id, action="updated")
 
     async def _insert_new(
@@ -424,8 +430,10 @@ class MemoryWrites(NearDuplicates):
                     for i, done in zip(fresh, inserted, strict=True):
                         if done is not None:
                             results[i] = done
-                    # keys that exist: locked in one go, then update, revision or unchanged each
+                    # keys that exist: locked in one go, then update, revision or unchanged each,
+                    # their audit rows written together at the end
                     taken = [i for i in pending if i not in results]
+                    audits: AuditRows = []
                     for i, locked in zip(
                         taken, await self._locked_by_keys(conn, [rows[i] for i in taken]), strict=True
                     ):
@@ -433,8 +441,15 @@ class MemoryWrites(NearDuplicates):
                             # the stored row was erased since we saw it: the whole write is retried
                             raise StoreConflict(f"memory {rows[i].key!r} was deleted concurrently")
                         results[i] = await self._apply_upsert(
-                            conn, rows[i], embeddings[i], *locked, actor=actor, event_id=event_id
+                            conn,
+                            rows[i],
+                            embeddings[i],
+                            *locked,
+                            actor=actor,
+                            event_id=event_id,
+                            audits=audits,
                         )
+                    await self._flush_audits(conn, audits)
             except StoreConflict:
                 if attempt > CONFLICT_RETRIES:
                     raise

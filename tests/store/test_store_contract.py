@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy
 
 from store.types import ChatMessage, MemoryFilter, NewMemory, OwnerRef
 from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem
@@ -295,6 +296,40 @@ async def test_write_event_results_follow_the_input_order(store: Store) -> None:
     written = await store.write_event(event_id=new_id(), memories=batch)
     keys = [(await store.get_by_id(r.memory_id)).key for r in written.results]  # type: ignore[union-attr]
     assert keys == ["zeta", "alpha", "mid"]
+
+
+async def test_write_event_audits_its_updates_and_proposals_in_one_statement(store: Store) -> None:
+    user = new_id()
+    reviewed = await store.upsert(mem(owner=user, key="city", value="Lisbon", status="active"))
+    draft = await store.upsert(mem(owner=user, key="job", value="nurse", status="pending_review"))
+    # an open proposal on a reviewed memory that the event then makes moot by restating the value
+    proposed = await store.upsert(mem(owner=user, key="pet", value="a cat", status="active"))
+    await store.upsert(mem(owner=user, key="pet", value="a dog", status="pending_review"))
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        written = await store.write_event(
+            event_id=new_id(),
+            memories=[
+                mem(owner=user, key="city", value="Porto", status="pending_review"),  # proposal
+                mem(owner=user, key="job", value="teacher", status="pending_review"),  # update
+                mem(owner=user, key="pet", value="a cat", status="pending_review"),  # unchanged
+            ],
+        )
+    finally:
+        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+    assert [r.action for r in written.results] == ["revision_proposed", "updated", "unchanged"]
+    audit_inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT INTO MEMORY_AUDIT")]
+    assert len(audit_inserts) == 1
+    assert await actions(store, reviewed.memory_id) == ["add", "propose"]
+    assert await actions(store, draft.memory_id) == ["add", "update"]
+    assert await actions(store, proposed.memory_id) == ["add", "propose"]
+    log = await store.audit_log(draft.memory_id)
+    assert (log[-1].old_value, log[-1].new_value, log[-1].actor) == ("nurse", "teacher", "worker")
 
 
 async def test_a_processed_event_is_a_duplicate_and_writes_nothing(store: Store) -> None:
