@@ -247,7 +247,14 @@ async def populate(
     rng = np.random.default_rng(7)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await register_vector_async(conn)
-        await conn.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
+        # rebuilt after the COPY exactly as the migrations defined it
+        found = await (
+            await conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_embedding_hnsw'"
+            )
+        ).fetchone()
+        assert found is not None, "the store has no HNSW index: migrate first"
+        await conn.execute("DROP INDEX ix_memories_embedding_hnsw")
         owners = [("persona", persona, persona_rows), *(("user", u, per_user) for u in users)]
         columns = "id, scope, owner_id, key, value, confidence, status, embedding, created_at, updated_at"
         types = [
@@ -290,9 +297,7 @@ async def populate(
                         )
                     )
         await conn.execute("SET maintenance_work_mem = '512MB'")
-        await conn.execute(
-            "CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
-        )
+        await conn.execute(found[0])
         await conn.execute(LEARNING_ON, (persona,))
         await conn.execute("ANALYZE memories")
     return time.monotonic() - started

@@ -2,8 +2,10 @@
 
 - `_neighbours_in`: for every new memory of an event, its k nearest stored memories of the same
   owner (active or pending, visible in its team context) plus any stored row under the same key,
-  in ONE statement (Postgres: a pgvector nearest-neighbour scan per memory, UNION ALL). SQLite has
-  no vector index: it reads the owner's embeddings and ranks them with numpy in a worker thread.
+  in ONE statement (Postgres: per memory, an exact ranking of a small owner's rows, or for a large
+  owner an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones;
+  UNION ALL). SQLite has no vector index: it reads the owner's embeddings and ranks them with
+  numpy in a worker thread.
 - `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
   of one owner check and write one after the other (SQLite serialises writers already).
 - `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
@@ -38,6 +40,10 @@ _COLUMNS = (
 PROMPT_WINDOW = 200
 # Owners with at most this many memories are ranked exactly instead of through HNSW
 EXACT_OWNER_ROWS = 3000
+# A larger owner's pending memories (not in the HNSW index, which holds reviewed ones) are ranked
+# exactly among its this many most recent pending ones
+PENDING_WINDOW = 3000
+_WINDOW_COLUMNS = _COLUMNS.replace("m.", "w.") + ", w.embedding"
 
 
 def owner_lock_key(memory: NewMemory) -> str:
@@ -161,18 +167,37 @@ class NearDuplicates(StoreBase):
             team = "m.team_id IS NULL"
             if memory.team_id is not None:
                 team = f"(m.team_id IS NULL OR m.team_id = :t{i})"
-            where = f"{owner} AND {team} AND m.status IN ('active', 'pending_review')"
             nil = NIL_UUID_SQL
             # A small owner is ranked exactly (its rows through the owner index: a few ms); the
             # HNSW index with such a selective filter would walk far more of the graph than the
-            # owner has rows (measured: ~75 ms for a 2,000-memory user among 140,000). A large
-            # owner goes through HNSW (iterative scan); `+ 0` keeps the exact branch off it.
-            exact = sizes[owner_key(memory)] <= EXACT_OWNER_ROWS
-            parts.append(
-                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
-                f"WHERE {where} AND m.embedding IS NOT NULL "
-                f"ORDER BY ({distance}){' + 0' if exact else ''} LIMIT :k)"
-            )
+            # owner has rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps
+            # the planner off it. A large owner's reviewed rows go through HNSW (iterative scan),
+            # which holds active rows only; its pending rows are ranked exactly within its
+            # PENDING_WINDOW most recent ones (ix_memories_owner_pending: bounded work).
+            if sizes[owner_key(memory)] <= EXACT_OWNER_ROWS:
+                parts.append(
+                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                    f"WHERE {owner} AND {team} AND m.status IN ('active', 'pending_review') "
+                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) + 0 LIMIT :k)"
+                )
+            else:
+                parts.append(
+                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                    f"WHERE {owner} AND {team} AND m.status = 'active' "
+                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) LIMIT :k)"
+                )
+                recent_pending = (
+                    f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
+                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {nil}) = :un{i} "
+                    f"AND w.status = 'pending_review' AND {team.replace('m.', 'w.')} "
+                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
+                )
+                parts.append(
+                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity "
+                    f"FROM ({recent_pending}) m WHERE m.embedding IS NOT NULL "
+                    f"ORDER BY ({distance}) + 0 LIMIT :k)"
+                )
+                params["pending_window"] = PENDING_WINDOW
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
             parts.append(
                 f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "

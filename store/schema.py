@@ -239,12 +239,26 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         if hnsw is not None:
             expression, opclass = hnsw
             target: Any = table.c.embedding if expression == "embedding" else text(expression)
+            # reviewed memories only: the worker writes pending rows, and an HNSW insert into a
+            # large graph costs ~20× a row's other indexes (bench/README.md); a row enters the
+            # graph when it is approved. Recall reads active rows only; the near-duplicate read
+            # ranks a large owner's pending rows exactly (ix_memories_owner_pending)
             Index(
                 "ix_memories_embedding_hnsw",
                 target,
                 postgresql_using="hnsw",
                 postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
+                postgresql_where=text("status = 'active'"),
             )
+        # an owner's most recent pending memories (the near-duplicate read's bounded window)
+        Index(
+            "ix_memories_owner_pending",
+            table.c.scope,
+            table.c.owner_id,
+            func.coalesce(table.c.user_id, literal_column(nil)),
+            table.c.updated_at.desc(),
+            postgresql_where=text("status = 'pending_review'"),
+        )
     return table
 
 

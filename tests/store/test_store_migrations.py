@@ -140,7 +140,13 @@ def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
     assert "COALESCE(team_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
     assert "gin (search_tsv)" in defs["ix_memories_search_tsv"]
     assert "(source_channel_id)" in defs["ix_memories_source_channel_id"]
-    assert "hnsw (embedding vector_cosine_ops)" in defs["ix_memories_embedding_hnsw"]
+    # reviewed memories only: pending rows, the worker's every write, stay out of the graph
+    assert (
+        "hnsw (embedding vector_cosine_ops) WHERE (status = 'active'::text)"
+        in defs["ix_memories_embedding_hnsw"]
+    )
+    pending = defs["ix_memories_owner_pending"]
+    assert "updated_at DESC" in pending and "WHERE (status = 'pending_review'::text)" in pending
 
 
 async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_database: NewDatabase) -> None:

@@ -6,9 +6,12 @@ few of a large owner."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
+from typing import Any
 
 import pytest
+import sqlalchemy
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import hashing_vector
@@ -169,21 +172,40 @@ async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(stor
     }
 
 
+@pytest.mark.parametrize("stored", ["pending_review", "active"])
 async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, backend: str, monkeypatch: pytest.MonkeyPatch, stored: str
 ) -> None:
-    """Postgres ranks a large owner through HNSW instead of exactly; the outcome is the same."""
+    """Postgres ranks a large owner's reviewed rows through HNSW and its most recent pending rows
+    exactly, instead of all its rows exactly; the outcome is the same."""
     monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    monkeypatch.setattr(neighbours, "PENDING_WINDOW", 3)  # the restated fact is the most recent
     owner = uuid.uuid4()
     facts = [fact(owner, f"topic {i}", f"Talks about subject number {i} often") for i in range(9)]
-    facts.append(fact(owner, "city", "Lives in Lyon, France"))
     await store.write_event(event_id=uuid.uuid4(), memories=facts, dedup=decide_against_neighbours)
-    again = await store.write_event(
-        event_id=uuid.uuid4(),
-        memories=[fact(owner, "home city", "Lives in Lyon, France")],
-        dedup=decide_against_neighbours,
-    )
+    city = fact(owner, "city", "Lives in Lyon, France")
+    if stored == "active":
+        await store.upsert(dataclasses.replace(city, status="active"))
+    else:
+        await store.write_event(event_id=uuid.uuid4(), memories=[city], dedup=decide_against_neighbours)
+    monkeypatch.setattr(store, "_owner_sizes", None)  # counted again: past the exact limit now
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        again = await store.write_event(
+            event_id=uuid.uuid4(),
+            memories=[fact(owner, "home city", "Lives in Lyon, France")],
+            dedup=decide_against_neighbours,
+        )
+    finally:
+        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
     assert again.results[0].near_duplicate
+    if backend == "postgres":  # the large-owner read ran: HNSW over active rows + the pending window
+        assert any("pending_window" in s and "m.status = 'active'" in s for s in statements)
 
 
 def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
