@@ -313,6 +313,23 @@ async def scrape(port: int) -> str:
     return data.decode(errors="replace").split("\r\n\r\n", 1)[-1]
 
 
+async def print_statements(database_url: str, events: int) -> None:
+    """The run's statements by total execution time (pg_stat_statements), per event."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        rows = await (
+            await conn.execute(
+                "SELECT total_exec_time, calls, shared_blks_hit + shared_blks_read, "
+                "regexp_replace(left(query, 90), '\\s+', ' ', 'g') FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "ORDER BY total_exec_time DESC LIMIT 10"
+            )
+        ).fetchall()
+    print("  statements (execution ms per event, calls per event, buffers per call, text):", flush=True)
+    for total_ms, calls, buffers, query in rows:
+        per_call = buffers / max(1, calls)
+        print(f"    {total_ms / events:6.2f} ms  {calls / events:5.2f}  {per_call:8.0f}  {query}", flush=True)
+
+
 async def all_working(ports: list[int]) -> bool:
     """Whether every worker has handled at least one event (pmem_events_total)."""
     for port in ports:
@@ -421,6 +438,7 @@ async def run_one(
     fake_pid: int,
     populated: bool = False,
     profile: bool = False,
+    statements: bool = False,
     users_count: int | None = None,
 ) -> Result:
     """Publish n events, then run `workers` worker subprocesses sharing the durable consumer, with
@@ -458,6 +476,10 @@ async def run_one(
         "PMEM_DURABLE": f"bench{tag}",
     }
     await publish(nats_url, names, events)
+    if statements:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await conn.execute("SELECT pg_stat_statements_reset()")
     per_worker = max(1, concurrency // workers)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
@@ -541,6 +563,8 @@ async def run_one(
         for profiler in profilers:  # py-spy writes its file when the worker exits
             await asyncio.wait_for(profiler.wait(), timeout=60)
     assert first is not None and last is not None
+    if statements:
+        await print_statements(database_url, n)
     seconds = last - first
     rate = (n - 1) / seconds if seconds > 0 else float("inf")
     ideal = per_worker * workers / PER_EVENT_IDEAL_S
@@ -596,6 +620,7 @@ async def run_all(
             llm_url=llm_url,
             log_dir=Path(args.log_dir),
             profile=args.profile,
+            statements=args.statements,
             fake_pid=fake_pid,
             populated=populated,
             users_count=args.users if args.populated else None,
@@ -627,6 +652,8 @@ def main(args: argparse.Namespace) -> list[Result]:
         root = Path(tmp)
         nats_server = EmbeddedNats(store_dir=root / "nats").start()
         postgres = EmbeddedPostgres(data_dir=root / "pg" / "data").start()
+        if args.statements:
+            postgres.configure({"shared_preload_libraries": "pg_stat_statements"})
         fake = subprocess.Popen(
             [sys.executable, "-c", FAKE_SERVER, str(REPO), str(LLM_LATENCY_S), str(EMBEDDING_LATENCY_S)],
             stdin=subprocess.PIPE,
@@ -669,6 +696,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="load pg_stat_statements and print each run's statements by total execution time",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",

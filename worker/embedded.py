@@ -174,6 +174,17 @@ class EmbeddedPostgres:
         """Start the server again after `stop_server`, with the same socket and data."""
         self._server.ensure_postgres_running()
 
+    def configure(self, settings: dict[str, str]) -> None:
+        """Set server settings (`ALTER SYSTEM`, kept in the data directory) and restart the server
+        so that those read at start (shared_preload_libraries) take effect."""
+        for name, value in settings.items():
+            if not name.replace("_", "").isalnum():
+                raise ValueError(f"not a Postgres setting name: {name!r}")
+            quoted = value.replace("'", "''")
+            self._server.psql(f"ALTER SYSTEM SET {name} = '{quoted}';")
+        self.stop_server()
+        self.restart_server()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.cleanup()
