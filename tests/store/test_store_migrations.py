@@ -4,21 +4,31 @@ create_all on SQLite; and the store's own schema check at open time."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from extraction.embeddings import HashingEmbedder
 from store.factory import open_store
-from store.migrate import VERSION_TABLE, EmbeddingDimensionMismatch, SchemaError, head_revision, migrate
+from store.migrate import (
+    VERSION_TABLE,
+    EmbeddingDimensionMismatch,
+    SchemaError,
+    alembic_config,
+    head_revision,
+    migrate,
+)
 from store.postgres import PostgresMemoryStore
 from store.schema import build_schema
 from store.sqlite import SqliteMemoryStore
+from store.types import NewMemory
 from store.urls import to_sqlalchemy_url
 
 NewDatabase = Callable[[], str]
@@ -147,6 +157,53 @@ def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
     )
     pending = defs["ix_memories_owner_pending"]
     assert "updated_at DESC" in pending and "WHERE (status = 'pending_review'::text)" in pending
+
+
+def _hnsw_definition(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_embedding_hnsw'"
+        ).fetchone()
+    return str(row[0]) if row else ""
+
+
+def _to_revision(url: str, revision: str, *, down: bool = False) -> None:
+    engine = create_engine(to_sqlalchemy_url(url, asynchronous=False))
+    try:
+        with engine.begin() as conn:
+            config = alembic_config(embedding_dim=384, connection=conn)
+            (command.downgrade if down else command.upgrade)(config, revision)
+    finally:
+        engine.dispose()
+
+
+async def test_upgrading_from_0003_keeps_the_rows_and_indexes_reviewed_memories_only(
+    new_database: NewDatabase,
+) -> None:
+    url = new_database()
+    _to_revision(url, "0003")
+    assert "WHERE" not in _hnsw_definition(url)
+    store = PostgresMemoryStore(url, HashingEmbedder(dim=384))
+    user = uuid.uuid4()
+    try:
+        for key, status in (("pet", "active"), ("city", "pending_review")):
+            await store.upsert(
+                NewMemory(
+                    scope="user", owner_id=user, user_id=None, key=key, value=f"{key} fact", status=status
+                )
+            )
+    finally:
+        await store.close()
+    migrate(url, 384)
+    assert "WHERE (status = 'active'::text)" in _hnsw_definition(url)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone() == (2,)
+    _to_revision(url, "0003", down=True)
+    assert "WHERE" not in _hnsw_definition(url)
+    with psycopg.connect(url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_memories_owner_pending'"
+        ).fetchone() == (0,)
 
 
 async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_database: NewDatabase) -> None:

@@ -36,7 +36,7 @@ def _dim() -> int:
     )
 
 
-def _hnsw_index(dim: int, where: str) -> str | None:
+def _hnsw_index(dim: int, name: str, where: str) -> str | None:
     # pgvector's HNSW takes `vector` up to 2000 dimensions and `halfvec` up to 4000
     if dim <= 2000:
         target = "embedding vector_cosine_ops"
@@ -44,7 +44,18 @@ def _hnsw_index(dim: int, where: str) -> str | None:
         target = f"(embedding::halfvec({dim})) halfvec_cosine_ops"
     else:
         return None
-    return f"CREATE INDEX ix_memories_embedding_hnsw ON memories USING hnsw ({target}){where}"
+    return f"CREATE INDEX {name} ON memories USING hnsw ({target}){where}"
+
+
+def _replace_hnsw(where: str) -> None:
+    # build the new graph beside the old one (CREATE INDEX lets reads through, recall keeps its
+    # index), then swap: the DROP's exclusive lock is held only from here to the commit
+    index = _hnsw_index(_dim(), "ix_memories_embedding_hnsw_new", where)
+    if index is None:
+        return
+    op.execute(index)
+    op.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
+    op.execute("ALTER INDEX ix_memories_embedding_hnsw_new RENAME TO ix_memories_embedding_hnsw")
 
 
 def upgrade() -> None:
@@ -52,15 +63,9 @@ def upgrade() -> None:
         "CREATE INDEX ix_memories_owner_pending ON memories "
         f"(scope, owner_id, coalesce(user_id, {NIL}), updated_at DESC) WHERE status = 'pending_review'"
     )
-    index = _hnsw_index(_dim(), " WHERE status = 'active'")
-    if index is not None:
-        op.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
-        op.execute(index)
+    _replace_hnsw(" WHERE status = 'active'")
 
 
 def downgrade() -> None:
-    index = _hnsw_index(_dim(), "")
-    if index is not None:
-        op.execute("DROP INDEX IF EXISTS ix_memories_embedding_hnsw")
-        op.execute(index)
+    _replace_hnsw("")
     op.execute("DROP INDEX IF EXISTS ix_memories_owner_pending")
