@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,37 @@ def test_dialog_context_texts_put_the_turns_before_first_within_the_session() ->
     assert texts[second_session] == dialog[second_session].text  # the session before is not context
     assert first.context_texts("dialog", 0) == tuple(u.text for u in dialog)
     assert first.context_texts("observation", 2) == tuple(u.text for u in first.units("observation"))
+
+
+def test_preceding_texts_are_the_context_without_the_turn() -> None:
+    first = load_locomo(FIXTURE)[0]
+    dialog = first.units("dialog")
+    before = first.preceding_texts("dialog", 2)
+    assert before[0] == ""  # nothing before the first turn
+    assert before[1] == dialog[0].text
+    assert before[2] == f"{dialog[0].text}\n{dialog[1].text}"
+    second_session = next(i for i, u in enumerate(dialog) if u.session == 2)
+    assert before[second_session] == ""  # the session before is not context
+    assert first.preceding_texts("dialog", 0) == tuple("" for _ in dialog)
+    assert first.preceding_texts("observation", 2) == tuple("" for _ in first.observations)
+
+
+def test_source_texts_are_the_cited_turns_in_the_order_cited() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    sources = first.source_texts()
+    assert len(sources) == len(first.observations)
+    assert sources[0] == turns["D1:1"] == 'Ada said, "Hi Bo! I adopted a grey cat named Pixel last week."'
+    hiking = next(i for i, u in enumerate(first.observations) if "Alps" in u.text)
+    assert sources[hiking] == f"{turns['D2:3']}\n{turns['D1:4']}"  # cited D2:3, D1:4
+    with_context = first.observation_context_texts("source")
+    assert with_context[hiking] == f"{turns['D2:3']}\n{turns['D1:4']}\n{first.observations[hiking].text}"
+    assert first.observation_context_texts("none") == tuple(u.text for u in first.observations)
+
+
+def test_an_observation_citing_no_known_turn_has_no_source() -> None:
+    first = load_locomo(FIXTURE)[0]
+    orphan = replace(first.observations[0], dia_ids=())
+    conversation = replace(first, observations=(orphan, first.observations[1]))
+    assert conversation.source_texts() == ("", first.source_texts()[1])
+    assert conversation.observation_context_texts("source")[0] == orphan.text
