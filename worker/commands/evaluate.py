@@ -802,8 +802,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=OBSERVATION_CONTEXTS,
         default=DEFAULT_OBSERVATION_CONTEXT,
         help="--unit observation: source embeds each observation as the mean direction of its own "
-        "text's embedding and that of the dialog turns it cites followed by it; none: the observation "
-        f"alone, the representation before 2026-12-01 part 3 (default {DEFAULT_OBSERVATION_CONTEXT})",
+        "text's embedding and that of the dialog turns it cites followed by it (and, with --key-context, "
+        "its key carries those turns); none: the observation alone, as before this option (default "
+        f"{DEFAULT_OBSERVATION_CONTEXT})",
     )
     locomo.add_argument(
         "--key-context",
