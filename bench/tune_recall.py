@@ -5,7 +5,7 @@ store per variant; the figures are the same (`pmem eval locomo` runs the same re
 
     python bench/tune_recall.py /path/to/locomo10.json [--unit observation|dialog]
         [--store sqlite|postgres] [--split dev] [--dialog-context N]
-        [--observation-context none|source] [--no-key-context]
+        [--observation-context none|source] [--no-key-context] [--source-context N]
         --variant "name: field=value field=value" ...
 
 A variant is a name, a colon and `ScoreFusion` field assignments (Python literals; `default` is
@@ -33,6 +33,7 @@ from worker.commands.evaluate import (
     DEFAULT_EMBEDDING_CACHE,
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
+    DEFAULT_SOURCE_CONTEXT,
     CachingEmbedder,
     EvalOptions,
     _cache_file,
@@ -81,6 +82,7 @@ async def main(argv: list[str] | None = None) -> int:
         "--observation-context", choices=OBSERVATION_CONTEXTS, default=DEFAULT_OBSERVATION_CONTEXT
     )
     parser.add_argument("--key-context", action=argparse.BooleanOptionalAction, default=DEFAULT_KEY_CONTEXT)
+    parser.add_argument("--source-context", type=int, default=DEFAULT_SOURCE_CONTEXT)
     parser.add_argument("--variant", action="append", required=True)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -99,6 +101,7 @@ async def main(argv: list[str] | None = None) -> int:
         dialog_context=args.dialog_context,
         observation_context=args.observation_context,
         key_context=args.key_context,
+        source_context=args.source_context,
     )
     from extraction.embeddings import build_embedder
     from worker.settings import load_settings

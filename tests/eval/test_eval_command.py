@@ -19,6 +19,7 @@ from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
+    DEFAULT_SOURCE_CONTEXT,
     RETRIEVERS,
     CachingEmbedder,
     EvalOptions,
@@ -88,6 +89,10 @@ def test_options_from_args() -> None:
         options_from_args(negative, {})
     assert options.observation_context == DEFAULT_OBSERVATION_CONTEXT == "source"
     assert options.key_context is DEFAULT_KEY_CONTEXT is True
+    assert options.source_context == DEFAULT_SOURCE_CONTEXT == 1
+    bad_source = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--source-context", "-1"])
+    with pytest.raises(ValueError, match="--source-context"):
+        options_from_args(bad_source, {})
     before = build_parser().parse_args(
         ["eval", "locomo", str(FIXTURE), "--observation-context", "none", "--no-key-context"]
     )
@@ -169,7 +174,8 @@ def test_unit_key_contexts_follow_the_unit_and_the_options() -> None:
     assert unit_key_contexts(conversation, _options("dialog", dialog_context=1)) == (
         conversation.preceding_texts("dialog", 1)
     )
-    assert unit_key_contexts(conversation, _options()) == conversation.source_texts()
+    assert unit_key_contexts(conversation, _options()) == conversation.source_texts(1)
+    assert unit_key_contexts(conversation, _options(source_context=0)) == conversation.source_texts(0)
     assert unit_key_contexts(conversation, _options(observation_context="none")) is None
     assert unit_key_contexts(conversation, _options("dialog", key_context=False)) is None
     assert unit_key_contexts(conversation, _options(key_context=False)) is None

@@ -242,6 +242,31 @@ def test_source_texts_are_the_cited_turns_in_the_order_cited() -> None:
     assert first.observation_context_texts("none") == tuple(u.text for u in first.observations)
 
 
+def test_source_texts_can_put_the_turns_before_each_cited_turn_first() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    sources = first.source_texts(1)
+    assert sources[0] == turns["D1:1"]  # the session's first turn: nothing before it
+    bo_cello = next(i for i, u in enumerate(first.observations) if u.dia_ids == ("D1:2",))
+    assert sources[bo_cello] == f"{turns['D1:1']}\n{turns['D1:2']}"
+    hiking = next(i for i, u in enumerate(first.observations) if "Alps" in u.text)
+    # D2:3 after D2:2; D1:4 after D1:3 (each from its own session, none cited twice)
+    assert sources[hiking] == f"{turns['D2:2']}\n{turns['D2:3']}\n{turns['D1:3']}\n{turns['D1:4']}"
+    assert first.source_texts(0) == first.source_texts()
+    two = first.source_texts(2)[hiking].split("\n")
+    assert two == [turns["D2:1"], turns["D2:2"], turns["D2:3"], turns["D1:2"], turns["D1:3"], turns["D1:4"]]
+
+
+def test_source_texts_list_a_turn_once_and_skip_cited_turns_before() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    both = replace(first.observations[0], dia_ids=("D1:2", "D1:3"))
+    conversation = replace(first, observations=(both,))
+    # D1:3's turn before is D1:2, cited: not repeated; D1:1 comes once, before D1:2
+    assert conversation.source_texts(1) == (f"{turns['D1:1']}\n{turns['D1:2']}\n{turns['D1:3']}",)
+    assert conversation.source_texts(3) == (f"{turns['D1:1']}\n{turns['D1:2']}\n{turns['D1:3']}",)
+
+
 def test_an_observation_citing_no_known_turn_has_no_source() -> None:
     first = load_locomo(FIXTURE)[0]
     orphan = replace(first.observations[0], dia_ids=())

@@ -58,6 +58,7 @@ DEFAULT_KS = "5,10,25,50"
 DEFAULT_DIALOG_CONTEXT = 2  # chosen on the dev split (bench/README.md)
 DEFAULT_OBSERVATION_CONTEXT: ObservationContext = "source"  # chosen on the dev split (bench/README.md)
 DEFAULT_KEY_CONTEXT = True  # chosen on the dev split (bench/README.md)
+DEFAULT_SOURCE_CONTEXT = 1  # chosen on the dev split (bench/README.md)
 _WRITE_BATCH = 256
 
 
@@ -346,6 +347,9 @@ class EvalOptions:
     observation_context: ObservationContext = DEFAULT_OBSERVATION_CONTEXT
     # the memory's key carries the unit's context (`unit_key_contexts`) so full text matches it
     key_context: bool = DEFAULT_KEY_CONTEXT
+    # observation unit's key context: each cited turn with up to this many turns before it
+    # (`Conversation.source_texts`); the embedding's context is the cited turns alone
+    source_context: int = DEFAULT_SOURCE_CONTEXT
 
 
 async def _embed_units(
@@ -388,14 +392,15 @@ def unit_key_contexts(conversation: Conversation, options: EvalOptions) -> tuple
     """What each unit's memory key carries beside its id (`context_key`) when `options.key_context`:
     for a dialog turn, the up to `options.dialog_context` turns before it in the session
     (`Conversation.preceding_texts`); for an observation with `options.observation_context`
-    "source", the turns it cites (`Conversation.source_texts`). None: keys carry no context."""
+    "source", the turns it cites, each after up to `options.source_context` turns before it
+    (`Conversation.source_texts`). None: keys carry no context."""
     assert options.unit != "extracted"
     if not options.key_context:
         return None
     if options.unit == "dialog":
         return conversation.preceding_texts(options.unit, options.dialog_context)
     if options.observation_context == "source":
-        return conversation.source_texts()
+        return conversation.source_texts(options.source_context)
     return None
 
 
@@ -815,6 +820,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--observation-context source); the value stays the unit alone (default on; --no-key-context: "
         "content-free keys, as before)",
     )
+    locomo.add_argument(
+        "--source-context",
+        type=int,
+        default=DEFAULT_SOURCE_CONTEXT,
+        metavar="N",
+        help="--unit observation with --key-context: the key carries each cited turn after up to N turns "
+        f"before it in the session (default {DEFAULT_SOURCE_CONTEXT}; 0: the cited turns alone)",
+    )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
         "--retriever",
@@ -879,6 +892,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         raise ValueError("--concurrency must be at least 1")
     if args.dialog_context < 0:
         raise ValueError("--dialog-context must be 0 or more")
+    if args.source_context < 0:
+        raise ValueError("--source-context must be 0 or more")
     return EvalOptions(
         file=args.file,
         unit=args.unit,
@@ -898,6 +913,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         dialog_context=args.dialog_context,
         observation_context=args.observation_context,
         key_context=args.key_context,
+        source_context=args.source_context,
     )
 
 

@@ -128,19 +128,34 @@ class Conversation:
             for before, unit in zip(self.preceding_texts(kind, context), self.units(kind), strict=True)
         )
 
-    def source_texts(self) -> tuple[str, ...]:
+    def source_texts(self, preceding: int = 0) -> tuple[str, ...]:
         """Per observation, in order, the dialog turns it cites (as `dialog_text` reads them, in the
-        order cited), one per line: what the extractor read when it wrote the fact ("" when it
-        cites no turn of the conversation)."""
-        turns = {turn.dia_id: turn for turn in self.turns}
-        return tuple(
-            "\n".join(
-                dialog_text(turns[dia_id].speaker, turns[dia_id].text, turns[dia_id].blip_caption)
-                for dia_id in unit.dia_ids
-                if dia_id in turns
+        order cited), one per line: what the extractor read when it wrote the fact ("" when it cites
+        no turn of the conversation). With `preceding` > 0 each cited turn comes after the up to
+        `preceding` turns before it in its session that are not cited or listed already (the
+        question a cited answer replies to)."""
+        order = self.turns
+        position = {turn.dia_id: index for index, turn in enumerate(order)}
+        texts: list[str] = []
+        for unit in self.observations:
+            cited = set(unit.dia_ids)
+            listed: list[int] = []
+            for dia_id in unit.dia_ids:
+                if dia_id not in position:
+                    continue
+                at = position[dia_id]
+                before = [
+                    i
+                    for i in range(max(0, at - preceding), at)
+                    if order[i].session == order[at].session
+                    and order[i].dia_id not in cited
+                    and i not in listed
+                ]
+                listed.extend([*before, at])
+            texts.append(
+                "\n".join(dialog_text(order[i].speaker, order[i].text, order[i].blip_caption) for i in listed)
             )
-            for unit in self.observations
-        )
+        return tuple(texts)
 
     def observation_context_texts(self, context: ObservationContext) -> tuple[str, ...]:
         """Per observation, in order, the text a store embeds *beside* the observation's own: with
