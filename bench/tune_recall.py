@@ -6,6 +6,7 @@ store per variant; the figures are the same (`pmem eval locomo` runs the same re
     python bench/tune_recall.py /path/to/locomo10.json [--unit observation|dialog]
         [--store sqlite|postgres] [--split dev] [--dialog-context N]
         [--observation-context none|source] [--no-key-context] [--source-context N]
+        [--dialog-key-after N]
         --variant "name: field=value field=value" ...
 
 A variant is a name, a colon and `ScoreFusion` field assignments (Python literals; `default` is
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store.recall import ScoreFusion
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_EMBEDDING_CACHE,
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
@@ -83,6 +85,7 @@ async def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--key-context", action=argparse.BooleanOptionalAction, default=DEFAULT_KEY_CONTEXT)
     parser.add_argument("--source-context", type=int, default=DEFAULT_SOURCE_CONTEXT)
+    parser.add_argument("--dialog-key-after", type=int, default=DEFAULT_DIALOG_KEY_AFTER)
     parser.add_argument("--variant", action="append", required=True)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -102,6 +105,7 @@ async def main(argv: list[str] | None = None) -> int:
         observation_context=args.observation_context,
         key_context=args.key_context,
         source_context=args.source_context,
+        dialog_key_after=args.dialog_key_after,
     )
     from extraction.embeddings import build_embedder
     from worker.settings import load_settings

@@ -17,6 +17,7 @@ from store.recall import mean_direction
 from worker.cli import build_parser, main
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
     DEFAULT_SOURCE_CONTEXT,
@@ -90,6 +91,10 @@ def test_options_from_args() -> None:
     assert options.observation_context == DEFAULT_OBSERVATION_CONTEXT == "source"
     assert options.key_context is DEFAULT_KEY_CONTEXT is True
     assert options.source_context == DEFAULT_SOURCE_CONTEXT == 1
+    assert options.dialog_key_after == DEFAULT_DIALOG_KEY_AFTER == 1
+    bad_after = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--dialog-key-after", "-1"])
+    with pytest.raises(ValueError, match="--dialog-key-after"):
+        options_from_args(bad_after, {})
     bad_source = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--source-context", "-1"])
     with pytest.raises(ValueError, match="--source-context"):
         options_from_args(bad_source, {})
@@ -170,8 +175,14 @@ def test_context_key_puts_the_context_after_the_content_free_id() -> None:
 
 def test_unit_key_contexts_follow_the_unit_and_the_options() -> None:
     conversation = load_locomo(FIXTURE)[0]
-    assert unit_key_contexts(conversation, _options("dialog")) == conversation.preceding_texts("dialog", 2)
-    assert unit_key_contexts(conversation, _options("dialog", dialog_context=1)) == (
+    before, after = conversation.preceding_texts("dialog", 2), conversation.following_texts("dialog", 1)
+    keys = unit_key_contexts(conversation, _options("dialog"))
+    assert keys is not None
+    assert keys[0] == after[0]  # nothing before the first turn
+    assert keys[1] == f"{before[1]}\n{after[1]}"
+    last = len(keys) - 1
+    assert keys[last] == before[last]  # nothing after the last turn
+    assert unit_key_contexts(conversation, _options("dialog", dialog_context=1, dialog_key_after=0)) == (
         conversation.preceding_texts("dialog", 1)
     )
     assert unit_key_contexts(conversation, _options()) == conversation.source_texts(1)

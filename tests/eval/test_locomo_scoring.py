@@ -229,6 +229,19 @@ def test_preceding_texts_are_the_context_without_the_turn() -> None:
     assert first.preceding_texts("observation", 2) == tuple("" for _ in first.observations)
 
 
+def test_following_texts_are_the_turns_after_within_the_session() -> None:
+    first = load_locomo(FIXTURE)[0]
+    dialog = first.units("dialog")
+    after = first.following_texts("dialog", 1)
+    assert after[0] == dialog[1].text
+    last_of_first = next(i for i, u in enumerate(dialog) if u.session == 2) - 1
+    assert after[last_of_first] == ""  # the next session is not context
+    assert after[-1] == ""
+    assert first.following_texts("dialog", 2)[0] == f"{dialog[1].text}\n{dialog[2].text}"
+    assert first.following_texts("dialog", 0) == tuple("" for _ in dialog)
+    assert first.following_texts("observation", 1) == tuple("" for _ in first.observations)
+
+
 def test_source_texts_are_the_cited_turns_in_the_order_cited() -> None:
     first = load_locomo(FIXTURE)[0]
     turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}

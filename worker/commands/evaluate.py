@@ -59,6 +59,7 @@ DEFAULT_DIALOG_CONTEXT = 2  # chosen on the dev split (bench/README.md)
 DEFAULT_OBSERVATION_CONTEXT: ObservationContext = "source"  # chosen on the dev split (bench/README.md)
 DEFAULT_KEY_CONTEXT = True  # chosen on the dev split (bench/README.md)
 DEFAULT_SOURCE_CONTEXT = 1  # chosen on the dev split (bench/README.md)
+DEFAULT_DIALOG_KEY_AFTER = 1  # chosen on the dev split (bench/README.md)
 _WRITE_BATCH = 256
 
 
@@ -350,6 +351,9 @@ class EvalOptions:
     # observation unit's key context: each cited turn with up to this many turns before it
     # (`Conversation.source_texts`); the embedding's context is the cited turns alone
     source_context: int = DEFAULT_SOURCE_CONTEXT
+    # dialog unit's key context: after the turns before it, up to this many turns after it
+    # (`Conversation.following_texts`); the embedding's context is the turns before alone
+    dialog_key_after: int = DEFAULT_DIALOG_KEY_AFTER
 
 
 async def _embed_units(
@@ -391,14 +395,18 @@ async def unit_vectors(
 def unit_key_contexts(conversation: Conversation, options: EvalOptions) -> tuple[str, ...] | None:
     """What each unit's memory key carries beside its id (`context_key`) when `options.key_context`:
     for a dialog turn, the up to `options.dialog_context` turns before it in the session
-    (`Conversation.preceding_texts`); for an observation with `options.observation_context`
-    "source", the turns it cites, each after up to `options.source_context` turns before it
-    (`Conversation.source_texts`). None: keys carry no context."""
+    (`Conversation.preceding_texts`), then the up to `options.dialog_key_after` turns after it
+    (`Conversation.following_texts`: what the turn was answered with); for an observation with
+    `options.observation_context` "source", the turns it cites, each after up to
+    `options.source_context` turns before it (`Conversation.source_texts`). None: keys carry no
+    context."""
     assert options.unit != "extracted"
     if not options.key_context:
         return None
     if options.unit == "dialog":
-        return conversation.preceding_texts(options.unit, options.dialog_context)
+        before = conversation.preceding_texts(options.unit, options.dialog_context)
+        after = conversation.following_texts(options.unit, options.dialog_key_after)
+        return tuple("\n".join(part for part in pair if part) for pair in zip(before, after, strict=True))
     if options.observation_context == "source":
         return conversation.source_texts(options.source_context)
     return None
@@ -821,6 +829,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "content-free keys, as before)",
     )
     locomo.add_argument(
+        "--dialog-key-after",
+        type=int,
+        default=DEFAULT_DIALOG_KEY_AFTER,
+        metavar="N",
+        help="--unit dialog with --key-context: the key carries, after the --dialog-context turns before "
+        f"the turn, up to N turns after it in the session (default {DEFAULT_DIALOG_KEY_AFTER}; 0: none)",
+    )
+    locomo.add_argument(
         "--source-context",
         type=int,
         default=DEFAULT_SOURCE_CONTEXT,
@@ -892,6 +908,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         raise ValueError("--concurrency must be at least 1")
     if args.dialog_context < 0:
         raise ValueError("--dialog-context must be 0 or more")
+    if args.dialog_key_after < 0:
+        raise ValueError("--dialog-key-after must be 0 or more")
     if args.source_context < 0:
         raise ValueError("--source-context must be 0 or more")
     return EvalOptions(
@@ -914,6 +932,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         observation_context=args.observation_context,
         key_context=args.key_context,
         source_context=args.source_context,
+        dialog_key_after=args.dialog_key_after,
     )
 
 

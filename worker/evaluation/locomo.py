@@ -118,6 +118,18 @@ class Conversation:
             for i, unit in enumerate(units)
         )
 
+    def following_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
+        """Per unit of `units(kind)`, in order, what comes after it: for a dialog turn, the up to
+        `context` turns after it in the same session, one per line ("" for a session's last turn);
+        for any other unit, or `context` 0, ""."""
+        units = self.units(kind)
+        if kind != "dialog" or context <= 0:
+            return tuple("" for _ in units)
+        return tuple(
+            "\n".join(u.text for u in units[i + 1 : i + 1 + context] if u.session == unit.session)
+            for i, unit in enumerate(units)
+        )
+
     def context_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
         """Per unit of `units(kind)`, in order, the text a store of conversation turns embeds *beside*
         the unit's own: for a dialog turn with `context` > 0, the up to `context` turns before it in
