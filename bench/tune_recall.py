@@ -5,6 +5,8 @@ store per variant; the figures are the same (`pmem eval locomo` runs the same re
 
     python bench/tune_recall.py /path/to/locomo10.json [--unit observation|dialog]
         [--store sqlite|postgres] [--split dev] [--dialog-context N]
+        [--observation-context none|source] [--no-key-context] [--source-context N]
+        [--dialog-key-after N]
         --variant "name: field=value field=value" ...
 
 A variant is a name, a colon and `ScoreFusion` field assignments (Python literals; `default` is
@@ -29,17 +31,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store.recall import ScoreFusion
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_EMBEDDING_CACHE,
+    DEFAULT_KEY_CONTEXT,
+    DEFAULT_OBSERVATION_CONTEXT,
+    DEFAULT_SOURCE_CONTEXT,
     CachingEmbedder,
     EvalOptions,
     _cache_file,
     _open_store,
     local_embedder_available,
     resolve_embedding_provider,
+    unit_key_contexts,
     unit_memories,
     unit_vectors,
 )
-from worker.evaluation.locomo import QuestionResult, load_locomo, select_split, summarise
+from worker.evaluation.locomo import (
+    OBSERVATION_CONTEXTS,
+    QuestionResult,
+    load_locomo,
+    select_split,
+    summarise,
+)
 
 _FIELDS = {f.name for f in fields(ScoreFusion)}
 
@@ -67,6 +80,12 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default="sqlite", choices=["postgres", "sqlite"])
     parser.add_argument("--split", default="dev", choices=["dev", "test", "all"])
     parser.add_argument("--dialog-context", type=int, default=DEFAULT_DIALOG_CONTEXT)
+    parser.add_argument(
+        "--observation-context", choices=OBSERVATION_CONTEXTS, default=DEFAULT_OBSERVATION_CONTEXT
+    )
+    parser.add_argument("--key-context", action=argparse.BooleanOptionalAction, default=DEFAULT_KEY_CONTEXT)
+    parser.add_argument("--source-context", type=int, default=DEFAULT_SOURCE_CONTEXT)
+    parser.add_argument("--dialog-key-after", type=int, default=DEFAULT_DIALOG_KEY_AFTER)
     parser.add_argument("--variant", action="append", required=True)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -83,6 +102,10 @@ async def main(argv: list[str] | None = None) -> int:
         store=args.store,
         embedding_cache=DEFAULT_EMBEDDING_CACHE,
         dialog_context=args.dialog_context,
+        observation_context=args.observation_context,
+        key_context=args.key_context,
+        source_context=args.source_context,
+        dialog_key_after=args.dialog_key_after,
     )
     from extraction.embeddings import build_embedder
     from worker.settings import load_settings
@@ -100,7 +123,8 @@ async def main(argv: list[str] | None = None) -> int:
         for conversation in conversations:
             owner = uuid.uuid4()
             units = conversation.units(options.unit)
-            memories = unit_memories(units, owner, await unit_vectors(embedder, conversation, options))
+            vectors = await unit_vectors(embedder, conversation, options)
+            memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
             dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
             for start in range(0, len(memories), 256):
                 written = await store.write_event(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,16 +17,23 @@ from store.recall import mean_direction
 from worker.cli import build_parser, main
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_DIALOG_KEY_AFTER,
+    DEFAULT_KEY_CONTEXT,
+    DEFAULT_OBSERVATION_CONTEXT,
+    DEFAULT_SOURCE_CONTEXT,
     RETRIEVERS,
     CachingEmbedder,
     EvalOptions,
     Progress,
+    _open_store,
+    context_key,
     format_table,
     memory_key,
     options_from_args,
     parse_retrievers,
     report_json,
     resolve_embedding_provider,
+    unit_key_contexts,
     unit_memories,
     unit_vectors,
 )
@@ -80,6 +88,23 @@ def test_options_from_args() -> None:
     negative = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--dialog-context", "-1"])
     with pytest.raises(ValueError, match="--dialog-context"):
         options_from_args(negative, {})
+    assert options.observation_context == DEFAULT_OBSERVATION_CONTEXT == "source"
+    assert options.key_context is DEFAULT_KEY_CONTEXT is True
+    assert options.source_context == DEFAULT_SOURCE_CONTEXT == 1
+    assert options.dialog_key_after == DEFAULT_DIALOG_KEY_AFTER == 1
+    bad_after = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--dialog-key-after", "-1"])
+    with pytest.raises(ValueError, match="--dialog-key-after"):
+        options_from_args(bad_after, {})
+    bad_source = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--source-context", "-1"])
+    with pytest.raises(ValueError, match="--source-context"):
+        options_from_args(bad_source, {})
+    before = build_parser().parse_args(
+        ["eval", "locomo", str(FIXTURE), "--observation-context", "none", "--no-key-context"]
+    )
+    assert (options_from_args(before, {}).observation_context, options_from_args(before, {}).key_context) == (
+        "none",
+        False,
+    )
 
 
 async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
@@ -107,8 +132,107 @@ async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
         assert mixed[index] == pytest.approx(expected)
     assert mixed[0] == pytest.approx(alone[0])  # no turn before: the turn alone
     assert mixed[2] != pytest.approx(alone[2])
-    observations = await unit_vectors(embedder, conversation, replace(base, unit="observation"))
+    observations = await unit_vectors(
+        embedder, conversation, replace(base, unit="observation", observation_context="none")
+    )
     assert observations == await embedder.embed([u.text for u in conversation.units("observation")])
+
+
+def _options(unit: str = "observation", **changes: object) -> EvalOptions:
+    options = EvalOptions(
+        file=FIXTURE,
+        unit="observation",
+        ks=(5,),
+        retrievers=("hybrid",),
+        embedding_provider="hashing",
+        database_url=None,
+        data_dir=None,
+    )
+    return replace(options, unit=unit, **changes)  # type: ignore[arg-type]
+
+
+async def test_observation_unit_vectors_mix_the_fact_with_the_turns_it_cites() -> None:
+    """With observation context "source", an observation's embedding is the mean direction of its
+    own text's and that of the turns it cites followed by it."""
+    conversation = load_locomo(FIXTURE)[0]
+    embedder = CachingEmbedder(HashingEmbedder(dim=64))
+    own = [u.text for u in conversation.observations]
+    alone = await unit_vectors(embedder, conversation, _options(observation_context="none"))
+    mixed = await unit_vectors(embedder, conversation, _options(observation_context="source"))
+    texts = conversation.observation_context_texts("source")
+    assert alone == await embedder.embed(own)
+    for index, (text, context) in enumerate(zip(own, texts, strict=True)):
+        expected = mean_direction([(await embedder.embed([text]))[0], (await embedder.embed([context]))[0]])
+        assert mixed[index] == pytest.approx(expected)
+        assert mixed[index] != pytest.approx(alone[index])  # every fixture observation cites a turn
+
+
+def test_context_key_puts_the_context_after_the_content_free_id() -> None:
+    assert context_key("dialog", 0) == memory_key("dialog", 0) == "dialog x00001"
+    assert context_key("dialog", 0, "") == "dialog x00001"
+    assert context_key("dialog", 2, 'Ada said, "Hi"') == 'dialog x00003 Ada said, "Hi"'
+
+
+def test_unit_key_contexts_follow_the_unit_and_the_options() -> None:
+    conversation = load_locomo(FIXTURE)[0]
+    before, after = conversation.preceding_texts("dialog", 2), conversation.following_texts("dialog", 1)
+    keys = unit_key_contexts(conversation, _options("dialog"))
+    assert keys is not None
+    assert keys[0] == after[0]  # nothing before the first turn
+    assert keys[1] == f"{before[1]}\n{after[1]}"
+    last = len(keys) - 1
+    assert keys[last] == before[last]  # nothing after the last turn
+    assert unit_key_contexts(conversation, _options("dialog", dialog_context=1, dialog_key_after=0)) == (
+        conversation.preceding_texts("dialog", 1)
+    )
+    assert unit_key_contexts(conversation, _options()) == conversation.source_texts(1)
+    assert unit_key_contexts(conversation, _options(source_context=0)) == conversation.source_texts(0)
+    assert unit_key_contexts(conversation, _options(observation_context="none")) is None
+    assert unit_key_contexts(conversation, _options("dialog", key_context=False)) is None
+    assert unit_key_contexts(conversation, _options(key_context=False)) is None
+
+
+def test_unit_memories_keys_carry_their_context_and_values_stay_the_unit() -> None:
+    units = [
+        Unit(kind="dialog", text=f'A said, "turn {i}"', dia_ids=(f"D1:{i + 1}",), session=1, speaker="A")
+        for i in range(2)
+    ]
+    memories = unit_memories(units, uuid.uuid4(), [[1.0, 0.0]] * 2, ["", units[0].text])
+    assert [m.key for m in memories] == ["dialog x00001", f"dialog x00002 {units[0].text}"]
+    assert [m.value for m in memories] == [u.text for u in units]
+    with pytest.raises(ValueError, match="key contexts"):
+        unit_memories(units, uuid.uuid4(), [[1.0, 0.0]] * 2, [""])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+async def test_keyword_recall_finds_a_turn_by_the_words_of_the_turn_it_answers(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """With key context, full text matches a turn by the words of the turns before it (both stores
+    index the key with the value); recall still returns the turn alone."""
+    conversation = load_locomo(FIXTURE)[0]
+    units = conversation.units("dialog")
+    embedder = CachingEmbedder(HashingEmbedder(dim=384))
+    url = request.getfixturevalue("database_url") if store == "postgres" else None
+    query = "marine biologist"  # the words of turn D1:3 only
+    answering = next(i for i, u in enumerate(units) if u.dia_ids == ("D1:4",))
+    assert "marine" in units[answering - 1].text.lower() and "marine" not in units[answering].text.lower()
+    found: dict[bool, list[str]] = {}
+    for key_context in (False, True):
+        options = _options(
+            "dialog", store=store, database_url=url, data_dir=tmp_path, key_context=key_context
+        )
+        async with AsyncExitStack() as stack:
+            opened = await _open_store(options, embedder, stack)
+            owner = uuid.uuid4()
+            vectors = await unit_vectors(embedder, conversation, options)
+            memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
+            await opened.write_event(event_id=uuid.uuid4(), memories=memories, actor="test")
+            hits = await opened.recall(owner, None, query, 10, retriever="keyword")
+            found[key_context] = [hit.memory.value for hit in hits]
+    assert units[answering].text not in found[False]
+    assert units[answering].text in found[True]  # the value is the turn alone
 
 
 def test_bad_options_exit_2_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,75 @@ def test_dialog_context_texts_put_the_turns_before_first_within_the_session() ->
     assert texts[second_session] == dialog[second_session].text  # the session before is not context
     assert first.context_texts("dialog", 0) == tuple(u.text for u in dialog)
     assert first.context_texts("observation", 2) == tuple(u.text for u in first.units("observation"))
+
+
+def test_preceding_texts_are_the_context_without_the_turn() -> None:
+    first = load_locomo(FIXTURE)[0]
+    dialog = first.units("dialog")
+    before = first.preceding_texts("dialog", 2)
+    assert before[0] == ""  # nothing before the first turn
+    assert before[1] == dialog[0].text
+    assert before[2] == f"{dialog[0].text}\n{dialog[1].text}"
+    second_session = next(i for i, u in enumerate(dialog) if u.session == 2)
+    assert before[second_session] == ""  # the session before is not context
+    assert first.preceding_texts("dialog", 0) == tuple("" for _ in dialog)
+    assert first.preceding_texts("observation", 2) == tuple("" for _ in first.observations)
+
+
+def test_following_texts_are_the_turns_after_within_the_session() -> None:
+    first = load_locomo(FIXTURE)[0]
+    dialog = first.units("dialog")
+    after = first.following_texts("dialog", 1)
+    assert after[0] == dialog[1].text
+    last_of_first = next(i for i, u in enumerate(dialog) if u.session == 2) - 1
+    assert after[last_of_first] == ""  # the next session is not context
+    assert after[-1] == ""
+    assert first.following_texts("dialog", 2)[0] == f"{dialog[1].text}\n{dialog[2].text}"
+    assert first.following_texts("dialog", 0) == tuple("" for _ in dialog)
+    assert first.following_texts("observation", 1) == tuple("" for _ in first.observations)
+
+
+def test_source_texts_are_the_cited_turns_in_the_order_cited() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    sources = first.source_texts()
+    assert len(sources) == len(first.observations)
+    assert sources[0] == turns["D1:1"] == 'Ada said, "Hi Bo! I adopted a grey cat named Pixel last week."'
+    hiking = next(i for i, u in enumerate(first.observations) if "Alps" in u.text)
+    assert sources[hiking] == f"{turns['D2:3']}\n{turns['D1:4']}"  # cited D2:3, D1:4
+    with_context = first.observation_context_texts("source")
+    assert with_context[hiking] == f"{turns['D2:3']}\n{turns['D1:4']}\n{first.observations[hiking].text}"
+    assert first.observation_context_texts("none") == tuple(u.text for u in first.observations)
+
+
+def test_source_texts_can_put_the_turns_before_each_cited_turn_first() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    sources = first.source_texts(1)
+    assert sources[0] == turns["D1:1"]  # the session's first turn: nothing before it
+    bo_cello = next(i for i, u in enumerate(first.observations) if u.dia_ids == ("D1:2",))
+    assert sources[bo_cello] == f"{turns['D1:1']}\n{turns['D1:2']}"
+    hiking = next(i for i, u in enumerate(first.observations) if "Alps" in u.text)
+    # D2:3 after D2:2; D1:4 after D1:3 (each from its own session, none cited twice)
+    assert sources[hiking] == f"{turns['D2:2']}\n{turns['D2:3']}\n{turns['D1:3']}\n{turns['D1:4']}"
+    assert first.source_texts(0) == first.source_texts()
+    two = first.source_texts(2)[hiking].split("\n")
+    assert two == [turns["D2:1"], turns["D2:2"], turns["D2:3"], turns["D1:2"], turns["D1:3"], turns["D1:4"]]
+
+
+def test_source_texts_list_a_turn_once_and_skip_cited_turns_before() -> None:
+    first = load_locomo(FIXTURE)[0]
+    turns = {u.dia_ids[0]: u.text for u in first.units("dialog")}
+    both = replace(first.observations[0], dia_ids=("D1:2", "D1:3"))
+    conversation = replace(first, observations=(both,))
+    # D1:3's turn before is D1:2, cited: not repeated; D1:1 comes once, before D1:2
+    assert conversation.source_texts(1) == (f"{turns['D1:1']}\n{turns['D1:2']}\n{turns['D1:3']}",)
+    assert conversation.source_texts(3) == (f"{turns['D1:1']}\n{turns['D1:2']}\n{turns['D1:3']}",)
+
+
+def test_an_observation_citing_no_known_turn_has_no_source() -> None:
+    first = load_locomo(FIXTURE)[0]
+    orphan = replace(first.observations[0], dia_ids=())
+    conversation = replace(first, observations=(orphan, first.observations[1]))
+    assert conversation.source_texts() == ("", first.source_texts()[1])
+    assert conversation.observation_context_texts("source")[0] == orphan.text

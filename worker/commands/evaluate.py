@@ -31,10 +31,12 @@ from store.types import NewMemory, Retriever
 from store.typing import Embedder
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from worker.evaluation.locomo import (
+    OBSERVATION_CONTEXTS,
     SPLITS,
     UNIT_KINDS,
     Conversation,
     LocomoFormatError,
+    ObservationContext,
     QuestionResult,
     Split,
     Unit,
@@ -54,6 +56,10 @@ STORES = ("postgres", "sqlite")
 DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
 DEFAULT_DIALOG_CONTEXT = 2  # chosen on the dev split (bench/README.md)
+DEFAULT_OBSERVATION_CONTEXT: ObservationContext = "source"  # chosen on the dev split (bench/README.md)
+DEFAULT_KEY_CONTEXT = True  # chosen on the dev split (bench/README.md)
+DEFAULT_SOURCE_CONTEXT = 1  # chosen on the dev split (bench/README.md)
+DEFAULT_DIALOG_KEY_AFTER = 1  # chosen on the dev split (bench/README.md)
 _WRITE_BATCH = 256
 
 
@@ -112,16 +118,32 @@ def memory_key(kind: UnitKind, index: int) -> str:
     return f"{kind} x{index + 1:05d}"
 
 
+def context_key(kind: UnitKind, index: int, context: str = "") -> str:
+    """A unit's memory key: its content-free `memory_key`, then `context` (what the unit came from or
+    answers) when there is one. Both stores index a memory's key with its value for full text, so
+    the keyword branch matches the context's words while the value, what recall returns and answer
+    recall reads, stays the unit's text alone. The key stays unique per owner (the id comes first)."""
+    key = memory_key(kind, index)
+    return f"{key} {context}" if context else key
+
+
 def unit_memories(
-    units: Sequence[Unit], owner: uuid.UUID, embeddings: Sequence[list[float]]
+    units: Sequence[Unit],
+    owner: uuid.UUID,
+    embeddings: Sequence[list[float]],
+    key_contexts: Sequence[str] | None = None,
 ) -> list[NewMemory]:
-    """Active `user`-scope memories of one owner, one per unit, with precomputed embeddings."""
+    """Active `user`-scope memories of one owner, one per unit, with precomputed embeddings; with
+    `key_contexts` (one per unit, "" for none), each key carries its unit's context (`context_key`)."""
+    contexts = [""] * len(units) if key_contexts is None else list(key_contexts)
+    if len(contexts) != len(units):
+        raise ValueError(f"{len(contexts)} key contexts for {len(units)} units")
     return [
         NewMemory(
             scope="user",
             owner_id=owner,
             user_id=None,
-            key=memory_key(unit.kind, index),
+            key=context_key(unit.kind, index, contexts[index]),
             value=unit.text,
             confidence=1.0,
             status="active",
@@ -321,6 +343,17 @@ class EvalOptions:
     # dialog unit: a turn's embedding is the mean direction of its text's and that of its text with
     # up to this many turns before it in the session (`unit_vectors`); 0: its text's alone
     dialog_context: int = DEFAULT_DIALOG_CONTEXT
+    # observation unit: "source": its embedding is the mean direction of its text's and that of the
+    # dialog turns it cites followed by its text (`unit_vectors`); "none": its text's alone
+    observation_context: ObservationContext = DEFAULT_OBSERVATION_CONTEXT
+    # the memory's key carries the unit's context (`unit_key_contexts`) so full text matches it
+    key_context: bool = DEFAULT_KEY_CONTEXT
+    # observation unit's key context: each cited turn with up to this many turns before it
+    # (`Conversation.source_texts`); the embedding's context is the cited turns alone
+    source_context: int = DEFAULT_SOURCE_CONTEXT
+    # dialog unit's key context: after the turns before it, up to this many turns after it
+    # (`Conversation.following_texts`); the embedding's context is the turns before alone
+    dialog_key_after: int = DEFAULT_DIALOG_KEY_AFTER
 
 
 async def _embed_units(
@@ -343,14 +376,40 @@ async def unit_vectors(
     """The embedding of each unit (`options.unit`): its text's; for a dialog turn with
     `options.dialog_context` > 0, the mean direction of its text's and that of the turn with the
     turns before it (`Conversation.context_texts`), so a reply ("Yes, twice last year!") carries
-    what it answers while the turn's own words keep their weight."""
+    what it answers while the turn's own words keep their weight; for an observation with
+    `options.observation_context` "source", the same with the dialog turns it cites
+    (`Conversation.observation_context_texts`): the wording the fact was written from."""
     assert options.unit != "extracted"
     units = conversation.units(options.unit)
     vectors = await _embed_units(embedder, [u.text for u in units], on_batch)
-    if options.unit != "dialog" or options.dialog_context <= 0:
+    if options.unit == "dialog" and options.dialog_context > 0:
+        texts = conversation.context_texts(options.unit, options.dialog_context)
+    elif options.unit == "observation" and options.observation_context != "none":
+        texts = conversation.observation_context_texts(options.observation_context)
+    else:
         return vectors
-    context = await embedder.embed(list(conversation.context_texts(options.unit, options.dialog_context)))
+    context = await embedder.embed(list(texts))
     return [mean_direction([own, around]) for own, around in zip(vectors, context, strict=True)]
+
+
+def unit_key_contexts(conversation: Conversation, options: EvalOptions) -> tuple[str, ...] | None:
+    """What each unit's memory key carries beside its id (`context_key`) when `options.key_context`:
+    for a dialog turn, the up to `options.dialog_context` turns before it in the session
+    (`Conversation.preceding_texts`), then the up to `options.dialog_key_after` turns after it
+    (`Conversation.following_texts`: what the turn was answered with); for an observation with
+    `options.observation_context` "source", the turns it cites, each after up to
+    `options.source_context` turns before it (`Conversation.source_texts`). None: keys carry no
+    context."""
+    assert options.unit != "extracted"
+    if not options.key_context:
+        return None
+    if options.unit == "dialog":
+        before = conversation.preceding_texts(options.unit, options.dialog_context)
+        after = conversation.following_texts(options.unit, options.dialog_key_after)
+        return tuple("\n".join(part for part in pair if part) for pair in zip(before, after, strict=True))
+    if options.observation_context == "source":
+        return conversation.source_texts(options.source_context)
+    return None
 
 
 async def _evaluate_conversation(
@@ -367,7 +426,7 @@ async def _evaluate_conversation(
     label = f"{conversation.sample_id}: loading {options.unit}s"
     progress.update(0, label)
     vectors = await unit_vectors(embedder, conversation, options, lambda n: progress.update(n, label))
-    memories = unit_memories(units, owner, vectors)
+    memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
     dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
     for start in range(0, len(memories), _WRITE_BATCH):
         batch = memories[start : start + _WRITE_BATCH]
@@ -751,6 +810,40 @@ def register(parser: argparse.ArgumentParser) -> None:
         "that of the turn with up to N turns before it in the session (default "
         f"{DEFAULT_DIALOG_CONTEXT}; 0: the turn alone, the representation before 2026-12-01)",
     )
+    locomo.add_argument(
+        "--observation-context",
+        choices=OBSERVATION_CONTEXTS,
+        default=DEFAULT_OBSERVATION_CONTEXT,
+        help="--unit observation: source embeds each observation as the mean direction of its own "
+        "text's embedding and that of the dialog turns it cites followed by it (and, with --key-context, "
+        "its key carries those turns); none: the observation alone, as before this option (default "
+        f"{DEFAULT_OBSERVATION_CONTEXT})",
+    )
+    locomo.add_argument(
+        "--key-context",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULT_KEY_CONTEXT,
+        help="the memory's key (indexed for full text with its value) carries the unit's context: a "
+        "turn's --dialog-context turns before it, an observation's source turns (with "
+        "--observation-context source); the value stays the unit alone (default on; --no-key-context: "
+        "content-free keys, as before)",
+    )
+    locomo.add_argument(
+        "--dialog-key-after",
+        type=int,
+        default=DEFAULT_DIALOG_KEY_AFTER,
+        metavar="N",
+        help="--unit dialog with --key-context: the key carries, after the --dialog-context turns before "
+        f"the turn, up to N turns after it in the session (default {DEFAULT_DIALOG_KEY_AFTER}; 0: none)",
+    )
+    locomo.add_argument(
+        "--source-context",
+        type=int,
+        default=DEFAULT_SOURCE_CONTEXT,
+        metavar="N",
+        help="--unit observation with --key-context: the key carries each cited turn after up to N turns "
+        f"before it in the session (default {DEFAULT_SOURCE_CONTEXT}; 0: the cited turns alone)",
+    )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
         "--retriever",
@@ -815,6 +908,10 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         raise ValueError("--concurrency must be at least 1")
     if args.dialog_context < 0:
         raise ValueError("--dialog-context must be 0 or more")
+    if args.dialog_key_after < 0:
+        raise ValueError("--dialog-key-after must be 0 or more")
+    if args.source_context < 0:
+        raise ValueError("--source-context must be 0 or more")
     return EvalOptions(
         file=args.file,
         unit=args.unit,
@@ -832,6 +929,10 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         store=args.store,
         embedding_cache=None if args.no_embedding_cache else args.embedding_cache,
         dialog_context=args.dialog_context,
+        observation_context=args.observation_context,
+        key_context=args.key_context,
+        source_context=args.source_context,
+        dialog_key_after=args.dialog_key_after,
     )
 
 

@@ -22,6 +22,10 @@ UnitKind = Literal["observation", "dialog"]
 UNIT_KINDS: tuple[UnitKind, ...] = ("observation", "dialog")
 Split = Literal["dev", "test", "all"]
 SPLITS: tuple[Split, ...] = ("dev", "test", "all")
+# what an observation is embedded beside (`Conversation.observation_context_texts`): nothing, or the
+# dialog turns it cites
+ObservationContext = Literal["none", "source"]
+OBSERVATION_CONTEXTS: tuple[ObservationContext, ...] = ("none", "source")
 
 # The data set's `category` ids (the paper's table order differs; these are the ids in the JSON).
 CATEGORY_NAMES: dict[int, str] = {
@@ -102,19 +106,77 @@ class Conversation:
             return self.observations
         return tuple(dialog_unit(turn, self.session_dates.get(turn.session)) for turn in self.turns)
 
+    def preceding_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
+        """Per unit of `units(kind)`, in order, what comes before it: for a dialog turn, the up to
+        `context` turns before it in the same session, one per line ("" for a session's first
+        turn); for any other unit, or `context` 0, ""."""
+        units = self.units(kind)
+        if kind != "dialog" or context <= 0:
+            return tuple("" for _ in units)
+        return tuple(
+            "\n".join(u.text for u in units[max(0, i - context) : i] if u.session == unit.session)
+            for i, unit in enumerate(units)
+        )
+
+    def following_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
+        """Per unit of `units(kind)`, in order, what comes after it: for a dialog turn, the up to
+        `context` turns after it in the same session, one per line ("" for a session's last turn);
+        for any other unit, or `context` 0, ""."""
+        units = self.units(kind)
+        if kind != "dialog" or context <= 0:
+            return tuple("" for _ in units)
+        return tuple(
+            "\n".join(u.text for u in units[i + 1 : i + 1 + context] if u.session == unit.session)
+            for i, unit in enumerate(units)
+        )
+
     def context_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
         """Per unit of `units(kind)`, in order, the text a store of conversation turns embeds *beside*
         the unit's own: for a dialog turn with `context` > 0, the up to `context` turns before it in
         the same session and the turn itself, one per line (what the turn answers, then the turn);
         for any other unit, or `context` 0, the unit's text."""
-        units = self.units(kind)
-        if kind != "dialog" or context <= 0:
-            return tuple(unit.text for unit in units)
         return tuple(
-            "\n".join(
-                [u.text for u in units[max(0, i - context) : i] if u.session == unit.session] + [unit.text]
+            f"{before}\n{unit.text}" if before else unit.text
+            for before, unit in zip(self.preceding_texts(kind, context), self.units(kind), strict=True)
+        )
+
+    def source_texts(self, preceding: int = 0) -> tuple[str, ...]:
+        """Per observation, in order, the dialog turns it cites (as `dialog_text` reads them, in the
+        order cited), one per line: what the extractor read when it wrote the fact ("" when it cites
+        no turn of the conversation). With `preceding` > 0 each cited turn comes after the up to
+        `preceding` turns before it in its session that are not cited or listed already (the
+        question a cited answer replies to)."""
+        order = self.turns
+        position = {turn.dia_id: index for index, turn in enumerate(order)}
+        texts: list[str] = []
+        for unit in self.observations:
+            cited = set(unit.dia_ids)
+            listed: list[int] = []
+            for dia_id in unit.dia_ids:
+                if dia_id not in position:
+                    continue
+                at = position[dia_id]
+                before = [
+                    i
+                    for i in range(max(0, at - preceding), at)
+                    if order[i].session == order[at].session
+                    and order[i].dia_id not in cited
+                    and i not in listed
+                ]
+                listed.extend([*before, at])
+            texts.append(
+                "\n".join(dialog_text(order[i].speaker, order[i].text, order[i].blip_caption) for i in listed)
             )
-            for i, unit in enumerate(units)
+        return tuple(texts)
+
+    def observation_context_texts(self, context: ObservationContext) -> tuple[str, ...]:
+        """Per observation, in order, the text a store embeds *beside* the observation's own: with
+        `context` "source", its `source_texts` and then the observation, one per line; with "none",
+        or for an observation citing no turn, the observation's text."""
+        sources = self.source_texts() if context == "source" else tuple("" for _ in self.observations)
+        return tuple(
+            f"{source}\n{unit.text}" if source else unit.text
+            for source, unit in zip(sources, self.observations, strict=True)
         )
 
 
