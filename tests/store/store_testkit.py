@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy
 
 from store.postgres import PostgresMemoryStore
 from store.sqlite import SqliteMemoryStore
@@ -86,3 +90,18 @@ def mem(
         source_channel_id=channel,
         team_id=team,
     )
+
+
+@contextmanager
+def recorded_statements(store: PostgresMemoryStore | SqliteMemoryStore) -> Iterator[list[str]]:
+    """The SQL text of every statement the store sends inside the block."""
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)

@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy
 
 from store.types import ChatMessage, MemoryFilter, NewMemory, OwnerRef
-from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem
+from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded_statements
 
 
 def new_id() -> uuid.UUID:
@@ -305,13 +304,7 @@ async def test_write_event_audits_its_updates_and_proposals_in_one_statement(sto
     # an open proposal on a reviewed memory that the event then makes moot by restating the value
     proposed = await store.upsert(mem(owner=user, key="pet", value="a cat", status="active"))
     await store.upsert(mem(owner=user, key="pet", value="a dog", status="pending_review"))
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(store) as statements:
         written = await store.write_event(
             event_id=new_id(),
             memories=[
@@ -320,8 +313,6 @@ async def test_write_event_audits_its_updates_and_proposals_in_one_statement(sto
                 mem(owner=user, key="pet", value="a cat", status="pending_review"),  # unchanged
             ],
         )
-    finally:
-        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
     assert [r.action for r in written.results] == ["revision_proposed", "updated", "unchanged"]
     audit_inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT INTO MEMORY_AUDIT")]
     assert len(audit_inserts) == 1

@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from typing import Any
 
 import pytest
-import sqlalchemy
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import hashing_vector
 from store import neighbours
 from store.types import NewMemory, OwnerRef
-from tests.store.store_testkit import Store
+from tests.store.store_testkit import Store, recorded_statements
 
 DIM = 384
 
@@ -189,20 +187,12 @@ async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
     else:
         await store.write_event(event_id=uuid.uuid4(), memories=[city], dedup=decide_against_neighbours)
     monkeypatch.setattr(store, "_owner_sizes", None)  # counted again: past the exact limit now
-    statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(store) as statements:
         again = await store.write_event(
             event_id=uuid.uuid4(),
             memories=[fact(owner, "home city", "Lives in Lyon, France")],
             dedup=decide_against_neighbours,
         )
-    finally:
-        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
     assert again.results[0].near_duplicate
     if backend == "postgres":  # the large-owner read ran: HNSW over active rows + the pending window
         assert any("pending_window" in s and "m.status = 'active'" in s for s in statements)
