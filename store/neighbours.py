@@ -31,10 +31,18 @@ from store.base import StoreBase, cached_text
 from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression, vector_literal
 from store.types import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 
-_COLUMNS = (
-    "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
-    "m.status, m.created_at, m.updated_at, m.team_id"
-)
+_COLUMN_NAMES = (
+    "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
+    "status", "created_at", "updated_at", "team_id",
+)  # fmt: skip
+
+
+def _columns(alias: str) -> str:
+    """The memory columns the neighbour reads return, qualified by a table alias."""
+    return ", ".join(f"{alias}.{name}" for name in _COLUMN_NAMES)
+
+
+_COLUMNS = _columns("m")
 # Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
 # huge owner: an index scan of this many rows, whatever the owner's size)
 PROMPT_WINDOW = 200
@@ -43,7 +51,7 @@ EXACT_OWNER_ROWS = 3000
 # A larger owner's pending memories (not in the HNSW index, which holds reviewed ones) are ranked
 # exactly among its this many most recent pending ones
 PENDING_WINDOW = 3000
-_WINDOW_COLUMNS = _COLUMNS.replace("m.", "w.") + ", w.embedding"
+_WINDOW_COLUMNS = _columns("w") + ", w.embedding"
 
 
 def owner_lock_key(memory: NewMemory) -> str:

@@ -110,23 +110,24 @@ class Conversation:
         """Per unit of `units(kind)`, in order, what comes before it: for a dialog turn, the up to
         `context` turns before it in the same session, one per line ("" for a session's first
         turn); for any other unit, or `context` 0, ""."""
-        units = self.units(kind)
-        if kind != "dialog" or context <= 0:
-            return tuple("" for _ in units)
-        return tuple(
-            "\n".join(u.text for u in units[max(0, i - context) : i] if u.session == unit.session)
-            for i, unit in enumerate(units)
-        )
+        return self._session_neighbours(kind, context, after=False)
 
     def following_texts(self, kind: UnitKind, context: int) -> tuple[str, ...]:
         """Per unit of `units(kind)`, in order, what comes after it: for a dialog turn, the up to
         `context` turns after it in the same session, one per line ("" for a session's last turn);
         for any other unit, or `context` 0, ""."""
+        return self._session_neighbours(kind, context, after=True)
+
+    def _session_neighbours(self, kind: UnitKind, context: int, *, after: bool) -> tuple[str, ...]:
         units = self.units(kind)
         if kind != "dialog" or context <= 0:
             return tuple("" for _ in units)
         return tuple(
-            "\n".join(u.text for u in units[i + 1 : i + 1 + context] if u.session == unit.session)
+            "\n".join(
+                u.text
+                for u in (units[i + 1 : i + 1 + context] if after else units[max(0, i - context) : i])
+                if u.session == unit.session
+            )
             for i, unit in enumerate(units)
         )
 
