@@ -101,6 +101,13 @@ async def test_statement_timeout_and_constraint_errors_are_not_outages(database_
 
 async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_url: str) -> None:
     await migrate_async(database_url, 8)
+    # Postgres checks a waiting session for deadlock once, deadlock_timeout after it starts to
+    # wait, and aborts the session that finds the cycle. The write's check must come after the
+    # other session waits (a slow machine may take a while to notice the write waiting), and
+    # before the other session's own check.
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+        database = admin.info.dbname
+        await admin.execute(f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '3s'")
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=8))
     owner, event_id = uuid.uuid4(), uuid.uuid4()
     try:
@@ -127,7 +134,8 @@ async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_u
                     assert time.monotonic() < deadline, "the write never waited for the lock"
                     await asyncio.sleep(0.02)
             # … then waits for the event's processed row: a deadlock, which Postgres breaks by
-            # aborting the write (it waited first); the store retries it at once
+            # aborting the write (its check comes first); the store retries it at once
+            await other.execute("SET deadlock_timeout = '60s'")
             await other.execute(
                 "INSERT INTO processed_events (event_id, processed_at, memory_count, actor)"
                 " VALUES (%s, now(), 0, 'other')",

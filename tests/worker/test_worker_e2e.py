@@ -367,7 +367,12 @@ async def test_concurrency_is_exactly_the_configured_number(harness: Harness) ->
         for i in range(12):
             await h.publish(conversation(f"I live in City{i}.", "Ok."))
         await processed_at_least(h, 12)
-        assert await _value(worker, "pmem_events_in_flight") == 0
+
+        async def none_in_flight() -> bool:
+            # the processed row commits before the event is acked and leaves the gauge
+            return await _value(worker, "pmem_events_in_flight") == 0
+
+        await wait_for(none_in_flight, what="no event in flight")
     # overlapped, never more than configured: the fake LLM saw exactly 4 calls at once
     assert h.fake.counters["max_in_flight"] == 4
 
