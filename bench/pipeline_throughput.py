@@ -106,9 +106,12 @@ class Result:
     populated: bool = False
     p50_ms: float = 0.0
     p99_ms: float = 0.0
+    # exact (the histogram's sum / count); p50 and p99 are interpolated inside its buckets
+    mean_ms: float = 0.0
     prompt_tokens_per_event: float = 0.0
-    # p50 / p99 ms of each stage the workers time (LLM, embeddings, each database operation)
-    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # p50 / p99 / exact mean ms of each stage the workers time (LLM, embeddings, each database
+    # operation)
+    stages: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
 def make_events(
@@ -358,6 +361,17 @@ def histogram(texts: list[str], name: str, labels: str = "") -> list[tuple[float
     return sorted(buckets.items())
 
 
+def mean(texts: list[str], name: str, labels: str = "") -> float:
+    """The exact mean of a histogram (its `_sum` over its `_count`, summed over workers)."""
+    totals = {"sum": 0.0, "count": 0.0}
+    for text in texts:
+        for line in text.splitlines():
+            for part in totals:
+                if line.startswith(f"{name}_{part}") and labels in line:
+                    totals[part] += float(line.rsplit(" ", 1)[1])
+    return totals["sum"] / totals["count"] if totals["count"] else 0.0
+
+
 def quantile(buckets: list[tuple[float, float]], q: float) -> float:
     """Prometheus-style histogram_quantile: linear interpolation inside the bucket."""
     if not buckets or buckets[-1][1] == 0:
@@ -440,6 +454,7 @@ async def run_one(
     profile: bool = False,
     statements: bool = False,
     users_count: int | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> Result:
     """Publish n events, then run `workers` worker subprocesses sharing the durable consumer, with
     `concurrency` events in flight in total, until every event committed."""
@@ -495,6 +510,7 @@ async def run_one(
         "PMEM_EMBEDDING_MODEL": "fake-embedding",
         "PMEM_EMBEDDING_DIM": "384",
         "PMEM_LOG_LEVEL": "WARNING",
+        **(worker_env or {}),
     }
     procs = []
     ports = [free_port() for _ in range(workers)]
@@ -571,12 +587,20 @@ async def run_one(
     in_window = max(1, n - measured_from)
     per_event = [round(1000 * (e - s) / in_window, 1) for s, e in zip(start_cpu, end_cpu, strict=True)]
     durations = histogram(metrics, "pmem_event_duration_seconds")
-    stages = {"llm": histogram(metrics, "pmem_llm_duration_seconds")}
-    stages["embeddings"] = histogram(metrics, "pmem_embedding_duration_seconds")
+    timed = {"llm": ("pmem_llm_duration_seconds", ""), "embeddings": ("pmem_embedding_duration_seconds", "")}
     operations = re.findall(r'pmem_db_duration_seconds_count\{operation="([^"]+)"', "".join(metrics))
     for operation in sorted(set(operations)):
-        labels = f'operation="{operation}"'
-        stages[f"db {operation}"] = histogram(metrics, "pmem_db_duration_seconds", labels)
+        timed[f"db {operation}"] = ("pmem_db_duration_seconds", f'operation="{operation}"')
+    stages: dict[str, tuple[float, float, float]] = {}
+    for stage, (name, labels) in timed.items():
+        buckets = histogram(metrics, name, labels)
+        if buckets:
+            p50, p99 = quantile(buckets, 0.5), quantile(buckets, 0.99)
+            stages[stage] = (
+                round(1000 * p50, 1),
+                round(1000 * p99, 1),
+                round(1000 * mean(metrics, name, labels), 1),
+            )
     prompt_tokens = counter(metrics, 'pmem_llm_tokens_total{kind="prompt"}')
     return Result(
         concurrency=per_worker * workers,
@@ -593,12 +617,9 @@ async def run_one(
         populated=populated,
         p50_ms=round(1000 * quantile(durations, 0.5), 1),
         p99_ms=round(1000 * quantile(durations, 0.99), 1),
+        mean_ms=round(1000 * mean(metrics, "pmem_event_duration_seconds"), 1),
         prompt_tokens_per_event=round(prompt_tokens / max(1, n), 1),
-        stages={
-            name: (round(1000 * quantile(b, 0.5), 1), round(1000 * quantile(b, 0.99), 1))
-            for name, b in stages.items()
-            if b
-        },
+        stages=stages,
     )
 
 
@@ -621,6 +642,7 @@ async def run_all(
             log_dir=Path(args.log_dir),
             profile=args.profile,
             statements=args.statements,
+            worker_env=dict(pair.split("=", 1) for pair in args.worker_env),
             fake_pid=fake_pid,
             populated=populated,
             users_count=args.users if args.populated else None,
@@ -633,14 +655,16 @@ async def run_all(
             f"{result.events} events in {result.seconds:.1f}s, peak RSS/worker {result.peak_rss_mb:.0f} MB, "
             f"CPU/event: worker {result.worker_cpu_ms_per_event:.1f} ms, fake LLM "
             f"{result.fake_llm_cpu_ms_per_event:.1f} ms, Postgres {result.postgres_cpu_ms_per_event:.1f} ms, "
-            f"latency p50/p99 {result.p50_ms:.0f}/{result.p99_ms:.0f} ms, "
+            f"latency p50/p99/mean {result.p50_ms:.0f}/{result.p99_ms:.0f}/{result.mean_ms:.0f} ms, "
             f"prompt tokens/event {result.prompt_tokens_per_event:.0f}"
             + (" [populated]" if result.populated else ""),
             flush=True,
         )
         print(
-            "  stages p50/p99 ms: "
-            + ", ".join(f"{name} {p50:.0f}/{p99:.0f}" for name, (p50, p99) in result.stages.items()),
+            "  stages p50/p99/mean ms: "
+            + ", ".join(
+                f"{name} {p50:.0f}/{p99:.0f}/{avg:.1f}" for name, (p50, p99, avg) in result.stages.items()
+            ),
             flush=True,
         )
     return results
@@ -648,6 +672,7 @@ async def run_all(
 
 def main(args: argparse.Namespace) -> list[Result]:
     """Start the services and the fake LLM, run every concurrency, stop everything."""
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pmem-bench-") as tmp:
         root = Path(tmp)
         nats_server = EmbeddedNats(store_dir=root / "nats").start()
@@ -700,6 +725,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--statements",
         action="store_true",
         help="load pg_stat_statements and print each run's statements by total execution time",
+    )
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the workers (repeatable), e.g. PMEM_DB_POOL_SIZE=32",
     )
     parser.add_argument(
         "--profile",

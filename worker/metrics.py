@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-# Up to 300 s: a slow LLM under rate limiting can take minutes end to end.
+# Up to 300 s: a slow LLM under rate limiting can take minutes end to end; finer around the
+# 0.3–1.5 s an event takes with a fast LLM, so p99 compares between runs.
 DURATION_BUCKETS: tuple[float, ...] = (
     0.005,
     0.01,
@@ -19,7 +20,9 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.1,
     0.25,
     0.5,
+    0.75,
     1.0,
+    1.5,
     2.5,
     5.0,
     10.0,
