@@ -201,9 +201,7 @@ async def start_bounded(
             raise exc
         raise StartupError(f"start-up failed while {doing()}: {one_line(exc)}") from exc
     what = doing()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
+    await cancel_and_wait(task, what=f"start-up ({what})")
     if worker is not None:
         await worker.close()
     if stop.is_set():
@@ -268,6 +266,26 @@ def consumer_config_diff(existing: ConsumerConfig, wanted: ConsumerConfig) -> di
 def heartbeat_interval(ack_wait_s: float) -> float:
     """How often to send in-progress acks: well inside ack_wait, so one late beat does not expire it."""
     return max(0.1, ack_wait_s / 3)
+
+
+# How long stopping waits for a cancelled helper task (the consumer watch, an event's in-progress
+# acks, an interrupted start-up) before it leaves it behind
+TASK_STOP_TIMEOUT_S = 5.0
+
+
+async def cancel_and_wait(
+    task: asyncio.Task[Any], *, what: str, timeout_s: float = TASK_STOP_TIMEOUT_S
+) -> None:
+    """Cancel `task` and wait at most `timeout_s` for it to end. A task can swallow its
+    cancellation (Python 3.11's `asyncio.wait_for`, used inside nats-py's requests, returns the
+    result when the awaited call completes at the moment it is cancelled); stopping must not hang
+    on it, so it is then left behind with a warning."""
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        log.warning("%s did not stop within %.0fs of being cancelled; leaving it behind", what, timeout_s)
+    elif not task.cancelled() and task.exception() is not None:
+        log.debug("%s ended with %r", what, task.exception())
 
 
 def dlq_headers(*, reason: str, label: str, msg_id: str) -> dict[str, str]:
@@ -385,10 +403,7 @@ class Worker:
         """Stop fetching, let in-flight events finish (PMEM_SHUTDOWN_TIMEOUT_S), then disconnect."""
         self._stopping.set()
         for task in self._background:
-            task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task, what="the consumer watch")
         self._background.clear()
         if self._started:
             started = time.monotonic()
@@ -470,13 +485,16 @@ class Worker:
     async def _watch_consumer(self, jsm: JetStreamManager) -> None:
         # Backlog and readiness as metrics, also when no probe calls /readyz (docker-compose), for
         # the "events waiting but none processed" and "not ready" alerts.
-        while True:
+        # Ends when stopping starts, also if a swallowed cancellation (see cancel_and_wait) let it
+        # run on.
+        while not self._stopping.is_set():
             with contextlib.suppress(Exception):
                 info = await jsm.consumer_info(self.settings.stream, self.settings.durable)
                 self.metrics.consumer_pending.set((info.num_pending or 0) + (info.num_ack_pending or 0))
             with contextlib.suppress(Exception):
                 self.metrics.ready.set(0 if await self.readiness() else 1)
-            await asyncio.sleep(15)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=15)
 
     # -- per message -----------------------------------------------------------------------------
 
@@ -595,9 +613,13 @@ class Worker:
         """In-progress acks every ack_wait/3 while the block runs (long LLM calls, database waits)."""
         interval = heartbeat_interval(self.settings.ack_wait_s)
 
+        finished = asyncio.Event()
+
         async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval)
+            while not finished.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(finished.wait(), timeout=interval)
+                    return
                 with contextlib.suppress(Exception):  # a missed beat is not fatal; ack_wait has slack
                     await raw.in_progress()
 
@@ -605,9 +627,8 @@ class Worker:
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            finished.set()
+            await cancel_and_wait(task, what="the in-progress acks of an event")
 
     async def _run_db(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a database call; while the database is unreachable, wait and try again (up to

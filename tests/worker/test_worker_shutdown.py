@@ -1,0 +1,72 @@
+"""Stopping never hangs on a helper task that ignores its cancellation (Python 3.11's
+`asyncio.wait_for`, inside nats-py's requests, can swallow a cancel that lands as the reply
+arrives): seen as a test hanging for ever in `Worker.close` on a loaded machine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import pytest
+
+from tests.worker.worker_harness import Harness
+from worker.app import Worker, cancel_and_wait
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _stubborn(entered: asyncio.Event, released: asyncio.Event) -> None:
+    """Swallows every cancellation until `released` is set."""
+    entered.set()
+    while not released.is_set():
+        with contextlib.suppress(asyncio.CancelledError):
+            await released.wait()
+
+
+async def test_cancel_and_wait_leaves_a_task_that_ignores_cancellation_behind_after_its_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    entered, released = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(_stubborn(entered, released))
+    await entered.wait()
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pmem.worker"):
+            await cancel_and_wait(task, what="the stubborn task", timeout_s=0.3)
+        assert 0.25 <= time.monotonic() - started < 5
+        assert any("the stubborn task did not stop" in r.getMessage() for r in caplog.records)
+        assert not task.done()
+    finally:
+        released.set()  # not left running past the test (the session's loop would wait for it)
+        await asyncio.wait_for(task, timeout=5)
+
+
+async def test_cancel_and_wait_returns_when_the_task_ends() -> None:
+    task = asyncio.create_task(asyncio.sleep(60))
+    started = time.monotonic()
+    await cancel_and_wait(task, what="a sleeping task", timeout_s=10)
+    assert task.cancelled() and time.monotonic() - started < 1
+
+
+async def test_worker_close_is_bounded_when_the_consumer_watch_swallows_its_cancellation(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered = asyncio.Event()
+
+    async def stubborn_readiness(self: Worker) -> str | None:
+        # the watch's readiness probe, cancelled while it waits, carries on as if nothing happened
+        entered.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(60)
+        return None
+
+    monkeypatch.setattr(Worker, "readiness", stubborn_readiness)
+
+    async def run_and_stop() -> None:
+        async with harness.worker():
+            await asyncio.wait_for(entered.wait(), timeout=20)
+
+    # before the fix the watch went back to sleep and round again, and close() waited for ever
+    await asyncio.wait_for(run_and_stop(), timeout=30)
