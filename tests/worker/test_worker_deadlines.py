@@ -82,5 +82,5 @@ async def test_recall_query_embedding_gives_up_fast_after_one_retry(database_url
             await embedder.close()
         elapsed = time.monotonic() - started
         calls = fake.counters.get("embeddings", 0)
-    assert elapsed < 2.0
+    assert elapsed < 4.0  # one wait for the 5 s reply would be more
     assert calls == 2

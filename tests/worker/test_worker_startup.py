@@ -81,14 +81,17 @@ def errors(lines: list[str]) -> list[dict[str, object]]:
 def test_unreachable_nats_exits_non_zero_within_the_startup_timeout(
     harness: Harness, processes: list[subprocess.Popen[str]]
 ) -> None:
-    started = time.monotonic()
     proc = start(harness, processes, nats_url=f"nats://127.0.0.1:{closed_port()}", startup_timeout_s=3)
+    # timed from the start-up phase, not from the process start: on a loaded machine the imports
+    # alone can take seconds, and they are not the wait the timeout bounds
+    lines = read_until(proc, "connecting to NATS", within=30)
+    started = time.monotonic()
     code = proc.wait(timeout=20)
     elapsed = time.monotonic() - started
     assert proc.stderr is not None
-    lines = proc.stderr.read().splitlines()
+    lines += (proc.stderr.read() or "").splitlines()
     assert code == 3  # unreachable (worker/commands/errors.py)
-    assert elapsed < 3 + 5  # the timeout plus interpreter start-up and shutdown
+    assert elapsed < 3 + 3  # the timeout plus the shutdown
     (error,) = errors(lines)
     message = str(error["message"])
     assert "connecting to NATS" in message and "PMEM_STARTUP_TIMEOUT_S=3" in message
