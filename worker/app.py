@@ -613,21 +613,16 @@ class Worker:
         """In-progress acks every ack_wait/3 while the block runs (long LLM calls, database waits)."""
         interval = heartbeat_interval(self.settings.ack_wait_s)
 
-        finished = asyncio.Event()
-
         async def beat() -> None:
-            while not finished.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(finished.wait(), timeout=interval)
-                    return
+            while True:
+                await asyncio.sleep(interval)
                 with contextlib.suppress(Exception):  # a missed beat is not fatal; ack_wait has slack
-                    await raw.in_progress()
+                    await raw.in_progress()  # a plain publish: nothing in it swallows a cancel
 
         task = asyncio.create_task(beat())
         try:
             yield
         finally:
-            finished.set()
             await cancel_and_wait(task, what="the in-progress acks of an event")
 
     async def _run_db(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
