@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import time
 
@@ -68,5 +69,11 @@ async def test_worker_close_is_bounded_when_the_consumer_watch_swallows_its_canc
         async with harness.worker():
             await asyncio.wait_for(entered.wait(), timeout=20)
 
-    # before the fix the watch went back to sleep and round again, and close() waited for ever
-    await asyncio.wait_for(run_and_stop(), timeout=30)
+    # Before the fix the watch went back to sleep and round again, and close() waited for ever,
+    # swallowing wait_for's own cancellation too: only a process-level watchdog turns that hang
+    # into a failure (the whole test run then exits with status 1 after 120 s).
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        await asyncio.wait_for(run_and_stop(), timeout=30)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
