@@ -642,7 +642,7 @@ async def run_all(
             log_dir=Path(args.log_dir),
             profile=args.profile,
             statements=args.statements,
-            worker_env=dict(pair.split("=", 1) for pair in args.worker_env),
+            worker_env=dict(args.worker_env),
             fake_pid=fake_pid,
             populated=populated,
             users_count=args.users if args.populated else None,
@@ -668,6 +668,14 @@ async def run_all(
             flush=True,
         )
     return results
+
+
+def setting_pair(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` of `--worker-env` (argparse reports the error with the option's name)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("PMEM_"):
+        raise argparse.ArgumentTypeError(f"expected PMEM_NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def main(args: argparse.Namespace) -> list[Result]:
@@ -730,6 +738,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--worker-env",
         action="append",
         default=[],
+        type=setting_pair,
         metavar="NAME=VALUE",
         help="a setting for the workers (repeatable), e.g. PMEM_DB_POOL_SIZE=32",
     )
