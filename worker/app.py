@@ -493,8 +493,7 @@ class Worker:
                 self.metrics.consumer_pending.set((info.num_pending or 0) + (info.num_ack_pending or 0))
             with contextlib.suppress(Exception):
                 self.metrics.ready.set(0 if await self.readiness() else 1)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=15)
+            await self._pause(15)
 
     # -- per message -----------------------------------------------------------------------------
 
@@ -625,6 +624,11 @@ class Worker:
         finally:
             await cancel_and_wait(task, what="the in-progress acks of an event")
 
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, or less when stopping starts meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
     async def _run_db(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run a database call; while the database is unreachable, wait and try again (up to
         PMEM_DB_OUTAGE_TIMEOUT_S, or until shutdown) instead of burning a delivery."""
@@ -646,8 +650,7 @@ class Worker:
                     str(exc).splitlines()[0] if str(exc) else "",
                     pause,
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), timeout=pause)
+                await self._pause(pause)
                 pause = min(pause * 2, 5.0)
 
     # -- publishes -----------------------------------------------------------------------------
