@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import builtins
 import functools
+import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -42,6 +43,17 @@ AuditRows = list[dict[str, Any]]
 
 def _nil(schema: Schema) -> Any:
     return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
+
+
+# a `:name` bind parameter, not a `::type` cast
+_BIND_NAME = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=256)
+def psycopg_sql(sql: str) -> str:
+    """A statement written with `:name` parameters (as for `cached_text`) in psycopg's
+    `%(name)s` style, for the paths that skip SQLAlchemy; literal `%` doubled."""
+    return _BIND_NAME.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -125,6 +137,11 @@ class StoreBase:
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         async with translating_errors(), self._engine.connect() as conn:
             yield conn
+
+    async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
+        """Run one read statement (`:name` parameters) outside a transaction; its rows as mappings."""
+        async with self._reading() as conn:
+            return [row._mapping for row in (await conn.execute(cached_text(sql), params)).all()]
 
     # -- row conversion -------------------------------------------------------------------------
 

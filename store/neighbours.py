@@ -19,7 +19,7 @@ import asyncio
 import builtins
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,10 +157,23 @@ class NearDuplicates(StoreBase):
             return []
         if self._schema.dialect != "postgresql":
             return await self._neighbours_sqlite(conn, memories, embeddings, k)
+        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
+        sql, params = self._neighbours_statement(memories, embeddings, k, sizes)
+        rows = (await conn.execute(cached_text(sql), params)).all()
+        return self._neighbours_from_rows([row._mapping for row in rows], len(memories))
+
+    def _neighbours_statement(
+        self,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+        sizes: dict[OwnerKey, int],
+    ) -> tuple[str, dict[str, Any]]:
+        """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
+        owners' capped sizes (`_owner_row_counts`)."""
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
-        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
         parts: list[str] = []
         params: dict[str, Any] = {"k": k}
         for i, (memory, vector) in enumerate(zip(memories, embeddings, strict=True)):
@@ -226,11 +239,15 @@ class NearDuplicates(StoreBase):
                     f"k{i}": memory.key,
                 }
             )
-        sql = " UNION ALL ".join(parts)
-        rows = (await conn.execute(cached_text(sql), params)).all()
-        found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in memories]
-        for row in rows:
-            data = row._mapping
+        return " UNION ALL ".join(parts), params
+
+    def _neighbours_from_rows(
+        self, rows: Sequence[Mapping[Any, Any]], count: int
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        """The rows of `_neighbours_statement` as each of the `count` new memories' neighbours,
+        best first."""
+        found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]
+        for data in rows:
             similarity = float(data["similarity"]) if data["similarity"] is not None else float("-inf")
             found[data["idx"]][data["id"]] = Neighbour(memory=self._memory(data), similarity=similarity)
         return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
@@ -314,9 +331,7 @@ class NearDuplicates(StoreBase):
             "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
             "r.updated_at DESC LIMIT :limit"
         )
-        async with self._reading() as conn:
-            rows = (await conn.execute(cached_text(sql), params)).all()
-        return [self._memory(row) for row in rows]
+        return [self._memory(row) for row in await self._read_rows(sql, params)]
 
 
 def _cosines(matrix: Sequence[Any], vector: Sequence[float]) -> builtins.list[float]:

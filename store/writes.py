@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -29,6 +29,7 @@ from store.types import (
     EventMemory,
     EventWrite,
     Memory,
+    Neighbour,
     NewMemory,
     Revision,
     UpsertAction,
@@ -55,9 +56,7 @@ _INSERT_NEW_SQL = (
     "confidence, status, embedding, created_at, updated_at, team_id) "
     "SELECT id, scope, owner_id, user_id, key, value, source_channel_id, confidence, status, "
     "CAST(embedding AS vector({dim})), coalesce(observed_at, now()), now(), team_id FROM new_rows "
-    "ORDER BY ord "
-    "ON CONFLICT (scope, owner_id, coalesce(user_id, {nil}), coalesce(team_id, {nil}), key) DO NOTHING "
-    "RETURNING id), "
+    "ORDER BY ord {on_conflict}RETURNING id), "
     "audited AS (INSERT INTO {audit} (memory_id, action, scope, owner_id, user_id, key, old_value, "
     "new_value, actor, event_id, revision_id, team_id, at) "
     "SELECT n.id, 'add', n.scope, n.owner_id, n.user_id, n.key, NULL, n.value, :actor, "
@@ -67,8 +66,71 @@ _INSERT_NEW_SQL = (
 )
 
 
+# the key index's expressions: an existing key leaves its row untouched (the caller upserts it)
+_SKIP_STORED_KEYS = (
+    "ON CONFLICT (scope, owner_id, coalesce(user_id, {nil}), coalesce(team_id, {nil}), key) DO NOTHING "
+)
+
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
 CONFLICT_RETRIES = 3
+
+
+def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
+    """The memories' indexes in the order an event writes them: one fixed order (scope, owner,
+    user, team, key) keeps two events touching the same memories from deadlocking."""
+    return sorted(
+        range(len(memories)),
+        key=lambda i: (
+            memories[i].scope,
+            str(memories[i].owner_id),
+            str(memories[i].user_id),
+            str(memories[i].team_id),
+            memories[i].key,
+        ),
+    )
+
+
+def apply_dedup(
+    rows: builtins.list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
+) -> tuple[dict[int, UpsertResult], set[int]]:
+    """`dedup`'s verdict on each new memory given its stored neighbours: the skipped ones' results
+    (near duplicates, by index) and the indexes whose key is already stored. A memory written under
+    the stored spelling of its key is replaced in `rows`."""
+    results: dict[int, UpsertResult] = {}
+    stored_key: set[int] = set()
+    for i, found in enumerate(near):
+        verdict = dedup(rows[i], found)
+        if verdict.duplicate_of is not None:
+            results[i] = UpsertResult(memory_id=verdict.duplicate_of, action="unchanged", near_duplicate=True)
+            continue
+        if verdict.key is not None and verdict.key != rows[i].key:
+            rows[i] = dataclasses.replace(rows[i], key=verdict.key)
+        if any(n.memory.key == rows[i].key and n.memory.team_id == rows[i].team_id for n in found):
+            stored_key.add(i)
+    return results, stored_key
+
+
+def claim_statement(
+    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: insert the processed-event row unless it exists and take the owners' advisory
+    locks (see `store.neighbours`), in one statement whose `claimed` is 1 when this transaction
+    claimed the event."""
+    sql = (
+        f"WITH claim AS (INSERT INTO {table} "
+        "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
+        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
+        "SELECT (SELECT count(*) FROM claim) AS claimed, "
+        "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+        "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
+    )
+    params = {
+        "event_id": event_id,
+        "count": len(memories),
+        "actor": actor,
+        "names": sorted({owner_lock_key(m) for m in memories}),
+    }
+    return sql, params
 
 
 class MemoryWrites(NearDuplicates):
@@ -261,11 +323,27 @@ class MemoryWrites(NearDuplicates):
         """Postgres: the rows, and the `add` audit rows of those inserted, in ONE statement of fixed
         text (columns as arrays): compiled once, whatever the number of rows. Returns the ids
         inserted."""
+        sql, params = self._insert_new_statement(ids, rows, actor=actor, event_id=event_id)
+        result = await conn.execute(cached_text(sql), params)
+        return {row.id for row in result.all()}
+
+    def _insert_new_statement(
+        self,
+        ids: Sequence[uuid.UUID],
+        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        *,
+        actor: str,
+        event_id: uuid.UUID | None,
+        skip_stored_keys: bool = True,
+    ) -> tuple[str, dict[str, Any]]:
+        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters). Without
+        `skip_stored_keys` a stored key fails the statement (unique violation) instead."""
+        nil = NIL_UUID_SQL
         sql = _INSERT_NEW_SQL.format(
             memories=self._schema.memories.name,
             audit=self._schema.audit.name,
             dim=self._schema.embedding_dim,
-            nil=NIL_UUID_SQL,
+            on_conflict=_SKIP_STORED_KEYS.format(nil=nil) if skip_stored_keys else "",
         )
         params = {
             "ids": list(ids),
@@ -283,8 +361,7 @@ class MemoryWrites(NearDuplicates):
             "actor": actor,
             "event_id": event_id,
         }
-        result = await conn.execute(cached_text(sql), params)
-        return {row.id for row in result.all()}
+        return sql, params
 
     async def _locked_by_keys(
         self, conn: AsyncConnection, rows: Sequence[NewMemory]
@@ -363,122 +440,101 @@ class MemoryWrites(NearDuplicates):
         for memory in memories:
             validate_new_memory(memory)
         embeddings = await self._embeddings_for(memories)
-        # a fixed lock order keeps two events touching the same memories from deadlocking
-        order = sorted(
-            range(len(memories)),
-            key=lambda i: (
-                memories[i].scope,
-                str(memories[i].owner_id),
-                str(memories[i].user_id),
-                str(memories[i].team_id),
-                memories[i].key,
-            ),
-        )
-        pe = self._schema.processed_events
-        # a deadlock or serialisation failure is nobody's fault: the whole transaction is tried
-        # again at once (nothing of it was committed), a few times, before it counts as a failure
-        for attempt in range(1, CONFLICT_RETRIES + 2):
-            results: dict[int, UpsertResult] = {}
+
+        async def attempt() -> EventWrite:
+            async with self._transaction() as conn:
+                return await self._write_event_in(
+                    conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                )
+
+        return await self._retrying_conflicts(attempt)
+
+    async def _retrying_conflicts(self, attempt: Callable[[], Awaitable[EventWrite]]) -> EventWrite:
+        """Run one write transaction. A deadlock or serialisation failure is nobody's fault: the
+        whole transaction (nothing of it committed) is tried again at once, a few times, before it
+        counts as a failure."""
+        for tries in range(1, CONFLICT_RETRIES + 2):
             try:
-                async with self._transaction() as conn:
-                    lock = dedup is not None and bool(memories)
-                    if lock and self._schema.dialect == "postgresql":
-                        # one round trip for both: this runs once per event
-                        claimed = await self._claim_and_lock(conn, event_id, memories, actor=actor)
-                        lock = False
-                    else:
-                        claimed = (
-                            await conn.execute(
-                                self._insert(pe)
-                                .values(
-                                    event_id=event_id,
-                                    processed_at=self._now(),
-                                    memory_count=len(memories),
-                                    actor=actor,
-                                )
-                                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
-                                .returning(pe.c.event_id)
-                            )
-                        ).first() is not None
-                    if not claimed:
-                        return EventWrite(duplicate=True)
-                    rows = list(memories)
-                    stored_key: set[int] = set()  # rows whose key is already stored (no insert try)
-                    if dedup is not None and rows:
-                        if lock:
-                            await self._lock_owners(conn, rows)
-                        near = await self._neighbours_in(conn, rows, embeddings, neighbours)
-                        for i, found in enumerate(near):
-                            verdict = dedup(rows[i], found)
-                            if verdict.duplicate_of is not None:
-                                results[i] = UpsertResult(
-                                    memory_id=verdict.duplicate_of, action="unchanged", near_duplicate=True
-                                )
-                                continue
-                            if verdict.key is not None and verdict.key != rows[i].key:
-                                rows[i] = dataclasses.replace(rows[i], key=verdict.key)
-                            if any(
-                                n.memory.key == rows[i].key and n.memory.team_id == rows[i].team_id
-                                for n in found
-                            ):
-                                stored_key.add(i)
-                    pending = [i for i in order if i not in results]
-                    fresh = [i for i in pending if i not in stored_key]
-                    inserted = await self._insert_new(
-                        conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
-                    )
-                    for i, done in zip(fresh, inserted, strict=True):
-                        if done is not None:
-                            results[i] = done
-                    # keys that exist: locked in one go, then update, revision or unchanged each,
-                    # their audit rows written together at the end
-                    taken = [i for i in pending if i not in results]
-                    audits: AuditRows = []
-                    for i, locked in zip(
-                        taken, await self._locked_by_keys(conn, [rows[i] for i in taken]), strict=True
-                    ):
-                        if locked is None:
-                            # the stored row was erased since we saw it: the whole write is retried
-                            raise StoreConflict(f"memory {rows[i].key!r} was deleted concurrently")
-                        results[i] = await self._apply_upsert(
-                            conn,
-                            rows[i],
-                            embeddings[i],
-                            *locked,
-                            actor=actor,
-                            event_id=event_id,
-                            audits=audits,
-                        )
-                    await self._flush_audits(conn, audits)
+                return await attempt()
             except StoreConflict:
-                if attempt > CONFLICT_RETRIES:
+                if tries > CONFLICT_RETRIES:
                     raise
                 self.conflict_retries += 1
-                continue
-            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
-    async def _claim_and_lock(
-        self, conn: AsyncConnection, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
-    ) -> bool:
-        """Postgres: insert the processed-event row unless it exists and take the owners' advisory
-        locks (`_lock_owners`), in one statement; True when this transaction claimed the event."""
-        claim = cached_text(
-            f"WITH claim AS (INSERT INTO {self._schema.processed_events.name} "
-            "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
-            "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
-            "SELECT (SELECT count(*) FROM claim) AS claimed, "
-            "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-            "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
+    async def _write_event_in(
+        self,
+        conn: AsyncConnection,
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule | None,
+        neighbours: int,
+    ) -> EventWrite:
+        """`write_event`'s transaction, one statement at a time."""
+        pe = self._schema.processed_events
+        lock = dedup is not None and bool(memories)
+        if lock and self._schema.dialect == "postgresql":
+            # one round trip for both: this runs once per event
+            sql, params = claim_statement(pe.name, event_id, memories, actor=actor)
+            claimed = bool((await conn.execute(cached_text(sql), params)).one().claimed)
+            lock = False
+        else:
+            claim = (
+                self._insert(pe)
+                .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
+                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
+                .returning(pe.c.event_id)
+            )
+            claimed = (await conn.execute(claim)).first() is not None
+        if not claimed:
+            return EventWrite(duplicate=True)
+        rows = list(memories)
+        results: dict[int, UpsertResult] = {}
+        stored_key: set[int] = set()
+        if dedup is not None and rows:
+            if lock:
+                await self._lock_owners(conn, rows)
+            near = await self._neighbours_in(conn, rows, embeddings, neighbours)
+            results, stored_key = apply_dedup(rows, near, dedup)
+        pending = [i for i in write_order(memories) if i not in results]
+        fresh = [i for i in pending if i not in stored_key]
+        inserted = await self._insert_new(
+            conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
         )
-        params = {
-            "event_id": event_id,
-            "count": len(memories),
-            "actor": actor,
-            "names": sorted({owner_lock_key(m) for m in memories}),
-        }
-        row = (await conn.execute(claim, params)).one()
-        return bool(row.claimed)
+        for i, done in zip(fresh, inserted, strict=True):
+            if done is not None:
+                results[i] = done
+        taken = [i for i in pending if i not in results]
+        await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
+        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+
+    async def _upsert_taken(
+        self,
+        conn: AsyncConnection,
+        rows: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        taken: Sequence[int],
+        results: dict[int, UpsertResult],
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+    ) -> None:
+        """Rows (by index) whose key is stored: locked in one go, then update, revision or
+        unchanged each, their audit rows written together at the end; outcomes into `results`."""
+        if not taken:
+            return
+        audits: AuditRows = []
+        for i, locked in zip(taken, await self._locked_by_keys(conn, [rows[i] for i in taken]), strict=True):
+            if locked is None:
+                # the stored row was erased since we saw it: the whole write is retried
+                raise StoreConflict(f"memory {rows[i].key!r} was deleted concurrently")
+            results[i] = await self._apply_upsert(
+                conn, rows[i], embeddings[i], *locked, actor=actor, event_id=event_id, audits=audits
+            )
+        await self._flush_audits(conn, audits)
 
     async def is_processed(self, event_id: uuid.UUID) -> bool:
         """Whether `write_event` already committed this event."""
