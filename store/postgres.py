@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from psycopg.rows import dict_row
 from sqlalchemy import event, func
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from store.base import psycopg_sql
 from store.core import CoreStore
 from store.cues import TimeWindow
 from store.errors import translating_errors
@@ -40,6 +42,7 @@ from store.migrate import (
     head_revision,
 )
 from store.policy import storable_confidence
+from store.postgres_writes import PipelinedEventWrites
 from store.recall import (
     DEFAULT_WEIGHTS,
     RETRIEVERS,
@@ -249,7 +252,7 @@ def postgres_connect_args(
     return args
 
 
-class PostgresMemoryStore(CoreStore):
+class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
     """MemoryStore + HistoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
 
     def __init__(
@@ -422,14 +425,17 @@ class PostgresMemoryStore(CoreStore):
         Recall is the hot path: this skips SQLAlchemy's statement and row processing (about a
         millisecond per call) and the BEGIN/COMMIT round trips; psycopg prepares the few
         statement shapes server-side after their fifth use."""
-        async with translating_errors(), self._read_engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            if driver is None:
-                raise RuntimeError("the pooled connection has no psycopg driver connection")
-            async with driver.cursor() as cursor:
-                await cursor.execute(sql, params)
-                rows: builtins.list[tuple[Any, ...]] = await cursor.fetchall()
+        async with self._driver() as (_, driver), driver.cursor() as cursor:
+            await cursor.execute(sql, params)
+            rows: builtins.list[tuple[Any, ...]] = await cursor.fetchall()
         return rows
+
+    async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
+        """`StoreBase._read_rows` on the psycopg driver, as `_fetch`."""
+        async with self._driver() as (_, driver), driver.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(psycopg_sql(sql), params)
+            rows = await cursor.fetchall()
+        return list(rows)
 
     async def recall(
         self,

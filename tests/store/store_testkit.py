@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import sqlalchemy
 
 from store.postgres import PostgresMemoryStore
@@ -94,8 +95,23 @@ def mem(
 
 @contextmanager
 def recorded_statements(store: PostgresMemoryStore | SqliteMemoryStore) -> Iterator[list[str]]:
-    """The SQL text of every statement the store sends inside the block."""
+    """The SQL text of every statement the store sends inside the block. On Postgres they are
+    taken where psycopg sends them, so the statements the store sends past SQLAlchemy (pipelined
+    writes, recall) count too."""
     statements: list[str] = []
+    if isinstance(store, PostgresMemoryStore):
+        real = psycopg.AsyncCursor.execute
+
+        async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            statements.append(query if isinstance(query, str) else str(query))
+            return await real(cursor, query, params, **kwargs)
+
+        psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+        try:
+            yield statements
+        finally:
+            psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
+        return
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)

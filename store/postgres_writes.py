@@ -1,0 +1,170 @@
+"""Postgres: the worker's one write per event (`write_event` with near-duplicate dedup), pipelined.
+
+The statements and decisions are those of `store.writes` (the same claim, near-duplicate read,
+insert and upserts), sent on the pooled connection's psycopg driver in pipeline mode, inside an
+explicit BEGIN ... COMMIT on an autocommit connection:
+
+1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read:
+   one round trip. The server still runs them in order, each with its own snapshot, so the read
+   sees every write committed by the lock's previous holder.
+2. When no new memory's key is stored: a savepoint, the new rows with their audit rows, and COMMIT:
+   one round trip. A key stored behind the read's back (an archived row, or a writer that does not
+   take the owner lock) fails that insert; the savepoint is rolled back and step 3 runs instead.
+3. Otherwise the general path of `store.writes`, statement by statement on the same connection and
+   transaction (new rows, then the stored keys locked, updated or proposed), then COMMIT.
+
+A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
+processing: each round trip costs the worker more CPU and event-loop waiting than the work it
+carries (bench/README.md, "Pipeline throughput").
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from psycopg import AsyncConnection as DriverConnection
+from psycopg.errors import UniqueViolation
+from psycopg.rows import dict_row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from store.base import psycopg_sql
+from store.errors import translating_errors
+from store.neighbours import owner_key
+from store.policy import validate_new_memory
+from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
+from store.writes import MemoryWrites, apply_dedup, claim_statement, write_order
+
+
+class PipelinedEventWrites(MemoryWrites):
+    """`write_event` with dedup through psycopg's pipeline mode (see the module docstring)."""
+
+    # the store's engine in autocommit: a read runs without BEGIN/ROLLBACK; a write sends its own
+    _read_engine: AsyncEngine
+
+    @asynccontextmanager
+    async def _driver(self) -> AsyncIterator[tuple[AsyncConnection, DriverConnection[Any]]]:
+        """A pooled connection in autocommit and its psycopg driver connection; database errors
+        leave as the store's own (`store.errors`)."""
+        async with translating_errors(), self._read_engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            if driver is None:
+                raise RuntimeError("the pooled connection has no psycopg driver connection")
+            yield conn, driver
+
+    async def write_event(
+        self,
+        *,
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        actor: str = "worker",
+        dedup: DedupRule | None = None,
+        neighbours: int = 8,
+    ) -> EventWrite:
+        """`MemoryWrites.write_event`, pipelined when it dedups (the worker's write)."""
+        if dedup is None or not memories:
+            return await super().write_event(
+                event_id=event_id, memories=memories, actor=actor, dedup=dedup, neighbours=neighbours
+            )
+        for memory in memories:
+            validate_new_memory(memory)
+        embeddings = await self._embeddings_for(memories)
+
+        async def attempt() -> EventWrite:
+            # a failed or cancelled write is rolled back (or its connection discarded) by the
+            # pool's reset on return, as for any other transaction
+            async with self._driver() as (conn, driver):
+                return await self._write_event_pipelined(
+                    conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours
+                )
+
+        return await self._retrying_conflicts(attempt)
+
+    async def _write_event_pipelined(
+        self,
+        conn: AsyncConnection,
+        driver: DriverConnection[Any],
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule,
+        k: int,
+    ) -> EventWrite:
+        # the owners' sizes choose the read's shape: cached, so usually no round trip
+        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
+        near_sql, near_params = self._neighbours_statement(memories, embeddings, k, sizes)
+        claim_sql, claim_params = claim_statement(
+            self._schema.processed_events.name, event_id, memories, actor=actor
+        )
+        async with driver.pipeline():
+            await driver.execute("BEGIN")
+            claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
+            near = driver.cursor(row_factory=dict_row)
+            await near.execute(psycopg_sql(near_sql), near_params)
+            claimed_row = await claim.fetchone()
+            near_rows: Sequence[Mapping[str, Any]] = await near.fetchall()
+        if claimed_row is None or not claimed_row[0]:
+            await driver.execute("ROLLBACK")
+            return EventWrite(duplicate=True)
+
+        rows = list(memories)
+        results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
+        pending = [i for i in write_order(memories) if i not in results]
+        fresh = [i for i in pending if i not in stored_key]
+        if (
+            fresh
+            and len(fresh) == len(pending)
+            and await self._insert_and_commit(
+                driver,
+                [(rows[i], embeddings[i]) for i in fresh],
+                fresh,
+                results,
+                actor=actor,
+                event_id=event_id,
+            )
+        ):
+            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
+
+        inserted = await self._insert_new(
+            conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
+        )
+        for i, done in zip(fresh, inserted, strict=True):
+            if done is not None:
+                results[i] = done
+        taken = [i for i in pending if i not in results]
+        await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
+        await driver.execute("COMMIT")
+        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
+
+    async def _insert_and_commit(
+        self,
+        driver: DriverConnection[Any],
+        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        indexes: Sequence[int],
+        results: dict[int, UpsertResult],
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+    ) -> bool:
+        """Insert `rows` (none of whose keys the near-duplicate read saw stored) and commit, in one
+        round trip; False, with the transaction as it was before, when one of the keys is stored."""
+        ids = [uuid.uuid4() for _ in rows]
+        sql, params = self._insert_new_statement(
+            ids, rows, actor=actor, event_id=event_id, skip_stored_keys=False
+        )
+        try:
+            async with driver.pipeline():
+                await driver.execute("SAVEPOINT fresh_rows")
+                await driver.execute(psycopg_sql(sql), params)
+                await driver.execute("COMMIT")
+        except UniqueViolation:
+            await driver.execute("ROLLBACK TO SAVEPOINT fresh_rows")
+            return False
+        for i, new_id in zip(indexes, ids, strict=True):
+            results[i] = UpsertResult(memory_id=new_id, action="created")
+        return True

@@ -1,0 +1,189 @@
+"""Postgres's pipelined event write (`store.postgres_writes`): the common event's statements go past
+SQLAlchemy in pipeline mode; a key the near-duplicate read did not see falls back to the general
+path inside the same transaction; a failed or cancelled write leaves nothing behind and hands its
+connection back to the pool outside any transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy
+from psycopg import pq
+
+from extraction.dedup import decide_against_neighbours
+from extraction.embeddings import HashingEmbedder, hashing_vector
+from store import postgres_writes
+from store.postgres import PostgresMemoryStore
+from store.types import EventWrite, MemoryFilter, NewMemory
+from store.writes import MemoryWrites
+from tests.store.conftest import truncate
+
+DIM = 384
+
+
+def fact(owner: uuid.UUID, key: str, value: str) -> NewMemory:
+    return NewMemory(
+        scope="user",
+        owner_id=owner,
+        user_id=None,
+        key=key,
+        value=value,
+        confidence=0.9,
+        status="pending_review",
+        embedding=hashing_vector(f"{key}: {value}", DIM),
+    )
+
+
+@pytest.fixture
+async def store(pg_url: str) -> Any:
+    truncate(pg_url)
+    opened = PostgresMemoryStore(pg_url, HashingEmbedder(dim=DIM), pool_size=2, max_overflow=0)
+    yield opened
+    await opened.close()
+
+
+async def write(store: PostgresMemoryStore, event: uuid.UUID, *memories: NewMemory) -> EventWrite:
+    return await store.write_event(event_id=event, memories=memories, dedup=decide_against_neighbours)
+
+
+async def in_transaction(url: str) -> int:
+    """How many sessions of this database are inside a transaction (other than this one)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (
+            await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
+            )
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
+    store: PostgresMemoryStore,
+) -> None:
+    sent: list[tuple[str, bool]] = []
+    through_sqlalchemy: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
+        if str(query).strip() != ";":  # the pool's pre-ping on checkout (off in the worker)
+            sent.append((str(query).split()[0].upper(), pipelined))
+        return await real(cursor, query, params, **kwargs)
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through_sqlalchemy.append(statement)
+
+    owner = uuid.uuid4()
+    await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # the owner's size is cached
+    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    try:
+        written = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))
+    finally:
+        psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
+        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+    assert [r.action for r in written.results] == ["created"]
+    # BEGIN, claim + locks, near-duplicate read | SAVEPOINT, insert + audit, COMMIT
+    assert sent == [
+        ("BEGIN", True),
+        ("WITH", True),
+        ("(SELECT", True),
+        ("SAVEPOINT", True),
+        ("WITH", True),
+        ("COMMIT", True),
+    ]
+    assert through_sqlalchemy == []
+    stored = await store.get_by_id(written.results[0].memory_id)
+    assert stored is not None and (stored.key, stored.value) == ("city", "Lives in Lyon")
+    assert [a.action for a in await store.audit_log(stored.id)] == ["add"]
+
+
+async def test_a_stored_key_the_read_missed_takes_the_general_path_with_the_same_result(
+    store: PostgresMemoryStore, pg_url: str
+) -> None:
+    # an archived memory is not among the near-duplicate read's rows, but its key is taken: the
+    # single-round-trip insert fails, its savepoint is rolled back, the general path upserts it
+    results: dict[str, EventWrite] = {}
+    for path in ("pipelined", "general"):
+        owner = uuid.uuid4()
+        (old,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
+        assert await store.reject(old.memory_id, actor="admin") is not None  # archived
+        event = uuid.uuid4()
+        new = [fact(owner, "city", "Lives in Porto"), fact(owner, "pet", "Has a dog")]
+        if path == "pipelined":
+            results[path] = await write(store, event, *new)
+        else:
+            results[path] = await MemoryWrites.write_event(
+                store, event_id=event, memories=new, dedup=decide_against_neighbours
+            )
+        assert await store.is_processed(event)
+        assert results[path].results[0].memory_id == old.memory_id
+        rows = await store.list(MemoryFilter(owner_id=owner, status=None))
+        assert sorted((m.key, m.value) for m in rows) == [("city", "Lives in Porto"), ("pet", "Has a dog")]
+    assert [(r.action, r.near_duplicate) for r in results["pipelined"].results] == [
+        (r.action, r.near_duplicate) for r in results["general"].results
+    ]
+    assert await in_transaction(pg_url) == 0
+
+
+async def test_a_processed_event_is_refused_without_writing(store: PostgresMemoryStore, pg_url: str) -> None:
+    owner, event = uuid.uuid4(), uuid.uuid4()
+    await write(store, event, fact(owner, "city", "Lives in Lyon"))
+    again = await write(store, event, fact(owner, "pet", "Has a cat"))
+    assert again.duplicate and again.results == ()
+    assert [m.key for m in await store.list(MemoryFilter(owner_id=owner))] == ["city"]
+    assert await in_transaction(pg_url) == 0
+
+
+async def test_a_failed_write_rolls_back_claim_and_locks(
+    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, event = uuid.uuid4(), uuid.uuid4()
+
+    def boom(*args: Any) -> Any:
+        raise RuntimeError("the dedup rule failed")
+
+    monkeypatch.setattr(postgres_writes, "apply_dedup", boom)
+    with pytest.raises(RuntimeError, match="dedup rule failed"):
+        await write(store, event, fact(owner, "city", "Lives in Lyon"))
+    monkeypatch.undo()
+
+    assert await in_transaction(pg_url) == 0
+    assert not await store.is_processed(event)
+    # the same event, and the same owner's lock, are free: the retry writes it
+    written = await asyncio.wait_for(write(store, event, fact(owner, "city", "Lives in Lyon")), 10)
+    assert [r.action for r in written.results] == ["created"]
+
+
+async def test_a_write_cancelled_while_waiting_for_the_owner_lock_leaves_nothing(
+    store: PostgresMemoryStore, pg_url: str
+) -> None:
+    owner, event = uuid.uuid4(), uuid.uuid4()
+    memory = fact(owner, "city", "Lives in Lyon")
+    async with await psycopg.AsyncConnection.connect(pg_url) as holder:
+        lock = postgres_writes.claim_statement("processed_events", uuid.uuid4(), [memory], actor="t")[1]
+        await holder.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock["names"][0]]
+        )  # another event of this owner is being written
+        task = asyncio.create_task(write(store, event, memory))
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        await holder.rollback()
+
+    assert not await store.is_processed(event)
+    for _ in range(2):  # both pooled connections are usable
+        written = await asyncio.wait_for(write(store, uuid.uuid4(), fact(uuid.uuid4(), "pet", "A dog")), 10)
+        assert [r.action for r in written.results] == ["created"]
+    written = await asyncio.wait_for(write(store, event, memory), 10)
+    assert [r.action for r in written.results] == ["created"]
+    assert await in_transaction(pg_url) == 0
