@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 from collections.abc import Callable
 
@@ -38,7 +39,23 @@ async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
     with signals_set(stop):
         worker = await start_bounded(settings, stop, migrate_first=migrate_first)
         if worker is not None:
+            tune_gc()
             await worker.run_until(stop)
+
+
+# Python's default (700) runs a young-generation collection every few events; each one also walks
+# everything the worker keeps. Objects of an event die by reference counting, so fewer, larger
+# collections cost little memory and about 2 ms of CPU less per event (bench/README.md).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Once started: move what start-up created (modules, schema, clients) out of the cyclic
+    collector's sight for good, and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
