@@ -158,25 +158,27 @@ class NearDuplicates(StoreBase):
         if self._schema.dialect != "postgresql":
             return await self._neighbours_sqlite(conn, memories, embeddings, k)
         sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
-        sql, params = self._neighbours_statement(memories, embeddings, k, sizes)
+        texts = [vector_literal(vector) for vector in embeddings]
+        sql, params = self._neighbours_statement(memories, texts, k, sizes)
         rows = (await conn.execute(cached_text(sql), params)).all()
         return self._neighbours_from_rows([row._mapping for row in rows], len(memories))
 
     def _neighbours_statement(
         self,
         memories: Sequence[NewMemory],
-        embeddings: Sequence[Sequence[float]],
+        vector_texts: Sequence[str],
         k: int,
         sizes: dict[OwnerKey, int],
     ) -> tuple[str, dict[str, Any]]:
         """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
-        owners' capped sizes (`_owner_row_counts`)."""
+        memories' embeddings as `vector_literal`s and the owners' capped sizes
+        (`_owner_row_counts`)."""
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
         parts: list[str] = []
         params: dict[str, Any] = {"k": k}
-        for i, (memory, vector) in enumerate(zip(memories, embeddings, strict=True)):
+        for i, (memory, vector) in enumerate(zip(memories, vector_texts, strict=True)):
             query_vector = f"CAST(:v{i} AS vector({dim}))"
             distance = (
                 f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
@@ -229,7 +231,7 @@ class NearDuplicates(StoreBase):
             )
             params.update(
                 {
-                    f"v{i}": vector_literal(vector),
+                    f"v{i}": vector,
                     f"s{i}": memory.scope,
                     f"o{i}": memory.owner_id,
                     f"u{i}": memory.user_id,

@@ -61,7 +61,7 @@ from store.recall import (
     term_stats,
     websearch_or_query,
 )
-from store.schema import TEXT_SEARCH_CONFIG, build_schema, hnsw_expression
+from store.schema import TEXT_SEARCH_CONFIG, build_schema, hnsw_expression, vector_literal
 from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
@@ -225,11 +225,6 @@ def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
         "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
         "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
     )
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def postgres_connect_args(

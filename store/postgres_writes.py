@@ -35,6 +35,7 @@ from store.base import psycopg_sql
 from store.errors import translating_errors
 from store.neighbours import owner_key
 from store.policy import validate_new_memory
+from store.schema import vector_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, claim_statement, write_order
 
@@ -97,7 +98,8 @@ class PipelinedEventWrites(MemoryWrites):
     ) -> EventWrite:
         # the owners' sizes choose the read's shape: cached, so usually no round trip
         sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
-        near_sql, near_params = self._neighbours_statement(memories, embeddings, k, sizes)
+        texts = [vector_literal(vector) for vector in embeddings]  # once for both statements
+        near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes)
         claim_sql, claim_params = claim_statement(
             self._schema.processed_events.name, event_id, memories, actor=actor
         )
@@ -121,7 +123,8 @@ class PipelinedEventWrites(MemoryWrites):
             and len(fresh) == len(pending)
             and await self._insert_and_commit(
                 driver,
-                [(rows[i], embeddings[i]) for i in fresh],
+                [rows[i] for i in fresh],
+                [texts[i] for i in fresh],
                 fresh,
                 results,
                 actor=actor,
@@ -144,7 +147,8 @@ class PipelinedEventWrites(MemoryWrites):
     async def _insert_and_commit(
         self,
         driver: DriverConnection[Any],
-        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        rows: Sequence[NewMemory],
+        vector_texts: Sequence[str],
         indexes: Sequence[int],
         results: dict[int, UpsertResult],
         *,
@@ -155,7 +159,7 @@ class PipelinedEventWrites(MemoryWrites):
         round trip; False, with the transaction as it was before, when one of the keys is stored."""
         ids = [uuid.uuid4() for _ in rows]
         sql, params = self._insert_new_statement(
-            ids, rows, actor=actor, event_id=event_id, skip_stored_keys=False
+            ids, rows, vector_texts, actor=actor, event_id=event_id, skip_stored_keys=False
         )
         try:
             async with driver.pipeline():

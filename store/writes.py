@@ -323,21 +323,29 @@ class MemoryWrites(NearDuplicates):
         """Postgres: the rows, and the `add` audit rows of those inserted, in ONE statement of fixed
         text (columns as arrays): compiled once, whatever the number of rows. Returns the ids
         inserted."""
-        sql, params = self._insert_new_statement(ids, rows, actor=actor, event_id=event_id)
+        sql, params = self._insert_new_statement(
+            ids,
+            [new for new, _ in rows],
+            [vector_literal(e) if e is not None else None for _, e in rows],
+            actor=actor,
+            event_id=event_id,
+        )
         result = await conn.execute(cached_text(sql), params)
         return {row.id for row in result.all()}
 
     def _insert_new_statement(
         self,
         ids: Sequence[uuid.UUID],
-        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        rows: Sequence[NewMemory],
+        vector_texts: Sequence[str | None],
         *,
         actor: str,
         event_id: uuid.UUID | None,
         skip_stored_keys: bool = True,
     ) -> tuple[str, dict[str, Any]]:
-        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters). Without
-        `skip_stored_keys` a stored key fails the statement (unique violation) instead."""
+        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters), with the rows'
+        embeddings as `vector_literal`s. Without `skip_stored_keys` a stored key fails the
+        statement (unique violation) instead."""
         nil = NIL_UUID_SQL
         sql = _INSERT_NEW_SQL.format(
             memories=self._schema.memories.name,
@@ -347,17 +355,17 @@ class MemoryWrites(NearDuplicates):
         )
         params = {
             "ids": list(ids),
-            "scopes": [new.scope for new, _ in rows],
-            "owners": [new.owner_id for new, _ in rows],
-            "users": [new.user_id for new, _ in rows],
-            "keys": [new.key for new, _ in rows],
-            "values": [new.value for new, _ in rows],
-            "channels": [new.source_channel_id for new, _ in rows],
-            "confidences": [storable_confidence(new.confidence) for new, _ in rows],
-            "statuses": [new.status for new, _ in rows],
-            "embeddings": [vector_literal(e) if e is not None else None for _, e in rows],
-            "observed": [new.observed_at for new, _ in rows],
-            "teams": [new.team_id for new, _ in rows],
+            "scopes": [new.scope for new in rows],
+            "owners": [new.owner_id for new in rows],
+            "users": [new.user_id for new in rows],
+            "keys": [new.key for new in rows],
+            "values": [new.value for new in rows],
+            "channels": [new.source_channel_id for new in rows],
+            "confidences": [storable_confidence(new.confidence) for new in rows],
+            "statuses": [new.status for new in rows],
+            "embeddings": list(vector_texts),
+            "observed": [new.observed_at for new in rows],
+            "teams": [new.team_id for new in rows],
             "actor": actor,
             "event_id": event_id,
         }

@@ -389,3 +389,25 @@ def test_window_trims_what_it_is_built_with_and_refuses_a_zero_size() -> None:
     ]
     with pytest.raises(ValueError, match="at least 1"):
         Window(room_id="r", max_size=0)
+
+
+def test_a_vector_literal_holds_exactly_the_float32_values_pgvector_stores() -> None:
+    import numpy as np
+
+    from store.schema import vector_literal
+
+    rng = np.random.default_rng(7)
+    vector = [*rng.normal(size=384).tolist(), 0.0, -1.0, 1e-30, 3.4e38]
+    text = vector_literal(vector)
+    assert text.startswith("[") and text.endswith("]") and " " not in text
+    parsed = np.array([float(x) for x in text[1:-1].split(",")], dtype=np.float32)
+    assert np.array_equal(parsed, np.asarray(vector, dtype=np.float32))
+
+
+def test_statements_written_with_bind_names_get_psycopg_placeholders() -> None:
+    from store.base import psycopg_sql
+
+    sql = "SELECT :a, '0'::uuid, x % 2 FROM t WHERE CAST(:b_1 AS text[]) @> y AND z = :a"
+    assert psycopg_sql(sql) == (
+        "SELECT %(a)s, '0'::uuid, x %% 2 FROM t WHERE CAST(%(b_1)s AS text[]) @> y AND z = %(a)s"
+    )
