@@ -4,8 +4,9 @@
   owner (active or pending, visible in its team context) plus any stored row under the same key,
   in ONE statement (Postgres: per memory, an exact ranking of a small owner's rows, or for a large
   owner an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones;
-  UNION ALL). SQLite has no vector index: it reads the owner's embeddings and ranks them with
-  numpy in a worker thread.
+  UNION ALL; the owner's size, which picks the shape, comes from a cache or, for an owner it does
+  not know, is counted by the statement itself). SQLite has no vector index: it reads the owner's
+  embeddings and ranks them with numpy in a worker thread.
 - `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
   of one owner check and write one after the other (SQLite serialises writers already).
 - `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
@@ -96,41 +97,64 @@ class OwnerSizes:
         self._sizes[key] = (self.clock() + self.ttl_s, min(size, self.cap))
 
 
+def _owner_size_sql(scope: str, owner: str, user: str) -> str:
+    """An owner's row count up to `:cap` (a bounded index scan, whatever its size)."""
+    return (
+        f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
+        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT :cap) x)"
+    )
+
+
+def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, Any]]:
+    """Postgres: one statement of `(idx, size)` rows, each owner's size capped at
+    EXACT_OWNER_ROWS + 1."""
+    parts = []
+    params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
+    for i, (scope, owner, user) in enumerate(missing):
+        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':u{i}')} AS n")
+        params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
+    return " UNION ALL ".join(parts), params
+
+
 class NearDuplicates(StoreBase):
     """Near-duplicate lookups and per-owner write serialisation (see the module docstring)."""
 
     _owner_sizes: OwnerSizes | None = None
+
+    def _cached_sizes(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
+        """The owners' remembered sizes, and the owners the cache does not know (in order)."""
+        if self._owner_sizes is None:
+            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
+        known: dict[OwnerKey, int] = {}
+        missing: list[OwnerKey] = []
+        for key in dict.fromkeys(owners):
+            size = self._owner_sizes.get(key)
+            if size is None:
+                missing.append(key)
+            else:
+                known[key] = size
+        return known, missing
+
+    def _remember_sizes(self, counted: Mapping[OwnerKey, int]) -> None:
+        """Cache owners' sizes (capped at EXACT_OWNER_ROWS + 1)."""
+        if self._owner_sizes is None:
+            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
+        for key, size in counted.items():
+            self._owner_sizes.put(key, size)
 
     async def _owner_row_counts(
         self, conn: AsyncConnection, owners: Sequence[OwnerKey]
     ) -> dict[OwnerKey, int]:
         """Each owner's row count, capped at EXACT_OWNER_ROWS + 1, from the cache or, for those
         it lacks, one statement for all of them."""
-        if self._owner_sizes is None:
-            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
-        sizes = self._owner_sizes
-        known: dict[OwnerKey, int] = {}
-        missing: list[OwnerKey] = []
-        for key in dict.fromkeys(owners):
-            size = sizes.get(key)
-            if size is None:
-                missing.append(key)
-            else:
-                known[key] = size
+        known, missing = self._cached_sizes(owners)
         if missing:
-            parts = []
-            params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
-            for i, (scope, owner, user) in enumerate(missing):
-                parts.append(
-                    f"SELECT {i} AS idx, (SELECT count(*) FROM (SELECT 1 FROM memories c "
-                    f"WHERE c.scope = :s{i} AND c.owner_id = :o{i} "
-                    f"AND coalesce(c.user_id, {NIL_UUID_SQL}) = :u{i} LIMIT :cap) x) AS n"
-                )
-                params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
-            for row in (await conn.execute(cached_text(" UNION ALL ".join(parts)), params)).all():
-                key = missing[row.idx]
-                sizes.put(key, int(row.n))
-                known[key] = int(row.n)
+            sql, params = owner_count_statement(missing)
+            counted = {
+                missing[row.idx]: int(row.n) for row in (await conn.execute(cached_text(sql), params)).all()
+            }
+            self._remember_sizes(counted)
+            known.update(counted)
         return known
 
     async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
@@ -168,16 +192,18 @@ class NearDuplicates(StoreBase):
         memories: Sequence[NewMemory],
         vector_texts: Sequence[str],
         k: int,
-        sizes: dict[OwnerKey, int],
+        sizes: Mapping[OwnerKey, int],
     ) -> tuple[str, dict[str, Any]]:
         """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
-        memories' embeddings as `vector_literal`s and the owners' capped sizes
-        (`_owner_row_counts`)."""
+        memories' embeddings as `vector_literal`s and the owners' capped sizes where known
+        (`_cached_sizes`, `_owner_row_counts`)."""
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
         parts: list[str] = []
         params: dict[str, Any] = {"k": k}
+        # owners whose size the statement counts: their position in `owner_size`, and a memory of theirs
+        unknown: dict[OwnerKey, tuple[int, int]] = {}
         for i, (memory, vector) in enumerate(zip(memories, vector_texts, strict=True)):
             query_vector = f"CAST(:v{i} AS vector({dim}))"
             distance = (
@@ -197,33 +223,46 @@ class NearDuplicates(StoreBase):
             # the planner off it. A large owner's reviewed rows go through HNSW (iterative scan),
             # which holds active rows only; its pending rows are ranked exactly within its
             # PENDING_WINDOW most recent ones (ix_memories_owner_pending: bounded work).
-            if sizes[owner_key(memory)] <= EXACT_OWNER_ROWS:
+            # An owner the size cache does not know gets both shapes, each behind a one-time
+            # filter on its size (counted once in the statement, before any scan: only one shape
+            # runs) instead of a round trip to count it first; its rows carry that size back in
+            # `owner_rows` for the cache.
+            size = sizes.get(owner_key(memory))
+            small = large = ""
+            owner_rows = "CAST(NULL AS bigint)"
+            if size is None:
+                j = unknown.setdefault(owner_key(memory), (len(unknown), i))[0]
+                owner_rows = f"(SELECT n FROM owner_size WHERE idx = {j})"
+                small, large = f"AND {owner_rows} <= :exact_rows ", f"AND {owner_rows} > :exact_rows "
+            select = (
+                f"SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity, {owner_rows} AS owner_rows"
+            )
+            if size is None or size <= EXACT_OWNER_ROWS:
                 parts.append(
-                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                    f"({select} FROM memories m "
                     f"WHERE {owner} AND {team} AND m.status IN ('active', 'pending_review') "
-                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) + 0 LIMIT :k)"
+                    f"AND m.embedding IS NOT NULL {small}ORDER BY ({distance}) + 0 LIMIT :k)"
                 )
-            else:
+            if size is None or size > EXACT_OWNER_ROWS:
                 parts.append(
-                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                    f"({select} FROM memories m "
                     f"WHERE {owner} AND {team} AND m.status = 'active' "
-                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) LIMIT :k)"
+                    f"AND m.embedding IS NOT NULL {large}ORDER BY ({distance}) LIMIT :k)"
                 )
                 recent_pending = (
                     f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
                     f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {nil}) = :un{i} "
                     f"AND w.status = 'pending_review' AND {team.replace('m.', 'w.')} "
-                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
+                    f"{large}ORDER BY w.updated_at DESC LIMIT :pending_window"
                 )
                 parts.append(
-                    f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity "
-                    f"FROM ({recent_pending}) m WHERE m.embedding IS NOT NULL "
+                    f"({select} FROM ({recent_pending}) m WHERE m.embedding IS NOT NULL "
                     f"ORDER BY ({distance}) + 0 LIMIT :k)"
                 )
                 params["pending_window"] = PENDING_WINDOW
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
             parts.append(
-                f"(SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity FROM memories m "
+                f"({select} FROM memories m "
                 f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
                 f"AND coalesce(m.user_id, {nil}) = :un{i} "
                 f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
@@ -241,7 +280,15 @@ class NearDuplicates(StoreBase):
                     f"k{i}": memory.key,
                 }
             )
-        return " UNION ALL ".join(parts), params
+        sql = " UNION ALL ".join(parts)
+        if unknown:
+            counts = " UNION ALL ".join(
+                f"SELECT {j} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':un{i}')} AS n"
+                for j, i in unknown.values()
+            )
+            sql = f"WITH owner_size AS MATERIALIZED ({counts}) {sql}"
+            params.update(cap=EXACT_OWNER_ROWS + 1, exact_rows=EXACT_OWNER_ROWS)
+        return sql, params
 
     def _neighbours_from_rows(
         self, rows: Sequence[Mapping[Any, Any]], count: int

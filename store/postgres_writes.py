@@ -4,9 +4,10 @@ The statements and decisions are those of `store.writes` (the same claim, near-d
 insert and upserts), sent on the pooled connection's psycopg driver in pipeline mode, inside an
 explicit BEGIN ... COMMIT on an autocommit connection:
 
-1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read:
-   one round trip. The server still runs them in order, each with its own snapshot, so the read
-   sees every write committed by the lock's previous holder.
+1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read
+   (which counts an owner whose size the cache lacks itself): one round trip. The server still
+   runs them in order, each with its own snapshot, so the read sees every write committed by the
+   lock's previous holder.
 2. When no new memory's key is stored: a savepoint, the new rows with their audit rows, and COMMIT:
    one round trip. A key stored behind the read's back (an archived row, or a writer that does not
    take the owner lock) fails that insert; the savepoint is rolled back and step 3 runs instead.
@@ -96,8 +97,8 @@ class PipelinedEventWrites(MemoryWrites):
         dedup: DedupRule,
         k: int,
     ) -> EventWrite:
-        # the owners' sizes choose the read's shape: cached, so usually no round trip
-        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
+        # the owners' sizes choose the read's shape; one the cache lacks is counted by the read
+        sizes, _ = self._cached_sizes([owner_key(m) for m in memories])
         texts = [vector_literal(vector) for vector in embeddings]  # once for both statements
         near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes)
         claim_sql, claim_params = claim_statement(
@@ -110,6 +111,9 @@ class PipelinedEventWrites(MemoryWrites):
             await near.execute(psycopg_sql(near_sql), near_params)
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = await near.fetchall()
+        self._remember_sizes(
+            {owner_key(memories[r["idx"]]): r["owner_rows"] for r in near_rows if r["owner_rows"] is not None}
+        )
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)

@@ -16,7 +16,7 @@ from psycopg import pq
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder, hashing_vector
-from store import postgres_writes
+from store import neighbours, postgres_writes
 from store.postgres import PostgresMemoryStore
 from store.types import EventWrite, MemoryFilter, NewMemory
 from store.writes import MemoryWrites
@@ -80,7 +80,8 @@ async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
         through_sqlalchemy.append(statement)
 
     owner = uuid.uuid4()
-    await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # the owner's size is cached
+    await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))
+    await write(store, uuid.uuid4(), fact(owner, "job", "Works as a nurse"))  # its size is cached
     sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
     psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
     try:
@@ -187,3 +188,38 @@ async def test_a_write_cancelled_while_waiting_for_the_owner_lock_leaves_nothing
     written = await asyncio.wait_for(write(store, event, memory), 10)
     assert [r.action for r in written.results] == ["created"]
     assert await in_transaction(pg_url) == 0
+
+
+@pytest.mark.parametrize("facts_before", [3, 9])
+async def test_an_owner_of_unknown_size_is_counted_in_the_same_round_trip_and_read_in_its_shape(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch, facts_before: int
+) -> None:
+    # a large owner's pending rows are ranked within its PENDING_WINDOW most recent ones only: an
+    # older restated fact is found for a small owner (exact ranking) and not for a large one
+    monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    monkeypatch.setattr(neighbours, "PENDING_WINDOW", 3)
+    owner = uuid.uuid4()
+    await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
+    for i in range(facts_before - 1):
+        await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
+    monkeypatch.setattr(store, "_owner_sizes", None)  # a worker that has not seen this owner yet
+    sent: list[tuple[str, bool]] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if str(query).strip() != ";":
+            pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
+            sent.append((str(query).split()[0].upper(), pipelined))
+        return await real(cursor, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    again = await write(store, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+
+    large = facts_before > neighbours.EXACT_OWNER_ROWS
+    assert again.results[0].near_duplicate is not large
+    # BEGIN, claim and the read, which counted the owner itself, in one round trip
+    assert sent[:3] == [("BEGIN", True), ("WITH", True), ("WITH", True)]
+    assert not any(word == "SELECT" for word, _ in sent)  # no count of its own
+    remembered, missing = store._cached_sizes([("user", owner, neighbours.NIL_UUID)])
+    assert missing == [] and remembered[("user", owner, neighbours.NIL_UUID)] == min(facts_before, 6)
