@@ -4,9 +4,9 @@
   owner (active or pending, visible in its team context) plus any stored row under the same key,
   in ONE statement (Postgres: per memory, an exact ranking of a small owner's rows, or for a large
   owner an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones;
-  UNION ALL; the owner's size, which picks the shape, comes from a cache or, for an owner it does
-  not know, is counted by the statement itself). SQLite has no vector index: it reads the owner's
-  embeddings and ranks them with numpy in a worker thread.
+  UNION ALL; the owner's size, which picks the shape, comes from a cache or is counted). SQLite
+  has no vector index: it reads the owner's embeddings and ranks them with numpy in a worker
+  thread.
 - `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
   of one owner check and write one after the other (SQLite serialises writers already).
 - `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
@@ -202,7 +202,7 @@ class NearDuplicates(StoreBase):
         halfvec = hnsw is not None and hnsw[0] != "embedding"
         parts: list[str] = []
         params: dict[str, Any] = {"k": k}
-        # owners whose size the statement counts: their position in `owner_size`, and a memory of theirs
+        # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
         unknown: dict[OwnerKey, tuple[int, int]] = {}
         for i, (memory, vector) in enumerate(zip(memories, vector_texts, strict=True)):
             query_vector = f"CAST(:v{i} AS vector({dim}))"
@@ -223,37 +223,32 @@ class NearDuplicates(StoreBase):
             # the planner off it. A large owner's reviewed rows go through HNSW (iterative scan),
             # which holds active rows only; its pending rows are ranked exactly within its
             # PENDING_WINDOW most recent ones (ix_memories_owner_pending: bounded work).
-            # An owner the size cache does not know gets both shapes, each behind a one-time
-            # filter on its size (counted once in the statement, before any scan: only one shape
-            # runs) instead of a round trip to count it first; its rows carry that size back in
-            # `owner_rows` for the cache.
+            # An owner the size cache does not know is read in the small owners' shape behind a
+            # one-time filter on its size (counted once, before any scan): no rows when it is
+            # large, and the caller, which counted it beside this read, reads it again.
             size = sizes.get(owner_key(memory))
-            small = large = ""
-            owner_rows = "CAST(NULL AS bigint)"
+            small = ""
             if size is None:
                 j = unknown.setdefault(owner_key(memory), (len(unknown), i))[0]
-                owner_rows = f"(SELECT n FROM owner_size WHERE idx = {j})"
-                small, large = f"AND {owner_rows} <= :exact_rows ", f"AND {owner_rows} > :exact_rows "
-            select = (
-                f"SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity, {owner_rows} AS owner_rows"
-            )
+                small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= :exact_rows "
+            select = f"SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity"
             if size is None or size <= EXACT_OWNER_ROWS:
                 parts.append(
                     f"({select} FROM memories m "
                     f"WHERE {owner} AND {team} AND m.status IN ('active', 'pending_review') "
                     f"AND m.embedding IS NOT NULL {small}ORDER BY ({distance}) + 0 LIMIT :k)"
                 )
-            if size is None or size > EXACT_OWNER_ROWS:
+            if size is not None and size > EXACT_OWNER_ROWS:
                 parts.append(
                     f"({select} FROM memories m "
                     f"WHERE {owner} AND {team} AND m.status = 'active' "
-                    f"AND m.embedding IS NOT NULL {large}ORDER BY ({distance}) LIMIT :k)"
+                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) LIMIT :k)"
                 )
                 recent_pending = (
                     f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
                     f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {nil}) = :un{i} "
                     f"AND w.status = 'pending_review' AND {team.replace('m.', 'w.')} "
-                    f"{large}ORDER BY w.updated_at DESC LIMIT :pending_window"
+                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
                 )
                 parts.append(
                     f"({select} FROM ({recent_pending}) m WHERE m.embedding IS NOT NULL "

@@ -5,7 +5,7 @@ insert and upserts), sent on the pooled connection's psycopg driver in pipeline 
 explicit BEGIN ... COMMIT on an autocommit connection:
 
 1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read
-   (which counts an owner whose size the cache lacks itself): one round trip. The server still
+   (with the count of an owner whose size the cache lacks): one round trip. The server still
    runs them in order, each with its own snapshot, so the read sees every write committed by the
    lock's previous holder.
 2. When no new memory's key is stored: a savepoint, the new rows with their audit rows, and COMMIT:
@@ -32,9 +32,10 @@ from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from store import neighbours
 from store.base import psycopg_sql
 from store.errors import translating_errors
-from store.neighbours import owner_key
+from store.neighbours import owner_count_statement, owner_key
 from store.policy import validate_new_memory
 from store.schema import vector_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
@@ -97,8 +98,10 @@ class PipelinedEventWrites(MemoryWrites):
         dedup: DedupRule,
         k: int,
     ) -> EventWrite:
-        # the owners' sizes choose the read's shape; one the cache lacks is counted by the read
-        sizes, _ = self._cached_sizes([owner_key(m) for m in memories])
+        # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
+        # the read, which ranks it as a small one unless the count says otherwise: a large owner
+        # new to the cache (a persona, once a minute) is then read again in its own shape.
+        sizes, missing = self._cached_sizes([owner_key(m) for m in memories])
         texts = [vector_literal(vector) for vector in embeddings]  # once for both statements
         near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes)
         claim_sql, claim_params = claim_statement(
@@ -109,11 +112,17 @@ class PipelinedEventWrites(MemoryWrites):
             claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
             await near.execute(psycopg_sql(near_sql), near_params)
+            if missing:
+                count_sql, count_params = owner_count_statement(missing)
+                counts = await driver.execute(psycopg_sql(count_sql), count_params)
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = await near.fetchall()
-        self._remember_sizes(
-            {owner_key(memories[r["idx"]]): r["owner_rows"] for r in near_rows if r["owner_rows"] is not None}
-        )
+            counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
+        self._remember_sizes(counted)
+        if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
+            near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes | counted)
+            await near.execute(psycopg_sql(near_sql), near_params)
+            near_rows = await near.fetchall()
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)
