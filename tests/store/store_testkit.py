@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import sqlalchemy
 
+from extraction.embeddings import hashing_vector
 from store.postgres import PostgresMemoryStore
 from store.sqlite import SqliteMemoryStore
 from store.types import NewMemory, Scope, Status
@@ -121,3 +122,20 @@ def recorded_statements(store: PostgresMemoryStore | SqliteMemoryStore) -> Itera
         yield statements
     finally:
         sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+
+def fact(
+    owner: uuid.UUID, key: str, value: str, *, team: uuid.UUID | None = None, scope: str = "user"
+) -> NewMemory:
+    """A pending fact of a user-less owner, embedded by the 384-d hashing embedder."""
+    return NewMemory(
+        scope=scope,  # type: ignore[arg-type]
+        owner_id=owner,
+        user_id=None,
+        key=key,
+        value=value,
+        confidence=0.9,
+        status="pending_review",
+        embedding=hashing_vector(f"{key}: {value}", 384),
+        team_id=team,
+    )

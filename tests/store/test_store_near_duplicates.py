@@ -12,28 +12,9 @@ import uuid
 import pytest
 
 from extraction.dedup import decide_against_neighbours
-from extraction.embeddings import hashing_vector
 from store import neighbours
-from store.types import NewMemory, OwnerRef
-from tests.store.store_testkit import Store, recorded_statements
-
-DIM = 384
-
-
-def fact(
-    owner: uuid.UUID, key: str, value: str, *, team: uuid.UUID | None = None, scope: str = "user"
-) -> NewMemory:
-    return NewMemory(
-        scope=scope,  # type: ignore[arg-type]
-        owner_id=owner,
-        user_id=None,
-        key=key,
-        value=value,
-        confidence=0.9,
-        status="pending_review",
-        embedding=hashing_vector(f"{key}: {value}", DIM),
-        team_id=team,
-    )
+from store.types import OwnerRef
+from tests.store.store_testkit import Store, fact, recorded_statements
 
 
 async def keys(store: Store, owner: uuid.UUID) -> list[str]:

@@ -15,27 +15,15 @@ import sqlalchemy
 from psycopg import pq
 
 from extraction.dedup import decide_against_neighbours
-from extraction.embeddings import HashingEmbedder, hashing_vector
+from extraction.embeddings import HashingEmbedder
 from store import neighbours, postgres_writes
 from store.postgres import PostgresMemoryStore
 from store.types import EventWrite, MemoryFilter, NewMemory
 from store.writes import MemoryWrites
 from tests.store.conftest import truncate
+from tests.store.store_testkit import fact
 
 DIM = 384
-
-
-def fact(owner: uuid.UUID, key: str, value: str) -> NewMemory:
-    return NewMemory(
-        scope="user",
-        owner_id=owner,
-        user_id=None,
-        key=key,
-        value=value,
-        confidence=0.9,
-        status="pending_review",
-        embedding=hashing_vector(f"{key}: {value}", DIM),
-    )
 
 
 @pytest.fixture
