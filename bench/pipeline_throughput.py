@@ -113,6 +113,12 @@ class Result:
     # operation)
     stages: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
+    @property
+    def busy_handlers(self) -> float:
+        """Handlers busy on average (Little's law: throughput × mean event time), out of the
+        concurrency: below it, handlers waited for messages, not the other way round."""
+        return self.conv_per_s * self.mean_ms / 1000
+
 
 def make_events(
     n: int, seed: int, *, users_count: int | None = None, personas_count: int = 4
@@ -656,6 +662,7 @@ async def run_all(
             f"CPU/event: worker {result.worker_cpu_ms_per_event:.1f} ms, fake LLM "
             f"{result.fake_llm_cpu_ms_per_event:.1f} ms, Postgres {result.postgres_cpu_ms_per_event:.1f} ms, "
             f"latency p50/p99/mean {result.p50_ms:.0f}/{result.p99_ms:.0f}/{result.mean_ms:.0f} ms, "
+            f"handlers busy {result.busy_handlers:.1f} of {result.concurrency}, "
             f"prompt tokens/event {result.prompt_tokens_per_event:.0f}"
             + (" [populated]" if result.populated else ""),
             flush=True,
@@ -768,4 +775,6 @@ if __name__ == "__main__":
             f"{r.fake_llm_cpu_ms_per_event} / {r.postgres_cpu_ms_per_event} ms |"
         )
     if options.json:
-        options.json.write_text(json.dumps([asdict(r) for r in figures], indent=2) + "\n")
+        options.json.write_text(
+            json.dumps([asdict(r) | {"busy_handlers": r.busy_handlers} for r in figures], indent=2) + "\n"
+        )
