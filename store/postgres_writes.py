@@ -119,13 +119,13 @@ class PipelinedEventWrites(MemoryWrites):
             near_rows: Sequence[Mapping[str, Any]] = await near.fetchall()
             counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
         self._remember_sizes(counted)
+        if claimed_row is None or not claimed_row[0]:
+            await driver.execute("ROLLBACK")
+            return EventWrite(duplicate=True)
         if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
             near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes | counted)
             await near.execute(psycopg_sql(near_sql), near_params)
             near_rows = await near.fetchall()
-        if claimed_row is None or not claimed_row[0]:
-            await driver.execute("ROLLBACK")
-            return EventWrite(duplicate=True)
 
         rows = list(memories)
         results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
