@@ -35,11 +35,34 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store import neighbours
 from store.base import psycopg_sql
 from store.errors import translating_errors
-from store.neighbours import owner_count_statement, owner_key
+from store.neighbours import owner_count_statement, owner_key, owner_lock_key
 from store.policy import validate_new_memory
 from store.schema import vector_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
-from store.writes import MemoryWrites, apply_dedup, claim_statement, write_order
+from store.writes import MemoryWrites, apply_dedup, write_order
+
+
+def claim_statement(
+    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: insert the processed-event row unless it exists and take the owners' advisory
+    locks (see `store.neighbours`), in one statement whose `claimed` is 1 when this transaction
+    claimed the event."""
+    sql = (
+        f"WITH claim AS (INSERT INTO {table} "
+        "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
+        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
+        "SELECT (SELECT count(*) FROM claim) AS claimed, "
+        "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+        "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
+    )
+    params = {
+        "event_id": event_id,
+        "count": len(memories),
+        "actor": actor,
+        "names": sorted({owner_lock_key(m) for m in memories}),
+    }
+    return sql, params
 
 
 class PipelinedEventWrites(MemoryWrites):

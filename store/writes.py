@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import AuditRows, _nil, cached_text
 from store.errors import StoreConflict, StoreError
-from store.neighbours import NearDuplicates, owner_lock_key
+from store.neighbours import NearDuplicates
 from store.policy import (
     plan_upsert,
     same_value,
@@ -108,29 +108,6 @@ def apply_dedup(
         if any(n.memory.key == rows[i].key and n.memory.team_id == rows[i].team_id for n in found):
             stored_key.add(i)
     return results, stored_key
-
-
-def claim_statement(
-    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
-) -> tuple[str, dict[str, Any]]:
-    """Postgres: insert the processed-event row unless it exists and take the owners' advisory
-    locks (see `store.neighbours`), in one statement whose `claimed` is 1 when this transaction
-    claimed the event."""
-    sql = (
-        f"WITH claim AS (INSERT INTO {table} "
-        "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
-        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
-        "SELECT (SELECT count(*) FROM claim) AS claimed, "
-        "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-        "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
-    )
-    params = {
-        "event_id": event_id,
-        "count": len(memories),
-        "actor": actor,
-        "names": sorted({owner_lock_key(m) for m in memories}),
-    }
-    return sql, params
 
 
 class MemoryWrites(NearDuplicates):
@@ -483,28 +460,20 @@ class MemoryWrites(NearDuplicates):
     ) -> EventWrite:
         """`write_event`'s transaction, one statement at a time."""
         pe = self._schema.processed_events
-        lock = dedup is not None and bool(memories)
-        if lock and self._schema.dialect == "postgresql":
-            # one round trip for both: this runs once per event
-            sql, params = claim_statement(pe.name, event_id, memories, actor=actor)
-            claimed = bool((await conn.execute(cached_text(sql), params)).one().claimed)
-            lock = False
-        else:
-            claim = (
-                self._insert(pe)
-                .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
-                .on_conflict_do_nothing(index_elements=[pe.c.event_id])
-                .returning(pe.c.event_id)
-            )
-            claimed = (await conn.execute(claim)).first() is not None
+        claim = (
+            self._insert(pe)
+            .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
+            .on_conflict_do_nothing(index_elements=[pe.c.event_id])
+            .returning(pe.c.event_id)
+        )
+        claimed = (await conn.execute(claim)).first() is not None
         if not claimed:
             return EventWrite(duplicate=True)
         rows = list(memories)
         results: dict[int, UpsertResult] = {}
         stored_key: set[int] = set()
         if dedup is not None and rows:
-            if lock:
-                await self._lock_owners(conn, rows)
+            await self._lock_owners(conn, rows)
             near = await self._neighbours_in(conn, rows, embeddings, neighbours)
             results, stored_key = apply_dedup(rows, near, dedup)
         pending = [i for i in write_order(memories) if i not in results]
