@@ -36,7 +36,6 @@ from store import neighbours
 from store.base import psycopg_sql
 from store.errors import translating_errors
 from store.neighbours import owner_count_statement, owner_key, owner_lock_key
-from store.policy import validate_new_memory
 from store.schema import vector_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, write_order
@@ -81,33 +80,27 @@ class PipelinedEventWrites(MemoryWrites):
                 raise RuntimeError("the pooled connection has no psycopg driver connection")
             yield conn, driver
 
-    async def write_event(
+    async def _write_event_once(
         self,
-        *,
         event_id: uuid.UUID,
         memories: Sequence[NewMemory],
-        actor: str = "worker",
-        dedup: DedupRule | None = None,
-        neighbours: int = 8,
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule | None,
+        neighbours: int,
     ) -> EventWrite:
-        """`MemoryWrites.write_event`, pipelined when it dedups (the worker's write)."""
+        """`MemoryWrites._write_event_once`, pipelined when it dedups (the worker's write)."""
         if dedup is None or not memories:
-            return await super().write_event(
-                event_id=event_id, memories=memories, actor=actor, dedup=dedup, neighbours=neighbours
+            return await super()._write_event_once(
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
             )
-        for memory in memories:
-            validate_new_memory(memory)
-        embeddings = await self._embeddings_for(memories)
-
-        async def attempt() -> EventWrite:
-            # a failed or cancelled write is rolled back (or its connection discarded) by the
-            # pool's reset on return, as for any other transaction
-            async with self._driver() as (conn, driver):
-                return await self._write_event_pipelined(
-                    conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours
-                )
-
-        return await self._retrying_conflicts(attempt)
+        # a failed or cancelled write is rolled back (or its connection discarded) by the pool's
+        # reset on return, as for any other transaction
+        async with self._driver() as (conn, driver):
+            return await self._write_event_pipelined(
+                conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours
+            )
 
     async def _write_event_pipelined(
         self,

@@ -425,14 +425,27 @@ class MemoryWrites(NearDuplicates):
         for memory in memories:
             validate_new_memory(memory)
         embeddings = await self._embeddings_for(memories)
+        return await self._retrying_conflicts(
+            lambda: self._write_event_once(
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+            )
+        )
 
-        async def attempt() -> EventWrite:
-            async with self._transaction() as conn:
-                return await self._write_event_in(
-                    conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
-                )
-
-        return await self._retrying_conflicts(attempt)
+    async def _write_event_once(
+        self,
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule | None,
+        neighbours: int,
+    ) -> EventWrite:
+        """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
+        async with self._transaction() as conn:
+            return await self._write_event_in(
+                conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+            )
 
     async def _retrying_conflicts(self, attempt: Callable[[], Awaitable[EventWrite]]) -> EventWrite:
         """Run one write transaction. A deadlock or serialisation failure is nobody's fault: the
