@@ -411,3 +411,35 @@ def test_statements_written_with_bind_names_get_psycopg_placeholders() -> None:
     assert psycopg_sql(sql) == (
         "SELECT %(a)s, '0'::uuid, x %% 2 FROM t WHERE CAST(%(b_1)s AS text[]) @> y AND z = %(a)s"
     )
+
+
+def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() -> None:
+    from store.types import DedupVerdict, Neighbour
+    from store.writes import apply_dedup, write_order
+
+    owner, stored_id, other_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def new(key: str) -> NewMemory:
+        return NewMemory(scope="user", owner_id=owner, user_id=None, key=key, value=key, confidence=0.9)
+
+    def stored(memory_id: uuid.UUID, key: str) -> Neighbour:
+        memory = Memory(
+            id=memory_id, scope="user", owner_id=owner, user_id=None, key=key, value=key,
+            source_channel_id=None, confidence=0.9, status="active", created_at=now, updated_at=now,
+        )  # fmt: skip
+        return Neighbour(memory=memory, similarity=0.9)
+
+    def rule(memory: NewMemory, found: object) -> DedupVerdict:
+        if memory.key == "home city":
+            return DedupVerdict(duplicate_of=stored_id)
+        if memory.key == "Pet":
+            return DedupVerdict(key="pet")  # the stored spelling
+        return DedupVerdict()
+
+    rows = [new("home city"), new("Pet"), new("diet"), new("job")]
+    near = [[stored(stored_id, "city")], [stored(other_id, "pet")], [stored(other_id, "pet")], []]
+    results, stored_key = apply_dedup(rows, near, rule)
+    assert list(results) == [0] and results[0].near_duplicate and results[0].memory_id == stored_id
+    assert rows[1].key == "pet" and stored_key == {1}  # respelled onto a stored key: an upsert
+    assert [rows[i].key for i in write_order(rows)] == ["diet", "home city", "job", "pet"]
