@@ -98,7 +98,7 @@ class OwnerSizes:
 
 
 def _owner_size_sql(scope: str, owner: str, user: str) -> str:
-    """An owner's row count up to `:cap` (a bounded index scan, whatever its size)."""
+    """An owner's row count up to `:cap` (a scan that stops after `:cap` rows, whatever its size)."""
     return (
         f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
         f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT :cap) x)"
@@ -121,14 +121,18 @@ class NearDuplicates(StoreBase):
 
     _owner_sizes: OwnerSizes | None = None
 
-    def _cached_sizes(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
-        """The owners' remembered sizes, and the owners the cache does not know (in order)."""
+    @property
+    def _size_cache(self) -> OwnerSizes:
         if self._owner_sizes is None:
             self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
+        return self._owner_sizes
+
+    def _cached_sizes(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
+        """The owners' remembered sizes, and the owners the cache does not know (in order)."""
         known: dict[OwnerKey, int] = {}
         missing: list[OwnerKey] = []
         for key in dict.fromkeys(owners):
-            size = self._owner_sizes.get(key)
+            size = self._size_cache.get(key)
             if size is None:
                 missing.append(key)
             else:
@@ -137,10 +141,8 @@ class NearDuplicates(StoreBase):
 
     def _remember_sizes(self, counted: Mapping[OwnerKey, int]) -> None:
         """Cache owners' sizes (capped at EXACT_OWNER_ROWS + 1)."""
-        if self._owner_sizes is None:
-            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
         for key, size in counted.items():
-            self._owner_sizes.put(key, size)
+            self._size_cache.put(key, size)
 
     async def _owner_row_counts(
         self, conn: AsyncConnection, owners: Sequence[OwnerKey]
