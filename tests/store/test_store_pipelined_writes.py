@@ -18,6 +18,7 @@ from psycopg import pq
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder
 from store import neighbours, postgres_writes
+from store.errors import StoreTimeout
 from store.postgres import PostgresMemoryStore
 from store.types import EventWrite, MemoryFilter, NewMemory
 from store.writes import MemoryWrites
@@ -209,3 +210,28 @@ async def test_an_owner_of_unknown_size_is_counted_in_the_same_round_trip_and_re
     assert [word for word, _ in sent].count("(SELECT") == (1 if large else 0)
     remembered, missing = store._cached_sizes([("user", owner, neighbours.NIL_UUID)])
     assert missing == [] and remembered[("user", owner, neighbours.NIL_UUID)] == min(facts_before, 6)
+
+
+async def test_a_write_past_the_statement_timeout_is_store_timeout_and_leaves_nothing(
+    pg_url: str,
+) -> None:
+    truncate(pg_url)
+    store = PostgresMemoryStore(
+        pg_url, HashingEmbedder(dim=DIM), pool_size=1, max_overflow=0, statement_timeout_s=0.5
+    )
+    owner, event = uuid.uuid4(), uuid.uuid4()
+    memory = fact(owner, "city", "Lives in Lyon")
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_url) as holder:
+            lock = postgres_writes.claim_statement("processed_events", event, [memory], actor="t")[1]
+            await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock["names"][0]])
+            with pytest.raises(StoreTimeout):
+                await asyncio.wait_for(write(store, event, memory), 10)
+            await holder.rollback()
+        assert await in_transaction(pg_url) == 0
+        assert not await store.is_processed(event)
+        # the one pooled connection is usable: the retry writes the event
+        written = await asyncio.wait_for(write(store, event, memory), 10)
+        assert [r.action for r in written.results] == ["created"]
+    finally:
+        await store.close()
