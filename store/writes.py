@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -425,11 +425,18 @@ class MemoryWrites(NearDuplicates):
         for memory in memories:
             validate_new_memory(memory)
         embeddings = await self._embeddings_for(memories)
-        return await self._retrying_conflicts(
-            lambda: self._write_event_once(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
-            )
-        )
+        # a deadlock or serialisation failure is nobody's fault: the whole transaction (nothing of
+        # it committed) is tried again at once, a few times, before it counts as a failure
+        for tries in range(1, CONFLICT_RETRIES + 2):
+            try:
+                return await self._write_event_once(
+                    event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                )
+            except StoreConflict:
+                if tries > CONFLICT_RETRIES:
+                    raise
+                self.conflict_retries += 1
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def _write_event_once(
         self,
@@ -446,19 +453,6 @@ class MemoryWrites(NearDuplicates):
             return await self._write_event_in(
                 conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
             )
-
-    async def _retrying_conflicts(self, attempt: Callable[[], Awaitable[EventWrite]]) -> EventWrite:
-        """Run one write transaction. A deadlock or serialisation failure is nobody's fault: the
-        whole transaction (nothing of it committed) is tried again at once, a few times, before it
-        counts as a failure."""
-        for tries in range(1, CONFLICT_RETRIES + 2):
-            try:
-                return await attempt()
-            except StoreConflict:
-                if tries > CONFLICT_RETRIES:
-                    raise
-                self.conflict_retries += 1
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def _write_event_in(
         self,
