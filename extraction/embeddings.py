@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 
-from extraction.clients import openai_client, post_raw
+from extraction.clients import ProviderClient, provider_client
 from extraction.errors import (
     PermanentEmbeddingError,
     RetryPolicy,
@@ -88,7 +88,7 @@ class OpenAIEmbedderConfig:
 
     model: str = DEFAULT_OPENAI_EMBEDDING_MODEL
     dim: int = 384
-    base_url: str | None = None  # None: the openai client's default (api.openai.com)
+    base_url: str | None = None  # None: OPENAI_BASE_URL or api.openai.com
     api_key: str | None = None
     send_dimensions: bool = True  # False for models that only produce their native size
     batch_size: int = 128
@@ -133,16 +133,16 @@ class OpenAIEmbedder:
         self,
         config: OpenAIEmbedderConfig,
         *,
-        client: openai.AsyncOpenAI | None = None,
+        client: ProviderClient | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """`client` defaults to an `AsyncOpenAI` from `config` with max_retries=0 (we retry)."""
+        """`client` defaults to a `ProviderClient` from `config` (its retries are ours)."""
         if config.batch_size < 1:
             raise ValueError("embedding batch size must be at least 1 (PMEM_EMBEDDING_BATCH_SIZE)")
         self._config = config
         self._owns_client = client is None
         if client is None:
-            client = openai_client(
+            client = provider_client(
                 base_url=config.base_url,
                 api_key=config.api_key,
                 timeout_s=config.timeout_s,
@@ -169,19 +169,17 @@ class OpenAIEmbedder:
         vectors: list[list[float]] = []
         size = self._config.batch_size
         for start in range(0, len(texts), size):
-            vectors.extend(
-                await self._embed_batch(texts[start : start + size], self._client, self._config.retry)
-            )
+            batch = texts[start : start + size]
+            vectors.extend(await self._embed_batch(batch, self._config.timeout_s, self._config.retry))
         return vectors
 
     async def embed_query(self, text: str) -> list[float]:
         """One query's vector with `query_timeout_s` per attempt and `query_retry` (≤ 1 retry)."""
-        client = self._client.with_options(timeout=self._config.query_timeout_s)
-        (vector,) = await self._embed_batch([text], client, self._config.query_retry)
+        (vector,) = await self._embed_batch([text], self._config.query_timeout_s, self._config.query_retry)
         return vector
 
     async def _embed_batch(
-        self, texts: Sequence[str], client: openai.AsyncOpenAI, policy: RetryPolicy
+        self, texts: Sequence[str], timeout_s: float, policy: RetryPolicy
     ) -> list[list[float]]:
         # The API rejects empty strings; a single space embeds as "nothing" without failing the batch.
         inputs = [text if text.strip() else " " for text in texts]
@@ -196,7 +194,8 @@ class OpenAIEmbedder:
                     dimensions=self._config.dim if self._config.send_dimensions else None,
                 )
                 try:
-                    items = parse_embeddings(await post_raw(client, "/embeddings", body))
+                    reply = await self._client.post("/embeddings", body, timeout_s=timeout_s)
+                    items = parse_embeddings(reply)
                 except MalformedReplyError as exc:
                     raise PermanentEmbeddingError(f"{self._where}: {exc}") from exc
                 except openai.OpenAIError as exc:

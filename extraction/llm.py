@@ -11,8 +11,8 @@ instead, and one that rejects that too gets no `response_format` at all (the pro
 JSON only, and the reply is validated either way). The extractor remembers the mode that works
 for the rest of its life (one probe per client).
 
-Retries (tenacity, `RetryPolicy`; the openai client's own retries are off so nothing is retried
-twice): 408/409/429/5xx, timeouts and connection errors are retried with backoff, honouring
+Retries (tenacity, `RetryPolicy`; `extraction.clients.ProviderClient` never retries by itself, so
+nothing is retried twice): 408/409/429/5xx, timeouts and connection errors are retried with backoff, honouring
 `Retry-After` / `retry-after-ms` up to `retry_after_cap_s`; a malformed reply is re-asked with a
 one-line correction. When the attempts are spent: `TransientExtractionError` for the transient
 kinds (the worker nacks with a delay, then dead-letters) and `PermanentExtractionError` for output
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import openai
 from tenacity import RetryCallState
 
-from extraction.clients import openai_client, post_raw
+from extraction.clients import ProviderClient, provider_client
 from extraction.errors import (
     PermanentExtractionError,
     RetryPolicy,
@@ -70,7 +70,7 @@ class LLMConfig:
     """How to reach the LLM and how hard to try. `from_settings` maps the `PMEM_LLM_*` variables."""
 
     model: str
-    base_url: str | None = None  # None: the openai client's default (api.openai.com)
+    base_url: str | None = None  # None: OPENAI_BASE_URL or api.openai.com
     api_key: str | None = None
     timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -135,12 +135,12 @@ class LLMExtractor:
         self,
         config: LLMConfig,
         *,
-        client: openai.AsyncOpenAI | None = None,
+        client: ProviderClient | None = None,
         template: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_retry: Callable[[str], None] | None = None,
     ) -> None:
-        """`client` defaults to an `AsyncOpenAI` built from `config` (with max_retries=0: we retry).
+        """`client` defaults to a `ProviderClient` built from `config` (its retries are ours).
 
         `template` overrides the bundled system template; `sleep` is injectable for tests;
         `on_retry(reason)` is called before each retry ("rate_limited", "server_error", "timeout",
@@ -148,7 +148,7 @@ class LLMExtractor:
         """
         self._config = config
         if client is None:
-            client = openai_client(
+            client = provider_client(
                 base_url=config.base_url,
                 api_key=config.api_key,
                 timeout_s=config.timeout_s,
@@ -300,7 +300,7 @@ class LLMExtractor:
                 extra=extra,
             )
             try:
-                reply = parse_chat_reply(await post_raw(self._client, "/chat/completions", body))
+                reply = parse_chat_reply(await self._client.post("/chat/completions", body))
             except openai.APIStatusError as exc:
                 if mode in _FALLBACK and _rejects_response_format(exc):
                     # remembered: later calls start with the mode that works; never climb back up

@@ -13,6 +13,10 @@ from store.policy import check_settings_row, merge_settings, storable_confidence
 from store.types import MemorySettings, SettingsLevel, SettingsRow
 
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
+_APPLYING_SETTINGS_SQL = (
+    "SELECT * FROM memory_settings WHERE level = 'global' "
+    "OR (level = 'team' AND target_id = :team) OR (level = 'persona' AND target_id = :persona)"
+)
 
 
 class SettingsRows(StoreBase):
@@ -24,6 +28,11 @@ class SettingsRows(StoreBase):
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> builtins.list[dict[str, Any]]:
         """The global, team and persona rows that apply, least specific first."""
+        if self._schema.dialect == "postgresql":
+            # the worker reads these for every event: one statement on the driver, no SQLAlchemy
+            # (an absent team or persona is NULL, which matches no row)
+            found = await self._read_rows(_APPLYING_SETTINGS_SQL, {"team": team_id, "persona": persona_id})
+            return sorted((dict(row) for row in found), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]])
         s = self._schema.settings
         levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
         if team_id is not None:

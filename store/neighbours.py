@@ -345,13 +345,13 @@ class NearDuplicates(StoreBase):
         then the most recent; on SQLite the most recent."""
         if not owners or limit <= 0:
             return []
-        m = self._schema.memories
-        where = [
-            self._owner_clause(owners),
-            self._team_clause(team_id),
-            m.c.status.in_(("active", "pending_review")),
-        ]
         if self._schema.dialect != "postgresql":
+            m = self._schema.memories
+            where = [
+                self._owner_clause(owners),
+                self._team_clause(team_id),
+                m.c.status.in_(("active", "pending_review")),
+            ]
             stmt = select(*self._memory_columns).where(*where).order_by(m.c.updated_at.desc()).limit(limit)
             async with self._reading() as conn:
                 return [self._memory(row) for row in (await conn.execute(stmt)).all()]
