@@ -22,7 +22,7 @@ import aiohttp
 import httpx2
 import openai
 
-__all__ = ["ProviderClient", "provider_client", "status_error"]
+__all__ = ["ProviderClient", "env_proxy", "provider_client", "status_error"]
 
 # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) accept any key; api.openai.com needs one.
 PLACEHOLDER_KEY = "unused"
@@ -52,7 +52,7 @@ class ProviderClient:
             "Accept": "application/json",
             "User-Agent": "persona-memory",
         }
-        self._proxy = _env_proxy(self.base_url)
+        self._proxy = env_proxy(self.base_url)
         self._session: aiohttp.ClientSession | None = None
 
     async def post(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> bytes:
@@ -93,7 +93,7 @@ class ProviderClient:
             self._session = None
 
 
-def _env_proxy(base_url: str) -> str | None:
+def env_proxy(base_url: str) -> str | None:
     """The proxy that HTTP(S)_PROXY / NO_PROXY give for `base_url`, as the SDK's client would use."""
     host = urllib.parse.urlsplit(base_url).hostname or ""
     if urllib.request.proxy_bypass(host):
