@@ -345,6 +345,13 @@ class LocalEmbedder:
 # ---------------------------------------------------------------------------------------------
 
 
+async def close_embedder(embedder: Embedder) -> None:
+    """Release what an embedder holds (an HTTP session, say); embedders without `close` hold nothing."""
+    close = getattr(embedder, "close", None)
+    if close is not None:
+        await close()
+
+
 def build_embedder(settings: Settings, *, retry: RetryPolicy | None = None) -> Embedder:
     """The embedder `PMEM_EMBEDDING_PROVIDER` names: `openai`, `local` or `hashing`.
 

@@ -422,9 +422,9 @@ class Worker:
         """Stop, then close the extractor, the embedder (if it holds a client) and the store."""
         await self.stop()
         await self.extractor.close()
-        close_embedder = getattr(self.embedder, "close", None)
-        if close_embedder is not None:
-            await close_embedder()
+        from extraction.embeddings import close_embedder
+
+        await close_embedder(self.embedder)
         await self.store.close()
 
     async def run_until(self, stop: asyncio.Event) -> None:

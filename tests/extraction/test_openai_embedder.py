@@ -13,6 +13,7 @@ from extraction.embeddings import (
     OpenAIEmbedder,
     OpenAIEmbedderConfig,
     build_embedder,
+    close_embedder,
     hashing_vector,
     supports_dimensions,
 )
@@ -163,3 +164,15 @@ async def test_build_embedder_from_settings(fake_openai: FakeOpenAI) -> None:
 def test_openai_embedder_without_key_or_url_names_the_settings() -> None:
     with pytest.raises(ValueError, match="PMEM_EMBEDDING_API_KEY"):
         OpenAIEmbedder(OpenAIEmbedderConfig())
+
+
+async def test_close_embedder_closes_an_http_embedders_session_and_skips_one_without_close(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    emb = embedder(fake_openai, fast_retry)
+    await emb.embed(["a b"])
+    session = emb._client._session
+    assert session is not None and not session.closed
+    await close_embedder(emb)
+    assert session.closed
+    await close_embedder(HashingEmbedder(dim=8))  # nothing to release, no error

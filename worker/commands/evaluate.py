@@ -482,7 +482,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     if options.max_conversations is not None:
         conversations = conversations[: options.max_conversations]
 
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, close_embedder
     from worker.settings import load_settings
 
     settings = load_settings(embedding_provider=options.embedding_provider)
@@ -497,8 +497,11 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         per_conversation, usage = _load_checkpoint(checkpoint, options)
 
     async with AsyncExitStack() as stack:
+        stack.push_async_callback(close_embedder, embedder.inner)  # an HTTP embedder's session
         store = await _open_store(options, embedder, stack)
         pipeline = _extraction_pipeline(settings, store, embedder) if options.unit == "extracted" else None
+        if pipeline is not None:
+            stack.push_async_callback(pipeline.deps.extractor.close)
         todo = [c for c in conversations if c.sample_id not in per_conversation]
         total = sum(_work(c, options) for c in todo)
         progress = Progress(total=total, stream=progress_stream or sys.stderr)

@@ -79,7 +79,7 @@ async def recall_hits(
     retriever: Retriever,
 ) -> list[RecallHit]:
     """Open the configured store and embedder, recall, close both."""
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
     try:
@@ -99,9 +99,7 @@ async def recall_hits(
         finally:
             await store.close()
     finally:
-        close = getattr(embedder, "close", None)
-        if close is not None:
-            await close()
+        await close_embedder(embedder)
 
 
 def run(args: argparse.Namespace) -> int:

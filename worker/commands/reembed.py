@@ -28,7 +28,7 @@ def progress_bar(done: int, total: int, *, width: int = 30) -> str:
 
 async def reembed(settings: Settings, *, batch_size: int) -> int:
     """Open the store without the model check (the point is to change the model) and re-embed."""
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, close_embedder
     from store.factory import open_store
 
     embedder = build_embedder(settings)
@@ -46,9 +46,7 @@ async def reembed(settings: Settings, *, batch_size: int) -> int:
         report = await store.reembed(batch_size=batch_size, progress=show)
     finally:
         await store.close()
-        close = getattr(embedder, "close", None)
-        if close is not None:
-            await close()
+        await close_embedder(embedder)
     resumed = " (resumed)" if report.resumed else ""
     print(
         f"re-embedded {report.reembedded} of {report.total} memories{resumed} with {report.target.describe()}"

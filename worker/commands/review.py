@@ -127,7 +127,7 @@ def _print_listing(listing: dict[str, Any]) -> None:
 
 
 async def _act(settings: Settings, args: argparse.Namespace) -> int:
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
     try:
@@ -139,9 +139,7 @@ async def _act(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await store.close()
     finally:
-        close = getattr(embedder, "close", None)
-        if close is not None:
-            await close()
+        await close_embedder(embedder)
 
 
 async def _act_on(store: Store, args: argparse.Namespace) -> int:

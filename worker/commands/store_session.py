@@ -16,7 +16,7 @@ Store = PostgresMemoryStore | SqliteMemoryStore
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
     """The store at PMEM_DATABASE_URL with the configured embedder and settings defaults."""
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
     try:
@@ -28,6 +28,4 @@ async def opened_store(settings: Settings) -> AsyncIterator[Store]:
         finally:
             await store.close()
     finally:
-        close = getattr(embedder, "close", None)
-        if close is not None:
-            await close()
+        await close_embedder(embedder)
