@@ -90,6 +90,24 @@ def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
     )
 
 
+def occurrence_rounds(
+    memories: Sequence[NewMemory], indexes: Sequence[int]
+) -> builtins.list[builtins.list[int]]:
+    """`indexes` split into rounds in which each memory identity (scope, owner, user, team, key)
+    appears at most once: its first occurrences, then its second ones, …, each in the given order."""
+    rounds: builtins.list[builtins.list[int]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for i in indexes:
+        m = memories[i]
+        identity = (m.scope, m.owner_id, m.user_id, m.team_id, m.key)
+        occurrence = seen.get(identity, 0)
+        seen[identity] = occurrence + 1
+        if occurrence == len(rounds):
+            rounds.append([])
+        rounds[occurrence].append(i)
+    return rounds
+
+
 def apply_dedup(
     rows: builtins.list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
 ) -> tuple[dict[int, UpsertResult], set[int]]:
@@ -511,13 +529,17 @@ class MemoryWrites(NearDuplicates):
         if not taken:
             return
         audits: AuditRows = []
-        for i, locked in zip(taken, await self._locked_by_keys(conn, [rows[i] for i in taken]), strict=True):
-            if locked is None:
-                # the stored row was erased since we saw it: the whole write is retried
-                raise StoreConflict(f"memory {rows[i].key!r} was deleted concurrently")
-            results[i] = await self._apply_upsert(
-                conn, rows[i], embeddings[i], *locked, actor=actor, event_id=event_id, audits=audits
-            )
+        # a key given twice in one event: its second row must see what the first one wrote (an
+        # update, a pending revision), so it is locked and read again in a later round
+        for batch in occurrence_rounds(rows, taken):
+            locked_rows = await self._locked_by_keys(conn, [rows[i] for i in batch])
+            for i, locked in zip(batch, locked_rows, strict=True):
+                if locked is None:
+                    # the stored row was erased since we saw it: the whole write is retried
+                    raise StoreConflict(f"memory {rows[i].key!r} was deleted concurrently")
+                results[i] = await self._apply_upsert(
+                    conn, rows[i], embeddings[i], *locked, actor=actor, event_id=event_id, audits=audits
+                )
         await self._flush_audits(conn, audits)
 
     async def is_processed(self, event_id: uuid.UUID) -> bool:

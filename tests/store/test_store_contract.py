@@ -297,6 +297,33 @@ async def test_write_event_results_follow_the_input_order(store: Store) -> None:
     assert keys == ["zeta", "alpha", "mid"]
 
 
+@pytest.mark.parametrize("dedup", [False, True], ids=["plain", "dedup"])
+async def test_a_key_given_twice_in_one_event_sees_what_its_first_row_wrote(
+    store: Store, dedup: bool
+) -> None:
+    # found by test_recall_never_leaks_other_owners_or_inactive_rows: the second proposal for the
+    # same memory inserted a second open revision (unique violation, the whole event refused)
+    from extraction.dedup import decide_against_neighbours
+
+    user, persona = new_id(), new_id()
+    same = {"scope": "persona_user", "owner": persona, "user": user, "key": "city"}
+    written = await store.write_event(
+        event_id=new_id(),
+        memories=[
+            mem(**same, value="Lisbon", status="active"),  # type: ignore[arg-type]
+            mem(**same, value="Porto", status="pending_review"),  # type: ignore[arg-type]
+            mem(**same, value="Porto", status="pending_review"),  # type: ignore[arg-type]
+        ],
+        dedup=decide_against_neighbours if dedup else None,
+    )
+    actions = [r.action for r in written.results]
+    assert actions[0] == "created" and actions[1:] == ["revision_proposed", "unchanged"]
+    (memory_id,) = {r.memory_id for r in written.results}
+    (revision,) = await store.pending_revisions(memory_id)
+    assert revision.new_value == "Porto"
+    assert (await store.get_by_id(memory_id)).value == "Lisbon"  # type: ignore[union-attr]
+
+
 async def test_write_event_audits_its_updates_and_proposals_in_one_statement(store: Store) -> None:
     user = new_id()
     reviewed = await store.upsert(mem(owner=user, key="city", value="Lisbon", status="active"))

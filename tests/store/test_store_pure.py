@@ -443,3 +443,17 @@ def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() 
     assert list(results) == [0] and results[0].near_duplicate and results[0].memory_id == stored_id
     assert rows[1].key == "pet" and stored_key == {1}  # respelled onto a stored key: an upsert
     assert [rows[i].key for i in write_order(rows)] == ["diet", "home city", "job", "pet"]
+
+
+def test_occurrence_rounds_put_a_repeated_key_in_a_later_round_keeping_the_order() -> None:
+    from store.writes import occurrence_rounds
+
+    owner, other = uuid.uuid4(), uuid.uuid4()
+
+    def new(key: str, who: uuid.UUID = owner) -> NewMemory:
+        return NewMemory(scope="user", owner_id=who, user_id=None, key=key, value=key, confidence=0.9)
+
+    rows = [new("city"), new("pet"), new("city"), new("city", other), new("city"), new("pet")]
+    assert occurrence_rounds(rows, [0, 1, 2, 3, 4, 5]) == [[0, 1, 3], [2, 5], [4]]
+    assert occurrence_rounds(rows, [5, 3]) == [[5, 3]]
+    assert occurrence_rounds(rows, []) == []
