@@ -13,6 +13,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 from prometheus_client.parser import text_string_to_metric_families
 
+from extraction.embeddings import close_embedder
 from tests.fakes.fake_openai import Reply
 from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
 from worker.app import build_worker, consumer_config
@@ -139,6 +140,7 @@ async def test_a_redelivered_committed_event_never_reaches_the_llm(harness: Harn
     finally:
         await worker.store.close()
         await worker.extractor.close()
+        await close_embedder(worker.embedder)
     assert await h.count("SELECT count(*) FROM memories") == 1
 
 
@@ -150,6 +152,7 @@ async def _commit_without_publishing(h: Harness, event: dict[str, Any]) -> Outco
     finally:
         await worker.store.close()
         await worker.extractor.close()
+        await close_embedder(worker.embedder)
     assert outcome.status == "processed" and len(outcome.written) == 2
     return outcome
 
