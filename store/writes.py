@@ -75,6 +75,25 @@ _SKIP_STORED_KEYS = (
 CONFLICT_RETRIES = 3
 
 
+_MEMORY_COLUMNS_SQL = (
+    "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
+    "m.status, m.created_at, m.updated_at, m.team_id"
+)
+# a fixed lock order (by id) against deadlocks with other writers of these rows
+_LOCK_BY_KEYS_SQL = (
+    f"SELECT {_MEMORY_COLUMNS_SQL} FROM memories m JOIN unnest(CAST(:scopes AS text[]), "
+    "CAST(:owners AS uuid[]), CAST(:users AS uuid[]), CAST(:teams AS uuid[]), CAST(:keys AS text[])) "
+    "AS w(scope, owner_id, user_id, team_id, key) ON m.scope = w.scope AND m.owner_id = w.owner_id "
+    f"AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
+    f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key ORDER BY m.id FOR UPDATE OF m"
+)
+_LOCK_OPEN_REVISIONS_SQL = (
+    "SELECT id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at "
+    "FROM memory_revisions WHERE memory_id = ANY(CAST(:ids AS uuid[])) AND status = 'pending' "
+    "ORDER BY id FOR UPDATE"
+)
+
+
 def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
     """The memories' indexes in the order an event writes them: one fixed order (scope, owner,
     user, team, key) keeps two events touching the same memories from deadlocking."""
@@ -380,6 +399,13 @@ class MemoryWrites(NearDuplicates):
             return (scope, owner, user or NIL_UUID, team or NIL_UUID, key)
 
         wanted = [identity(n.scope, n.owner_id, n.user_id, n.team_id, n.key) for n in rows]
+        if self._schema.dialect == "postgresql":
+            locked, open_revisions = await self._locked_by_keys_postgres(conn, list(dict.fromkeys(wanted)))
+            by_key = {identity(s.scope, s.owner_id, s.user_id, s.team_id, s.key): s for s in locked}
+            return [
+                None if (memory := by_key.get(key)) is None else (memory, open_revisions.get(memory.id))
+                for key in wanted
+            ]
         match = or_(
             *(
                 and_(
@@ -412,6 +438,23 @@ class MemoryWrites(NearDuplicates):
             memory = by_identity.get(key)
             found.append(None if memory is None else (memory, revisions.get(memory.id)))
         return found
+
+    async def _locked_by_keys_postgres(
+        self, conn: AsyncConnection, identities: Sequence[tuple[Any, ...]]
+    ) -> tuple[builtins.list[Memory], dict[uuid.UUID, Revision]]:
+        """`_locked_by_keys`'s two statements on Postgres, with the identities as arrays: the same
+        plan (the unique key index per identity) without building an expression per memory."""
+        scopes, owners, users, teams, keys = (list(column) for column in zip(*identities, strict=True))
+        params = {"scopes": scopes, "owners": owners, "users": users, "teams": teams, "keys": keys}
+        found = (await conn.execute(cached_text(_LOCK_BY_KEYS_SQL), params)).all()
+        stored = [self._memory(row) for row in found]
+        revisions: dict[uuid.UUID, Revision] = {}
+        if stored:
+            ids = {"ids": [memory.id for memory in stored]}
+            for row in (await conn.execute(cached_text(_LOCK_OPEN_REVISIONS_SQL), ids)).all():
+                revision = self._revision(row)
+                revisions[revision.memory_id] = revision
+        return stored, revisions
 
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
