@@ -52,6 +52,13 @@ class ProviderClient:
             "Accept": "application/json",
             "User-Agent": "persona-memory",
         }
+        # read from the environment as the SDK's client does
+        for header, variable in (
+            ("OpenAI-Organization", "OPENAI_ORG_ID"),
+            ("OpenAI-Project", "OPENAI_PROJECT_ID"),
+        ):
+            if os.environ.get(variable):
+                self._headers[header] = os.environ[variable]
         self._proxy = env_proxy(self.base_url)
         self._session: aiohttp.ClientSession | None = None
 

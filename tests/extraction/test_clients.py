@@ -132,3 +132,16 @@ def test_without_a_base_url_the_client_targets_openai_base_url_or_api_openai_com
     assert made.base_url == "http://gateway.internal/v1"
     with pytest.raises(ValueError, match="set the key"):
         provider_client(base_url=None, api_key=None, timeout_s=1.0, missing_key="set the key")
+
+
+async def test_organization_and_project_come_from_the_environment_as_with_the_sdk(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-1")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-2")
+    client = client_for(fake_openai)
+    await client.post("/embeddings", {"model": "m", "input": ["a"]})
+    await client.close()
+    headers = {name.lower(): value for name, value in fake_openai.requests[-1].headers.items()}
+    assert headers["openai-organization"] == "org-1" and headers["openai-project"] == "proj-2"
+    assert headers["authorization"] == "Bearer k"
