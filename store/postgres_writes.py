@@ -29,6 +29,7 @@ from typing import Any
 
 from psycopg import AsyncConnection as DriverConnection
 from psycopg.errors import UniqueViolation
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -70,15 +71,63 @@ class PipelinedEventWrites(MemoryWrites):
     # the store's engine in autocommit: a read runs without BEGIN/ROLLBACK; a write sends its own
     _read_engine: AsyncEngine
 
+    # autocommit connections kept checked out between uses, at most half the pool
+    _idle_limit: int = 0
+
+    @property
+    def _idle(self) -> builtins.list[tuple[AsyncConnection, DriverConnection[Any]]]:
+        idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]] | None = self.__dict__.get(
+            "_idle_list"
+        )
+        if idle is None:
+            idle = self.__dict__["_idle_list"] = []
+        return idle
+
     @asynccontextmanager
     async def _driver(self) -> AsyncIterator[tuple[AsyncConnection, DriverConnection[Any]]]:
         """A pooled connection in autocommit and its psycopg driver connection; database errors
-        leave as the store's own (`store.errors`)."""
-        async with translating_errors(), self._read_engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            if driver is None:
-                raise RuntimeError("the pooled connection has no psycopg driver connection")
-            yield conn, driver
+        leave as the store's own (`store.errors`).
+
+        A connection that ends a use cleanly (no transaction open) is kept for the next use, up
+        to `_idle_limit`: checking it out of SQLAlchemy's pool and back (its queue, the autocommit
+        switch and the reset) costs three turns of the event loop, which under load are the
+        larger part of a short read's time. The rest of the pool stays for the other paths."""
+        idle = self._idle
+        if idle:
+            conn, driver = idle.pop()
+        else:
+            async with translating_errors():
+                conn = await self._read_engine.connect()
+                raw = (await conn.get_raw_connection()).driver_connection
+                if raw is None:
+                    await conn.close()
+                    raise RuntimeError("the pooled connection has no psycopg driver connection")
+                driver = raw
+        kept = False
+        try:
+            async with translating_errors():
+                yield conn, driver
+            if (
+                len(idle) < self._idle_limit
+                and not driver.closed
+                and driver.info.transaction_status == TransactionStatus.IDLE
+            ):
+                if conn.in_transaction():  # SQLAlchemy's own bookkeeping (autocommit: no SQL)
+                    await conn.rollback()
+                idle.append((conn, driver))
+                kept = True
+        finally:
+            if not kept:
+                async with translating_errors():
+                    await conn.close()
+
+    async def close(self) -> None:
+        """Close the kept connections, then the pool."""
+        idle = self._idle
+        while idle:
+            conn, _ = idle.pop()
+            await conn.close()
+        await super().close()
 
     async def _write_event_once(
         self,

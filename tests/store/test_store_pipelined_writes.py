@@ -235,3 +235,35 @@ async def test_a_write_past_the_statement_timeout_is_store_timeout_and_leaves_no
         assert [r.action for r in written.results] == ["created"]
     finally:
         await store.close()
+
+
+async def test_a_connection_that_ends_cleanly_is_kept_for_the_next_use_up_to_half_the_pool(
+    pg_url: str,
+) -> None:
+    truncate(pg_url)
+    store = PostgresMemoryStore(pg_url, HashingEmbedder(dim=DIM), pool_size=4, max_overflow=0)
+    try:
+        await write(store, uuid.uuid4(), fact(uuid.uuid4(), "city", "Lives in Lyon"))
+        async with store._driver() as (_, first):
+            pass
+        async with store._driver() as (_, again):
+            assert again is first  # kept, not handed back to SQLAlchemy's pool
+            async with store._driver() as (_, second), store._driver() as (_, third):
+                assert len({id(first), id(second), id(third)}) == 3
+        assert len(store._idle) == 2  # half the pool of 4; the third went back to the pool
+        assert store.engine.pool.checkedout() == 2  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_connection_left_in_a_transaction_or_by_an_error_is_not_kept(
+    store: PostgresMemoryStore, pg_url: str
+) -> None:
+    async with store._driver() as (_, driver):
+        await driver.execute("BEGIN")
+    assert store._idle == [] and await in_transaction(pg_url) == 0
+    with pytest.raises(RuntimeError, match="boom"):
+        async with store._driver():
+            raise RuntimeError("boom")
+    assert store._idle == []
