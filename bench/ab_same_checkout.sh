@@ -13,6 +13,6 @@ for _ in $(seq "$pairs"); do
     for commit in "$base" "$new"; do
         git checkout -q "$commit" -- extraction store worker
         printf '%s ' "$commit"
-        .venv/bin/python bench/pipeline_throughput.py "$@" | grep 'conv/s (' | sed 's/.*conv\/s (/(/'
+        .venv/bin/python bench/pipeline_throughput.py "$@" 2>&1 | grep 'conv/s (' | sed 's/.*conv\/s (/(/'
     done
 done
