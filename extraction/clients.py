@@ -102,10 +102,10 @@ class ProviderClient:
 
 def env_proxy(base_url: str) -> str | None:
     """The proxy that HTTP(S)_PROXY / NO_PROXY give for `base_url`, as the SDK's client would use."""
-    host = urllib.parse.urlsplit(base_url).hostname or ""
-    if urllib.request.proxy_bypass(host):
+    url = urllib.parse.urlsplit(base_url)
+    if urllib.request.proxy_bypass(url.hostname or ""):
         return None
-    return urllib.request.getproxies().get(urllib.parse.urlsplit(base_url).scheme)
+    return urllib.request.getproxies().get(url.scheme)
 
 
 def status_error(response: httpx2.Response) -> openai.APIStatusError:

@@ -296,6 +296,7 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
         )
         # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
         self._read_engine: AsyncEngine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._idle = []
         self._idle_limit = pool_size // 2
 
     def _configure_session(self, dbapi_connection: Any, _record: Any) -> None:

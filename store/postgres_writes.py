@@ -71,17 +71,9 @@ class PipelinedEventWrites(MemoryWrites):
     # the store's engine in autocommit: a read runs without BEGIN/ROLLBACK; a write sends its own
     _read_engine: AsyncEngine
 
-    # autocommit connections kept checked out between uses, at most half the pool
-    _idle_limit: int = 0
-
-    @property
-    def _idle(self) -> builtins.list[tuple[AsyncConnection, DriverConnection[Any]]]:
-        idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]] | None = self.__dict__.get(
-            "_idle_list"
-        )
-        if idle is None:
-            idle = self.__dict__["_idle_list"] = []
-        return idle
+    # autocommit connections kept checked out between uses (set by the store: half its pool)
+    _idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]]
+    _idle_limit: int
 
     @asynccontextmanager
     async def _driver(self) -> AsyncIterator[tuple[AsyncConnection, DriverConnection[Any]]]:
