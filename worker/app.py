@@ -271,17 +271,24 @@ def heartbeat_interval(ack_wait_s: float) -> float:
 # How long stopping waits for a cancelled helper task (the consumer watch, an event's in-progress
 # acks, an interrupted start-up) before it leaves it behind
 TASK_STOP_TIMEOUT_S = 5.0
+# A swallowed cancel (nats-py's connect loop retries after a refused connection that lands with
+# it) is repeated this often while `cancel_and_wait` waits
+RECANCEL_EVERY_S = 0.1
 
 
 async def cancel_and_wait(
     task: asyncio.Task[Any], *, what: str, timeout_s: float = TASK_STOP_TIMEOUT_S
 ) -> None:
     """Cancel `task` and wait at most `timeout_s` for it to end. A task can swallow its
-    cancellation (Python 3.11's `asyncio.wait_for`, used inside nats-py's requests, returns the
-    result when the awaited call completes at the moment it is cancelled); stopping must not hang
-    on it, so it is then left behind with a warning."""
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    cancellation (Python 3.11's `asyncio.wait_for`, used inside nats-py's requests and its connect,
+    returns the result when the awaited call completes at the moment it is cancelled), so the
+    cancel is repeated every `RECANCEL_EVERY_S`; a task still running at the deadline is left
+    behind with a warning: stopping must not hang on it."""
+    deadline = time.monotonic() + timeout_s
+    done: set[asyncio.Task[Any]] = set()
+    while not done and (left := deadline - time.monotonic()) > 0:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=min(RECANCEL_EVERY_S, left))
     if not done:
         log.warning("%s did not stop within %.0fs of being cancelled; leaving it behind", what, timeout_s)
     elif not task.cancelled() and task.exception() is not None:

@@ -44,6 +44,29 @@ async def test_cancel_and_wait_leaves_a_task_that_ignores_cancellation_behind_af
         await asyncio.wait_for(task, timeout=5)
 
 
+async def test_cancel_and_wait_ends_a_task_that_swallows_its_first_cancellation_promptly() -> None:
+    # nats-py's connect loop: a refused connection landing with the cancel swallows it, then the
+    # loop sleeps and retries for ever (seen as a 5 s stop in a SIGINT-during-start-up test)
+    swallowed = 0
+
+    async def retrying() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    task = asyncio.create_task(retrying())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    await cancel_and_wait(task, what="a retrying task", timeout_s=10)
+    assert task.cancelled() and swallowed == 1
+    assert time.monotonic() - started < 1
+
+
 async def test_cancel_and_wait_returns_when_the_task_ends() -> None:
     task = asyncio.create_task(asyncio.sleep(60))
     started = time.monotonic()
