@@ -55,6 +55,7 @@ import base64
 import collections
 import contextlib
 import json
+import random
 import socket
 import struct
 import threading
@@ -256,6 +257,9 @@ def _nothing() -> None:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real providers; every answer sets Content-Length
+    # TCP_NODELAY, as real providers' servers: the headers and the body leave in two writes, and
+    # with Nagle's algorithm the body waited for the client's delayed ACK: 40 ms on every answer
+    disable_nagle_algorithm = True
     server: _Server
     timeout = 60  # an idle keep-alive connection's thread exits after this
     on_respond: Callable[[int], None] = staticmethod(_ignore_status)
@@ -322,6 +326,7 @@ class FakeOpenAI:
         self,
         *,
         chat_latency_s: float = 0.0,
+        chat_latency_jitter: float = 0.0,
         embedding_latency_s: float = 0.0,
         embedding_dim: int = 384,
         json_schema_supported: bool = True,
@@ -331,6 +336,10 @@ class FakeOpenAI:
     ) -> None:
         """Configure; nothing listens until `start()`."""
         self.chat_latency_s = chat_latency_s
+        # each chat latency drawn uniformly from chat_latency_s * (1 ± jitter): the same mean, the
+        # spread of a real provider's (seeded, so a run repeats)
+        self.chat_latency_jitter = chat_latency_jitter
+        self._jitter = random.Random(0)
         self.embedding_latency_s = embedding_latency_s
         self.embedding_dim = embedding_dim
         self.json_schema_supported = json_schema_supported
@@ -559,7 +568,7 @@ class FakeOpenAI:
                     reply = self._state.chat_script.popleft()
         if reply is not None and reply.only_for_json_schema:
             self._count("json_schema_rejected")
-        if not self._sleep(self.chat_latency_s + (reply.delay_s if reply else 0.0)):
+        if not self._sleep(self._chat_latency() + (reply.delay_s if reply else 0.0)):
             handler._drop()
             return
         if reply is None:
@@ -657,6 +666,13 @@ class FakeOpenAI:
             return
         error = {"message": reply.error_message, "type": reply.error_type, "param": None, "code": None}
         handler._send_json(reply.status, {"error": error}, reply.headers)
+
+    def _chat_latency(self) -> float:
+        if not self.chat_latency_jitter:
+            return self.chat_latency_s
+        with self._lock:
+            spread = self._jitter.uniform(-self.chat_latency_jitter, self.chat_latency_jitter)
+        return self.chat_latency_s * (1 + spread)
 
     def _sleep(self, seconds: float) -> bool:
         """Wait (latency, delays); False when the server stopped meanwhile: then answer nothing."""

@@ -66,7 +66,11 @@ FAKE_SERVER = textwrap.dedent(
     import sys, time
     sys.path.insert(0, sys.argv[1])
     from bench.fake_openai import FakeOpenAI
-    fake = FakeOpenAI(chat_latency_s=float(sys.argv[2]), embedding_latency_s=float(sys.argv[3]))
+    fake = FakeOpenAI(
+        chat_latency_s=float(sys.argv[2]),
+        embedding_latency_s=float(sys.argv[3]),
+        chat_latency_jitter=float(sys.argv[4]),
+    )
     fake.start()
     print(fake.base_url, flush=True)
     sys.stdin.read()  # until the parent closes our stdin
@@ -695,7 +699,15 @@ def main(args: argparse.Namespace) -> list[Result]:
         if args.statements:
             postgres.configure({"shared_preload_libraries": "pg_stat_statements"})
         fake = subprocess.Popen(
-            [sys.executable, "-c", FAKE_SERVER, str(REPO), str(LLM_LATENCY_S), str(EMBEDDING_LATENCY_S)],
+            [
+                sys.executable,
+                "-c",
+                FAKE_SERVER,
+                str(REPO),
+                str(LLM_LATENCY_S),
+                str(EMBEDDING_LATENCY_S),
+                str(args.llm_jitter),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -734,6 +746,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--users", type=int, default=20, help="users of the events with --populated")
     parser.add_argument("--persona-rows", type=int, default=100_000, help="persona memories with --populated")
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
+    parser.add_argument(
+        "--llm-jitter",
+        type=float,
+        default=0.0,
+        help="each LLM latency drawn from 300 ms x (1 ± this), the same mean (default 0: always 300 ms)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")
     parser.add_argument(
