@@ -16,6 +16,8 @@ the owner's memory count.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -319,6 +321,8 @@ class PipelineDeps:
     metrics: Metrics
     run_db: DbRunner = run_directly
     policy_cache: PolicyCache | None = None
+    # PMEM_WRITES_IN_FLIGHT: the write transactions that may run at once (None: any number)
+    write_slots: asyncio.Semaphore | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -412,15 +416,16 @@ async def process_event(
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
     rows, deduped = plan_rows(event, scopes, kept, vectors)
 
-    write = await db(
-        "write_event",
-        lambda: store.write_event(
-            event_id=event.event_id,
-            memories=rows,
-            dedup=decide_against_neighbours,
-            neighbours=DEDUP_NEIGHBOURS,
-        ),
-    )
+    async with deps.write_slots or contextlib.nullcontext():
+        write = await db(
+            "write_event",
+            lambda: store.write_event(
+                event_id=event.event_id,
+                memories=rows,
+                dedup=decide_against_neighbours,
+                neighbours=DEDUP_NEIGHBOURS,
+            ),
+        )
     if not write.duplicate and len(write.results) != len(rows):
         raise RuntimeError(
             f"store.write_event returned {len(write.results)} results for {len(rows)} memories"

@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     durable: str = "pmem-worker"
     create_stream: bool = True
     concurrency: int = Field(default=8, ge=1, le=1024)
+    # Event write transactions at once per process, admitted in arrival order; 0: no limit. Under
+    # load, events finish their LLM calls in bursts; a burst's writes all interleaved on the event
+    # loop finish together at its end (holding their owner locks meanwhile) and the next burst
+    # starts in step. A few at a time finish one after another (bench/README.md, "waves").
+    writes_in_flight: int = Field(default=4, ge=0)
     max_deliver: int = Field(default=5, ge=1)
     # Everything one delivery of an event may take (policy, every LLM chunk and retry, embeddings,
     # the write); past it the delivery stops, its in-progress acks stop, and it is retried later or

@@ -3,6 +3,7 @@ not store one fact twice: real nats-server, real Postgres, the fake LLM."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -103,3 +104,37 @@ async def test_the_same_fact_from_two_concurrent_events_of_one_owner_is_one_memo
     assert h.fake.counters["max_in_flight"] == 2
     rows = await h.sql("SELECT key FROM memories WHERE owner_id = %s", user)
     assert len(rows) == 1
+
+
+@pytest.mark.parametrize(("writes_in_flight", "expected_peak"), [(2, 2), (0, 8)])
+async def test_writes_in_flight_bounds_the_write_transactions_running_at_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, writes_in_flight: int, expected_peak: int
+) -> None:
+    h = harness
+    h.fake.chat_latency_s = 0.3  # the eight events finish their LLM calls together
+    running = peak = 0
+    async with h.worker(concurrency=8, writes_in_flight=writes_in_flight) as worker:
+        write_event = worker.store.write_event
+
+        async def slow_write(**kwargs: Any) -> Any:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            try:
+                await asyncio.sleep(0.2)  # a slow transaction: the others queue behind the limit
+                return await write_event(**kwargs)
+            finally:
+                running -= 1
+
+        monkeypatch.setattr(worker.store, "write_event", slow_write)
+        users = [uuid.uuid4() for _ in range(8)]
+        for user in users:
+            await h.publish(conversation("I live in Lyon.", "Ok.", user_id=user))
+
+        async def all_processed() -> bool:
+            return await h.processed() >= 8
+
+        await wait_for(all_processed, what="the eight events to be processed")
+    assert peak == expected_peak
+    rows = await h.sql("SELECT count(*) FROM memories WHERE owner_id = ANY(%s)", users)
+    assert rows == [(8,)]
