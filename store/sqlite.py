@@ -100,8 +100,12 @@ FTS_BACKFILL = (
     + ", m.key, m.value FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
-# bm25() column weights: memory_id, owner and team carry no relevance
-_BM25 = "bm25(memories_fts, 0.0, 0.0, 0.0, 1.0, 1.0)"
+
+
+def bm25_expression(key_weight: float) -> str:
+    """FTS5 `bm25()` with its column weights: memory_id, owner and team carry no relevance, the key
+    `key_weight` (`ScoreFusion.key_weight`) and the value 1."""
+    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0)"
 
 
 def owner_token(owner: OwnerRef) -> str:
@@ -343,6 +347,7 @@ class SqliteMemoryStore(CoreStore):
             fusion=self._fusion,
             time_window=cues.time_window,
             entities=cues.entities,
+            query_words=words,
         )
 
     async def _vector_scores(
@@ -404,10 +409,11 @@ class SqliteMemoryStore(CoreStore):
     ) -> dict[uuid.UUID, float]:
         """FTS5 BM25 (higher is better) of the owners' active memories visible in the team context
         matching any query word."""
+        bm25 = bm25_expression(self._fusion.key_weight)
         statement = text(
-            f"SELECT memory_id, -{_BM25} FROM memories_fts WHERE memories_fts MATCH :match "
+            f"SELECT memory_id, -{bm25} FROM memories_fts WHERE memories_fts MATCH :match "
             # ties by rowid: reading each match's memory_id for the tie-break cost a third of the query
-            f"ORDER BY {_BM25}, rowid LIMIT :k"
+            f"ORDER BY {bm25}, rowid LIMIT :k"
         )
         rows = (await conn.execute(statement, {"match": owner_match(owners, team_id, match), "k": k})).all()
         return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}
