@@ -2,12 +2,12 @@
 engine, psycopg 3). Writes, review and history come from `store.core`; this module adds recall.
 
 Recall takes two round trips. The first reads the query words' document frequencies among the
-owners' active memories (`term_stats_sql`); the second is one statement with a vector branch
-(cosine nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics,
-idf from the first trip), each limited to the caller's owners and `active` rows in its WHERE
-clause, plus the same-key rows of other scopes so overrides can be merged. The shared pure code then
-fuses the scores with the query's cues (`store.recall.fuse_scores`, `store.cues`), exactly as the
-SQLite store does.
+owners' active memories (`term_stats_sql`); the second is one statement with a vector branch (cosine
+nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics, idf from
+the first trip, a lexeme found only in the key weighing `ScoreFusion.key_weight`), each limited to
+the caller's owners and `active` rows in its WHERE clause, plus the same-key rows of other scopes so
+overrides can be merged. The shared pure code then fuses the scores with the query's cues
+(`store.recall.fuse_scores`, `store.cues`), exactly as the SQLite store does.
 
 Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
 HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead

@@ -4,11 +4,12 @@ single process without Postgres.
 Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
 conversation boosts, the same merging of a key across scopes (`store.recall`, `store.cues`). Full
 text is SQLite's FTS5 (`porter unicode61` tokenizer, so "preferences" finds "prefers"; OR over the
-query's informative words; `bm25()` scores), in a table `memories_fts` that triggers keep in step
-with `memories`. Vectors are scored with numpy off the event loop: the caller's owners' embeddings
-are read once into a unit-row matrix, kept until anything is written (this process's writes, or
-another connection's, seen through `PRAGMA data_version`). Owner isolation is in the SQL WHERE
-clauses that read the rows, never a filter in Python.
+query's informative words; `bm25()` scores, the key column weighing `ScoreFusion.key_weight`), in a
+table `memories_fts` that triggers keep in step with `memories`. Vectors are scored with numpy off
+the event loop: the caller's owners' embeddings are read once into a unit-row matrix, kept until
+anything is written (this process's writes, or another connection's, seen through `PRAGMA
+data_version`). Owner isolation is in the SQL WHERE clauses that read the rows, never a filter in
+Python.
 
 The tables are created on first use (`store.migrate` does the same), so `sqlite:///:memory:` works.
 Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`. SQLite's lower() folds ASCII
