@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from extraction.embeddings import HashingEmbedder, hashing_vector
 from store.migrate import migrate
 from store.postgres import PostgresMemoryStore, RecallTuning
+from store.recall import ScoreFusion
 from store.types import Retriever
 from worker.embedded import EmbeddedPostgres
 
@@ -246,6 +247,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         "dim": 384,
         "limit": args.limit,
         "queries_per_retriever": args.queries,
+        "key_weight": args.key_weight,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_average_at_start": os.getloadavg(),
     }
@@ -262,6 +264,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         pool_size=2,
         tuning=RecallTuning(ef_search=args.ef_search),
         pool_pre_ping=not args.no_pre_ping,
+        fusion=ScoreFusion(key_weight=args.key_weight),
     )
     results: dict[str, dict[str, float]] = {}
     plans: dict[str, str] = {}
@@ -313,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=1_000, help="measured recalls per retriever")
     parser.add_argument("--limit", type=int, default=20, help="recall limit (default 20)")
     parser.add_argument("--ef-search", type=int, default=RecallTuning().ef_search)
+    parser.add_argument(
+        "--key-weight",
+        type=float,
+        default=ScoreFusion().key_weight,
+        help="ScoreFusion.key_weight (full text: a word only in the key against one in the value)",
+    )
     parser.add_argument("--no-pre-ping", action="store_true", help="disable the pool's pre-ping")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, help="Postgres data directory (default: a temp dir)")

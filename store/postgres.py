@@ -2,12 +2,12 @@
 engine, psycopg 3). Writes, review and history come from `store.core`; this module adds recall.
 
 Recall takes two round trips. The first reads the query words' document frequencies among the
-owners' active memories (`term_stats_sql`); the second is one statement with a vector branch
-(cosine nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics,
-idf from the first trip), each limited to the caller's owners and `active` rows in its WHERE
-clause, plus the same-key rows of other scopes so overrides can be merged. The shared pure code then
-fuses the scores with the query's cues (`store.recall.fuse_scores`, `store.cues`), exactly as the
-SQLite store does.
+owners' active memories (`term_stats_sql`); the second is one statement with a vector branch (cosine
+nearest neighbours) and a full-text branch (BM25 over the query's lexemes, OR semantics, idf from
+the first trip, a lexeme found only in the key weighing `ScoreFusion.key_weight`), each limited to
+the caller's owners and `active` rows in its WHERE clause, plus the same-key rows of other scopes so
+overrides can be merged. The shared pure code then fuses the scores with the query's cues
+(`store.recall.fuse_scores`, `store.cues`), exactly as the SQLite store does.
 
 Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
 HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead
@@ -97,6 +97,7 @@ class RecallPlan:
     params: dict[str, Any]
     time_window: TimeWindow | None
     entities: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()  # the matched text's words (feedback leaves them out)
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -143,10 +144,14 @@ def recall_sql(
     owners: Sequence[OwnerRef],
     branches: Sequence[str],
     embedding_dim: int,
+    value_weighted: bool = False,
 ) -> str:
     """The single recall statement for the given branches (`vector`, `text` or `top`).
 
-    Returns rows of memory columns plus `source` and `rank` (NULL for override-only rows)."""
+    `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
+    idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
+    query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
+    (NULL for override-only rows)."""
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     ctes: list[str] = []
     ranked: list[str] = []
@@ -169,13 +174,20 @@ def recall_sql(
     if "text" in branches:
         # BM25 with binary term frequency: idf per query lexeme comes from the owner's own memories
         # (computed by `term_stats_sql`), so a word most of them contain weighs almost nothing
+        weight, value_lexemes = "t.idf", ""
+        if value_weighted:
+            weight = (
+                "t.idf * CASE WHEN v.tsv @@ plainto_tsquery('simple', t.lex) THEN 1 ELSE %(key_weight)s END"
+            )
+            value_lexemes = f", LATERAL (SELECT to_tsvector('{TEXT_SEARCH_CONFIG}', m.value)) AS v(tsv)"
         ctes.append(
             "txt AS MATERIALIZED (SELECT m.id, "
-            "coalesce((SELECT sum(t.idf) FROM "
+            f"coalesce((SELECT sum({weight}) FROM "
             "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS t(lex, idf) "
             "WHERE m.search_tsv @@ plainto_tsquery('simple', t.lex)), 0) "
             "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(m.search_tsv) / %(avglen)s)) "
-            f"AS relevance FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
+            f"AS relevance FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query)"
+            f"{value_lexemes} "
             f"WHERE {where} AND m.search_tsv @@ q.query ORDER BY relevance DESC, m.id LIMIT %(k)s)"
         )
         ranked.append(
@@ -384,8 +396,22 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             branches.append("text")
         if not branches:
             return None
-        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._schema.embedding_dim)
-        return RecallPlan(sql=sql, params=params, time_window=cues.time_window, entities=cues.entities)
+        value_weighted = "text" in branches and self._fusion.key_weight != 1.0
+        if value_weighted:
+            params["key_weight"] = float(self._fusion.key_weight)
+        sql = recall_sql(
+            owners=owners,
+            branches=branches,
+            embedding_dim=self._schema.embedding_dim,
+            value_weighted=value_weighted,
+        )
+        return RecallPlan(
+            sql=sql,
+            params=params,
+            time_window=cues.time_window,
+            entities=cues.entities,
+            words=tuple(query_terms(text)),
+        )
 
     async def _term_stats(
         self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str
@@ -484,6 +510,7 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             fusion=self._fusion,
             time_window=plan.time_window,
             entities=plan.entities,
+            query_words=plan.words,
         )
 
     async def explain_recall(

@@ -4,11 +4,12 @@ single process without Postgres.
 Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
 conversation boosts, the same merging of a key across scopes (`store.recall`, `store.cues`). Full
 text is SQLite's FTS5 (`porter unicode61` tokenizer, so "preferences" finds "prefers"; OR over the
-query's informative words; `bm25()` scores), in a table `memories_fts` that triggers keep in step
-with `memories`. Vectors are scored with numpy off the event loop: the caller's owners' embeddings
-are read once into a unit-row matrix, kept until anything is written (this process's writes, or
-another connection's, seen through `PRAGMA data_version`). Owner isolation is in the SQL WHERE
-clauses that read the rows, never a filter in Python.
+query's informative words; `bm25()` scores, the key column weighing `ScoreFusion.key_weight`), in a
+table `memories_fts` that triggers keep in step with `memories`. Vectors are scored with numpy off
+the event loop: the caller's owners' embeddings are read once into a unit-row matrix, kept until
+anything is written (this process's writes, or another connection's, seen through `PRAGMA
+data_version`). Owner isolation is in the SQL WHERE clauses that read the rows, never a filter in
+Python.
 
 The tables are created on first use (`store.migrate` does the same), so `sqlite:///:memory:` works.
 Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`. SQLite's lower() folds ASCII
@@ -100,8 +101,12 @@ FTS_BACKFILL = (
     + ", m.key, m.value FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
-# bm25() column weights: memory_id, owner and team carry no relevance
-_BM25 = "bm25(memories_fts, 0.0, 0.0, 0.0, 1.0, 1.0)"
+
+
+def bm25_expression(key_weight: float) -> str:
+    """FTS5 `bm25()` with its column weights: memory_id, owner and team carry no relevance, the key
+    `key_weight` (`ScoreFusion.key_weight`) and the value 1."""
+    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0)"
 
 
 def owner_token(owner: OwnerRef) -> str:
@@ -343,6 +348,7 @@ class SqliteMemoryStore(CoreStore):
             fusion=self._fusion,
             time_window=cues.time_window,
             entities=cues.entities,
+            query_words=words,
         )
 
     async def _vector_scores(
@@ -404,10 +410,11 @@ class SqliteMemoryStore(CoreStore):
     ) -> dict[uuid.UUID, float]:
         """FTS5 BM25 (higher is better) of the owners' active memories visible in the team context
         matching any query word."""
+        bm25 = bm25_expression(self._fusion.key_weight)
         statement = text(
-            f"SELECT memory_id, -{_BM25} FROM memories_fts WHERE memories_fts MATCH :match "
+            f"SELECT memory_id, -{bm25} FROM memories_fts WHERE memories_fts MATCH :match "
             # ties by rowid: reading each match's memory_id for the tie-break cost a third of the query
-            f"ORDER BY {_BM25}, rowid LIMIT :k"
+            f"ORDER BY {bm25}, rowid LIMIT :k"
         )
         rows = (await conn.execute(statement, {"match": owner_match(owners, team_id, match), "k": k})).all()
         return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}

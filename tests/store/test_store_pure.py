@@ -244,6 +244,15 @@ def test_recall_sql_filters_every_branch_by_owner_and_active_status() -> None:
     assert "CAST(%(qv)s AS vector(384))" in sql and "websearch_to_tsquery('english', %(tq)s)" in sql
 
 
+def test_recall_sql_weighs_key_only_words_only_when_value_weighted() -> None:
+    owners = resolve_scopes(USER, None)
+    plain = recall_sql(owners=owners, branches=["vector", "text"], embedding_dim=384)
+    weighted = recall_sql(owners=owners, branches=["vector", "text"], embedding_dim=384, value_weighted=True)
+    assert "key_weight" not in plain and "to_tsvector" not in plain
+    assert "to_tsvector('english', m.value)" in weighted
+    assert "THEN 1 ELSE %(key_weight)s END" in weighted
+
+
 def test_recall_sql_casts_to_halfvec_above_2000_dimensions() -> None:
     sql = recall_sql(owners=resolve_scopes(USER, None), branches=["vector"], embedding_dim=3072)
     assert "CAST(m.embedding AS halfvec(3072)) <=> CAST(%(qv)s AS halfvec(3072))" in sql
