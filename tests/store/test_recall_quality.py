@@ -27,7 +27,7 @@ from store.recall import (
 )
 from store.sqlite import bm25_expression
 from store.types import Memory, NewMemory
-from tests.store.store_testkit import MakeStore
+from tests.store.store_testkit import MakeStore, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -365,6 +365,21 @@ class AngleEmbedder:
         vector[0], vector[axis] = cosine, (1.0 - cosine * cosine) ** 0.5
         return vector
 
+    async def seed(self, store: Store, user: uuid.UUID, rows: Sequence[tuple[str, str, float]]) -> None:
+        """Active memories of `user`, one per (key, value, cosine to the query), each on its own axis."""
+        for axis, (key, value, cosine) in enumerate(rows, start=1):
+            await store.upsert(
+                NewMemory(
+                    scope="user",
+                    owner_id=user,
+                    user_id=None,
+                    key=key,
+                    value=value,
+                    status="active",
+                    embedding=self.at(cosine, axis),
+                )
+            )
+
 
 async def test_a_bigger_limit_keeps_the_head_of_the_ranking_on_both_stores(make_store: MakeStore) -> None:
     """Recall for 40 fetches 120 candidates per branch instead of 60 (for 20): with the vector floor
@@ -380,18 +395,7 @@ async def test_a_bigger_limit_keeps_the_head_of_the_ranking_on_both_stores(make_
 
     async def ranked(fusion: ScoreFusion | None, limit: int) -> list[str]:
         store = await make_store(embedder, fusion=fusion)
-        for axis, (key, value, cosine) in enumerate(rows, start=1):
-            await store.upsert(
-                NewMemory(
-                    scope="user",
-                    owner_id=user,
-                    user_id=None,
-                    key=key,
-                    value=value,
-                    status="active",
-                    embedding=embedder.at(cosine, axis),
-                )
-            )
+        await embedder.seed(store, user, rows)
         return [h.memory.key for h in await store.recall(user, None, "zephyr quasar", limit)][:2]
 
     assert await ranked(None, 20) == await ranked(None, 40) == ["one word", "both words"]
@@ -469,18 +473,7 @@ async def test_feedback_lifts_a_memory_sharing_the_top_hits_words_on_both_stores
     async def ranked(fusion: ScoreFusion) -> list[str]:
         store = await make_store(embedder, fusion=fusion)
         user = uuid.uuid4()
-        for axis, (key, value, cosine) in enumerate(rows, start=1):
-            await store.upsert(
-                NewMemory(
-                    scope="user",
-                    owner_id=user,
-                    user_id=None,
-                    key=key,
-                    value=value,
-                    status="active",
-                    embedding=embedder.at(cosine, axis),
-                )
-            )
+        await embedder.seed(store, user, rows)
         return [h.memory.key for h in await store.recall(user, None, "kiln", 4)]
 
     without = await ranked(ScoreFusion(conversation_boost=0.0))
