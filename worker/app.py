@@ -415,7 +415,17 @@ class Worker:
         self._background.clear()
         if self._started:
             started = time.monotonic()
-            await self.broker.stop()  # waits for running handlers, then drains the connection
+            try:
+                await self.broker.stop()  # waits for running handlers, then drains the connection
+            except (nats.errors.ConnectionReconnectingError, nats.errors.ConnectionClosedError) as exc:
+                # NATS went away first (a Ctrl-C reaching the demo's nats-server too, or both
+                # stopped by the platform): nothing to drain; what is unacked is redelivered
+                log.warning(
+                    "NATS connection lost during shutdown (%s); unacknowledged events will be redelivered",
+                    type(exc).__name__,
+                )
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.broker.connection.close(), timeout=2.0)
             log.info("consumer stopped after %.1fs", time.monotonic() - started)
             self._started = False
         else:

@@ -9,11 +9,13 @@ import contextlib
 import faulthandler
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.worker.worker_harness import Harness
 from worker.app import Worker, cancel_and_wait
+from worker.embedded import EmbeddedNats
 
 pytestmark = pytest.mark.asyncio
 
@@ -100,3 +102,22 @@ async def test_worker_close_is_bounded_when_the_consumer_watch_swallows_its_canc
         await asyncio.wait_for(run_and_stop(), timeout=30)
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+async def test_worker_close_ends_cleanly_when_nats_is_gone_first(
+    harness: Harness, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a Ctrl-C in the demo's terminal reaches its nats-server too, which exits first: close()
+    # used to raise ConnectionReconnectingError from the drain, skipping the store's close
+    nats = EmbeddedNats(store_dir=tmp_path / "nats").start()
+    try:
+        async with harness.worker(nats_url=nats.url) as worker:
+            nats.stop()
+            with caplog.at_level(logging.WARNING, logger="pmem.worker"):
+                started = time.monotonic()
+                await asyncio.wait_for(worker.close(), timeout=20)
+            assert time.monotonic() - started < 10
+            assert any("NATS connection lost during shutdown" in r.getMessage() for r in caplog.records)
+            assert worker.health is None
+    finally:
+        nats.stop()
