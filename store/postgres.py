@@ -97,7 +97,6 @@ class RecallPlan:
     params: dict[str, Any]
     time_window: TimeWindow | None
     entities: tuple[str, ...] = ()
-    words: tuple[str, ...] = ()  # the matched text's words (feedback leaves them out)
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -410,7 +409,6 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             params=params,
             time_window=cues.time_window,
             entities=cues.entities,
-            words=tuple(query_terms(text)),
         )
 
     async def _term_stats(
@@ -510,7 +508,6 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             fusion=self._fusion,
             time_window=plan.time_window,
             entities=plan.entities,
-            query_words=plan.words,
         )
 
     async def explain_recall(

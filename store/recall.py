@@ -154,9 +154,6 @@ class ScoreFusion:
     rewrite_questions: bool = False
     # added × the share of the query's names (capitalised words inside the sentence) a memory contains
     entity_boost: float = 0.0
-    # where the entity cue looks for the names: None anywhere in the key and value; N only among the
-    # value's first N words (who said it or whom it is about: "Caroline said, ...", "Ana moved ...")
-    entity_lead_words: int | None = None
     # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
     # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
     learned: tuple[tuple[str, float], ...] | None = None
@@ -168,16 +165,6 @@ class ScoreFusion:
     # value (1: key and value are one text). A key carrying context (the turns around a reply)
     # matches the neighbours' words; the value's own words are the stronger evidence
     key_weight: float = 0.75
-    # pseudo-relevance feedback on the fetched candidates (`feedback_scores`): the `feedback_terms`
-    # words (not the query's) that most mark the `feedback_docs` strongest candidates against the
-    # other candidates; every candidate gets `feedback_boost` × the share of their weight it contains
-    feedback_boost: float = 0.0
-    feedback_docs: int = 3
-    feedback_terms: int = 10
-    # redundancy (`diversified`): going down the fused ranking, each of the first `diversity_depth`
-    # candidates loses `diversity` × its largest word overlap (Jaccard) with one placed above it
-    diversity: float = 0.0
-    diversity_depth: int = 50
 
 
 FEATURES: tuple[str, ...] = ("vector", "text", "cosine", "vector_rank", "text_rank", "both", "time", "entity")
@@ -220,7 +207,7 @@ def candidate_features(
         if window is not None and window.contains(memory.created_at):
             entry["time"] = 1.0
         if entities:
-            entry["entity"] = entity_share(entities, memory, lead_words=fusion.entity_lead_words)
+            entry["entity"] = entity_share(entities, memory)
     return features
 
 
@@ -269,15 +256,12 @@ def fuse_scores(
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
     entities: Sequence[str] = (),
-    query_words: Sequence[str] = (),
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
-    memories naming the query's `entities` get `entity_boost` × the share they name, and memories
-    sharing the strongest candidates' distinctive words besides the query's (`query_words`) get up
-    to `feedback_boost` (`feedback_scores`); then
+    memories naming the query's `entities` get `entity_boost` × the share they name; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
     (facts told together tend to be asked together). With `fusion.learned`, a linear model over
     `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
@@ -288,10 +272,6 @@ def fuse_scores(
         by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities
     )
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
-    if fusion.feedback_boost and combined:
-        feedback = feedback_scores(by_id, combined, fusion=fusion, query_words=query_words)
-        for memory_id, share in feedback.items():
-            combined[memory_id] += fusion.feedback_boost * share
     conversation_weight = (
         dict(fusion.learned).get("conversation", 0.0)
         if fusion.learned is not None
@@ -300,126 +280,12 @@ def fuse_scores(
     if conversation_weight and combined:
         for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
             combined[memory_id] += conversation_weight * share
-    if fusion.diversity and combined:
-        combined = diversified(by_id, combined, penalty=fusion.diversity, depth=fusion.diversity_depth)
     sources = {
         mid: tuple(name for name in ("vector", "text") if entry[f"{name}_rank"])
         for mid, entry in features.items()
     }
     scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
     return merge_by_key(by_id.values(), scored, limit=limit)
-
-
-def feedback_words(memory: Memory) -> list[str]:
-    """The words feedback reads in a memory (key and value): lower-cased word tokens of at least three
-    characters, not stop words, not digits only."""
-    return [
-        t
-        for t in _WORD.findall(f"{memory.key} {memory.value}".lower())
-        if len(t) > 2 and t not in STOPWORDS and not t.isdigit()
-    ]
-
-
-def feedback_terms(
-    top: Sequence[tuple[Sequence[str], float]],
-    document_frequency: Mapping[str, int],
-    documents: int,
-    *,
-    exclude: Iterable[str] = (),
-    count: int,
-) -> dict[str, float]:
-    """Expansion words from feedback documents (relevance-model style): `top` holds each strong
-    document's words and its weight; a word weighs the sum over them of weight × its frequency in
-    the document × its BM25 idf among the `documents` candidates (`document_frequency`). Only words
-    found in at least two candidates count (a word of one document can lift no other), never the
-    `exclude`d ones (the query's). The `count` heaviest, heaviest first."""
-    skip = set(exclude)
-    weights: dict[str, float] = {}
-    for words, weight in top:
-        if not words or weight <= 0.0:
-            continue
-        for word in set(words):
-            containing = document_frequency.get(word, 0)
-            if word in skip or containing < 2:
-                continue
-            share = words.count(word) / len(words)
-            weights[word] = weights.get(word, 0.0) + weight * share * bm25_idf(documents, containing)
-    best = sorted(weights, key=lambda w: (-weights[w], w))[: max(count, 0)]
-    return {word: weights[word] for word in best}
-
-
-def feedback_scores(
-    by_id: Mapping[uuid.UUID, Memory],
-    scores: Mapping[uuid.UUID, float],
-    *,
-    fusion: ScoreFusion,
-    query_words: Sequence[str] = (),
-) -> dict[uuid.UUID, float]:
-    """Pseudo-relevance feedback over the candidates alone (no second query): the `feedback_terms`
-    words that best mark the `feedback_docs` strongest candidates (weighted by their score) against
-    all candidates (`feedback_terms`), then per candidate the share of those words' weight it
-    contains (0 to 1). The query's words are left out: full text already matches them."""
-    words = {mid: feedback_words(by_id[mid]) for mid in scores if mid in by_id}
-    if not words:
-        return {}
-    document_frequency: dict[str, int] = {}
-    for found in words.values():
-        for word in set(found):
-            document_frequency[word] = document_frequency.get(word, 0) + 1
-    strongest = sorted(words, key=lambda mid: (-scores[mid], mid))[: max(fusion.feedback_docs, 0)]
-    top = [(words[mid], max(scores[mid], 0.0)) for mid in strongest]
-    terms = feedback_terms(
-        top,
-        document_frequency,
-        len(words),
-        exclude={w.lower() for w in query_words},
-        count=fusion.feedback_terms,
-    )
-    total = sum(terms.values())
-    if total <= 0.0:
-        return {}
-    out: dict[uuid.UUID, float] = {}
-    for memory_id, found in words.items():
-        present = set(found)
-        share = sum(weight for word, weight in terms.items() if word in present) / total
-        if share:
-            out[memory_id] = share
-    return out
-
-
-def word_overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    """Jaccard similarity of two word sets (0 when both are empty)."""
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
-
-
-def diversified(
-    by_id: Mapping[uuid.UUID, Memory],
-    scores: Mapping[uuid.UUID, float],
-    *,
-    penalty: float,
-    depth: int,
-) -> dict[uuid.UUID, float]:
-    """Maximal-marginal-relevance re-ranking of the `depth` best candidates: greedily, the next one
-    placed is the one with the best score − `penalty` × its largest word overlap (`word_overlap` of
-    `feedback_words`) with the ones already placed. They get decreasing scores in that order, never
-    above their own; candidates below `depth` keep theirs."""
-    ranked = sorted(scores, key=lambda mid: (-scores[mid], mid))
-    head = ranked[: max(depth, 0)]
-    position = {mid: index for index, mid in enumerate(head)}
-    words = {mid: frozenset(feedback_words(by_id[mid])) if mid in by_id else frozenset() for mid in head}
-    closest = dict.fromkeys(head, 0.0)
-    out = dict(scores)
-    remaining = list(head)
-    ceiling = math.inf
-    while remaining:
-        best = max(remaining, key=lambda mid: (scores[mid] - penalty * closest[mid], -position[mid]))
-        remaining.remove(best)
-        ceiling = min(scores[best] - penalty * closest[best], ceiling - 1e-9)
-        out[best] = ceiling
-        for mid in remaining:
-            closest[mid] = max(closest[mid], word_overlap(words[best], words[mid]))
-    return out
 
 
 def _normalise(
@@ -654,15 +520,11 @@ def query_entities(query: str) -> list[str]:
     return list(names)
 
 
-def entity_share(entities: Sequence[str], memory: Memory, *, lead_words: int | None = None) -> float:
-    """The share of `entities` found among the memory's words (key and value), or with `lead_words`
-    among the value's first `lead_words` words only (its speaker or subject)."""
+def entity_share(entities: Sequence[str], memory: Memory) -> float:
+    """The share of `entities` found among the memory's words (key and value)."""
     if not entities:
         return 0.0
-    if lead_words is None:
-        words = set(query_terms(f"{memory.key} {memory.value}"))
-    else:
-        words = set(_WORD.findall(memory.value.lower())[: max(lead_words, 0)])
+    words = set(query_terms(f"{memory.key} {memory.value}"))
     return sum(1 for e in entities if e in words) / len(entities)
 
 

@@ -348,7 +348,6 @@ class SqliteMemoryStore(CoreStore):
             fusion=self._fusion,
             time_window=cues.time_window,
             entities=cues.entities,
-            query_words=words,
         )
 
     async def _vector_scores(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,14 +16,9 @@ from store.recall import (
     ScoreFusion,
     bm25_idf,
     candidate_features,
-    diversified,
-    feedback_scores,
-    feedback_terms,
-    feedback_words,
     fuse_scores,
     mean_direction,
     term_stats,
-    word_overlap,
 )
 from store.sqlite import bm25_expression
 from store.types import Memory, NewMemory
@@ -400,105 +395,6 @@ async def test_a_bigger_limit_keeps_the_head_of_the_ranking_on_both_stores(make_
 
     assert await ranked(None, 20) == await ranked(None, 40) == ["one word", "both words"]
     assert await ranked(ScoreFusion(vector_floor_rank=None), 40) == ["both words", "one word"]
-
-
-def test_feedback_terms_weigh_words_of_the_strong_documents_found_in_other_candidates() -> None:
-    top = [(["adoption", "agency", "interview", "x00012"], 1.0), (["adoption", "paperwork"], 0.5)]
-    frequency = {"adoption": 3, "agency": 2, "interview": 2, "paperwork": 1, "x00012": 1, "caroline": 3}
-    terms = feedback_terms(top, frequency, 10, count=5)
-    # in two strong documents beats in one; a word of a single candidate can lift no other
-    assert list(terms) == ["adoption", "agency", "interview"]
-
-
-def test_feedback_terms_leave_out_the_query_words_and_keep_the_count() -> None:
-    top = [(["adoption", "agency", "interview"], 1.0)]
-    frequency = {"adoption": 2, "agency": 2, "interview": 2}
-    assert list(feedback_terms(top, frequency, 10, exclude={"adoption"}, count=1)) == ["agency"]
-
-
-def test_feedback_words_drop_stop_words_short_tokens_and_numbers() -> None:
-    memory = _memory("dialog 42")
-    assert feedback_words(replace(memory, value="She is at the adoption agency in 2023, ok")) == [
-        "dialog",
-        "adoption",
-        "agency",
-    ]
-
-
-def test_feedback_boost_lifts_a_candidate_sharing_the_strong_hits_words() -> None:
-    strong = _memory("Caroline met the adoption agency about the interview")
-    also = _memory("Caroline passed the adoption agency interview")
-    sibling = _memory("the agency interview went well")
-    stranger = _memory("Caroline painted a sunset")
-    scores = {"vector": {strong.id: 1.0, also.id: 0.9, stranger.id: 0.52, sibling.id: 0.5, uuid.uuid4(): 0.0}}
-    rows = [strong, also, sibling, stranger]
-    plain = ScoreFusion(conversation_boost=0.0)
-    with_feedback = ScoreFusion(conversation_boost=0.0, feedback_boost=0.2, feedback_docs=2)
-    words = ["caroline", "adoption"]
-    assert [h.memory.id for h in fuse_scores(rows, scores, limit=4, fusion=plain, query_words=words)][2] == (
-        stranger.id
-    )
-    lifted = fuse_scores(rows, scores, limit=4, fusion=with_feedback, query_words=words)
-    assert [h.memory.id for h in lifted][2] == sibling.id
-
-
-def test_feedback_scores_are_shares_of_the_expansion_weight() -> None:
-    a, b, c = _memory("kiln glaze pottery"), _memory("kiln glaze class"), _memory("glaze only")
-    shares = feedback_scores(
-        {m.id: m for m in (a, b, c)},
-        {a.id: 1.0, b.id: 0.8, c.id: 0.1},
-        fusion=ScoreFusion(feedback_docs=2, feedback_terms=5),
-    )
-    assert shares[a.id] == pytest.approx(1.0) and shares[b.id] == pytest.approx(1.0)
-    assert 0.0 < shares[c.id] < 1.0
-    assert feedback_scores({}, {}, fusion=ScoreFusion()) == {}
-
-
-async def test_feedback_lifts_a_memory_sharing_the_top_hits_words_on_both_stores(
-    make_store: MakeStore,
-) -> None:
-    """Only the first three memories match the query word; they also share 'ceramics' and 'glaze',
-    which lift the fourth (no query word, a little further in vector space than the unrelated ones)
-    into the top four when feedback is on."""
-    embedder = AngleEmbedder()
-    rows = [
-        ("pottery 1", "fired the kiln for the ceramics glaze class", 0.5),
-        ("pottery 2", "the kiln cracked a ceramics glaze bowl", 0.5),
-        ("pottery 3", "kiln ceramics glaze again", 0.5),
-        ("pottery 4", "ceramics glaze workshop notes", 0.40),
-        *((f"misc {i}", f"misc note about {thing}", 0.45) for i, thing in enumerate(("trains", "chess"))),
-        ("far", "nothing here", 0.0),
-    ]
-
-    async def ranked(fusion: ScoreFusion) -> list[str]:
-        store = await make_store(embedder, fusion=fusion)
-        user = uuid.uuid4()
-        await embedder.seed(store, user, rows)
-        return [h.memory.key for h in await store.recall(user, None, "kiln", 4)]
-
-    without = await ranked(ScoreFusion(conversation_boost=0.0))
-    assert "pottery 4" not in without and without[3].startswith("misc")
-    with_feedback = await ranked(ScoreFusion(conversation_boost=0.0, feedback_boost=0.3))
-    assert with_feedback[3] == "pottery 4"
-
-
-def test_word_overlap_is_the_jaccard_of_two_word_sets() -> None:
-    assert word_overlap(frozenset({"a", "b"}), frozenset({"b", "c"})) == pytest.approx(1 / 3)
-    assert word_overlap(frozenset(), frozenset()) == 0.0
-
-
-def test_diversified_moves_a_near_duplicate_below_a_different_candidate() -> None:
-    first = _memory("adoption agency interview today")
-    twin = _memory("adoption agency interview again")
-    other = _memory("painted a sunset by the lake")
-    tail = _memory("tail note")
-    by_id = {m.id: m for m in (first, twin, other, tail)}
-    scores = {first.id: 1.0, twin.id: 0.9, other.id: 0.8, tail.id: 0.1}
-    out = diversified(by_id, scores, penalty=0.5, depth=3)
-    assert sorted(out, key=lambda mid: -out[mid]) == [first.id, other.id, twin.id, tail.id]
-    assert all(out[mid] <= scores[mid] for mid in scores)
-    assert out[tail.id] == 0.1  # below the depth: untouched
-    assert diversified(by_id, scores, penalty=0.0, depth=3) == pytest.approx(scores)
 
 
 @pytest.mark.parametrize(("key_weight", "first"), [(0.5, "in value morning"), (2.0, "in key zebra")])
