@@ -7,9 +7,11 @@ Delivery semantics (read this first):
   redelivery (crash, lost ack, a second publish outside the dedup window) finds the processed-event
   row and writes nothing.
 - `memory.extracted` is published after the commit, before the ack, with `Nats-Msg-Id:
-  extracted:<event_id>`. A duplicate delivery publishes it again, rebuilt from the audit trail, in
-  case the delivery that committed died before publishing; within the output stream's duplicate
-  window JetStream drops the second copy, so the republish is idempotent.
+  extracted:<event_id>`; the ack follows the publish on the same connection without waiting for
+  its PubAck, which `PendingPubAcks` checks in the background (failures are logged and counted).
+  A duplicate delivery publishes it again, rebuilt from the audit trail, in case the delivery that
+  committed died before publishing; within the output stream's duplicate window JetStream drops
+  the second copy, so the republish is idempotent.
 - Transient failures (LLM/embeddings 429, 5xx, timeouts, connection errors; unexpected errors) are
   nacked with a delay: the provider's Retry-After when given, else exponential backoff from
   PMEM_RETRY_DELAY_S. The PMEM_MAX_DELIVER-th failed delivery goes to the DLQ.
@@ -85,6 +87,7 @@ from worker.pipeline import (
     one_line,
     process_event,
 )
+from worker.pubacks import PendingPubAcks
 from worker.settings import Settings
 from worker.tracing import configure_tracing, event_span, span, traced
 
@@ -334,6 +337,7 @@ class Worker:
     _stopping: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
     _background: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
     _started: bool = dataclasses.field(default=False, init=False)
+    _extracted_js: JetStreamContext | None = dataclasses.field(default=None, init=False)
     phase: str = dataclasses.field(default="not started", init=False)
 
     def __post_init__(self) -> None:
@@ -347,6 +351,9 @@ class Worker:
             run_db=self._run_db,
             policy_cache=PolicyCache(ttl_s=s.settings_cache_s),
             write_slots=asyncio.Semaphore(s.writes_in_flight) if s.writes_in_flight else None,
+        )
+        self.extracted_pubacks = PendingPubAcks(
+            timeout_s=PUBLISH_TIMEOUT_S, on_failure=self._extracted_publish_failed
         )
         self.broker = NatsBroker(
             s.nats_url,
@@ -386,6 +393,8 @@ class Worker:
             ).start()
         self._enter(f"connecting to NATS at {safe_url(self.settings.nats_url)}")
         await self.broker.connect()
+        # one context for every `memory.extracted` publish: its PubAck inbox is subscribed once
+        self._extracted_js = self.broker.connection.jetstream()
         jsm = self.broker.connection.jsm()
         self._enter("declaring the JetStream streams and the consumer")
         await self._ensure_streams(jsm)
@@ -416,7 +425,13 @@ class Worker:
         if self._started:
             started = time.monotonic()
             try:
-                await self.broker.stop()  # waits for running handlers, then drains the connection
+                # running handlers first, then the PubAcks they left outstanding, then the drain
+                # (which would drop a PubAck still on its way)
+                for subscriber in self.broker.subscribers:
+                    await subscriber.stop()
+                if outstanding := await self.extracted_pubacks.wait(PUBLISH_TIMEOUT_S):
+                    log.warning("stopping with %d memory.extracted PubAcks outstanding", outstanding)
+                await self.broker.stop()
             except (nats.errors.ConnectionReconnectingError, nats.errors.ConnectionClosedError) as exc:
                 # NATS went away first (a Ctrl-C reaching the demo's nats-server too, or both
                 # stopped by the platform): nothing to drain; what is unacked is redelivered
@@ -679,8 +694,9 @@ class Worker:
 
     @traced("pmem.publish")
     async def _publish_extracted(self, event: ConversationEnded, written: Sequence[Written]) -> None:
-        """Announce the event's memories; the Nats-Msg-Id makes a republish (duplicate delivery)
-        a no-op within the output stream's duplicate window."""
+        """Announce the event's memories without waiting for the PubAck (`extracted_pubacks` checks
+        it); the Nats-Msg-Id makes a republish (duplicate delivery) a no-op within the output
+        stream's duplicate window."""
         s = self.settings
         payload = MemoryExtracted(
             event_id=event.event_id,
@@ -691,20 +707,29 @@ class Worker:
                 ExtractedMemoryRef(id=w.id, action=w.action, scope=w.scope, key=w.key) for w in written
             ),
         )
+        assert self._extracted_js is not None, "publishing before start()"
         try:
-            await self._js.publish(
+            puback = await self._extracted_js.publish_async(
                 s.extracted_subject,
                 payload.model_dump_json().encode(),
+                wait_stall=PUBLISH_TIMEOUT_S,
                 headers={"Nats-Msg-Id": f"extracted:{event.event_id}", "Content-Type": "application/json"},
-                timeout=PUBLISH_TIMEOUT_S,
             )
         except Exception as exc:
-            # The memories are committed and the event is acked anyway: count it and say so rather
-            # than fail the event (only a redelivery, e.g. after a crash, publishes it again).
-            self.metrics.publish_failures.labels(kind="extracted").inc()
-            log.error(
-                "could not publish %s after commit: %s: %s", s.extracted_subject, type(exc).__name__, exc
-            )
+            self._extracted_publish_failed(exc)
+            return
+        self.extracted_pubacks.track(puback)
+
+    def _extracted_publish_failed(self, exc: BaseException) -> None:
+        # The memories are committed and the event is acked anyway: count it and say so rather
+        # than fail the event (only a redelivery, e.g. after a crash, publishes it again).
+        self.metrics.publish_failures.labels(kind="extracted").inc()
+        log.error(
+            "could not publish %s after commit: %s: %s",
+            self.settings.extracted_subject,
+            type(exc).__name__,
+            exc,
+        )
 
     @traced("pmem.publish")
     async def _dead_letter(self, raw: Msg, *, label: str, reason: str, event_id: str | None) -> None:
