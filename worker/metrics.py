@@ -71,6 +71,12 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self.storing_wait = Histogram(
+            "pmem_storing_wait_seconds",
+            "time an event waited for a storing slot (PMEM_WRITES_IN_FLIGHT) after its LLM call",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
         self.db_duration = Histogram(
             "pmem_db_duration_seconds",
             "database time per operation",

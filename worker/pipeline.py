@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
@@ -321,7 +321,8 @@ class PipelineDeps:
     metrics: Metrics
     run_db: DbRunner = run_directly
     policy_cache: PolicyCache | None = None
-    # PMEM_WRITES_IN_FLIGHT: the write transactions that may run at once (None: any number)
+    # PMEM_WRITES_IN_FLIGHT: the events that may be storing (embeddings call and write
+    # transaction) at once, admitted in arrival order (None: any number)
     write_slots: asyncio.Semaphore | None = None
 
 
@@ -408,15 +409,14 @@ async def process_event(
     metrics.llm_calls.inc(result.llm_calls)
 
     kept, dropped = screen_candidates(result.candidates, allowed=scopes, min_confidence=policy.min_confidence)
-    vectors: list[list[float]] = []
-    if kept:
-        with metrics.embedding_duration.time(), span("pmem.embeddings"):
-            vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
-        if len(vectors) != len(kept):
-            raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
-    rows, deduped = plan_rows(event, scopes, kept, vectors)
-
-    async with deps.write_slots or contextlib.nullcontext():
+    async with _storing_slot(deps):
+        vectors: list[list[float]] = []
+        if kept:
+            with metrics.embedding_duration.time(), span("pmem.embeddings"):
+                vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
+            if len(vectors) != len(kept):
+                raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
+        rows, deduped = plan_rows(event, scopes, kept, vectors)
         write = await db(
             "write_event",
             lambda: store.write_event(
@@ -466,6 +466,22 @@ async def process_event(
         rejected=len(result.rejected),
         usage=result.usage,
     )
+
+
+@contextlib.asynccontextmanager
+async def _storing_slot(deps: PipelineDeps) -> AsyncIterator[None]:
+    """Hold one of PMEM_WRITES_IN_FLIGHT slots while storing (embeddings, write), in arrival order.
+
+    Under load the LLM replies come back in bursts; a burst's events all interleaved on the event
+    loop would finish together at its end and start their next LLM calls in step (bench/README.md,
+    "waves"). A few at a time finish one after another, and the next calls go out spread."""
+    if deps.write_slots is None:
+        yield
+        return
+    waited = time.perf_counter()
+    async with deps.write_slots:
+        deps.metrics.storing_wait.observe(time.perf_counter() - waited)
+        yield
 
 
 def _candidate(row: NewMemory) -> Candidate:

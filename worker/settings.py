@@ -33,10 +33,11 @@ class Settings(BaseSettings):
     durable: str = "pmem-worker"
     create_stream: bool = True
     concurrency: int = Field(default=8, ge=1, le=1024)
-    # Event write transactions at once per process, admitted in arrival order; 0: no limit. Under
-    # load, events finish their LLM calls in bursts; a burst's writes all interleaved on the event
-    # loop finish together at its end (holding their owner locks meanwhile) and the next burst
-    # starts in step. A few at a time finish one after another (bench/README.md, "waves").
+    # Events storing (embeddings call and write transaction) at once per process, admitted in
+    # arrival order; 0: no limit. Under load, events finish their LLM calls in bursts; a burst's
+    # events all interleaved on the event loop finish together at its end (holding their owner
+    # locks meanwhile) and the next burst starts in step. A few at a time finish one after another
+    # (bench/README.md, "waves"). Bounds a process to ~N / (embeddings latency + write) events/s.
     writes_in_flight: int = Field(default=4, ge=0)
     max_deliver: int = Field(default=5, ge=1)
     # Everything one delivery of an event may take (policy, every LLM chunk and retry, embeddings,

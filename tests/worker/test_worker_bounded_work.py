@@ -107,25 +107,35 @@ async def test_the_same_fact_from_two_concurrent_events_of_one_owner_is_one_memo
 
 
 @pytest.mark.parametrize(("writes_in_flight", "expected_peak"), [(2, 2), (0, 8)])
-async def test_writes_in_flight_bounds_the_write_transactions_running_at_once(
+async def test_writes_in_flight_bounds_the_events_storing_at_once(
     harness: Harness, monkeypatch: pytest.MonkeyPatch, writes_in_flight: int, expected_peak: int
 ) -> None:
     h = harness
     h.fake.chat_latency_s = 0.3  # the eight events finish their LLM calls together
-    running = peak = 0
+    storing = peak = peak_embedding = embedding = 0
     async with h.worker(concurrency=8, writes_in_flight=writes_in_flight) as worker:
-        write_event = worker.store.write_event
+        write_event, embed = worker.store.write_event, worker.embedder.embed
+
+        async def slow_embed(texts: Any) -> Any:
+            nonlocal storing, peak, embedding, peak_embedding
+            storing += 1  # an event's storing starts with its embeddings call ...
+            embedding += 1
+            peak, peak_embedding = max(peak, storing), max(peak_embedding, embedding)
+            try:
+                await asyncio.sleep(0.1)  # a slow provider: the others queue behind the limit
+                return await embed(texts)
+            finally:
+                embedding -= 1
 
         async def slow_write(**kwargs: Any) -> Any:
-            nonlocal running, peak
-            running += 1
-            peak = max(peak, running)
+            nonlocal storing
             try:
-                await asyncio.sleep(0.2)  # a slow transaction: the others queue behind the limit
+                await asyncio.sleep(0.1)  # a slow transaction
                 return await write_event(**kwargs)
             finally:
-                running -= 1
+                storing -= 1  # ... and ends with its write
 
+        monkeypatch.setattr(worker.embedder, "embed", slow_embed)
         monkeypatch.setattr(worker.store, "write_event", slow_write)
         users = [uuid.uuid4() for _ in range(8)]
         for user in users:
@@ -135,6 +145,8 @@ async def test_writes_in_flight_bounds_the_write_transactions_running_at_once(
             return await h.processed() >= 8
 
         await wait_for(all_processed, what="the eight events to be processed")
-    assert peak == expected_peak
+        waits = worker.metrics.registry.get_sample_value("pmem_storing_wait_seconds_count")
+    assert peak == expected_peak and peak_embedding == expected_peak
+    assert waits == (8 if writes_in_flight else 0)
     rows = await h.sql("SELECT count(*) FROM memories WHERE owner_id = ANY(%s)", users)
     assert rows == [(8,)]
