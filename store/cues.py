@@ -1,6 +1,7 @@
 """Pure query cues for recall (no I/O): explicit or relative time expressions in a query
-("on 7 July, 2023", "in August 2023", "last week"), and which query words carry no signal for one
-owner's memories (words most of them contain, like the user's own name).
+("on 7 July, 2023", "in August 2023", "last week"), whether a query asks "When …?" and whether a
+memory's text names a time (`asks_when`, `mentions_time`), and which query words carry no signal for
+one owner's memories (words most of them contain, like the user's own name).
 
 Memories carry `created_at` = when the conversation they came from happened, so a query naming a
 time can prefer memories from around that time; the words naming the time are removed from the
@@ -49,6 +50,17 @@ _RELATIVE = re.compile(
     r"(\d{1,2}|a|one|two|three|four|five|six)\s+(days?|weeks?|months?)\s+ago)\b",
     re.I,
 )
+# a memory's text naming a time, for "When …?" questions (`ScoreFusion.when_boost`): people tell
+# when something happened in relative words ("yesterday", "last week", "two years ago"), a month,
+# a year or a weekday, and rarely by the calendar date a question asks about
+_TIME_MENTION = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|recently|(?:19|20)\d\d|"
+    r"january|february|march|april|may|june|july|august|september|october|november|december|"
+    r"days?|weeks?|weekends?|months?|years?|night|morning|afternoon|evening|"
+    r"summer|winter|spring|fall|autumn|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+    re.I,
+)
+_ASKS_WHEN = re.compile(r"^\W*when\b", re.I)
 _SMALL_NUMBERS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -140,6 +152,17 @@ def parse_time_cue(query: str, *, now: datetime) -> TimeCue | None:
         return None
     remaining = " ".join((query[: match.start()] + " " + query[match.end() :]).split())
     return TimeCue(window=window, remaining_query=remaining)
+
+
+def asks_when(query: str) -> bool:
+    """True when the query is a "When …?" question (its first word is "when")."""
+    return _ASKS_WHEN.match(query) is not None
+
+
+def mentions_time(text: str) -> bool:
+    """True when the text names a time: a relative time word ("yesterday", "last week", "ago"), a
+    month, a year, a weekday or a season."""
+    return _TIME_MENTION.search(text) is not None
 
 
 def informative_query(query: str, word_share: Mapping[str, float], *, max_share: float = 0.15) -> str:

@@ -97,6 +97,7 @@ class RecallPlan:
     params: dict[str, Any]
     time_window: TimeWindow | None
     entities: tuple[str, ...] = ()
+    when: bool = False  # the query asks "When …?"
 
 
 def session_settings_sql(tuning: RecallTuning) -> list[str]:
@@ -409,6 +410,7 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             params=params,
             time_window=cues.time_window,
             entities=cues.entities,
+            when=cues.when,
         )
 
     async def _term_stats(
@@ -508,6 +510,7 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             fusion=self._fusion,
             time_window=plan.time_window,
             entities=plan.entities,
+            when=plan.when,
         )
 
     async def explain_recall(

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
 from store.keys import embedding_text as embedding_text  # re-exported; store.keys is the one home
 from store.keys import normalize_key as normalize_key
 from store.types import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
@@ -165,9 +165,23 @@ class ScoreFusion:
     # value (1: key and value are one text). A key carrying context (the turns around a reply)
     # matches the neighbours' words; the value's own words are the stronger evidence
     key_weight: float = 0.75
+    # added when the query asks "When …?" and the memory's value names a time ("yesterday", "last
+    # week", a month, a year: `store.cues.mentions_time`); the answer to a when-question is a time,
+    # and a memory telling when something happened says so in words like these
+    when_boost: float = 0.2
 
 
-FEATURES: tuple[str, ...] = ("vector", "text", "cosine", "vector_rank", "text_rank", "both", "time", "entity")
+FEATURES: tuple[str, ...] = (
+    "vector",
+    "text",
+    "cosine",
+    "vector_rank",
+    "text_rank",
+    "both",
+    "time",
+    "entity",
+    "when",
+)
 
 
 def candidate_features(
@@ -177,12 +191,14 @@ def candidate_features(
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
     entities: Sequence[str] = (),
+    when: bool = False,
 ) -> dict[uuid.UUID, dict[str, float]]:
     """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
     over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
     `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
     both branches found it, `time` 1 when its created_at is in the query's time window
-    (± `time_slack`), `entity` the share of the query's names it contains."""
+    (± `time_slack`), `entity` the share of the query's names it contains, `when` 1 when the query
+    asks "When …?" (`when`) and its value names a time (`store.cues.mentions_time`)."""
     features: dict[uuid.UUID, dict[str, float]] = {}
     for name, scores in branch_scores.items():
         if not scores or name not in ("vector", "text"):
@@ -208,12 +224,14 @@ def candidate_features(
             entry["time"] = 1.0
         if entities:
             entry["entity"] = entity_share(entities, memory)
+        if when and mentions_time(memory.value):
+            entry["when"] = 1.0
     return features
 
 
 def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
     """A candidate's score before the conversation cue: the learned linear model when
-    `fusion.learned` is set, else `vector_weight` mixing plus the time and entity boosts."""
+    `fusion.learned` is set, else `vector_weight` mixing plus the time, entity and when boosts."""
     if fusion.learned is not None:
         return sum(weight * entry.get(name, 0.0) for name, weight in fusion.learned if name != "conversation")
     vector_weight = 1.0 if branches == 1 else fusion.vector_weight
@@ -223,6 +241,7 @@ def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches:
         + text_weight * entry["text"]
         + fusion.time_boost * entry["time"]
         + fusion.entity_boost * entry["entity"]
+        + fusion.when_boost * entry["when"]
     )
 
 
@@ -256,12 +275,14 @@ def fuse_scores(
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
     entities: Sequence[str] = (),
+    when: bool = False,
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
-    memories naming the query's `entities` get `entity_boost` × the share they name; then
+    memories naming the query's `entities` get `entity_boost` × the share they name; when the query
+    asks "When …?" (`when`), memories whose value names a time get `when_boost`; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
     (facts told together tend to be asked together). With `fusion.learned`, a linear model over
     `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
@@ -269,7 +290,7 @@ def fuse_scores(
     by_id = {m.id: m for m in rows}
     branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
     features = candidate_features(
-        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities
+        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities, when=when
     )
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
     conversation_weight = (
@@ -396,22 +417,25 @@ def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QueryCues:
-    """What recall matches for a query: its text without the words naming a time, and that time."""
+    """What recall matches for a query: its text without the words naming a time, and that time;
+    the names it mentions; whether it asks "When …?"."""
 
     text: str
     time_window: TimeWindow | None
     entities: tuple[str, ...] = ()
+    when: bool = False
 
 
 def query_cues(query: str, *, now: datetime) -> QueryCues:
     """The query's time cue (if any), the text left to match (the whole query when the time words
-    were all it had) and the names it mentions."""
+    were all it had), the names it mentions and whether it asks "When …?"."""
     cue = parse_time_cue(query, now=now)
     entities = tuple(query_entities(query))
+    when = asks_when(query)
     if cue is None or is_empty_query(cue.remaining_query):
         window = cue.window if cue is not None else None
-        return QueryCues(text=query, time_window=window, entities=entities)
-    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities)
+        return QueryCues(text=query, time_window=window, entities=entities, when=when)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities, when=when)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

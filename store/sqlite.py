@@ -348,6 +348,7 @@ class SqliteMemoryStore(CoreStore):
             fusion=self._fusion,
             time_window=cues.time_window,
             entities=cues.entities,
+            when=cues.when,
         )
 
     async def _vector_scores(

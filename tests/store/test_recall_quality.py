@@ -11,13 +11,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.cues import TimeWindow, informative_query, parse_time_cue
+from store.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
 from store.recall import (
     ScoreFusion,
     bm25_idf,
     candidate_features,
     fuse_scores,
     mean_direction,
+    query_cues,
     term_stats,
 )
 from store.sqlite import bm25_expression
@@ -274,7 +275,7 @@ def test_candidate_features_describe_each_branch_and_cue() -> None:
     )
     assert features[a.id] == {
         "vector": 1.0, "text": 0.0, "cosine": 0.9, "vector_rank": 1.0, "text_rank": 0.0, "both": 0.0,
-        "time": 1.0, "entity": 0.0,
+        "time": 1.0, "entity": 0.0, "when": 0.0,
     }  # fmt: skip
     assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0 and features[b.id]["entity"] == 1.0
     assert features[b.id]["vector_rank"] == 0.5
@@ -420,3 +421,67 @@ def test_key_weight_by_default_counts_a_key_only_word_below_a_value_word() -> No
 
 def test_sqlite_bm25_expression_carries_the_key_weight() -> None:
     assert bm25_expression(0.5) == "bm25(memories_fts, 0.0, 0.0, 0.0, 0.5, 1.0)"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("When did Caroline go to the support group?", True),
+        ("  when is Maria's birthday", True),
+        ("What did Caroline do when she moved?", False),
+        ("Whenever it rains, what does Mel do?", False),
+    ],
+)
+def test_asks_when_reads_the_first_word(query: str, expected: bool) -> None:
+    assert asks_when(query) is expected
+    assert query_cues(query, now=NOW).when is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('Caroline said, "I went to a support group yesterday."', True),
+        ("We adopted Coco two weeks ago", True),
+        ("Last weekend our city held a parade", True),
+        ("I started painting in 2018", True),
+        ("We went camping in July", True),
+        ("Painting is a fun way to relax", False),
+        ("Dayton is lovely", False),
+    ],
+)
+def test_mentions_time_finds_relative_words_months_and_years(text: str, expected: bool) -> None:
+    assert mentions_time(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("query", "fusion", "first"),
+    [
+        ("When did Maria adopt Coco?", None, "dated"),
+        ("When did Maria adopt Coco?", ScoreFusion(when_boost=0.0), "undated"),
+        ("What did Maria adopt?", None, "undated"),
+    ],
+)
+async def test_when_boost_lifts_a_memory_naming_a_time_for_a_when_question_on_both_stores(
+    make_store: MakeStore, query: str, fusion: ScoreFusion | None, first: str
+) -> None:
+    """Two memories of one event, the closer one in vector space without a time: a "When …?"
+    question ranks the one saying "last week" first (default `when_boost`), other questions do not."""
+    embedder = AngleEmbedder()
+    store = await make_store(embedder, fusion=fusion)
+    user = uuid.uuid4()
+    rows = [
+        ("undated", "Maria adopted a puppy called Coco", 0.9),
+        ("dated", "Maria adopted a puppy called Coco last week", 0.85),
+        ("filler", "Maria likes spicy chili", 0.1),
+    ]
+    await embedder.seed(store, user, rows)
+    hits = await store.recall(user, None, query, 3, retriever="vector")
+    assert hits[0].memory.key == first
+
+
+def test_when_boost_by_default_lifts_dated_memories_for_when_questions() -> None:
+    dated, undated = _memory("adopted Coco last week"), _memory("adopted Coco")
+    scores = {"vector": {undated.id: 0.9, dated.id: 0.85, uuid.uuid4(): 0.1}}
+    assert fuse_scores([dated, undated], scores, limit=2)[0].memory.id == undated.id
+    assert fuse_scores([dated, undated], scores, limit=2, when=True)[0].memory.id == dated.id
+    assert ScoreFusion().when_boost > 0.0
