@@ -279,6 +279,21 @@ TASK_STOP_TIMEOUT_S = 5.0
 RECANCEL_EVERY_S = 0.1
 
 
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event, *, what: str) -> T | None:
+    """`work`'s result, or None when `stop` is set first: then `work` is cancelled and waited for
+    (`cancel_and_wait`, which outlasts a swallowed cancellation)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    await cancel_and_wait(task, what=what)
+    return None
+
+
 async def cancel_and_wait(
     task: asyncio.Task[Any], *, what: str, timeout_s: float = TASK_STOP_TIMEOUT_S
 ) -> None:

@@ -62,3 +62,49 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
         _, errors = first.communicate(timeout=60)
     assert first.returncode == 0, errors
     assert errors.strip() == "", errors  # no XDG_RUNTIME_DIR warning, no NOTICE from Postgres
+
+
+def _processes_using(path: Path) -> list[str]:
+    """Command lines of the running processes that name `path` (the demo's nats-server, Postgres)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmdline:
+                found.append(cmdline)
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(tmp_path: Path) -> None:
+    data_dir = tmp_path / "demo"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "demo", "--no-ui", "--data-dir", str(data_dir)],
+        cwd=REPO,
+        env=demo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            line = demo.stdout.readline()
+            if not line or line.startswith("published"):
+                break
+        assert line.startswith("published"), line
+        demo.send_signal(signal.SIGINT)  # the samples are being processed
+        interrupted = time.monotonic()
+        _, errors = demo.communicate(timeout=60)
+        took = time.monotonic() - interrupted
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, errors
+    assert "interrupted" in errors
+    assert took < 10, f"the demo took {took:.1f}s to stop after Ctrl-C"
+    assert _processes_using(data_dir) == []  # its nats-server and Postgres stopped with it

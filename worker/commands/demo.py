@@ -92,7 +92,8 @@ def lock_data_dir(data_dir: Path) -> TextIO:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo; 0 when every sample was processed, 1 on a timeout, 2 if a service cannot start."""
+    """Run the demo; 0 when every sample was processed, 1 on a timeout, 2 if a service cannot start,
+    130 when interrupted (Ctrl-C, SIGTERM) before it finished."""
     configure_logging(os.environ.get("PMEM_LOG_LEVEL", "WARNING"), json_format=False)
     from worker.embedded import EmbeddedServiceError
 
@@ -130,10 +131,10 @@ async def demo(
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
     from store.migrate import migrate_async
-    from worker.app import build_worker
+    from worker.app import build_worker, signals_set, unless_stopped
     from worker.commands.publish import publish_file
     from worker.embedded import EmbeddedNats, EmbeddedPostgres
-    from worker.settings import load_settings
+    from worker.settings import Settings, load_settings
 
     samples = SAMPLES / "conversations.jsonl"
     catalogue = json.loads((SAMPLES / "names.json").read_text())
@@ -144,7 +145,11 @@ async def demo(
     nats_server = EmbeddedNats(store_dir=data_dir / "nats").start()
     postgres = EmbeddedPostgres(data_dir=data_dir / "postgres").start()
     worker = None
-    try:
+
+    async def script() -> tuple[int, Settings, int | None]:
+        """Start the worker, publish the samples, wait for them, show and recall: (exit code
+        when it cannot go on, else 0; the settings; the metrics port)."""
+        nonlocal worker
         print(f"  nats-server  {nats_server.url} (JetStream)")
         provider, why = choose_embedding_provider()
         probe = load_settings(embedding_provider=provider)
@@ -197,15 +202,31 @@ async def demo(
                 f"not processed ({dlq:.0f} dead-lettered; see the log above)",
                 file=sys.stderr,
             )
-            return 1
+            return 1, settings, port
         print(f"processed all {len(events)} in {time.monotonic() - started:.1f}s\n")
 
         await _print_pending(store, names)
         await _approve_and_recall(store, names, catalogue)
         if ui is not None:
             await demo_ui.publish_followups(store, settings, timeout_s=timeout_s)
+        return 0, settings, port
+
+    try:
+        # Ctrl-C (or SIGTERM) while the demo runs its script ends it promptly; the control plane's
+        # server below handles its own signals
+        stop = asyncio.Event()
+        with signals_set(stop):
+            done = await unless_stopped(script(), stop, what="the demo")
+        if done is None:
+            print("\ninterrupted: stopping nats-server and Postgres", file=sys.stderr)
+            return 130
+        code, settings, port = done
+        if code:
+            return code
+        if ui is not None:
+            assert worker is not None
             _print_services(settings.database_url, nats_server.url, port)
-            return await demo_ui.serve(store, settings, catalogue, ui)
+            return await demo_ui.serve(worker.store, settings, catalogue, ui)
         if keep_running:
             await _serve_until_interrupted(settings.database_url, nats_server.url, port)
         else:
