@@ -22,18 +22,23 @@ def demo_env() -> dict[str, str]:
     return {**env, "PMEM_EMBEDDING_PROVIDER": "hashing"}
 
 
-@pytest.mark.slow
-def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: Path) -> None:
-    data_dir = tmp_path / "demo"
-    command = [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir)]
-    first = subprocess.Popen(
-        [*command, "--keep-running"],
+def start_demo(data_dir: Path, *options: str) -> subprocess.Popen[str]:
+    """`pmem demo --data-dir DATA_DIR OPTIONS…` with piped, text output."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir), *options],
         cwd=REPO,
         env=demo_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.slow
+def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: Path) -> None:
+    data_dir = tmp_path / "demo"
+    command = [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir)]
+    first = start_demo(data_dir, "--keep-running")
     try:
         assert first.stdout is not None
         lines: list[str] = []
@@ -81,14 +86,7 @@ def _processes_using(path: Path) -> list[str]:
 @pytest.mark.slow
 def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "demo", "--no-ui", "--data-dir", str(data_dir)],
-        cwd=REPO,
-        env=demo_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    demo = start_demo(data_dir, "--no-ui")
     try:
         assert demo.stdout is not None
         deadline = time.monotonic() + 240
