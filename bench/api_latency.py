@@ -36,7 +36,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api.auth import mint_jwt
-from bench.recall_latency import Population, load, percentile, question
+from bench.recall_latency import Population, emit_report, load, percentile, question
 from store.api_keys import KEY_PREFIX, hash_key
 from store.migrate import migrate
 from worker.embedded import EmbeddedPostgres, free_port
@@ -285,9 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 proc.terminate()
                 proc.wait(timeout=30)
             server.stop()
-    print(json.dumps(report, indent=2, default=str))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    emit_report(report, args.json)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.recall_latency import percentile, question
+from bench.recall_latency import emit_report, percentile, question
 from extraction.embeddings import HashingEmbedder
 from store.postgres import PostgresMemoryStore
 from store.recall import ScoreFusion
@@ -92,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(run(server.url_for("bench"), args))
     finally:
         server.stop()
-    print(json.dumps(report, indent=2, default=str))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    emit_report(report, args.json)
     return 0
 
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -304,6 +304,14 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     return report
 
 
+def emit_report(report: Mapping[str, object], path: Path | None) -> None:
+    """Print a benchmark's JSON report, and write it to `path` too when given."""
+    text = json.dumps(report, indent=2, default=str)
+    print(text)
+    if path:
+        path.write_text(text + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, start the embedded Postgres, run, print the JSON report."""
     parser = argparse.ArgumentParser(
@@ -360,9 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 temp.cleanup()
             elif temp is not None:
                 print(f"data kept in {data_dir}", file=sys.stderr)
-    print(json.dumps(report, indent=2, default=str))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    emit_report(report, args.json)
     return 0
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import insert
 
-from bench.recall_latency import RETRIEVER_ORDER, Population, measure, rows
+from bench.recall_latency import RETRIEVER_ORDER, Population, emit_report, measure, rows
 from extraction.embeddings import HashingEmbedder
 from store.sqlite import SqliteMemoryStore
 
@@ -114,9 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pmem-bench-sqlite-") as directory:
         report = asyncio.run(run(args, Path(directory) / "bench.db"))
-    print(json.dumps(report, indent=2, default=str))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    emit_report(report, args.json)
     return 0
 
 
