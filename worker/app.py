@@ -365,7 +365,7 @@ class Worker:
             metrics=self.metrics,
             run_db=self._run_db,
             policy_cache=PolicyCache(ttl_s=s.settings_cache_s),
-            write_slots=asyncio.Semaphore(s.writes_in_flight) if s.writes_in_flight else None,
+            storing_slots=asyncio.Semaphore(s.writes_in_flight) if s.writes_in_flight else None,
         )
         self.extracted_pubacks = PendingPubAcks(
             timeout_s=PUBLISH_TIMEOUT_S, on_failure=self._extracted_publish_failed

@@ -323,7 +323,7 @@ class PipelineDeps:
     policy_cache: PolicyCache | None = None
     # PMEM_WRITES_IN_FLIGHT: the events that may be storing (embeddings call and write
     # transaction) at once, admitted in arrival order (None: any number)
-    write_slots: asyncio.Semaphore | None = None
+    storing_slots: asyncio.Semaphore | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -475,11 +475,11 @@ async def _storing_slot(deps: PipelineDeps) -> AsyncIterator[None]:
     Under load the LLM replies come back in bursts; a burst's events all interleaved on the event
     loop would finish together at its end and start their next LLM calls in step (bench/README.md,
     "waves"). A few at a time finish one after another, and the next calls go out spread."""
-    if deps.write_slots is None:
+    if deps.storing_slots is None:
         yield
         return
     waited = time.perf_counter()
-    async with deps.write_slots:
+    async with deps.storing_slots:
         deps.metrics.storing_wait.observe(time.perf_counter() - waited)
         yield
 
