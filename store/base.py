@@ -24,7 +24,7 @@ from store.pagination import decode_cursor
 from store.policy import (
     storable_confidence,
 )
-from store.schema import NIL_UUID_SQL, Schema
+from store.schema import NIL_UUID_SQL, Schema, array_literal
 from store.types import (
     NIL_UUID,
     AuditAction,
@@ -67,6 +67,35 @@ def _vector(value: Any) -> builtins.list[float] | None:
     if value is None:
         return None
     return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
+
+
+# the audit columns `_audit_values` fills, but `at`, with their Postgres types
+_AUDIT_COLUMNS = (
+    ("memory_id", "uuid"),
+    ("action", "text"),
+    ("scope", "text"),
+    ("owner_id", "uuid"),
+    ("user_id", "uuid"),
+    ("key", "text"),
+    ("old_value", "text"),
+    ("new_value", "text"),
+    ("actor", "text"),
+    ("event_id", "uuid"),
+    ("revision_id", "uuid"),
+    ("team_id", "uuid"),
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _audit_insert_sql(table: str) -> str:
+    """Postgres: audit rows from column arrays (`:name` parameters), inserted in array order, so
+    their ids follow the order they were collected in."""
+    names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
+    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
+    return (
+        f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
+        f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
+    )
 
 
 class StoreBase:
@@ -321,9 +350,17 @@ class StoreBase:
 
     async def _flush_audits(self, conn: AsyncConnection, rows: AuditRows) -> None:
         """Insert the audit rows `_audit(into=rows)` collected, in one statement, and forget them."""
-        if rows:
+        if not rows:
+            return
+        if self._schema.dialect == "postgresql":
+            # a statement of fixed text over column arrays: SQLAlchemy compiles a multi-row VALUES
+            # afresh for every call (its cache keys on the row count). `at` is the server's now()
+            # on Postgres (`PostgresMemoryStore._now`), as in the statement.
+            params = {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
+            await conn.execute(cached_text(_audit_insert_sql(self._schema.audit.name)), params)
+        else:
             await conn.execute(self._insert(self._schema.audit).values(list(rows)))
-            rows.clear()
+        rows.clear()
 
     def _audit_values(
         self,

@@ -29,7 +29,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import StoreBase, cached_text
-from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression, vector_literal
+from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression, vector_literal
 from store.types import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 
 _COLUMN_NAMES = (
@@ -168,7 +168,7 @@ class NearDuplicates(StoreBase):
             "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
             "FROM unnest(CAST(:names AS text[])) AS t(n)"  # array (sorted) order
         )
-        await conn.execute(lock, {"names": names})
+        await conn.execute(lock, {"names": array_literal(names)})
 
     async def _neighbours_in(
         self,

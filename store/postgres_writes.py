@@ -37,7 +37,7 @@ from store import neighbours
 from store.base import psycopg_sql
 from store.errors import translating_errors
 from store.neighbours import owner_count_statement, owner_key, owner_lock_key
-from store.schema import vector_literal
+from store.schema import array_literal, vector_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, write_order
 
@@ -60,7 +60,7 @@ def claim_statement(
         "event_id": event_id,
         "count": len(memories),
         "actor": actor,
-        "names": sorted({owner_lock_key(m) for m in memories}),
+        "names": array_literal(sorted({owner_lock_key(m) for m in memories})),
     }
     return sql, params
 

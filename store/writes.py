@@ -21,7 +21,7 @@ from store.policy import (
     storable_confidence,
     validate_new_memory,
 )
-from store.schema import NIL_UUID_SQL, vector_literal
+from store.schema import NIL_UUID_SQL, array_literal, vector_literal
 from store.types import (
     NIL_UUID,
     AuditAction,
@@ -368,18 +368,18 @@ class MemoryWrites(NearDuplicates):
             on_conflict=_SKIP_STORED_KEYS.format(nil=nil) if skip_stored_keys else "",
         )
         params = {
-            "ids": list(ids),
-            "scopes": [new.scope for new in rows],
-            "owners": [new.owner_id for new in rows],
-            "users": [new.user_id for new in rows],
-            "keys": [new.key for new in rows],
-            "values": [new.value for new in rows],
-            "channels": [new.source_channel_id for new in rows],
-            "confidences": [storable_confidence(new.confidence) for new in rows],
-            "statuses": [new.status for new in rows],
-            "embeddings": list(vector_texts),
-            "observed": [new.observed_at for new in rows],
-            "teams": [new.team_id for new in rows],
+            "ids": array_literal(ids),
+            "scopes": array_literal([new.scope for new in rows]),
+            "owners": array_literal([new.owner_id for new in rows]),
+            "users": array_literal([new.user_id for new in rows]),
+            "keys": array_literal([new.key for new in rows]),
+            "values": array_literal([new.value for new in rows]),
+            "channels": array_literal([new.source_channel_id for new in rows]),
+            "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
+            "statuses": array_literal([new.status for new in rows]),
+            "embeddings": array_literal(vector_texts),
+            "observed": array_literal([new.observed_at for new in rows]),
+            "teams": array_literal([new.team_id for new in rows]),
             "actor": actor,
             "event_id": event_id,
         }
@@ -444,13 +444,16 @@ class MemoryWrites(NearDuplicates):
     ) -> tuple[builtins.list[Memory], dict[uuid.UUID, Revision]]:
         """`_locked_by_keys`'s two statements on Postgres, with the identities as arrays: the same
         plan (the unique key index per identity) without building an expression per memory."""
-        scopes, owners, users, teams, keys = (list(column) for column in zip(*identities, strict=True))
-        params = {"scopes": scopes, "owners": owners, "users": users, "teams": teams, "keys": keys}
+        columns = list(zip(*identities, strict=True))
+        params = {
+            name: array_literal(column)
+            for name, column in zip(("scopes", "owners", "users", "teams", "keys"), columns, strict=True)
+        }
         found = (await conn.execute(cached_text(_LOCK_BY_KEYS_SQL), params)).all()
         stored = [self._memory(row) for row in found]
         revisions: dict[uuid.UUID, Revision] = {}
         if stored:
-            ids = {"ids": [memory.id for memory in stored]}
+            ids = {"ids": array_literal([memory.id for memory in stored])}
             for row in (await conn.execute(cached_text(_LOCK_OPEN_REVISIONS_SQL), ids)).all():
                 revision = self._revision(row)
                 revisions[revision.memory_id] = revision

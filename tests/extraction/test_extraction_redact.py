@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -211,10 +213,58 @@ def test_screen_passes_ordinary_candidates_unchanged() -> None:
 def test_every_detector_kind_has_a_known_marker() -> None:
     from extraction import redact as module
 
-    kinds = {kind for kind, _, _ in module._TOKEN_PATTERNS} | {"card_number", "iban"}
+    kinds = {kind for kind, _, _, _ in module._TOKEN_PATTERNS} | {"card_number", "iban"}
     assert kinds == set(module.KINDS)
 
 
 def test_text_that_merely_looks_like_a_marker_is_still_redacted() -> None:
     redacted, _ = redact("my password is [REDACTED:_] ok")
     assert redacted == "my password is [REDACTED:password] ok"
+
+
+_SECRET_TEXTS = [
+    "my password is hunter2.",
+    "I changed my PIN to 4921",
+    "use sk-proj-AbCdEf0123456789XyZ_abc for prod",
+    "stripe sk_live_51Habcdefghijk",
+    "aws AKIAIOSFODNN7EXAMPLE ok",
+    "token ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "slack xoxb-1234567890-abcdefghij",
+    f"here: {JWT}",
+    "Authorization: Bearer abcdef0123456789ghij",
+    "API_KEY=abcd1234efgh5678",
+    "my api key is abc123def456",
+    "card 4111 1111 1111 1111 exp 12/26",
+    "iban DE89 3704 0044 0532 0130 00 please",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    "I live in Lyon and work as a nurse",
+    "PA\u017f\u017fWORD is hunter2",  # long s: matches "s" under IGNORECASE, lower() keeps it
+    "api \u212aey: abcdefgh1234",  # Kelvin sign: matches "k" under IGNORECASE
+    "ma cl\u00e9 secret = zzzzzzzz9",
+    "\u0665\u0666\u0667 digits",
+]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_SECRET_TEXTS), st.sampled_from(["lower", "upper", "swapcase", "same"])),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([" ", "\n", ". ", ""]),
+)
+def test_the_pattern_pre_screen_finds_what_a_full_scan_finds(
+    parts: list[tuple[str, str]], separator: str
+) -> None:
+    import extraction.redact as module
+
+    text = separator.join(getattr(part, case)() if case != "same" else part for part, case in parts)
+    screened = redact(text)
+    every_pattern = [(kind, pattern, group) for kind, pattern, group, _ in module._TOKEN_PATTERNS]
+    original_screen, original_digit = module._patterns_for, module._HAS_DIGIT
+    try:
+        module._patterns_for = lambda _text: every_pattern  # type: ignore[assignment]
+        module._HAS_DIGIT = re.compile("")  # type: ignore[assignment]
+        assert redact(text) == screened
+    finally:
+        module._patterns_for, module._HAS_DIGIT = original_screen, original_digit

@@ -105,3 +105,30 @@ async def test_tuning_can_leave_the_planner_settings_to_the_server(pg_url: str) 
 def test_an_unknown_plan_cache_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="plan_cache_mode must be"):
         session_settings_sql(RecallTuning(plan_cache_mode="always"))
+
+
+def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str) -> None:
+    from datetime import UTC, datetime
+
+    from store.schema import array_literal
+
+    texts = [
+        "plain",
+        'with "quotes"',
+        "back\\slash",
+        "a,b",
+        "{braces}",
+        "NULL",
+        "",
+        " padded ",
+        "é ✓ 🌍",
+        None,
+    ]
+    ids = [uuid.uuid4(), None]
+    when = [datetime(2026, 12, 1, 9, 30, tzinfo=UTC), None]
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT CAST(%s AS text[]), CAST(%s AS uuid[]), CAST(%s AS float8[]), CAST(%s AS timestamptz[])",
+            (array_literal(texts), array_literal(ids), array_literal([0.9, 1e-7]), array_literal(when)),
+        ).fetchone()
+    assert row == (texts, ids, [0.9, 1e-7], when)

@@ -19,6 +19,7 @@ from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder
 from store import neighbours, postgres_writes
 from store.errors import StoreTimeout
+from store.neighbours import owner_lock_key
 from store.postgres import PostgresMemoryStore
 from store.types import EventWrite, MemoryFilter, NewMemory
 from store.writes import MemoryWrites
@@ -156,9 +157,8 @@ async def test_a_write_cancelled_while_waiting_for_the_owner_lock_leaves_nothing
     owner, event = uuid.uuid4(), uuid.uuid4()
     memory = fact(owner, "city", "Lives in Lyon")
     async with await psycopg.AsyncConnection.connect(pg_url) as holder:
-        lock = postgres_writes.claim_statement("processed_events", uuid.uuid4(), [memory], actor="t")[1]
         await holder.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock["names"][0]]
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [owner_lock_key(memory)]
         )  # another event of this owner is being written
         task = asyncio.create_task(write(store, event, memory))
         await asyncio.sleep(0.5)
@@ -223,8 +223,9 @@ async def test_a_write_past_the_statement_timeout_is_store_timeout_and_leaves_no
     memory = fact(owner, "city", "Lives in Lyon")
     try:
         async with await psycopg.AsyncConnection.connect(pg_url) as holder:
-            lock = postgres_writes.claim_statement("processed_events", event, [memory], actor="t")[1]
-            await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [lock["names"][0]])
+            await holder.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [owner_lock_key(memory)]
+            )
             with pytest.raises(StoreTimeout):
                 await asyncio.wait_for(write(store, event, memory), 10)
             await holder.rollback()
