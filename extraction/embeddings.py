@@ -183,30 +183,30 @@ class OpenAIEmbedder:
     ) -> list[list[float]]:
         # The API rejects empty strings; a single space embeds as "nothing" without failing the batch.
         inputs = [text if text.strip() else " " for text in texts]
-        retrying = policy.retrying(retry_on=(TransientEmbeddingError,), sleep=self._sleep)
-        async for attempt in retrying:
-            with attempt:
-                # base64: ~30% less worker CPU than JSON floats (bench/README.md); a provider
-                # answering with float lists anyway is handled the same way
-                body = embeddings_body(
-                    model=self._config.model,
-                    inputs=inputs,
-                    dimensions=self._config.dim if self._config.send_dimensions else None,
-                )
-                try:
-                    reply = await self._client.post("/embeddings", body, timeout_s=timeout_s)
-                    items = parse_embeddings(reply)
-                except MalformedReplyError as exc:
-                    raise PermanentEmbeddingError(f"{self._where}: {exc}") from exc
-                except openai.OpenAIError as exc:
-                    raise classify_openai_error(
-                        exc,
-                        transient=TransientEmbeddingError,
-                        permanent=PermanentEmbeddingError,
-                        what=self._where,
-                    ) from exc
-                return self._check(items, len(inputs))
-        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
+        # base64: ~30% less worker CPU than JSON floats (bench/README.md); a provider answering
+        # with float lists anyway is handled the same way
+        body = embeddings_body(
+            model=self._config.model,
+            inputs=inputs,
+            dimensions=self._config.dim if self._config.send_dimensions else None,
+        )
+
+        async def attempt() -> list[list[float]]:
+            try:
+                reply = await self._client.post("/embeddings", body, timeout_s=timeout_s)
+                items = parse_embeddings(reply)
+            except MalformedReplyError as exc:
+                raise PermanentEmbeddingError(f"{self._where}: {exc}") from exc
+            except openai.OpenAIError as exc:
+                raise classify_openai_error(
+                    exc,
+                    transient=TransientEmbeddingError,
+                    permanent=PermanentEmbeddingError,
+                    what=self._where,
+                ) from exc
+            return self._check(items, len(inputs))
+
+        return await policy.call(attempt, retry_on=(TransientEmbeddingError,), sleep=self._sleep)
 
     def _check(self, data: Sequence[tuple[int, list[float]]], expected: int) -> list[list[float]]:
         if len(data) != expected:

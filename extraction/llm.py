@@ -11,7 +11,7 @@ instead, and one that rejects that too gets no `response_format` at all (the pro
 JSON only, and the reply is validated either way). The extractor remembers the mode that works
 for the rest of its life (one probe per client).
 
-Retries (tenacity, `RetryPolicy`; `extraction.clients.ProviderClient` never retries by itself, so
+Retries (`RetryPolicy.call`; `extraction.clients.ProviderClient` never retries by itself, so
 nothing is retried twice): 408/409/429/5xx, timeouts and connection errors are retried with backoff, honouring
 `Retry-After` / `retry-after-ms` up to `retry_after_cap_s`; a malformed reply is re-asked with a
 one-line correction. When the attempts are spent: `TransientExtractionError` for the transient
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import openai
-from tenacity import RetryCallState
 
 from extraction.clients import ProviderClient, provider_client
 from extraction.errors import (
@@ -223,28 +222,28 @@ class LLMExtractor:
     ) -> tuple[list[Candidate], list[Rejection]]:
         attempts = self._config.retry.max_retries + 1
 
-        def before_sleep(retry_state: RetryCallState) -> None:
+        def before_sleep(failure: BaseException) -> None:
             state.retries += 1
             if self._on_retry is not None:
-                outcome = retry_state.outcome
-                exc = outcome.exception() if outcome is not None else None
-                reason = exc.reason if isinstance(exc, TransientError) else "malformed"
-                self._on_retry(reason)
+                self._on_retry(failure.reason if isinstance(failure, TransientError) else "malformed")
 
-        retrying = self._config.retry.retrying(
-            retry_on=(TransientExtractionError, _MalformedReply), sleep=self._sleep, before_sleep=before_sleep
-        )
+        async def attempt() -> tuple[list[Candidate], list[Rejection]]:
+            content = await self._complete(prompt, allowed, state)
+            if content is None:  # the model refused; retrying a refusal does not help
+                return [], [Rejection(code="refused", reason="the LLM refused to answer", raw="")]
+            try:
+                return parse_output(content, allowed, limits=self._config.limits)
+            except MalformedOutputError as exc:
+                state.correction = str(exc)
+                raise _MalformedReply(str(exc)) from exc
+
         try:
-            async for attempt in retrying:
-                with attempt:
-                    content = await self._complete(prompt, allowed, state)
-                    if content is None:  # the model refused; retrying a refusal does not help
-                        return [], [Rejection(code="refused", reason="the LLM refused to answer", raw="")]
-                    try:
-                        return parse_output(content, allowed, limits=self._config.limits)
-                    except MalformedOutputError as exc:
-                        state.correction = str(exc)
-                        raise _MalformedReply(str(exc)) from exc
+            return await self._config.retry.call(
+                attempt,
+                retry_on=(TransientExtractionError, _MalformedReply),
+                sleep=self._sleep,
+                before_sleep=before_sleep,
+            )
         except TransientExtractionError as exc:
             raise TransientExtractionError(
                 f"{exc} (gave up after {state.calls} calls)",
@@ -256,7 +255,6 @@ class LLMExtractor:
                 f"{self._where}: the reply stayed malformed after {attempts} attempts ({exc}); "
                 "use a model that follows JSON instructions, or raise PMEM_LLM_MAX_RETRIES"
             ) from exc
-        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
 
     def _response_format(self, mode: OutputMode, allowed: Sequence[Scope]) -> dict[str, Any] | None:
         if mode == "json_schema":

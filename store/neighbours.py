@@ -29,7 +29,8 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import StoreBase, cached_text
-from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression, vector_literal
+from store.pg_params import Float4Array, float4_array
+from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
 from store.types import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 
 _COLUMN_NAMES = (
@@ -184,20 +185,19 @@ class NearDuplicates(StoreBase):
         if self._schema.dialect != "postgresql":
             return await self._neighbours_sqlite(conn, memories, embeddings, k)
         sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
-        texts = [vector_literal(vector) for vector in embeddings]
-        sql, params = self._neighbours_statement(memories, texts, k, sizes)
+        sql, params = self._neighbours_statement(memories, [float4_array(v) for v in embeddings], k, sizes)
         rows = (await conn.execute(cached_text(sql), params)).all()
         return self._neighbours_from_rows([row._mapping for row in rows], len(memories))
 
     def _neighbours_statement(
         self,
         memories: Sequence[NewMemory],
-        vector_texts: Sequence[str],
+        vectors: Sequence[Float4Array],
         k: int,
         sizes: Mapping[OwnerKey, int],
     ) -> tuple[str, dict[str, Any]]:
         """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
-        memories' embeddings as `vector_literal`s and the owners' capped sizes where known
+        memories' embeddings as `float4_array`s and the owners' capped sizes where known
         (`_cached_sizes`, `_owner_row_counts`)."""
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
@@ -206,8 +206,8 @@ class NearDuplicates(StoreBase):
         params: dict[str, Any] = {"k": k}
         # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
         unknown: dict[OwnerKey, tuple[int, int]] = {}
-        for i, (memory, vector) in enumerate(zip(memories, vector_texts, strict=True)):
-            query_vector = f"CAST(:v{i} AS vector({dim}))"
+        for i, (memory, vector) in enumerate(zip(memories, vectors, strict=True)):
+            query_vector = f"CAST(CAST(:v{i} AS real[]) AS vector({dim}))"
             distance = (
                 f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
                 if halfvec

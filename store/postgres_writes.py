@@ -8,9 +8,10 @@ explicit BEGIN ... COMMIT on an autocommit connection:
    (with the count of an owner whose size the cache lacks): one round trip. The server still
    runs them in order, each with its own snapshot, so the read sees every write committed by the
    lock's previous holder.
-2. When no new memory's key is stored: a savepoint, the new rows with their audit rows, and COMMIT:
-   one round trip. A key stored behind the read's back (an archived row, or a writer that does not
-   take the owner lock) fails that insert; the savepoint is rolled back and step 3 runs instead.
+2. When no new memory's key is stored: the new rows with their audit rows, and COMMIT: one round
+   trip. A key stored behind the read's back (an archived row, or a writer that does not take the
+   owner lock) fails that insert; the transaction is rolled back and the whole write runs again
+   on the general path of `store.writes`, in a transaction of its own.
 3. Otherwise the general path of `store.writes`, statement by statement on the same connection and
    transaction (new rows, then the stored keys locked, updated or proposed), then COMMIT.
 
@@ -37,7 +38,8 @@ from store import neighbours
 from store.base import psycopg_sql
 from store.errors import translating_errors
 from store.neighbours import owner_count_statement, owner_key, owner_lock_key
-from store.schema import array_literal, vector_literal
+from store.pg_params import float4_array
+from store.schema import array_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, write_order
 
@@ -139,9 +141,14 @@ class PipelinedEventWrites(MemoryWrites):
         # a failed or cancelled write is rolled back (or its connection discarded) by the pool's
         # reset on return, as for any other transaction
         async with self._driver() as (conn, driver):
-            return await self._write_event_pipelined(
+            written = await self._write_event_pipelined(
                 conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours
             )
+        if written is None:  # a key stored behind the read's back: all of it again, statement by statement
+            return await super()._write_event_once(
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+            )
+        return written
 
     async def _write_event_pipelined(
         self,
@@ -154,13 +161,15 @@ class PipelinedEventWrites(MemoryWrites):
         actor: str,
         dedup: DedupRule,
         k: int,
-    ) -> EventWrite:
+    ) -> EventWrite | None:
+        """The write (see the module docstring), or None, rolled back, when the insert of the new
+        rows met a key the near-duplicate read did not see."""
         # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
         # the read, which ranks it as a small one unless the count says otherwise: a large owner
         # new to the cache (a persona, once a minute) is then read again in its own shape.
         sizes, missing = self._cached_sizes([owner_key(m) for m in memories])
-        texts = [vector_literal(vector) for vector in embeddings]  # once for both statements
-        near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes)
+        vectors = [float4_array(vector) for vector in embeddings]  # once for both reads
+        near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes)
         claim_sql, claim_params = claim_statement(
             self._schema.processed_events.name, event_id, memories, actor=actor
         )
@@ -180,7 +189,7 @@ class PipelinedEventWrites(MemoryWrites):
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)
         if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
-            near_sql, near_params = self._neighbours_statement(memories, texts, k, sizes | counted)
+            near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes | counted)
             await near.execute(psycopg_sql(near_sql), near_params)
             near_rows = await near.fetchall()
 
@@ -188,19 +197,17 @@ class PipelinedEventWrites(MemoryWrites):
         results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
         pending = [i for i in write_order(memories) if i not in results]
         fresh = [i for i in pending if i not in stored_key]
-        if (
-            fresh
-            and len(fresh) == len(pending)
-            and await self._insert_and_commit(
+        if fresh and len(fresh) == len(pending):
+            if not await self._insert_and_commit(
                 driver,
                 [rows[i] for i in fresh],
-                [texts[i] for i in fresh],
+                [embeddings[i] for i in fresh],
                 fresh,
                 results,
                 actor=actor,
                 event_id=event_id,
-            )
-        ):
+            ):
+                return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
         inserted = await self._insert_new(
@@ -218,7 +225,7 @@ class PipelinedEventWrites(MemoryWrites):
         self,
         driver: DriverConnection[Any],
         rows: Sequence[NewMemory],
-        vector_texts: Sequence[str],
+        vectors: Sequence[Sequence[float]],
         indexes: Sequence[int],
         results: dict[int, UpsertResult],
         *,
@@ -226,18 +233,19 @@ class PipelinedEventWrites(MemoryWrites):
         event_id: uuid.UUID,
     ) -> bool:
         """Insert `rows` (none of whose keys the near-duplicate read saw stored) and commit, in one
-        round trip; False, with the transaction as it was before, when one of the keys is stored."""
+        round trip; False, with the transaction rolled back, when one of the keys is stored (rare:
+        an archived row, or a writer that does not take the owner lock; no savepoint is paid for
+        it on every event)."""
         ids = [uuid.uuid4() for _ in rows]
         sql, params = self._insert_new_statement(
-            ids, rows, vector_texts, actor=actor, event_id=event_id, skip_stored_keys=False
+            ids, rows, vectors, actor=actor, event_id=event_id, skip_stored_keys=False
         )
         try:
             async with driver.pipeline():
-                await driver.execute("SAVEPOINT fresh_rows")
                 await driver.execute(psycopg_sql(sql), params)
                 await driver.execute("COMMIT")
         except UniqueViolation:
-            await driver.execute("ROLLBACK TO SAVEPOINT fresh_rows")
+            await driver.execute("ROLLBACK")
             return False
         for i, new_id in zip(indexes, ids, strict=True):
             results[i] = UpsertResult(memory_id=new_id, action="created")

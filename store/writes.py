@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import itertools
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -15,13 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.base import AuditRows, _nil, cached_text
 from store.errors import StoreConflict, StoreError
 from store.neighbours import NearDuplicates
+from store.pg_params import float4_array
 from store.policy import (
     plan_upsert,
     same_value,
     storable_confidence,
     validate_new_memory,
 )
-from store.schema import NIL_UUID_SQL, array_literal, vector_literal
+from store.schema import NIL_UUID_SQL, array_literal
 from store.types import (
     NIL_UUID,
     AuditAction,
@@ -43,19 +45,21 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 }
 
 
-# new rows in array parameters (one per column), ordered; the key index's expressions as the
-# conflict target; audit rows for the inserted ones in the input order (audit ids are write order)
+# new rows in array parameters (one per column), ordered; their embeddings one after another in
+# one `real[]` (`:starts`: where each row's begins, NULL for none); the key index's expressions as
+# the conflict target; audit rows for the inserted ones in the input order (audit ids are write order)
 _INSERT_NEW_SQL = (
     "WITH new_rows AS (SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:scopes AS text[]), "
     "CAST(:owners AS uuid[]), CAST(:users AS uuid[]), CAST(:keys AS text[]), CAST(:values AS text[]), "
     "CAST(:channels AS uuid[]), CAST(:confidences AS float8[]), CAST(:statuses AS text[]), "
-    "CAST(:embeddings AS text[]), CAST(:observed AS timestamptz[]), CAST(:teams AS uuid[])) "
+    "CAST(:starts AS int[]), CAST(:observed AS timestamptz[]), CAST(:teams AS uuid[])) "
     "WITH ORDINALITY AS t(id, scope, owner_id, user_id, key, value, source_channel_id, confidence, "
-    "status, embedding, observed_at, team_id, ord)), "
+    "status, start, observed_at, team_id, ord)), "
     "ins AS (INSERT INTO {memories} (id, scope, owner_id, user_id, key, value, source_channel_id, "
     "confidence, status, embedding, created_at, updated_at, team_id) "
     "SELECT id, scope, owner_id, user_id, key, value, source_channel_id, confidence, status, "
-    "CAST(embedding AS vector({dim})), coalesce(observed_at, now()), now(), team_id FROM new_rows "
+    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), "
+    "coalesce(observed_at, now()), now(), team_id FROM new_rows "
     "ORDER BY ord {on_conflict}RETURNING id), "
     "audited AS (INSERT INTO {audit} (memory_id, action, scope, owner_id, user_id, key, old_value, "
     "new_value, actor, event_id, revision_id, team_id, at) "
@@ -340,7 +344,7 @@ class MemoryWrites(NearDuplicates):
         sql, params = self._insert_new_statement(
             ids,
             [new for new, _ in rows],
-            [vector_literal(e) if e is not None else None for _, e in rows],
+            [e for _, e in rows],
             actor=actor,
             event_id=event_id,
         )
@@ -351,16 +355,21 @@ class MemoryWrites(NearDuplicates):
         self,
         ids: Sequence[uuid.UUID],
         rows: Sequence[NewMemory],
-        vector_texts: Sequence[str | None],
+        vectors: Sequence[Sequence[float] | None],
         *,
         actor: str,
         event_id: uuid.UUID | None,
         skip_stored_keys: bool = True,
     ) -> tuple[str, dict[str, Any]]:
-        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters), with the rows'
-        embeddings as `vector_literal`s. Without `skip_stored_keys` a stored key fails the
-        statement (unique violation) instead."""
+        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters) for the rows and
+        their embeddings (of the store's dimension, or None). Without `skip_stored_keys` a stored
+        key fails the statement (unique violation) instead."""
         nil = NIL_UUID_SQL
+        starts: list[int | None] = []
+        stored = 0
+        for vector in vectors:
+            starts.append(None if vector is None else 1 + stored * self._schema.embedding_dim)
+            stored += vector is not None
         sql = _INSERT_NEW_SQL.format(
             memories=self._schema.memories.name,
             audit=self._schema.audit.name,
@@ -377,7 +386,8 @@ class MemoryWrites(NearDuplicates):
             "channels": array_literal([new.source_channel_id for new in rows]),
             "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
             "statuses": array_literal([new.status for new in rows]),
-            "embeddings": array_literal(vector_texts),
+            "starts": array_literal(starts),
+            "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
             "observed": array_literal([new.observed_at for new in rows]),
             "teams": array_literal([new.team_id for new in rows]),
             "actor": actor,

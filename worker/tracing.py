@@ -18,7 +18,7 @@ import importlib.util
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ParamSpec, TypeVar
 
 log = logging.getLogger("pmem.tracing")
@@ -53,22 +53,31 @@ def recording() -> bool:
 _idle_providers: tuple[Callable[[], Any], tuple[type, ...]] | None = None
 
 
-@contextmanager
-def span(name: str, **attributes: str | int | float | bool) -> Iterator[None]:
+# what `span` and `event_span` return without a tracer provider: one shared, stateless no-op
+# (a generator-based context manager per stage cost more than the stage's own bookkeeping)
+_NOT_TRACED: AbstractContextManager[None] = nullcontext()
+
+
+def span(name: str, **attributes: str | int | float | bool) -> AbstractContextManager[None]:
     """A child span of the current one for the `with` block (exceptions are recorded on it)."""
     if not recording():
-        yield
-        return
-    with _tracer().start_as_current_span(name, attributes=attributes):
-        yield
+        return _NOT_TRACED
+    return _tracer().start_as_current_span(name, attributes=attributes)  # type: ignore[no-any-return]
+
+
+def event_span(
+    headers: Mapping[str, str] | None, **attributes: str | int | float | bool
+) -> AbstractContextManager[None]:
+    """The span of one event, continuing the trace of the `traceparent` header when present."""
+    if not recording():
+        return _NOT_TRACED
+    return _event_span(headers, attributes)
 
 
 @contextmanager
-def event_span(headers: Mapping[str, str] | None, **attributes: str | int | float | bool) -> Iterator[None]:
-    """The span of one event, continuing the trace of the `traceparent` header when present."""
-    if not recording():
-        yield
-        return
+def _event_span(
+    headers: Mapping[str, str] | None, attributes: Mapping[str, str | int | float | bool]
+) -> Iterator[None]:
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -132,3 +133,56 @@ def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str)
             (array_literal(texts), array_literal(ids), array_literal([0.9, 1e-7]), array_literal(when)),
         ).fetchone()
     assert row == (texts, ids, [0.9, 1e-7], when)
+
+
+def test_a_float4_array_parameter_reads_back_as_the_float32_vector(pg_url: str) -> None:
+    from store.pg_params import float4_array
+
+    values = [0.1, -2.5, 3.0000001, 1e-30]
+    float32 = [float(x) for x in np.asarray(values, dtype=np.float32)]
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT CAST(CAST(%s AS real[]) AS vector(4)), CAST(%s AS real[]), (CAST(%s AS real[]))[3:4]",
+            (float4_array(values), float4_array([]), float4_array(values)),
+        ).fetchone()
+    assert row is not None
+    assert [float(np.float32(x)) for x in row[0].strip("[]").split(",")] == float32
+    assert row[1] == []
+    assert [float(np.float32(x)) for x in row[2]] == float32[2:4]
+
+
+async def test_rows_with_and_without_embeddings_are_inserted_in_one_statement(
+    new_database: Callable[[], str],
+) -> None:
+    from sqlalchemy import text
+
+    from store.types import NewMemory
+
+    url = new_database()
+    migrate(url, DIM)
+    store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM))
+    owner = uuid.uuid4()
+    rows = [
+        NewMemory(
+            scope="user", owner_id=owner, user_id=None, key=key, value=f"value of {key}", confidence=0.9
+        )
+        for key in ("a", "b", "c")
+    ]
+    vectors = [[0.5] * DIM, None, [0.25] * DIM]
+    sql, params = store._insert_new_statement(
+        [uuid.uuid4() for _ in rows], rows, vectors, actor="test", event_id=None
+    )
+    async with store.engine.begin() as conn:
+        await conn.execute(text(sql), params)
+        stored = (
+            await conn.execute(
+                text("SELECT key, embedding::text FROM memories WHERE owner_id = :o ORDER BY key"),
+                {"o": owner},
+            )
+        ).all()
+    await store.close()
+    assert [tuple(row) for row in stored] == [
+        ("a", "[" + ",".join(["0.5"] * DIM) + "]"),
+        ("b", None),
+        ("c", "[" + ",".join(["0.25"] * DIM) + "]"),
+    ]

@@ -82,12 +82,11 @@ async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
         sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
 
     assert [r.action for r in written.results] == ["created"]
-    # BEGIN, claim + locks, near-duplicate read | SAVEPOINT, insert + audit, COMMIT
+    # BEGIN, claim + locks, near-duplicate read | insert + audit, COMMIT
     assert sent == [
         ("BEGIN", True),
         ("WITH", True),
         ("(SELECT", True),
-        ("SAVEPOINT", True),
         ("WITH", True),
         ("COMMIT", True),
     ]
@@ -101,7 +100,7 @@ async def test_a_stored_key_the_read_missed_takes_the_general_path_with_the_same
     store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # an archived memory is not among the near-duplicate read's rows, but its key is taken: the
-    # single-round-trip insert fails, its savepoint is rolled back, the general path upserts it
+    # single-round-trip insert fails, its transaction is rolled back, the general path writes it all
     results: dict[str, EventWrite] = {}
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
