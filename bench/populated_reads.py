@@ -37,6 +37,7 @@ from sqlalchemy import event  # noqa: E402
 
 from bench.pipeline_throughput import ROWS, make_events, populate  # noqa: E402
 from extraction.embeddings import HashingEmbedder  # noqa: E402
+from store.base import psycopg_sql  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
 from store.postgres import PostgresMemoryStore  # noqa: E402
 from store.types import NewMemory, OwnerRef  # noqa: E402
@@ -195,11 +196,21 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         "user + persona + persona_user": [user, persona_owner, persona_user],
         "user only": [user],
     }.items():
-        capture.statements.clear()
-        capture.on = True
-        found_prompt = await store.prompt_memories(group, team_id=None, words=words, limit=40)
-        capture.on = False
-        statement, params = capture.statements[-1]
+        # the prompt read goes through the psycopg driver, not SQLAlchemy: its statement is taken
+        # where the store hands it over
+        read_rows = store._read_rows
+        sent: list[tuple[str, Any]] = []
+
+        async def recording(sql: str, params: Any, read_rows: Any = read_rows, sent: Any = sent) -> Any:
+            sent.append((psycopg_sql(sql), params))
+            return await read_rows(sql, params)
+
+        store._read_rows = recording  # type: ignore[method-assign]
+        try:
+            found_prompt = await store.prompt_memories(group, team_id=None, words=words, limit=40)
+        finally:
+            del store._read_rows
+        statement, params = sent[-1]
         plan_ms, exec_ms = await explain(store, statement, params, args.repeat, args.explain)
         print(
             f"prompt_memories, {title}: planning {plan_ms:.2f} ms + execution {exec_ms:.2f} ms; "
