@@ -199,67 +199,100 @@ class NearDuplicates(StoreBase):
         """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
         memories' embeddings as `float4_array`s and the owners' capped sizes where known
         (`_cached_sizes`, `_owner_row_counts`)."""
+        if len(vectors) != len(memories):
+            raise ValueError(f"{len(memories)} memories but {len(vectors)} embeddings")
         dim = self._schema.embedding_dim
         hnsw = hnsw_expression(dim)
         halfvec = hnsw is not None and hnsw[0] != "embedding"
+
+        def distance(i: int) -> str:
+            query_vector = f"CAST(CAST(:v{i} AS real[]) AS vector({dim}))"
+            if halfvec:
+                return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
+            return f"m.embedding <=> {query_vector}"
+
+        def owner_filter(i: int, memory: NewMemory) -> str:
+            owner = f"m.scope = :s{i} AND m.owner_id = :o{i}"
+            owner += f" AND m.user_id = :u{i}" if memory.user_id is not None else " AND m.user_id IS NULL"
+            return f"{owner} AND {team_filter(i, memory)}"
+
+        def team_filter(i: int, memory: NewMemory) -> str:
+            if memory.team_id is None:
+                return "m.team_id IS NULL"
+            return f"(m.team_id IS NULL OR m.team_id = :t{i})"
+
+        def select(i: int, similarity: str) -> str:
+            return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
+
         parts: list[str] = []
+        ctes: list[str] = []
         params: dict[str, Any] = {"k": k}
         # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
         unknown: dict[OwnerKey, tuple[int, int]] = {}
-        for i, (memory, vector) in enumerate(zip(memories, vectors, strict=True)):
-            query_vector = f"CAST(CAST(:v{i} AS real[]) AS vector({dim}))"
-            distance = (
-                f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
-                if halfvec
-                else f"m.embedding <=> {query_vector}"
-            )
-            owner = f"m.scope = :s{i} AND m.owner_id = :o{i}"
-            owner += f" AND m.user_id = :u{i}" if memory.user_id is not None else " AND m.user_id IS NULL"
-            team = "m.team_id IS NULL"
-            if memory.team_id is not None:
-                team = f"(m.team_id IS NULL OR m.team_id = :t{i})"
-            nil = NIL_UUID_SQL
-            # A small owner is ranked exactly (its rows through the owner index: a few ms); the
-            # HNSW index with such a selective filter would walk far more of the graph than the
-            # owner has rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps
-            # the planner off it. A large owner's reviewed rows go through HNSW (iterative scan),
-            # which holds active rows only; its pending rows are ranked exactly within its
-            # PENDING_WINDOW most recent ones (ix_memories_owner_pending: bounded work).
-            # An owner the size cache does not know is read in the small owners' shape behind a
-            # one-time filter on its size (counted once, before any scan): no rows when it is
-            # large, and the caller, which counted it beside this read, reads it again.
+        # A small owner is ranked exactly (its rows through the owner index: a few ms); the HNSW
+        # index with such a selective filter would walk far more of the graph than the owner has
+        # rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps the planner
+        # off it. Several new memories of one small owner (and team context) share one read of
+        # its rows: each row's distances to all of them, kept in a CTE, then each one's k nearest
+        # (the owner's rows are read once instead of once per memory; bench/README.md).
+        # A large owner's reviewed rows go through HNSW (iterative scan), which holds active rows
+        # only; its pending rows are ranked exactly within its PENDING_WINDOW most recent ones
+        # (ix_memories_owner_pending: bounded work).
+        # An owner the size cache does not know is read in the small owners' shape behind a
+        # one-time filter on its size (counted once, before any scan): no rows when it is large,
+        # and the caller, which counted it beside this read, reads it again.
+        small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
+        for i, memory in enumerate(memories):
             size = sizes.get(owner_key(memory))
-            small = ""
-            if size is None:
-                j = unknown.setdefault(owner_key(memory), (len(unknown), i))[0]
-                small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= :exact_rows "
-            select = f"SELECT {i} AS idx, {_COLUMNS}, 1 - ({distance}) AS similarity"
             if size is None or size <= EXACT_OWNER_ROWS:
+                small_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
+        for (key, _team), members in small_groups.items():
+            first = members[0]
+            small = ""
+            if sizes.get(key) is None:
+                j = unknown.setdefault(key, (len(unknown), first))[0]
+                small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= :exact_rows "
+            where = (
+                f"WHERE {owner_filter(first, memories[first])} AND m.status IN ('active', 'pending_review') "
+                f"AND m.embedding IS NOT NULL {small}"
+            )
+            if len(members) == 1:
                 parts.append(
-                    f"({select} FROM memories m "
-                    f"WHERE {owner} AND {team} AND m.status IN ('active', 'pending_review') "
-                    f"AND m.embedding IS NOT NULL {small}ORDER BY ({distance}) + 0 LIMIT :k)"
+                    f"({select(first, f'1 - ({distance(first)})')} FROM memories m "
+                    f"{where}ORDER BY ({distance(first)}) + 0 LIMIT :k)"
                 )
+                continue
+            group = f"g{len(ctes)}"
+            distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+            ctes.append(f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM memories m {where})")
+            for i in members:
+                parts.append(
+                    f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
+                    f"ORDER BY g.d{i} LIMIT :k) n JOIN memories m ON m.id = n.id)"
+                )
+        for i, memory in enumerate(memories):
+            size = sizes.get(owner_key(memory))
             if size is not None and size > EXACT_OWNER_ROWS:
                 parts.append(
-                    f"({select} FROM memories m "
-                    f"WHERE {owner} AND {team} AND m.status = 'active' "
-                    f"AND m.embedding IS NOT NULL ORDER BY ({distance}) LIMIT :k)"
+                    f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
+                    f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
+                    f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT :k)"
                 )
                 recent_pending = (
                     f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
-                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {nil}) = :un{i} "
-                    f"AND w.status = 'pending_review' AND {team.replace('m.', 'w.')} "
+                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
+                    f"AND w.status = 'pending_review' AND {team_filter(i, memory).replace('m.', 'w.')} "
                     "ORDER BY w.updated_at DESC LIMIT :pending_window"
                 )
                 parts.append(
-                    f"({select} FROM ({recent_pending}) m WHERE m.embedding IS NOT NULL "
-                    f"ORDER BY ({distance}) + 0 LIMIT :k)"
+                    f"({select(i, f'1 - ({distance(i)})')} FROM ({recent_pending}) m "
+                    f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
                 )
                 params["pending_window"] = PENDING_WINDOW
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
+            nil = NIL_UUID_SQL
             parts.append(
-                f"({select} FROM memories m "
+                f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
                 f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
                 f"AND coalesce(m.user_id, {nil}) = :un{i} "
                 f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
@@ -267,7 +300,7 @@ class NearDuplicates(StoreBase):
             )
             params.update(
                 {
-                    f"v{i}": vector,
+                    f"v{i}": vectors[i],
                     f"s{i}": memory.scope,
                     f"o{i}": memory.owner_id,
                     f"u{i}": memory.user_id,
@@ -283,8 +316,10 @@ class NearDuplicates(StoreBase):
                 f"SELECT {j} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':un{i}')} AS n"
                 for j, i in unknown.values()
             )
-            sql = f"WITH owner_size AS MATERIALIZED ({counts}) {sql}"
+            ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
             params.update(cap=EXACT_OWNER_ROWS + 1, exact_rows=EXACT_OWNER_ROWS)
+        if ctes:
+            sql = f"WITH {', '.join(ctes)} {sql}"
         return sql, params
 
     def _neighbours_from_rows(

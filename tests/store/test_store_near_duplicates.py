@@ -13,7 +13,7 @@ import pytest
 
 from extraction.dedup import decide_against_neighbours
 from store import neighbours
-from store.types import OwnerRef
+from store.types import Neighbour, OwnerRef
 from tests.store.store_testkit import Store, fact, recorded_statements
 
 
@@ -193,3 +193,38 @@ def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
     sizes.put(b, 2)
     sizes.put(c, 3)  # full: everything forgotten, then c remembered
     assert (sizes.get(a), sizes.get(b), sizes.get(c)) == (None, None, 3)
+
+
+async def test_several_new_memories_of_one_owner_each_meet_their_own_nearest(
+    store: Store, backend: str
+) -> None:
+    """Postgres reads a small owner's rows once for all of an event's new memories of that owner
+    (and team context); each still gets exactly the k nearest it would get alone."""
+    owner, team = uuid.uuid4(), uuid.uuid4()
+    stored = [fact(owner, f"topic {i}", f"Talks about subject number {i} on weekdays") for i in range(12)]
+    stored += [fact(owner, f"team topic {i}", f"Team subject number {i}", team=team) for i in range(4)]
+    await store.write_event(event_id=uuid.uuid4(), memories=stored)
+    new = [
+        fact(owner, "topic 3", "Talks about subject number 3 at weekends"),
+        fact(owner, "hobby", "Talks about subject number 7 on weekdays"),
+        fact(owner, "team hobby", "Team subject number 2", team=team),
+        fact(owner, "sport", "Plays tennis on weekdays"),
+    ]
+    vectors = [list(m.embedding or []) for m in new]
+    with recorded_statements(store) as statements:
+        async with store._transaction() as conn:
+            together = await store._neighbours_in(conn, new, vectors, 3)
+    async with store._transaction() as conn:
+        alone = [
+            (await store._neighbours_in(conn, [m], [v], 3))[0] for m, v in zip(new, vectors, strict=True)
+        ]
+
+    def found(neighbours: list[Neighbour]) -> list[tuple[str, float]]:
+        return [(n.memory.key, round(n.similarity, 5)) for n in neighbours]
+
+    assert [found(n) for n in together] == [found(n) for n in alone]
+    assert [n.memory.key for n in together[0]][:1] == ["topic 3"]  # the same key comes first
+    assert "team topic 2" in {n.memory.key for n in together[2]}  # the team's rows for the team's memory
+    assert not {n.memory.key for n in together[1]} & {f"team topic {i}" for i in range(4)}
+    if backend == "postgres":  # three of one owner and team context: one shared read
+        assert sum(s.count("AS MATERIALIZED (SELECT m.id") for s in statements) == 1
