@@ -9,6 +9,16 @@ a near duplicate (1 % Gaussian noise, cosine ≈ 0.98) and an unrelated vector, 
 8`, the owner filter, the iterative scan the store's sessions use) against the exact ranking
 (`+ 0` keeps the planner off the index). It prints how often the stored vector is among the 8
 found, the recall@8 of both kinds of query, and the mean time of the HNSW read.
+
+    python bench/dedup_recall.py --data-dir /tmp/popdb \\
+        --embedding-cache /tmp/evalcache/local-default-384.pickle
+
+With `--embedding-cache` (the cache `pmem eval locomo --embedding-cache DIR` writes: ~24,500
+LoCoMo turns and observations embedded by all-MiniLM-L6-v2) the persona is made of those REAL
+embeddings instead, in a database of its own (`dedup_real`, created and migrated on first use),
+and the near duplicates are the same texts reworded (the last word dropped) and embedded again by
+MiniLM (needs the `local` extra), as a restated fact would be. Only rewordings at cosine ≥ 0.95 to
+their original (the dedup threshold under another key) count.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.populated_reads import DATABASE  # noqa: E402
+from store.migrate import migrate_async  # noqa: E402
 from store.schema import vector_literal  # noqa: E402
 from worker.embedded import EmbeddedPostgres  # noqa: E402
 
@@ -43,9 +54,15 @@ def main() -> None:
     parser.add_argument("--ef", type=int, nargs="+", default=[40, 64, 100], help="hnsw.ef_search values")
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument(
+        "--embedding-cache", type=Path, help="a persona of real MiniLM embeddings (see the docstring)"
+    )
     args = parser.parse_args()
     postgres = EmbeddedPostgres(data_dir=args.data_dir / "pg" / "data").start()
     rng = np.random.default_rng(args.seed)
+    if args.embedding_cache:
+        real_embeddings(postgres, args)
+        return
     with psycopg.connect(postgres.url_for(DATABASE), autocommit=True) as conn:
         row = conn.execute(
             "SELECT owner_id FROM memories WHERE scope = 'persona' "
@@ -88,6 +105,96 @@ def main() -> None:
                 f"(unrelated), HNSW read {1000 * seconds / (2 * len(queries)):.1f} ms",
                 flush=True,
             )
+
+
+REAL = "dedup_real"
+REAL_PERSONA = "00000000-0000-0000-0000-0000000be5a1"
+
+
+def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> None:
+    """The check on a persona of real MiniLM embeddings (see the module docstring)."""
+    import asyncio
+    import pickle
+    import uuid
+
+    from pgvector.psycopg import register_vector
+
+    from extraction.embeddings import LocalEmbedder
+
+    cache = pickle.loads(args.embedding_cache.read_bytes())["vectors"]
+    texts = sorted(cache)
+    url = postgres.url_for(REAL)
+    try:
+        with psycopg.connect(url) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        postgres.create_database(REAL)
+    asyncio.run(migrate_async(url, 384))
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        count = conn.execute("SELECT count(*) FROM memories").fetchone()
+        if not count or count[0] == 0:
+            print(f"storing {len(texts):,} texts as the persona's active memories", flush=True)
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY memories (id, scope, owner_id, key, value, confidence, status, embedding, "
+                    "created_at, updated_at) FROM STDIN"
+                ) as copy,
+            ):
+                for i, text in enumerate(texts):
+                    vector = np.asarray(cache[text], dtype=np.float32)
+                    row = (uuid.uuid4(), "persona", REAL_PERSONA, f"text {i}", text, 0.8, "active",
+                           vector_literal(list(vector)), "2026-01-01", "2026-01-01")  # fmt: skip
+                    copy.write_row(row)
+            conn.execute("ANALYZE memories")
+        picks = rng_choice(len(texts), args.queries * 3, args.seed)
+        originals = [texts[i] for i in picks]
+        reworded = [reword(t) for t in originals]
+        vectors = np.asarray(asyncio.run(LocalEmbedder().embed(reworded)), dtype=np.float32)
+        queries = []
+        for text, vector in zip(originals, vectors, strict=True):
+            original = np.asarray(cache[text], dtype=np.float32)
+            if float(vector @ original / np.linalg.norm(original)) >= 0.95:
+                queries.append((text, vector))
+        queries = queries[: args.queries]
+        print(f"{len(queries)} rewordings at cosine >= 0.95 to their stored original", flush=True)
+        where = WHERE.replace("owner_id = %s", f"owner_id = '{REAL_PERSONA}'")
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        for ef in args.ef:
+            conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            by_index = f"SELECT value FROM memories WHERE {where} ORDER BY embedding <=> %s::vector LIMIT {K}"
+            exactly = (
+                f"SELECT value FROM memories WHERE {where} ORDER BY (embedding <=> %s::vector) + 0 LIMIT {K}"
+            )
+            found = exact_found = 0
+            recalls, seconds = [], 0.0
+            for text, vector in queries:
+                literal = vector_literal([float(x) for x in vector])
+                started = time.perf_counter()
+                hnsw = [r[0] for r in conn.execute(by_index, (literal,)).fetchall()]
+                seconds += time.perf_counter() - started
+                exact = [r[0] for r in conn.execute(exactly, (literal,)).fetchall()]
+                found += text in hnsw
+                exact_found += text in exact
+                recalls.append(len(set(hnsw) & set(exact)) / K)
+            print(
+                f"ef_search {ef}: original found {found} / {len(queries)} by HNSW ({exact_found} by "
+                f"the exact ranking), recall@{K} {np.mean(recalls):.3f}, "
+                f"HNSW read {1000 * seconds / max(1, len(queries)):.1f} ms",
+                flush=True,
+            )
+
+
+def rng_choice(n: int, size: int, seed: int) -> list[int]:
+    """`size` distinct indexes below `n`, reproducibly."""
+    return [int(i) for i in np.random.default_rng(seed).choice(n, size=min(n, size), replace=False)]
+
+
+def reword(text: str) -> str:
+    """A restatement of `text`: its last word dropped (a sentence of one word is kept)."""
+    words = text.split()
+    return " ".join(words[:-1]) if len(words) > 3 else text + " indeed"
 
 
 if __name__ == "__main__":

@@ -331,16 +331,23 @@ async def print_statements(database_url: str, events: int) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         rows = await (
             await conn.execute(
-                "SELECT total_exec_time, calls, shared_blks_hit + shared_blks_read, "
+                "SELECT total_exec_time, total_plan_time, calls, shared_blks_hit + shared_blks_read, "
                 "regexp_replace(left(query, 90), '\\s+', ' ', 'g') FROM pg_stat_statements "
                 "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "ORDER BY total_exec_time DESC LIMIT 10"
+                "ORDER BY total_exec_time + total_plan_time DESC LIMIT 12"
             )
         ).fetchall()
-    print("  statements (execution ms per event, calls per event, buffers per call, text):", flush=True)
-    for total_ms, calls, buffers, query in rows:
+    print(
+        "  statements (execution + planning ms per event, calls per event, buffers per call, text):",
+        flush=True,
+    )
+    for exec_ms, plan_ms, calls, buffers, query in rows:
         per_call = buffers / max(1, calls)
-        print(f"    {total_ms / events:6.2f} ms  {calls / events:5.2f}  {per_call:8.0f}  {query}", flush=True)
+        print(
+            f"    {exec_ms / events:6.2f} + {plan_ms / events:5.2f} ms  {calls / events:5.2f}  "
+            f"{per_call:8.0f}  {query}",
+            flush=True,
+        )
 
 
 async def all_working(ports: list[int]) -> bool:
@@ -697,7 +704,9 @@ def main(args: argparse.Namespace) -> list[Result]:
         nats_server = EmbeddedNats(store_dir=root / "nats").start()
         postgres = EmbeddedPostgres(data_dir=root / "pg" / "data").start()
         if args.statements:
-            postgres.configure({"shared_preload_libraries": "pg_stat_statements"})
+            postgres.configure(
+                {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on"}
+            )
         fake = subprocess.Popen(
             [
                 sys.executable,

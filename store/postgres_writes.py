@@ -4,7 +4,7 @@ The statements and decisions are those of `store.writes` (the same claim, near-d
 insert and upserts), sent on the pooled connection's psycopg driver in pipeline mode, inside an
 explicit BEGIN ... COMMIT on an autocommit connection:
 
-1. BEGIN (with generic plans allowed), the processed-event claim with the owners' advisory locks, and the near-duplicate read
+1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read
    (with the count of an owner whose size the cache lacks): one round trip. The server still
    runs them in order, each with its own snapshot, so the read sees every write committed by the
    lock's previous holder.
@@ -42,9 +42,6 @@ from store.pg_params import float4_array
 from store.schema import array_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, write_order
-
-
-GENERIC_PLANS = "SET LOCAL plan_cache_mode = auto"
 
 
 def claim_statement(
@@ -178,11 +175,6 @@ class PipelinedEventWrites(MemoryWrites):
         )
         async with driver.pipeline():
             await driver.execute("BEGIN")
-            # psycopg prepares a statement after a few uses; the session's force_custom_plan
-            # (recall's choice, store.postgres.RecallTuning) would still plan these every time,
-            # which costs more than running them (bench/README.md): their plans do not depend on
-            # the owner (the read's shape, exact or HNSW, is chosen in the SQL text)
-            await driver.execute(GENERIC_PLANS)
             claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
             await near.execute(psycopg_sql(near_sql), near_params)

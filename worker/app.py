@@ -900,13 +900,16 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     connections, calls wait a few milliseconds for a connection instead of opening and closing an
     overflow connection each time (measured: that churn cost more CPU than the rest of the database
     work). No pre-ping: a connection broken by a database restart fails its call, and `_run_db`
-    retries it on a fresh one."""
+    retries it on a fresh one. `plan_cache_mode = auto` (recall's force_custom_plan is not the
+    worker's concern): the prepared claim and insert of every write then keep a generic plan
+    instead of being planned on every event; Postgres keeps custom plans where it judges them
+    cheaper (the prompt and near-duplicate reads; bench/README.md, "Planning less")."""
     from store.factory import open_store
     from store.urls import backend_of
 
     if backend_of(settings.database_url) != "postgresql":
         return await open_store(settings.database_url, embedder, settings_defaults=settings.memory_defaults())
-    from store.postgres import PostgresMemoryStore
+    from store.postgres import PostgresMemoryStore, RecallTuning
 
     store = PostgresMemoryStore(
         settings.database_url,
@@ -918,6 +921,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         connect_timeout_s=settings.db_connect_timeout_s,
         statement_timeout_s=settings.db_statement_timeout_s,
         parallel_query=False,
+        tuning=RecallTuning(plan_cache_mode="auto"),
     )
     try:
         await store.check_schema()

@@ -178,7 +178,7 @@ class EmbeddedPostgres:
         """Set server settings (`ALTER SYSTEM`, kept in the data directory) and restart the server
         so that those read at start (shared_preload_libraries) take effect."""
         for name, value in settings.items():
-            if not name.replace("_", "").isalnum():
+            if not name.replace("_", "").replace(".", "").isalnum():
                 raise ValueError(f"not a Postgres setting name: {name!r}")
             quoted = value.replace("'", "''")
             self._server.psql(f"ALTER SYSTEM SET {name} = '{quoted}';")

@@ -57,6 +57,15 @@ async def test_worker_sessions_have_a_statement_timeout(harness: Harness) -> Non
     assert "statement timeout" in str(caught.value)
 
 
+async def test_worker_sessions_allow_generic_plans(harness: Harness) -> None:
+    """The worker's statements pick their shape in the SQL text: prepared ones may keep a generic
+    plan instead of being planned on every event (recall's force_custom_plan is not theirs)."""
+    async with harness.worker() as worker:
+        engine = worker.store.engine  # type: ignore[attr-defined]
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar() == "auto"
+
+
 async def test_connect_args_carry_both_timeouts() -> None:
     assert postgres_connect_args(2.5, 30) == {"connect_timeout": 3, "options": "-c statement_timeout=30000"}
     assert postgres_connect_args(None, 0) == {}
