@@ -69,7 +69,14 @@ from typing import Any
 from extraction.embeddings import hashing_vector
 from extraction.prompt import count_tokens
 
-__all__ = ["ChatResponder", "FakeOpenAI", "RecordedRequest", "Reply", "rules_responder"]
+__all__ = [
+    "ChatResponder",
+    "FakeOpenAI",
+    "RecordedRequest",
+    "Reply",
+    "persona_learning_responder",
+    "rules_responder",
+]
 
 ChatResponder = Callable[[dict[str, Any]], str]
 
@@ -232,6 +239,15 @@ def rules_responder(body: dict[str, Any]) -> str:
     scope = "persona_user" if "persona_user" in scopes else "user"
     items = extract_statements(_transcript_user_text(body), scope)  # type: ignore[arg-type]
     return json.dumps({"memories": items})
+
+
+def persona_learning_responder(body: dict[str, Any]) -> str:
+    """`rules_responder`, but where the persona scope is allowed (persona learning on) the last
+    fact goes to the persona: what a persona that learns from its users writes."""
+    reply = json.loads(rules_responder(body))
+    if "persona" in _allowed_scopes(body) and reply["memories"]:
+        reply["memories"][-1]["scope"] = "persona"
+    return json.dumps(reply)
 
 
 class _Server(ThreadingHTTPServer):

@@ -65,11 +65,12 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, sys.argv[1])
-    from bench.fake_openai import FakeOpenAI
+    from bench.fake_openai import FakeOpenAI, persona_learning_responder
     fake = FakeOpenAI(
         chat_latency_s=float(sys.argv[2]),
         embedding_latency_s=float(sys.argv[3]),
         chat_latency_jitter=float(sys.argv[4]),
+        chat_responder=persona_learning_responder if sys.argv[5] == "persona" else None,
     )
     fake.start()
     print(fake.base_url, flush=True)
@@ -716,6 +717,7 @@ def main(args: argparse.Namespace) -> list[Result]:
                 str(LLM_LATENCY_S),
                 str(EMBEDDING_LATENCY_S),
                 str(args.llm_jitter),
+                "persona" if args.persona_facts else "",
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -760,6 +762,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="each LLM latency drawn from 300 ms x (1 ± this), the same mean (default 0: always 300 ms)",
+    )
+    parser.add_argument(
+        "--persona-facts",
+        action="store_true",
+        help="the fake LLM puts each persona event's last fact in the persona scope (persona learning "
+        "is on for the populated persona): the persona's near-duplicate read and lock on every such event",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help="where the worker logs go")

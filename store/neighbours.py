@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import select, text
@@ -53,6 +53,15 @@ EXACT_OWNER_ROWS = 3000
 # A larger owner's pending memories (not in the HNSW index, which holds reviewed ones) are ranked
 # exactly among its this many most recent pending ones
 PENDING_WINDOW = 3000
+# How long a review (pending -> active) may have run before committing behind a write's HNSW read
+# taken outside the owner lock: the write's locked read ranks the rows made active this recently
+REVIEW_MARGIN = "5 minutes"
+
+# The near-duplicate read whole (one statement), or split for a write: "hnsw", large owners'
+# reviewed rows through HNSW, read before the owner locks (no worker write changes an active row:
+# a write makes pending rows and pending revisions); "locked", the rest, read under the locks,
+# plus a large owner's rows made active since the "hnsw" read
+ReadShape = Literal["whole", "hnsw", "locked"]
 _WINDOW_COLUMNS = _columns("w") + ", w.embedding"
 
 
@@ -195,10 +204,13 @@ class NearDuplicates(StoreBase):
         vectors: Sequence[Float4Array],
         k: int,
         sizes: Mapping[OwnerKey, int],
+        shape: ReadShape = "whole",
     ) -> tuple[str, dict[str, Any]]:
         """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
         memories' embeddings as `float4_array`s and the owners' capped sizes where known
-        (`_cached_sizes`, `_owner_row_counts`)."""
+        (`_cached_sizes`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
+        write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives
+        an empty statement when no known owner is large."""
         if len(vectors) != len(memories):
             raise ValueError(f"{len(memories)} memories but {len(vectors)} embeddings")
         dim = self._schema.embedding_dim
@@ -246,7 +258,7 @@ class NearDuplicates(StoreBase):
             size = sizes.get(owner_key(memory))
             if size is None or size <= EXACT_OWNER_ROWS:
                 small_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
-        for (key, _team), members in small_groups.items():
+        for (key, _team), members in small_groups.items() if shape != "hnsw" else ():
             first = members[0]
             small = ""
             if sizes.get(key) is None:
@@ -272,12 +284,35 @@ class NearDuplicates(StoreBase):
                 )
         for i, memory in enumerate(memories):
             size = sizes.get(owner_key(memory))
-            if size is not None and size > EXACT_OWNER_ROWS:
+            large = size is not None and size > EXACT_OWNER_ROWS
+            if large and shape != "locked":
                 parts.append(
                     f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
                     f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
                     f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT :k)"
                 )
+            if shape == "hnsw":
+                if large:
+                    params.update({f"v{i}": vectors[i], f"s{i}": memory.scope, f"o{i}": memory.owner_id})
+                    params.update({f"u{i}": memory.user_id, f"t{i}": memory.team_id})
+                continue
+            if large and shape == "locked":
+                # rows made active since the HNSW read's snapshot (a review: approve sets
+                # updated_at); that read ran in this transaction, after its start, so a review
+                # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_recent)
+                recently_active = (
+                    f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
+                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
+                    "AND w.updated_at >= now() - CAST(:review_margin AS interval) "
+                    f"AND w.status = 'active' AND {team_filter(i, memory).replace('m.', 'w.')} "
+                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
+                )
+                parts.append(
+                    f"({select(i, f'1 - ({distance(i)})')} FROM ({recently_active}) m "
+                    f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
+                )
+                params["review_margin"] = REVIEW_MARGIN
+            if large:
                 recent_pending = (
                     f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
                     f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "

@@ -4,10 +4,11 @@ The statements and decisions are those of `store.writes` (the same claim, near-d
 insert and upserts), sent on the pooled connection's psycopg driver in pipeline mode, inside an
 explicit BEGIN ... COMMIT on an autocommit connection:
 
-1. BEGIN, the processed-event claim with the owners' advisory locks, and the near-duplicate read
-   (with the count of an owner whose size the cache lacks): one round trip. The server still
-   runs them in order, each with its own snapshot, so the read sees every write committed by the
-   lock's previous holder.
+1. BEGIN, a known large owner's reviewed rows through HNSW (before the locks: no write of the
+   worker changes an active row), the processed-event claim with the owners' advisory locks, and
+   the rest of the near-duplicate read (with the count of an owner whose size the cache lacks):
+   one round trip. The server still runs them in order, each with its own snapshot, so the read
+   under the locks sees every write committed by the lock's previous holder.
 2. When no new memory's key is stored: the new rows with their audit rows, and COMMIT: one round
    trip. A key stored behind the read's back (an archived row, or a writer that does not take the
    owner lock) fails that insert; the transaction is rolled back and the whole write runs again
@@ -169,26 +170,37 @@ class PipelinedEventWrites(MemoryWrites):
         # new to the cache (a persona, once a minute) is then read again in its own shape.
         sizes, missing = self._cached_sizes([owner_key(m) for m in memories])
         vectors = [float4_array(vector) for vector in embeddings]  # once for both reads
-        near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes)
+        # a known large owner's reviewed rows are read through HNSW before the owner locks (the
+        # costliest part of the read: persona learning puts every user's events of a persona on
+        # one lock); the rest under the locks (`neighbours.ReadShape`)
+        early_sql, early_params = self._neighbours_statement(memories, vectors, k, sizes, "hnsw")
+        near_sql, near_params = self._neighbours_statement(
+            memories, vectors, k, sizes, "locked" if early_sql else "whole"
+        )
         claim_sql, claim_params = claim_statement(
             self._schema.processed_events.name, event_id, memories, actor=actor
         )
         async with driver.pipeline():
             await driver.execute("BEGIN")
+            if early_sql:
+                early = driver.cursor(row_factory=dict_row)
+                await early.execute(psycopg_sql(early_sql), early_params)
             claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
             await near.execute(psycopg_sql(near_sql), near_params)
             if missing:
                 count_sql, count_params = owner_count_statement(missing)
                 counts = await driver.execute(psycopg_sql(count_sql), count_params)
+            early_rows: Sequence[Mapping[str, Any]] = await early.fetchall() if early_sql else []
             claimed_row = await claim.fetchone()
-            near_rows: Sequence[Mapping[str, Any]] = await near.fetchall()
+            near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
             counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
         self._remember_sizes(counted)
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)
         if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
+            # an owner new to the size cache is large: read everything again, under the locks
             near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes | counted)
             await near.execute(psycopg_sql(near_sql), near_params)
             near_rows = await near.fetchall()

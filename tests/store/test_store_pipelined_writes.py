@@ -267,3 +267,61 @@ async def test_a_connection_left_in_a_transaction_or_by_an_error_is_not_kept(
         async with store._driver():
             raise RuntimeError("boom")
     assert store._idle == []
+
+
+async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_still_holds(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Persona learning puts every user's events of a persona on the persona's lock: the HNSW read
+    of its reviewed rows runs before the lock, in the same round trip. A reviewed fact restated
+    under another key is still found, and one fact from two concurrent events is one memory."""
+    monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    owner = uuid.uuid4()
+    for i in range(7):
+        await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
+    city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
+    assert await store.approve(city.results[0].memory_id, actor="admin") is not None
+    monkeypatch.setattr(store, "_owner_sizes", None)
+    await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # counted: large, and cached
+    sent: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return await real(cursor, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    again = await write(store, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
+    both = await asyncio.gather(
+        write(store, uuid.uuid4(), fact(owner, "employer", "Works at Acmecorp in Lyon")),
+        write(store, uuid.uuid4(), fact(owner, "workplace", "Works at Acmecorp in Lyon")),
+    )
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+
+    assert again.results[0].near_duplicate and again.results[0].memory_id == city.results[0].memory_id
+    assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
+    # BEGIN, the HNSW read of active rows, then the claim that takes the locks, then the rest
+    assert sent[0] == "BEGIN" and "m.status = 'active'" in sent[1] and "pending_window" not in sent[1]
+    assert sent[2].startswith("WITH claim") and "pending_window" in sent[3]
+
+
+async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_hnsw_read(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review that makes a row active between the HNSW read (outside the lock) and the locked
+    read would hide it from both without the locked read's recently-active rows."""
+    monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    owner = uuid.uuid4()
+    for i in range(7):
+        await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
+    city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
+    restated = fact(owner, "home city", "Lives in Lyon, France")
+    vectors = [postgres_writes.float4_array(restated.embedding or [])]
+    sizes = {neighbours.owner_key(restated): 8}
+    locked_sql, locked_params = store._neighbours_statement([restated], vectors, 8, sizes, "locked")
+    assert await store.approve(city.results[0].memory_id, actor="admin") is not None  # "after" the HNSW read
+    async with store._driver() as (_, driver):
+        cursor = driver.cursor(row_factory=psycopg.rows.dict_row)
+        await cursor.execute(postgres_writes.psycopg_sql(locked_sql), locked_params)
+        found = {row["id"] for row in await cursor.fetchall()}
+    assert city.results[0].memory_id in found
