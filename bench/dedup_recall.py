@@ -15,7 +15,8 @@ found, the recall@8 of both kinds of query, and the mean time of the HNSW read.
 
 With `--embedding-cache` (the cache `pmem eval locomo --embedding-cache DIR` writes: ~24,500
 LoCoMo turns and observations embedded by all-MiniLM-L6-v2) the persona is made of those REAL
-embeddings instead, in a database of its own (`dedup_real`, created and migrated on first use),
+embeddings instead, in a database of its own (`dedup_real`, created and migrated on first use; or
+with `--database populated` beside the populated store's 140,000 random vectors, in one index),
 and the near duplicates are the same texts reworded (the last word dropped) and embedded again by
 MiniLM (needs the `local` extra), as a restated fact would be. Only rewordings at cosine ≥ 0.95 to
 their original (the dedup threshold under another key) count.
@@ -56,6 +57,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument(
         "--embedding-cache", type=Path, help="a persona of real MiniLM embeddings (see the docstring)"
+    )
+    parser.add_argument(
+        "--database",
+        default=REAL,
+        help=f"where that persona goes (default {REAL}, a database of its own; {DATABASE}: beside the "
+        "populated store's rows, in the same HNSW index)",
     )
     args = parser.parse_args()
     postgres = EmbeddedPostgres(data_dir=args.data_dir / "pg" / "data").start()
@@ -123,16 +130,16 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
 
     cache = pickle.loads(args.embedding_cache.read_bytes())["vectors"]
     texts = sorted(cache)
-    url = postgres.url_for(REAL)
+    url = postgres.url_for(args.database)
     try:
         with psycopg.connect(url) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error:
-        postgres.create_database(REAL)
+        postgres.create_database(args.database)
     asyncio.run(migrate_async(url, 384))
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
-        count = conn.execute("SELECT count(*) FROM memories").fetchone()
+        count = conn.execute("SELECT count(*) FROM memories WHERE owner_id = %s", (REAL_PERSONA,)).fetchone()
         if not count or count[0] == 0:
             print(f"storing {len(texts):,} texts as the persona's active memories", flush=True)
             with (

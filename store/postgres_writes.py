@@ -44,6 +44,11 @@ from store.schema import array_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
 from store.writes import MemoryWrites, apply_dedup, write_order
 
+# The HNSW candidate list of the write's read of a large owner (this transaction only; recall keeps
+# the session's): dedup needs the near duplicates (cosine >= 0.80 / 0.95), not an exact top k, and
+# with real MiniLM embeddings 40 found every one that 100 found (bench/dedup_recall.py)
+DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
+
 
 def claim_statement(
     table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
@@ -183,6 +188,7 @@ class PipelinedEventWrites(MemoryWrites):
         async with driver.pipeline():
             await driver.execute("BEGIN")
             if early_sql:
+                await driver.execute(DEDUP_EF_SEARCH)
                 early = driver.cursor(row_factory=dict_row)
                 await early.execute(psycopg_sql(early_sql), early_params)
             claim = await driver.execute(psycopg_sql(claim_sql), claim_params)

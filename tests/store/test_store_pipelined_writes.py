@@ -300,9 +300,11 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
 
     assert again.results[0].near_duplicate and again.results[0].memory_id == city.results[0].memory_id
     assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
-    # BEGIN, the HNSW read of active rows, then the claim that takes the locks, then the rest
-    assert sent[0] == "BEGIN" and "m.status = 'active'" in sent[1] and "pending_window" not in sent[1]
-    assert sent[2].startswith("WITH claim") and "pending_window" in sent[3]
+    # BEGIN, the HNSW read of active rows (a shorter candidate list), then the claim that takes
+    # the locks, then the rest
+    assert sent[:2] == ["BEGIN", postgres_writes.DEDUP_EF_SEARCH]
+    assert "m.status = 'active'" in sent[2] and "pending_window" not in sent[2]
+    assert sent[3].startswith("WITH claim") and "pending_window" in sent[4]
 
 
 async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_hnsw_read(
