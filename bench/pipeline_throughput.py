@@ -25,7 +25,9 @@ Measured:
 one: one persona (persona learning on) owning 100,000 memories and every user of the events owning
 2,000 (`--users`, default 20). Per-event latency p50/p99 (the workers' pmem_event_duration_seconds,
 interpolated in its buckets), peak RSS, prompt tokens per event (pmem_llm_tokens_total) and worker
-CPU per event are reported for both, with the populated/empty ratio.
+CPU per event are reported for both, with the populated/empty ratio. The fake LLM writes `user`
+and `persona_user` facts only; `--persona-facts` moves each persona event's last fact to the
+`persona` scope (the persona's near-duplicate read and lock on half the events).
 """
 
 from __future__ import annotations
