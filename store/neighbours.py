@@ -236,6 +236,20 @@ class NearDuplicates(StoreBase):
         def select(i: int, similarity: str) -> str:
             return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
 
+        def recent_window(i: int, memory: NewMemory, condition: str) -> str:
+            # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
+            # (ix_memories_owner_recent / _pending), ranked exactly
+            window = (
+                f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
+                f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
+                f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
+                "ORDER BY w.updated_at DESC LIMIT :pending_window"
+            )
+            return (
+                f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
+            )
+
         parts: list[str] = []
         ctes: list[str] = []
         params: dict[str, Any] = {"k": k}
@@ -300,29 +314,16 @@ class NearDuplicates(StoreBase):
                 # rows made active since the HNSW read's snapshot (a review: approve sets
                 # updated_at); that read ran in this transaction, after its start, so a review
                 # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_recent)
-                recently_active = (
-                    f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
-                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
-                    "AND w.updated_at >= now() - CAST(:review_margin AS interval) "
-                    f"AND w.status = 'active' AND {team_filter(i, memory).replace('m.', 'w.')} "
-                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
-                )
                 parts.append(
-                    f"({select(i, f'1 - ({distance(i)})')} FROM ({recently_active}) m "
-                    f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
+                    recent_window(
+                        i,
+                        memory,
+                        "w.status = 'active' AND w.updated_at >= now() - CAST(:review_margin AS interval)",
+                    )
                 )
                 params["review_margin"] = REVIEW_MARGIN
             if large:
-                recent_pending = (
-                    f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
-                    f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
-                    f"AND w.status = 'pending_review' AND {team_filter(i, memory).replace('m.', 'w.')} "
-                    "ORDER BY w.updated_at DESC LIMIT :pending_window"
-                )
-                parts.append(
-                    f"({select(i, f'1 - ({distance(i)})')} FROM ({recent_pending}) m "
-                    f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
-                )
+                parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
                 params["pending_window"] = PENDING_WINDOW
             # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
             nil = NIL_UUID_SQL
