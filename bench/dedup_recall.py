@@ -28,6 +28,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -92,17 +93,10 @@ def main() -> None:
         for ef in args.ef:
             conn.execute(f"SET hnsw.ef_search = {int(ef)}")
             found, near_recall, other_recall, seconds = 0, [], [], 0.0
-            by_index = f"SELECT id FROM memories WHERE {WHERE} ORDER BY embedding <=> %s::vector LIMIT {K}"
-            exactly = (
-                f"SELECT id FROM memories WHERE {WHERE} ORDER BY (embedding <=> %s::vector) + 0 LIMIT {K}"
-            )
             for memory_id, near, other in queries:
                 for vector, recalls in ((near, near_recall), (other, other_recall)):
-                    literal = vector_literal(list(vector))
-                    started = time.perf_counter()
-                    hnsw = [r[0] for r in conn.execute(by_index, (persona, literal)).fetchall()]
-                    seconds += time.perf_counter() - started
-                    exact = [r[0] for r in conn.execute(exactly, (persona, literal)).fetchall()]
+                    hnsw, exact, took = both_rankings(conn, "id", persona, vector)
+                    seconds += took
                     recalls.append(len(set(hnsw) & set(exact)) / K)
                     if vector is near:
                         found += memory_id in hnsw
@@ -155,8 +149,9 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
                            vector_literal(list(vector)), "2026-01-01", "2026-01-01")  # fmt: skip
                     copy.write_row(row)
             conn.execute("ANALYZE memories")
-        picks = rng_choice(len(texts), args.queries * 3, args.seed)
-        originals = [texts[i] for i in picks]
+        rng = np.random.default_rng(args.seed)
+        picks = rng.choice(len(texts), size=min(len(texts), args.queries * 3), replace=False)
+        originals = [texts[int(i)] for i in picks]
         reworded = [reword(t) for t in originals]
         vectors = np.asarray(asyncio.run(LocalEmbedder().embed(reworded)), dtype=np.float32)
         queries = []
@@ -166,22 +161,14 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
                 queries.append((text, vector))
         queries = queries[: args.queries]
         print(f"{len(queries)} rewordings at cosine >= 0.95 to their stored original", flush=True)
-        where = WHERE.replace("owner_id = %s", f"owner_id = '{REAL_PERSONA}'")
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
         for ef in args.ef:
             conn.execute(f"SET hnsw.ef_search = {int(ef)}")
-            by_index = f"SELECT value FROM memories WHERE {where} ORDER BY embedding <=> %s::vector LIMIT {K}"
-            exactly = (
-                f"SELECT value FROM memories WHERE {where} ORDER BY (embedding <=> %s::vector) + 0 LIMIT {K}"
-            )
             found = exact_found = 0
             recalls, seconds = [], 0.0
             for text, vector in queries:
-                literal = vector_literal([float(x) for x in vector])
-                started = time.perf_counter()
-                hnsw = [r[0] for r in conn.execute(by_index, (literal,)).fetchall()]
-                seconds += time.perf_counter() - started
-                exact = [r[0] for r in conn.execute(exactly, (literal,)).fetchall()]
+                hnsw, exact, took = both_rankings(conn, "value", REAL_PERSONA, vector)
+                seconds += took
                 found += text in hnsw
                 exact_found += text in exact
                 recalls.append(len(set(hnsw) & set(exact)) / K)
@@ -193,9 +180,21 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
             )
 
 
-def rng_choice(n: int, size: int, seed: int) -> list[int]:
-    """`size` distinct indexes below `n`, reproducibly."""
-    return [int(i) for i in np.random.default_rng(seed).choice(n, size=min(n, size), replace=False)]
+def both_rankings(
+    conn: psycopg.Connection[Any], column: str, persona: Any, vector: Any
+) -> tuple[list[Any], list[Any], float]:
+    """`column` of the persona's K nearest active rows to `vector` through HNSW and exactly (`+ 0`
+    keeps the planner off the index), and the seconds the HNSW read took."""
+    literal = vector_literal([float(x) for x in vector])
+    rows = f"SELECT {column} FROM memories WHERE {WHERE}"
+    started = time.perf_counter()
+    hnsw = [
+        r[0] for r in conn.execute(f"{rows} ORDER BY embedding <=> %s::vector LIMIT {K}", (persona, literal))
+    ]
+    seconds = time.perf_counter() - started
+    exact_sql = f"{rows} ORDER BY (embedding <=> %s::vector) + 0 LIMIT {K}"
+    exact = [r[0] for r in conn.execute(exact_sql, (persona, literal))]
+    return hnsw, exact, seconds
 
 
 def reword(text: str) -> str:

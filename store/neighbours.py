@@ -305,10 +305,19 @@ class NearDuplicates(StoreBase):
                     f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
                     f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT :k)"
                 )
+            params.update(
+                {
+                    f"v{i}": vectors[i],
+                    f"s{i}": memory.scope,
+                    f"o{i}": memory.owner_id,
+                    f"u{i}": memory.user_id,
+                    f"t{i}": memory.team_id,
+                    f"un{i}": memory.user_id or NIL_UUID,
+                    f"tn{i}": memory.team_id or NIL_UUID,
+                    f"k{i}": memory.key,
+                }
+            )
             if shape == "hnsw":
-                if large:
-                    params.update({f"v{i}": vectors[i], f"s{i}": memory.scope, f"o{i}": memory.owner_id})
-                    params.update({f"u{i}": memory.user_id, f"t{i}": memory.team_id})
                 continue
             if large and shape == "locked":
                 # rows made active since the HNSW read's snapshot (a review: approve sets
@@ -333,18 +342,6 @@ class NearDuplicates(StoreBase):
                 f"AND coalesce(m.user_id, {nil}) = :un{i} "
                 f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
                 f"AND m.key = :k{i} AND m.status IN ('active', 'pending_review'))"
-            )
-            params.update(
-                {
-                    f"v{i}": vectors[i],
-                    f"s{i}": memory.scope,
-                    f"o{i}": memory.owner_id,
-                    f"u{i}": memory.user_id,
-                    f"t{i}": memory.team_id,
-                    f"un{i}": memory.user_id or NIL_UUID,
-                    f"tn{i}": memory.team_id or NIL_UUID,
-                    f"k{i}": memory.key,
-                }
             )
         sql = " UNION ALL ".join(parts)
         if unknown:
