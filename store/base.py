@@ -87,7 +87,7 @@ _AUDIT_COLUMNS = (
 
 
 @functools.lru_cache(maxsize=4)
-def _audit_insert_sql(table: str) -> str:
+def audit_insert_sql(table: str) -> str:
     """Postgres: audit rows from column arrays (`:name` parameters), inserted in array order, so
     their ids follow the order they were collected in."""
     names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
@@ -96,6 +96,11 @@ def _audit_insert_sql(table: str) -> str:
         f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
         f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
     )
+
+
+def audit_params(rows: AuditRows) -> dict[str, str]:
+    """Postgres: `audit_insert_sql`'s column arrays for audit rows collected by `_audit`."""
+    return {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
 
 
 class StoreBase:
@@ -194,8 +199,9 @@ class StoreBase:
         )
 
     @staticmethod
-    def _revision(row: Row[Any]) -> Revision:
-        data = row._mapping
+    def _revision(row: Any) -> Revision:
+        """A `Revision` from a result row (or mapping) holding the revision columns."""
+        data: Any = row._mapping if isinstance(row, Row) else row
         return Revision(
             id=data["id"],
             memory_id=data["memory_id"],
@@ -358,8 +364,7 @@ class StoreBase:
             # a statement of fixed text over column arrays: SQLAlchemy compiles a multi-row VALUES
             # afresh for every call (its cache keys on the row count). `at` is the server's now()
             # on Postgres (`PostgresMemoryStore._now`), as in the statement.
-            params = {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
-            await conn.execute(cached_text(_audit_insert_sql(self._schema.audit.name)), params)
+            await conn.execute(cached_text(audit_insert_sql(self._schema.audit.name)), audit_params(rows))
         else:
             await conn.execute(self._insert(self._schema.audit).values(list(rows)))
         rows.clear()

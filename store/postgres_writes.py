@@ -13,21 +13,27 @@ explicit BEGIN ... COMMIT on an autocommit connection:
    trip. A key stored behind the read's back (an archived row, or a writer that does not take the
    owner lock) fails that insert; the transaction is rolled back and the whole write runs again
    on the general path of `store.writes`, in a transaction of its own.
-3. Otherwise the general path of `store.writes`, statement by statement on the same connection and
-   transaction (new rows, then the stored keys locked, updated or proposed), then COMMIT.
+3. When some keys are stored (each once in the event, extracted as pending): the new rows, the
+   stored rows of those keys and their open revisions locked (one round trip); then, as
+   `store.policy.plan_upsert` decides, the pending rows updated, the revisions proposed, their
+   audit rows and COMMIT (one more). A stored row gone meanwhile retries the write.
+4. Otherwise (a key twice in one event, an explicit status) the general path of `store.writes`,
+   statement by statement on the same connection and transaction, then COMMIT.
 
 A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
 processing: each round trip costs the worker more CPU and event-loop waiting than the work it
-carries (bench/README.md, "Pipeline throughput").
+carries (bench/README.md, "Pipeline throughput"). Round trips under an owner's lock are what
+other events of that owner wait for: a persona that learns from all its users takes one lock.
 """
 
 from __future__ import annotations
 
 import builtins
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection as DriverConnection
 from psycopg.errors import UniqueViolation
@@ -36,18 +42,55 @@ from psycopg.rows import dict_row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import neighbours
-from store.base import psycopg_sql
-from store.errors import translating_errors
+from store.base import AuditRows, audit_insert_sql, audit_params, psycopg_sql
+from store.errors import StoreConflict, translating_errors
 from store.neighbours import owner_count_statement, owner_key, owner_lock_key
 from store.pg_params import float4_array
+from store.policy import plan_upsert, storable_confidence
 from store.schema import array_literal
 from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
-from store.writes import MemoryWrites, apply_dedup, write_order
+from store.writes import (
+    LOCK_BY_KEYS_SQL,
+    LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
+    MemoryWrites,
+    apply_dedup,
+    key_identity,
+    key_identity_params,
+    unchanged_result,
+    write_order,
+)
 
 # The HNSW candidate list of the write's read of a large owner (this transaction only; recall keeps
 # the session's): dedup needs the near duplicates (cosine >= 0.80 / 0.95), not an exact top k, and
 # with real MiniLM embeddings 40 found every one that 100 found (bench/dedup_recall.py)
 DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
+
+# stored pending rows given a newer extraction (`plan_upsert`'s "update"), from column arrays; the
+# embeddings one after another in one `real[]`, `:starts` where each row's begins
+_UPDATE_PENDING_SQL = (
+    "UPDATE {memories} AS m SET value = u.value, confidence = u.confidence, status = u.status, "
+    "embedding = CAST((CAST(:embeddings AS real[]))[u.start:u.start + {dim} - 1] AS vector({dim})), "
+    "updated_at = now(), source_channel_id = coalesce(u.channel, m.source_channel_id) "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:values AS text[]), CAST(:confidences AS float8[]), "
+    "CAST(:statuses AS text[]), CAST(:starts AS int[]), CAST(:channels AS uuid[])) "
+    "AS u(id, value, confidence, status, start, channel) WHERE m.id = u.id"
+)
+# proposals for reviewed rows (`plan_upsert`'s "propose"): a new pending revision, or the open one
+# (locked, its id given) replaced
+_PROPOSE_SQL = (
+    "INSERT INTO {revisions} (id, memory_id, old_value, new_value, confidence, embedding, "
+    "source_channel_id, source_event_id, proposed_by, created_at, status) "
+    "SELECT id, memory_id, old_value, new_value, confidence, "
+    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
+    "CAST(:event_id AS uuid), :actor, now(), 'pending' "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:memory_ids AS uuid[]), CAST(:old_values AS text[]), "
+    "CAST(:new_values AS text[]), CAST(:confidences AS float8[]), CAST(:starts AS int[]), "
+    "CAST(:channels AS uuid[])) AS p(id, memory_id, old_value, new_value, confidence, start, channel) "
+    "ON CONFLICT (id) DO UPDATE SET old_value = EXCLUDED.old_value, new_value = EXCLUDED.new_value, "
+    "confidence = EXCLUDED.confidence, embedding = EXCLUDED.embedding, "
+    "source_channel_id = EXCLUDED.source_channel_id, source_event_id = EXCLUDED.source_event_id, "
+    "proposed_by = EXCLUDED.proposed_by, created_at = EXCLUDED.created_at"
+)
 
 
 def claim_statement(
@@ -228,6 +271,15 @@ class PipelinedEventWrites(MemoryWrites):
                 return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
+        taken = [i for i in pending if i in stored_key]
+        identities = [key_identity(rows[i]) for i in taken]
+        if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
+            if not await self._write_stored_keys_and_commit(
+                driver, rows, embeddings, fresh, taken, results, actor=actor, event_id=event_id
+            ):
+                return None
+            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
+
         inserted = await self._insert_new(
             conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
         )
@@ -268,3 +320,158 @@ class PipelinedEventWrites(MemoryWrites):
         for i, new_id in zip(indexes, ids, strict=True):
             results[i] = UpsertResult(memory_id=new_id, action="created")
         return True
+
+    async def _write_stored_keys_and_commit(
+        self,
+        driver: DriverConnection[Any],
+        rows: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        fresh: Sequence[int],
+        taken: Sequence[int],
+        results: dict[int, UpsertResult],
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+    ) -> bool:
+        """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
+        key once, all pending_review) as `plan_upsert` says, and commit: two round trips. False,
+        rolled back, when a fresh key is stored (as `_insert_and_commit`); `StoreConflict`, rolled
+        back, when a stored row is gone since the read (the write is retried)."""
+        new_ids = [uuid.uuid4() for _ in fresh]
+        stored_rows: Sequence[Mapping[str, Any]] = []
+        revision_rows: Sequence[Mapping[str, Any]] = []
+        try:
+            async with driver.pipeline():
+                if fresh:
+                    insert_sql, insert_params = self._insert_new_statement(
+                        new_ids,
+                        [rows[i] for i in fresh],
+                        [embeddings[i] for i in fresh],
+                        actor=actor,
+                        event_id=event_id,
+                        skip_stored_keys=False,
+                    )
+                    await driver.execute(psycopg_sql(insert_sql), insert_params)
+                if taken:
+                    keys = key_identity_params([key_identity(rows[i]) for i in taken])
+                    stored = driver.cursor(row_factory=dict_row)
+                    await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
+                    revisions = driver.cursor(row_factory=dict_row)
+                    await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+                    stored_rows = await stored.fetchall()
+                    revision_rows = await revisions.fetchall()
+        except UniqueViolation:
+            await driver.execute("ROLLBACK")
+            return False
+        by_key = {key_identity(memory): memory for memory in map(self._memory, stored_rows)}
+        open_revisions = {revision.memory_id: revision for revision in map(self._revision, revision_rows)}
+        if len(by_key) < len(taken):
+            await driver.execute("ROLLBACK")
+            raise StoreConflict("a stored memory was deleted concurrently")
+
+        updates: list[_Update] = []
+        proposals: list[_Proposal] = []
+        audits: AuditRows = []
+        for i in taken:
+            new = rows[i]
+            existing = by_key[key_identity(new)]
+            revision = open_revisions.get(existing.id)
+            plan = plan_upsert(existing, revision, new)
+            if plan.kind == "unchanged":
+                results[i] = unchanged_result(existing, revision, new)
+                continue
+            revision_id = None
+            if plan.kind == "propose":
+                revision_id = revision.id if revision is not None else uuid.uuid4()
+                proposals.append(_Proposal(revision_id, existing.id, existing.value, new, embeddings[i]))
+                results[i] = UpsertResult(
+                    memory_id=existing.id, action="revision_proposed", revision_id=revision_id
+                )
+            else:  # "update" of a pending row (an extraction is never an explicit write)
+                updates.append(_Update(existing.id, new, embeddings[i]))
+                results[i] = UpsertResult(memory_id=existing.id, action="updated")
+            audits.append(
+                self._audit_values(
+                    "propose" if plan.kind == "propose" else "update",
+                    memory=existing,
+                    memory_id=existing.id,
+                    old_value=existing.value,
+                    new_value=new.value,
+                    actor=actor,
+                    event_id=event_id,
+                    revision_id=revision_id,
+                )
+            )
+        dim = self._schema.embedding_dim
+        async with driver.pipeline():
+            if updates:
+                update_sql = _UPDATE_PENDING_SQL.format(memories=self._schema.memories.name, dim=dim)
+                await driver.execute(psycopg_sql(update_sql), _update_params(updates, dim))
+            if proposals:
+                propose_sql = _PROPOSE_SQL.format(revisions=self._schema.revisions.name, dim=dim)
+                params = _propose_params(proposals, dim, actor=actor, event_id=event_id)
+                await driver.execute(psycopg_sql(propose_sql), params)
+            if audits:
+                await driver.execute(
+                    psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
+                )
+            await driver.execute("COMMIT")
+        for i, new_id in zip(fresh, new_ids, strict=True):
+            results[i] = UpsertResult(memory_id=new_id, action="created")
+        return True
+
+
+class _Update(NamedTuple):
+    """A stored pending row given a newer extraction."""
+
+    memory_id: uuid.UUID
+    new: NewMemory
+    vector: Sequence[float]
+
+
+class _Proposal(NamedTuple):
+    """A reviewed row's pending revision, new or replacing its open one (`revision_id`)."""
+
+    revision_id: uuid.UUID
+    memory_id: uuid.UUID
+    old_value: str
+    new: NewMemory
+    vector: Sequence[float]
+
+
+def _update_params(updates: Sequence[_Update], dim: int) -> dict[str, Any]:
+    """`_UPDATE_PENDING_SQL`'s parameters."""
+    return {
+        "ids": array_literal([u.memory_id for u in updates]),
+        "values": array_literal([u.new.value for u in updates]),
+        "confidences": array_literal([storable_confidence(u.new.confidence) for u in updates]),
+        "statuses": array_literal([u.new.status for u in updates]),
+        "channels": array_literal([u.new.source_channel_id for u in updates]),
+        **_stacked_vectors([u.vector for u in updates], dim),
+    }
+
+
+def _propose_params(
+    proposals: Sequence[_Proposal], dim: int, *, actor: str, event_id: uuid.UUID
+) -> dict[str, Any]:
+    """`_PROPOSE_SQL`'s parameters."""
+    return {
+        "ids": array_literal([p.revision_id for p in proposals]),
+        "memory_ids": array_literal([p.memory_id for p in proposals]),
+        "old_values": array_literal([p.old_value for p in proposals]),
+        "new_values": array_literal([p.new.value for p in proposals]),
+        "confidences": array_literal([storable_confidence(p.new.confidence) for p in proposals]),
+        "channels": array_literal([p.new.source_channel_id for p in proposals]),
+        "event_id": event_id,
+        "actor": actor,
+        **_stacked_vectors([p.vector for p in proposals], dim),
+    }
+
+
+def _stacked_vectors(vectors: Sequence[Sequence[float]], dim: int) -> dict[str, Any]:
+    """`:embeddings` (the vectors one after another, one `real[]`) and `:starts` (where each
+    begins, 1-based) for the statements that slice them."""
+    return {
+        "embeddings": float4_array(itertools.chain.from_iterable(vectors)),
+        "starts": array_literal([1 + n * dim for n in range(len(vectors))]),
+    }

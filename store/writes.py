@@ -83,19 +83,45 @@ _MEMORY_COLUMNS_SQL = (
     "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
     "m.status, m.created_at, m.updated_at, m.team_id"
 )
+# the memories `m` of the identities in `key_identity_params`' arrays (through the key index)
+_BY_KEYS_SQL = (
+    "memories m JOIN unnest(CAST(:scopes AS text[]), CAST(:owners AS uuid[]), CAST(:users AS uuid[]), "
+    "CAST(:teams AS uuid[]), CAST(:keys AS text[])) AS w(scope, owner_id, user_id, team_id, key) "
+    f"ON m.scope = w.scope AND m.owner_id = w.owner_id AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
+    f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key"
+)
 # a fixed lock order (by id) against deadlocks with other writers of these rows
-_LOCK_BY_KEYS_SQL = (
-    f"SELECT {_MEMORY_COLUMNS_SQL} FROM memories m JOIN unnest(CAST(:scopes AS text[]), "
-    "CAST(:owners AS uuid[]), CAST(:users AS uuid[]), CAST(:teams AS uuid[]), CAST(:keys AS text[])) "
-    "AS w(scope, owner_id, user_id, team_id, key) ON m.scope = w.scope AND m.owner_id = w.owner_id "
-    f"AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
-    f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key ORDER BY m.id FOR UPDATE OF m"
-)
+LOCK_BY_KEYS_SQL = f"SELECT {_MEMORY_COLUMNS_SQL} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
+_REVISION_COLUMNS_SQL = "id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at"
 _LOCK_OPEN_REVISIONS_SQL = (
-    "SELECT id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at "
-    "FROM memory_revisions WHERE memory_id = ANY(CAST(:ids AS uuid[])) AND status = 'pending' "
-    "ORDER BY id FOR UPDATE"
+    f"SELECT {_REVISION_COLUMNS_SQL} FROM memory_revisions WHERE memory_id = ANY(CAST(:ids AS uuid[])) "
+    "AND status = 'pending' ORDER BY id FOR UPDATE"
 )
+# the same for the memories of `LOCK_BY_KEYS_SQL`'s identities, in the statement after it (their
+# ids not yet known to the caller: both go in one round trip)
+LOCK_OPEN_REVISIONS_BY_KEYS_SQL = (
+    "SELECT " + ", ".join(f"r.{c}" for c in _REVISION_COLUMNS_SQL.split(", ")) + " FROM memory_revisions r "
+    f"JOIN ({_BY_KEYS_SQL}) ON r.memory_id = m.id WHERE r.status = 'pending' ORDER BY r.id FOR UPDATE OF r"
+)
+
+
+def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:
+    """What the key index makes unique: scope, owner, user, team and key (NULLs as the nil uuid)."""
+    return (memory.scope, memory.owner_id, memory.user_id or NIL_UUID, memory.team_id or NIL_UUID, memory.key)
+
+
+def key_identity_params(identities: Sequence[tuple[Any, ...]]) -> dict[str, str]:
+    """`LOCK_BY_KEYS_SQL`'s array parameters for these `key_identity` tuples."""
+    columns = list(zip(*identities, strict=True))
+    names = ("scopes", "owners", "users", "teams", "keys")
+    return {name: array_literal(column) for name, column in zip(names, columns, strict=True)}
+
+
+def unchanged_result(existing: Memory, revision: Revision | None, new: NewMemory) -> UpsertResult:
+    """The result of an upsert that changes nothing: it names the open revision when that one
+    already proposes the new value."""
+    pending_id = revision.id if revision and same_value(revision.new_value, new.value) else None
+    return UpsertResult(memory_id=existing.id, action="unchanged", revision_id=pending_id)
 
 
 def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
@@ -197,8 +223,7 @@ class MemoryWrites(NearDuplicates):
         plan = plan_upsert(existing, revision, new)
 
         if plan.kind == "unchanged":
-            pending_id = revision.id if revision and same_value(revision.new_value, new.value) else None
-            return UpsertResult(memory_id=existing.id, action="unchanged", revision_id=pending_id)
+            return unchanged_result(existing, revision, new)
 
         if plan.kind == "propose":
             r = self._schema.revisions
@@ -404,14 +429,10 @@ class MemoryWrites(NearDuplicates):
             return []
         m, r = self._schema.memories, self._schema.revisions
         nil = _nil(self._schema)
-
-        def identity(scope: str, owner: Any, user: Any, team: Any, key: str) -> tuple[Any, ...]:
-            return (scope, owner, user or NIL_UUID, team or NIL_UUID, key)
-
-        wanted = [identity(n.scope, n.owner_id, n.user_id, n.team_id, n.key) for n in rows]
+        wanted = [key_identity(n) for n in rows]
         if self._schema.dialect == "postgresql":
             locked, open_revisions = await self._locked_by_keys_postgres(conn, list(dict.fromkeys(wanted)))
-            by_key = {identity(s.scope, s.owner_id, s.user_id, s.team_id, s.key): s for s in locked}
+            by_key = {key_identity(s): s for s in locked}
             return [
                 None if (memory := by_key.get(key)) is None else (memory, open_revisions.get(memory.id))
                 for key in wanted
@@ -431,7 +452,7 @@ class MemoryWrites(NearDuplicates):
         # a fixed lock order (by id) against deadlocks with other writers of these rows
         stmt = select(*self._memory_columns).where(match).order_by(m.c.id).with_for_update()
         stored = [self._memory(row) for row in (await conn.execute(stmt)).all()]
-        by_identity = {identity(s.scope, s.owner_id, s.user_id, s.team_id, s.key): s for s in stored}
+        by_identity = {key_identity(s): s for s in stored}
         revisions: dict[uuid.UUID, Revision] = {}
         if stored:
             rev_stmt = (
@@ -454,12 +475,7 @@ class MemoryWrites(NearDuplicates):
     ) -> tuple[builtins.list[Memory], dict[uuid.UUID, Revision]]:
         """`_locked_by_keys`'s two statements on Postgres, with the identities as arrays: the same
         plan (the unique key index per identity) without building an expression per memory."""
-        columns = list(zip(*identities, strict=True))
-        params = {
-            name: array_literal(column)
-            for name, column in zip(("scopes", "owners", "users", "teams", "keys"), columns, strict=True)
-        }
-        found = (await conn.execute(cached_text(_LOCK_BY_KEYS_SQL), params)).all()
+        found = (await conn.execute(cached_text(LOCK_BY_KEYS_SQL), key_identity_params(identities))).all()
         stored = [self._memory(row) for row in found]
         revisions: dict[uuid.UUID, Revision] = {}
         if stored:

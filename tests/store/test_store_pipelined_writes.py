@@ -327,3 +327,178 @@ async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_h
         await cursor.execute(postgres_writes.psycopg_sql(locked_sql), locked_params)
         found = {row["id"] for row in await cursor.fetchall()}
     assert city.results[0].memory_id in found
+
+
+async def stored_keys_scene(store: PostgresMemoryStore, owner: uuid.UUID) -> None:
+    """An owner with a pending `city`, a reviewed `pet`, a reviewed `job` with an open revision
+    and a pending `hobby`."""
+    first = await write(
+        store,
+        uuid.uuid4(),
+        fact(owner, "city", "Lives in Lyon"),
+        fact(owner, "pet", "Has a cat named Tom"),
+        fact(owner, "job", "Works as a nurse"),
+        fact(owner, "hobby", "Plays the violin"),
+    )
+    for result in first.results[1:3]:
+        assert await store.approve(result.memory_id, actor="admin") is not None
+    proposed = await write(store, uuid.uuid4(), fact(owner, "job", "Works as a surgeon"))
+    assert [r.action for r in proposed.results] == ["revision_proposed"]
+
+
+STORED_KEYS_EVENT = (
+    ("city", "Moved to Porto last spring"),  # pending: updated
+    ("pet", "Adopted a parrot called Kiwi"),  # reviewed: a revision proposed
+    ("job", "Teaches chemistry at a school"),  # reviewed, revision open: the revision replaced
+    ("hobby", "Plays the violin"),  # unchanged
+    ("food", "Eats no meat at all"),  # a new key
+)
+
+
+async def test_an_event_over_stored_keys_is_sent_in_three_pipelined_round_trips_past_sqlalchemy(
+    store: PostgresMemoryStore,
+) -> None:
+    sent: list[tuple[str, bool]] = []
+    through_sqlalchemy: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
+        if str(query).strip() != ";":
+            sent.append((" ".join(str(query).split()[:2]).upper(), pipelined))
+        return await real(cursor, query, params, **kwargs)
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through_sqlalchemy.append(statement)
+
+    owner = uuid.uuid4()
+    await stored_keys_scene(store, owner)
+    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    try:
+        written = await write(store, uuid.uuid4(), *(fact(owner, k, v) for k, v in STORED_KEYS_EVENT))
+    finally:
+        psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
+        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+    assert [r.action for r in written.results] == [
+        "updated",
+        "revision_proposed",
+        "revision_proposed",
+        "unchanged",
+        "created",
+    ]
+    assert through_sqlalchemy == []
+    assert all(pipelined for _, pipelined in sent)
+    # claim + read | insert, stored rows and open revisions locked | update, proposals, audit, COMMIT
+    assert [statement for statement, _ in sent] == [
+        "BEGIN",
+        "WITH CLAIM",
+        "WITH G0",
+        "WITH NEW_ROWS",
+        "SELECT M.ID,",
+        "SELECT R.ID,",
+        "UPDATE MEMORIES",
+        "INSERT INTO",
+        "INSERT INTO",
+        "COMMIT",
+    ]
+
+
+def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
+    """Per memory of the owner: its key, its embedding and its open revision's, as text."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT m.key, m.embedding::text, r.embedding::text FROM memories m "
+            "LEFT JOIN memory_revisions r ON r.memory_id = m.id AND r.status = 'pending' "
+            "WHERE m.owner_id = %s ORDER BY m.key",
+            (owner,),
+        ).fetchall()
+    return [(key, vector, proposed) for key, vector, proposed in rows]
+
+
+async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
+    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    left: dict[str, Any] = {}
+    for path in ("pipelined", "general"):
+        owner = uuid.uuid4()
+        await stored_keys_scene(store, owner)
+        if path == "general":  # the store as if it had no pipelined write
+            monkeypatch.setattr(store, "_write_event_once", MethodType(MemoryWrites._write_event_once, store))
+        event = uuid.uuid4()
+        written = await write(store, event, *(fact(owner, k, v) for k, v in STORED_KEYS_EVENT))
+        assert await store.is_processed(event)
+        memories = sorted(await store.list(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key)
+        revisions = {r.memory_id: r for r in await store.pending_revisions()}
+        left[path] = {
+            "results": [(r.action, r.revision_id is not None, r.near_duplicate) for r in written.results],
+            "memories": [
+                (
+                    m.key,
+                    m.value,
+                    m.status,
+                    m.confidence,
+                    revisions[m.id].new_value if m.id in revisions else None,
+                )
+                for m in memories
+            ],
+            "audit": [
+                [
+                    (
+                        a.action,
+                        a.old_value,
+                        a.new_value,
+                        a.actor,
+                        a.event_id == event,
+                        a.revision_id is not None,
+                    )
+                    for a in await store.audit_log(m.id)
+                ]
+                for m in memories
+            ],
+            "embeddings": stored_embeddings(pg_url, owner),
+            "proposals of the event": sorted(
+                (r.new_value, r.old_value, r.source_event_id == event)
+                for r in revisions.values()
+                if r.memory_id in {m.id for m in memories}
+            ),
+        }
+    assert left["pipelined"] == left["general"]
+    assert [
+        (key, value, status, proposed) for key, value, status, _, proposed in left["pipelined"]["memories"]
+    ] == [
+        ("city", "Moved to Porto last spring", "pending_review", None),
+        ("food", "Eats no meat at all", "pending_review", None),
+        ("hobby", "Plays the violin", "pending_review", None),
+        ("job", "Works as a nurse", "active", "Teaches chemistry at a school"),
+        ("pet", "Has a cat named Tom", "active", "Adopted a parrot called Kiwi"),
+    ]
+    assert await in_transaction(pg_url) == 0
+
+
+async def test_a_stored_row_deleted_before_its_lock_retries_the_write(
+    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = uuid.uuid4()
+    (stored,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
+    read_rows = store._neighbours_from_rows
+    deleted: list[uuid.UUID] = []
+
+    def delete_after_the_read(rows: Any, count: int) -> Any:
+        if not deleted:  # between the near-duplicate read and the stored row's lock
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("DELETE FROM memories WHERE id = %s", (stored.memory_id,))
+            deleted.append(stored.memory_id)
+        return read_rows(rows, count)
+
+    monkeypatch.setattr(store, "_neighbours_from_rows", delete_after_the_read)
+    retries = store.conflict_retries
+    written = await write(store, uuid.uuid4(), fact(owner, "city", "Moved to Porto last spring"))
+
+    assert [r.action for r in written.results] == ["created"]
+    assert written.results[0].memory_id != stored.memory_id
+    assert store.conflict_retries == retries + 1
+    rows = await store.list(MemoryFilter(owner_id=owner, status=None))
+    assert [(m.key, m.value) for m in rows] == [("city", "Moved to Porto last spring")]
+    assert await in_transaction(pg_url) == 0
