@@ -238,7 +238,7 @@ class NearDuplicates(StoreBase):
 
         def recent_window(i: int, memory: NewMemory, condition: str) -> str:
             # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-            # (ix_memories_owner_recent / _pending), ranked exactly
+            # (ix_memories_owner_reviewed / _pending), ranked exactly
             window = (
                 f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
                 f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
@@ -322,7 +322,7 @@ class NearDuplicates(StoreBase):
             if large and shape == "locked":
                 # rows made active since the HNSW read's snapshot (a review: approve sets
                 # updated_at); that read ran in this transaction, after its start, so a review
-                # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_recent)
+                # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
                 parts.append(
                     recent_window(
                         i,

@@ -287,6 +287,16 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
             table.c.updated_at.desc(),
             postgresql_where=text("status = 'pending_review'"),
         )
+        # an owner's most recently reviewed memories (the near-duplicate read under the owner
+        # lock: rows made active since its HNSW read), without a pending row's dead versions
+        Index(
+            "ix_memories_owner_reviewed",
+            table.c.scope,
+            table.c.owner_id,
+            func.coalesce(table.c.user_id, literal_column(nil)),
+            table.c.updated_at.desc(),
+            postgresql_where=text("status = 'active'"),
+        )
     return table
 
 

@@ -157,6 +157,8 @@ def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
     )
     pending = defs["ix_memories_owner_pending"]
     assert "updated_at DESC" in pending and "WHERE (status = 'pending_review'::text)" in pending
+    reviewed = defs["ix_memories_owner_reviewed"]
+    assert "updated_at DESC" in reviewed and "WHERE (status = 'active'::text)" in reviewed
 
 
 def _hnsw_definition(url: str) -> str:
