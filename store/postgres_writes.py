@@ -48,7 +48,7 @@ from store.neighbours import owner_count_statement, owner_key, owner_lock_key
 from store.pg_params import float4_array
 from store.policy import plan_upsert, storable_confidence
 from store.schema import array_literal
-from store.types import DedupRule, EventWrite, NewMemory, UpsertResult
+from store.types import DedupRule, EventWrite, Memory, NewMemory, Revision, UpsertResult
 from store.writes import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
@@ -240,10 +240,19 @@ class PipelinedEventWrites(MemoryWrites):
             if missing:
                 count_sql, count_params = owner_count_statement(missing)
                 counts = await driver.execute(psycopg_sql(count_sql), count_params)
+            # the stored rows of the event's keys and their open revisions, locked now: most
+            # events restate a stored key, and its write then needs no round trip of its own
+            # under the owner lock, which other events of the owner wait for
+            keys = key_identity_params(list(dict.fromkeys(map(key_identity, memories))))
+            stored = driver.cursor(row_factory=dict_row)
+            await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
+            revisions = driver.cursor(row_factory=dict_row)
+            await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
             early_rows: Sequence[Mapping[str, Any]] = await early.fetchall() if early_sql else []
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
             counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
+            locked = self._locked_rows(await stored.fetchall(), await revisions.fetchall())
         self._remember_sizes(counted)
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
@@ -257,8 +266,10 @@ class PipelinedEventWrites(MemoryWrites):
         rows = list(memories)
         results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
         pending = [i for i in write_order(memories) if i not in results]
-        fresh = [i for i in pending if i not in stored_key]
-        if fresh and len(fresh) == len(pending):
+        # a key the read did not see may still be stored (an archived row): the lock found it
+        taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in locked[0]]
+        fresh = [i for i in pending if i not in taken]
+        if fresh and not taken:
             if not await self._insert_and_commit(
                 driver,
                 [rows[i] for i in fresh],
@@ -271,11 +282,10 @@ class PipelinedEventWrites(MemoryWrites):
                 return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
-        taken = [i for i in pending if i in stored_key]
         identities = [key_identity(rows[i]) for i in taken]
         if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
             if not await self._write_stored_keys_and_commit(
-                driver, rows, embeddings, fresh, taken, results, actor=actor, event_id=event_id
+                driver, rows, embeddings, fresh, taken, results, locked, actor=actor, event_id=event_id
             ):
                 return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
@@ -321,6 +331,16 @@ class PipelinedEventWrites(MemoryWrites):
             results[i] = UpsertResult(memory_id=new_id, action="created")
         return True
 
+    def _locked_rows(
+        self, stored_rows: Sequence[Mapping[str, Any]], revision_rows: Sequence[Mapping[str, Any]]
+    ) -> _LockedRows:
+        """The rows of `LOCK_BY_KEYS_SQL` by `key_identity`, and of the open revisions' statement
+        by memory id."""
+        return (
+            {key_identity(memory): memory for memory in map(self._memory, stored_rows)},
+            {revision.memory_id: revision for revision in map(self._revision, revision_rows)},
+        )
+
     async def _write_stored_keys_and_commit(
         self,
         driver: DriverConnection[Any],
@@ -329,46 +349,84 @@ class PipelinedEventWrites(MemoryWrites):
         fresh: Sequence[int],
         taken: Sequence[int],
         results: dict[int, UpsertResult],
+        locked: _LockedRows,
         *,
         actor: str,
         event_id: uuid.UUID,
     ) -> bool:
         """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
-        key once, all pending_review) as `plan_upsert` says, and commit: two round trips. False,
+        key once, all pending_review) as `plan_upsert` says, and commit: one round trip when the
+        stored rows are among those `locked` with the read, two when dedup respelled a key. False,
         rolled back, when a fresh key is stored (as `_insert_and_commit`); `StoreConflict`, rolled
         back, when a stored row is gone since the read (the write is retried)."""
         new_ids = [uuid.uuid4() for _ in fresh]
-        stored_rows: Sequence[Mapping[str, Any]] = []
-        revision_rows: Sequence[Mapping[str, Any]] = []
+        insert = (
+            self._insert_new_statement(
+                new_ids,
+                [rows[i] for i in fresh],
+                [embeddings[i] for i in fresh],
+                actor=actor,
+                event_id=event_id,
+                skip_stored_keys=False,
+            )
+            if fresh
+            else None
+        )
         try:
-            async with driver.pipeline():
-                if fresh:
-                    insert_sql, insert_params = self._insert_new_statement(
-                        new_ids,
-                        [rows[i] for i in fresh],
-                        [embeddings[i] for i in fresh],
-                        actor=actor,
-                        event_id=event_id,
-                        skip_stored_keys=False,
-                    )
-                    await driver.execute(psycopg_sql(insert_sql), insert_params)
-                if taken:
-                    keys = key_identity_params([key_identity(rows[i]) for i in taken])
+            by_key, open_revisions = locked
+            if not all(key_identity(rows[i]) in by_key for i in taken):
+                # a key dedup respelled to a stored one: its row is locked now
+                keys = key_identity_params([key_identity(rows[i]) for i in taken])
+                async with driver.pipeline():
+                    if insert is not None:
+                        await driver.execute(psycopg_sql(insert[0]), insert[1])
+                        insert = None
                     stored = driver.cursor(row_factory=dict_row)
                     await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
                     revisions = driver.cursor(row_factory=dict_row)
                     await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
-                    stored_rows = await stored.fetchall()
-                    revision_rows = await revisions.fetchall()
+                    by_key, open_revisions = self._locked_rows(
+                        await stored.fetchall(), await revisions.fetchall()
+                    )
+            if not all(key_identity(rows[i]) in by_key for i in taken):
+                await driver.execute("ROLLBACK")
+                raise StoreConflict("a stored memory was deleted concurrently")
+            await self._write_planned_and_commit(
+                driver,
+                rows,
+                embeddings,
+                taken,
+                results,
+                insert,
+                by_key,
+                open_revisions,
+                actor=actor,
+                event_id=event_id,
+            )
         except UniqueViolation:
             await driver.execute("ROLLBACK")
             return False
-        by_key = {key_identity(memory): memory for memory in map(self._memory, stored_rows)}
-        open_revisions = {revision.memory_id: revision for revision in map(self._revision, revision_rows)}
-        if len(by_key) < len(taken):
-            await driver.execute("ROLLBACK")
-            raise StoreConflict("a stored memory was deleted concurrently")
+        for i, new_id in zip(fresh, new_ids, strict=True):
+            results[i] = UpsertResult(memory_id=new_id, action="created")
+        return True
 
+    async def _write_planned_and_commit(
+        self,
+        driver: DriverConnection[Any],
+        rows: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        taken: Sequence[int],
+        results: dict[int, UpsertResult],
+        insert: tuple[str, dict[str, Any]] | None,
+        by_key: Mapping[tuple[Any, ...], Memory],
+        open_revisions: Mapping[uuid.UUID, Revision],
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+    ) -> None:
+        """`plan_upsert` for each row `taken` against its locked stored row, then `insert` (the
+        new rows, if not sent yet), the updates, proposals and audit rows, and COMMIT, in one round
+        trip; outcomes into `results`."""
         updates: list[_Update] = []
         proposals: list[_Proposal] = []
         audits: AuditRows = []
@@ -404,6 +462,8 @@ class PipelinedEventWrites(MemoryWrites):
             )
         dim = self._schema.embedding_dim
         async with driver.pipeline():
+            if insert is not None:
+                await driver.execute(psycopg_sql(insert[0]), insert[1])
             if updates:
                 update_sql = _UPDATE_PENDING_SQL.format(memories=self._schema.memories.name, dim=dim)
                 await driver.execute(psycopg_sql(update_sql), _update_params(updates, dim))
@@ -416,9 +476,10 @@ class PipelinedEventWrites(MemoryWrites):
                     psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
                 )
             await driver.execute("COMMIT")
-        for i, new_id in zip(fresh, new_ids, strict=True):
-            results[i] = UpsertResult(memory_id=new_id, action="created")
-        return True
+
+
+# stored rows locked by `key_identity`, and their open revisions by memory id
+_LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
 
 
 class _Update(NamedTuple):

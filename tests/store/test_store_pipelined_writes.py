@@ -82,11 +82,14 @@ async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
         sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
 
     assert [r.action for r in written.results] == ["created"]
-    # BEGIN, claim + locks, near-duplicate read | insert + audit, COMMIT
+    # BEGIN, claim + owner locks, near-duplicate read, stored rows and open revisions of the keys
+    # locked | insert + audit, COMMIT
     assert sent == [
         ("BEGIN", True),
         ("WITH", True),
         ("(SELECT", True),
+        ("SELECT", True),
+        ("SELECT", True),
         ("WITH", True),
         ("COMMIT", True),
     ]
@@ -96,12 +99,26 @@ async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
     assert [a.action for a in await store.audit_log(stored.id)] == ["add"]
 
 
-async def test_a_stored_key_the_read_missed_takes_the_general_path_with_the_same_result(
-    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("locked", ["seen by the lock", "hidden from the lock"])
+async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_writes_it(
+    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch, locked: str
 ) -> None:
-    # an archived memory is not among the near-duplicate read's rows, but its key is taken: the
-    # single-round-trip insert fails, its transaction is rolled back, the general path writes it all
+    # an archived memory is not among the near-duplicate read's rows, but its key is taken. The
+    # row lock of the event's keys finds it, and the write updates it; a key stored where the lock
+    # did not see it (a writer that takes no owner lock) fails the insert, the transaction is
+    # rolled back and the general path writes it all
+    if locked == "hidden from the lock":
+        monkeypatch.setattr(store, "_locked_rows", lambda stored, revisions: ({}, {}))
     results: dict[str, EventWrite] = {}
+    rollbacks: list[str] = []
+    real = psycopg.AsyncConnection.execute
+
+    async def execute(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(query) == "ROLLBACK":
+            rollbacks.append(str(query))
+        return await real(conn, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute)
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
         (old,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
@@ -118,6 +135,7 @@ async def test_a_stored_key_the_read_missed_takes_the_general_path_with_the_same
     assert [(r.action, r.near_duplicate) for r in results["pipelined"].results] == [
         (r.action, r.near_duplicate) for r in results["general"].results
     ]
+    assert len(rollbacks) == (1 if locked == "hidden from the lock" else 0)
     assert await in_transaction(pg_url) == 0
 
 
@@ -355,10 +373,18 @@ STORED_KEYS_EVENT = (
 )
 
 
-async def test_an_event_over_stored_keys_is_sent_in_three_pipelined_round_trips_past_sqlalchemy(
-    store: PostgresMemoryStore,
+async def test_an_event_over_stored_keys_is_sent_in_two_pipelined_round_trips_past_sqlalchemy(
+    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[tuple[str, bool]] = []
+    round_trips = 0
+    real_pipeline = psycopg.AsyncConnection.pipeline
+
+    def pipeline(conn: Any) -> Any:
+        nonlocal round_trips
+        round_trips += 1
+        return real_pipeline(conn)
+
     through_sqlalchemy: list[str] = []
     real = psycopg.AsyncCursor.execute
 
@@ -374,6 +400,7 @@ async def test_an_event_over_stored_keys_is_sent_in_three_pipelined_round_trips_
     owner = uuid.uuid4()
     await stored_keys_scene(store, owner)
     sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline)
     psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
     try:
         written = await write(store, uuid.uuid4(), *(fact(owner, k, v) for k, v in STORED_KEYS_EVENT))
@@ -390,19 +417,21 @@ async def test_an_event_over_stored_keys_is_sent_in_three_pipelined_round_trips_
     ]
     assert through_sqlalchemy == []
     assert all(pipelined for _, pipelined in sent)
-    # claim + read | insert, stored rows and open revisions locked | update, proposals, audit, COMMIT
+    # claim + owner locks, read, stored rows and open revisions locked | insert, update, proposals,
+    # audit, COMMIT
     assert [statement for statement, _ in sent] == [
         "BEGIN",
         "WITH CLAIM",
         "WITH G0",
-        "WITH NEW_ROWS",
         "SELECT M.ID,",
         "SELECT R.ID,",
+        "WITH NEW_ROWS",
         "UPDATE MEMORIES",
         "INSERT INTO",
         "INSERT INTO",
         "COMMIT",
     ]
+    assert round_trips == 2
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
@@ -477,28 +506,29 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
     assert await in_transaction(pg_url) == 0
 
 
-async def test_a_stored_row_deleted_before_its_lock_retries_the_write(
-    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("hidden", [1, 2])
+async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_retried(
+    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch, hidden: int
 ) -> None:
+    # the lock with the read finds no row where the read saw one (deleted in between): the row
+    # is locked again; found then, it is written; gone still, the whole write is retried
     owner = uuid.uuid4()
     (stored,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
-    read_rows = store._neighbours_from_rows
-    deleted: list[uuid.UUID] = []
+    real_locked_rows = store._locked_rows
+    calls = 0
 
-    def delete_after_the_read(rows: Any, count: int) -> Any:
-        if not deleted:  # between the near-duplicate read and the stored row's lock
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                conn.execute("DELETE FROM memories WHERE id = %s", (stored.memory_id,))
-            deleted.append(stored.memory_id)
-        return read_rows(rows, count)
+    def hiding(stored_rows: Any, revision_rows: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return ({}, {}) if calls <= hidden else real_locked_rows(stored_rows, revision_rows)
 
-    monkeypatch.setattr(store, "_neighbours_from_rows", delete_after_the_read)
+    monkeypatch.setattr(store, "_locked_rows", hiding)
     retries = store.conflict_retries
     written = await write(store, uuid.uuid4(), fact(owner, "city", "Moved to Porto last spring"))
 
-    assert [r.action for r in written.results] == ["created"]
-    assert written.results[0].memory_id != stored.memory_id
-    assert store.conflict_retries == retries + 1
+    assert [(r.action, r.memory_id) for r in written.results] == [("updated", stored.memory_id)]
+    assert store.conflict_retries == retries + (hidden - 1)
+    assert calls == hidden + 1
     rows = await store.list(MemoryFilter(owner_id=owner, status=None))
     assert [(m.key, m.value) for m in rows] == [("city", "Moved to Porto last spring")]
     assert await in_transaction(pg_url) == 0
