@@ -5,19 +5,19 @@ insert and upserts), sent on the pooled connection's psycopg driver in pipeline 
 explicit BEGIN ... COMMIT on an autocommit connection:
 
 1. BEGIN, a known large owner's reviewed rows through HNSW (before the locks: no write of the
-   worker changes an active row), the processed-event claim with the owners' advisory locks, and
-   the rest of the near-duplicate read (with the count of an owner whose size the cache lacks):
-   one round trip. The server still runs them in order, each with its own snapshot, so the read
-   under the locks sees every write committed by the lock's previous holder.
-2. When no new memory's key is stored: the new rows with their audit rows, and COMMIT: one round
-   trip. A key stored behind the read's back (an archived row, or a writer that does not take the
-   owner lock) fails that insert; the transaction is rolled back and the whole write runs again
-   on the general path of `store.writes`, in a transaction of its own.
-3. When some keys are stored (each once in the event, extracted as pending): the new rows, the
-   stored rows of those keys and their open revisions locked (one round trip); then, as
-   `store.policy.plan_upsert` decides, the pending rows updated, the revisions proposed, their
-   audit rows and COMMIT (one more). A stored row gone meanwhile retries the write.
-4. Otherwise (a key twice in one event, an explicit status) the general path of `store.writes`,
+   worker changes an active row), the processed-event claim with the owners' advisory locks, the
+   rest of the near-duplicate read (with the count of an owner whose size the cache lacks), and
+   the stored rows of the event's keys with their open revisions, locked: one round trip. The
+   server still runs them in order, each with its own snapshot, so the read under the locks sees
+   every write committed by the lock's previous holder.
+2. Then, as `store.policy.plan_upsert` decides for each stored key (each once in the event,
+   extracted as pending): the new rows with their audit rows, the pending rows updated, the
+   revisions proposed, their audit rows, and COMMIT: one round trip. A key dedup respelled to a
+   stored one has its row locked first (one round trip more); a stored row gone meanwhile retries
+   the write. A key stored where the lock did not see it (a writer that does not take the owner
+   lock) fails the insert; the transaction is rolled back and the whole write runs again on the
+   general path of `store.writes`, in a transaction of its own.
+3. Otherwise (a key twice in one event, an explicit status) the general path of `store.writes`,
    statement by statement on the same connection and transaction, then COMMIT.
 
 A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
@@ -212,7 +212,7 @@ class PipelinedEventWrites(MemoryWrites):
         k: int,
     ) -> EventWrite | None:
         """The write (see the module docstring), or None, rolled back, when the insert of the new
-        rows met a key the near-duplicate read did not see."""
+        rows met a key neither the near-duplicate read nor the row lock saw."""
         # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
         # the read, which ranks it as a small one unless the count says otherwise: a large owner
         # new to the cache (a persona, once a minute) is then read again in its own shape.
@@ -269,22 +269,9 @@ class PipelinedEventWrites(MemoryWrites):
         # a key the read did not see may still be stored (an archived row): the lock found it
         taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in locked[0]]
         fresh = [i for i in pending if i not in taken]
-        if fresh and not taken:
-            if not await self._insert_and_commit(
-                driver,
-                [rows[i] for i in fresh],
-                [embeddings[i] for i in fresh],
-                fresh,
-                results,
-                actor=actor,
-                event_id=event_id,
-            ):
-                return None
-            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
-
         identities = [key_identity(rows[i]) for i in taken]
         if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
-            if not await self._write_stored_keys_and_commit(
+            if not await self._write_and_commit(
                 driver, rows, embeddings, fresh, taken, results, locked, actor=actor, event_id=event_id
             ):
                 return None
@@ -301,36 +288,6 @@ class PipelinedEventWrites(MemoryWrites):
         await driver.execute("COMMIT")
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
-    async def _insert_and_commit(
-        self,
-        driver: DriverConnection[Any],
-        rows: Sequence[NewMemory],
-        vectors: Sequence[Sequence[float]],
-        indexes: Sequence[int],
-        results: dict[int, UpsertResult],
-        *,
-        actor: str,
-        event_id: uuid.UUID,
-    ) -> bool:
-        """Insert `rows` (none of whose keys the near-duplicate read saw stored) and commit, in one
-        round trip; False, with the transaction rolled back, when one of the keys is stored (rare:
-        an archived row, or a writer that does not take the owner lock; no savepoint is paid for
-        it on every event)."""
-        ids = [uuid.uuid4() for _ in rows]
-        sql, params = self._insert_new_statement(
-            ids, rows, vectors, actor=actor, event_id=event_id, skip_stored_keys=False
-        )
-        try:
-            async with driver.pipeline():
-                await driver.execute(psycopg_sql(sql), params)
-                await driver.execute("COMMIT")
-        except UniqueViolation:
-            await driver.execute("ROLLBACK")
-            return False
-        for i, new_id in zip(indexes, ids, strict=True):
-            results[i] = UpsertResult(memory_id=new_id, action="created")
-        return True
-
     def _locked_rows(
         self, stored_rows: Sequence[Mapping[str, Any]], revision_rows: Sequence[Mapping[str, Any]]
     ) -> _LockedRows:
@@ -341,7 +298,7 @@ class PipelinedEventWrites(MemoryWrites):
             {revision.memory_id: revision for revision in map(self._revision, revision_rows)},
         )
 
-    async def _write_stored_keys_and_commit(
+    async def _write_and_commit(
         self,
         driver: DriverConnection[Any],
         rows: Sequence[NewMemory],
@@ -357,8 +314,9 @@ class PipelinedEventWrites(MemoryWrites):
         """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
         key once, all pending_review) as `plan_upsert` says, and commit: one round trip when the
         stored rows are among those `locked` with the read, two when dedup respelled a key. False,
-        rolled back, when a fresh key is stored (as `_insert_and_commit`); `StoreConflict`, rolled
-        back, when a stored row is gone since the read (the write is retried)."""
+        rolled back, when one of the `fresh` keys is stored after all (rare: a writer that does
+        not take the owner lock; no savepoint is paid for it on every event); `StoreConflict`,
+        rolled back, when a stored row is gone since the read (the write is retried)."""
         new_ids = [uuid.uuid4() for _ in fresh]
         insert = (
             self._insert_new_statement(
