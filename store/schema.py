@@ -278,25 +278,21 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
                 postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
                 postgresql_where=text("status = 'active'"),
             )
-        # an owner's most recent pending memories (the near-duplicate read's bounded window)
-        Index(
-            "ix_memories_owner_pending",
-            table.c.scope,
-            table.c.owner_id,
-            func.coalesce(table.c.user_id, literal_column(nil)),
-            table.c.updated_at.desc(),
-            postgresql_where=text("status = 'pending_review'"),
-        )
-        # an owner's most recently reviewed memories (the near-duplicate read under the owner
-        # lock: rows made active since its HNSW read), without a pending row's dead versions
-        Index(
-            "ix_memories_owner_reviewed",
-            table.c.scope,
-            table.c.owner_id,
-            func.coalesce(table.c.user_id, literal_column(nil)),
-            table.c.updated_at.desc(),
-            postgresql_where=text("status = 'active'"),
-        )
+        # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
+        # read's bounded window), and reviewed ones (the read under the owner lock: rows made
+        # active since its HNSW read, without the dead versions a rewritten pending row leaves)
+        for name, status in (
+            ("ix_memories_owner_pending", "pending_review"),
+            ("ix_memories_owner_reviewed", "active"),
+        ):
+            Index(
+                name,
+                table.c.scope,
+                table.c.owner_id,
+                func.coalesce(table.c.user_id, literal_column(nil)),
+                table.c.updated_at.desc(),
+                postgresql_where=text(f"status = '{status}'"),
+            )
     return table
 
 
