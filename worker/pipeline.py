@@ -277,12 +277,29 @@ PolicyKey = tuple[uuid.UUID | None, uuid.UUID | None]
 @dataclass(kw_only=True)
 class PolicyCache:
     """Memory settings per (team, persona) for `ttl_s` seconds: they change rarely, and reading them
-    for every event costs a database round trip. A change takes effect within `ttl_s`."""
+    for every event costs a database round trip. A change takes effect within `ttl_s` (and the
+    one reload that follows)."""
 
     ttl_s: float
     max_entries: int = 10_000
     clock: Callable[[], float] = time.monotonic
     _entries: dict[PolicyKey, tuple[float, MemorySettings]] = field(default_factory=dict)
+    _reloading: set[PolicyKey] = field(default_factory=set)
+
+    async def settings(self, key: PolicyKey, load: Callable[[], Awaitable[MemorySettings]]) -> MemorySettings:
+        """The cached settings, else `load()`'s, remembered. While one caller reloads an expired
+        entry the others get the expired value: at each expiry one event waits for the database,
+        not every event that arrives until the read returns."""
+        entry = self._entries.get(key)
+        if entry is not None and (entry[0] > self.clock() or key in self._reloading):
+            return entry[1]
+        self._reloading.add(key)
+        try:
+            value = await load()
+        finally:
+            self._reloading.discard(key)
+        self.put(key, value)
+        return value
 
     def get(self, key: PolicyKey) -> MemorySettings | None:
         """The cached settings, or None when absent or expired."""
@@ -489,12 +506,10 @@ def _candidate(row: NewMemory) -> Candidate:
 
 
 async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) -> MemorySettings:
-    key = (event.team_id, event.persona_id)
+    async def load() -> MemorySettings:
+        return await db("settings_for", lambda: deps.store.settings_for(event.team_id, event.persona_id))
+
     cache = deps.policy_cache
-    cached = cache.get(key) if cache is not None else None
-    if cached is not None:
-        return cached
-    policy = await db("settings_for", lambda: deps.store.settings_for(event.team_id, event.persona_id))
-    if cache is not None:
-        cache.put(key, policy)
-    return policy
+    if cache is None:
+        return await load()
+    return await cache.settings((event.team_id, event.persona_id), load)
