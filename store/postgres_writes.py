@@ -385,39 +385,22 @@ class PipelinedEventWrites(MemoryWrites):
         """`plan_upsert` for each row `taken` against its locked stored row, then `insert` (the
         new rows, if not sent yet), the updates, proposals and audit rows, and COMMIT, in one round
         trip; outcomes into `results`."""
-        updates: list[_Update] = []
-        proposals: list[_Proposal] = []
-        audits: AuditRows = []
-        for i in taken:
-            new = rows[i]
-            existing = by_key[key_identity(new)]
-            revision = open_revisions.get(existing.id)
-            plan = plan_upsert(existing, revision, new)
-            if plan.kind == "unchanged":
-                results[i] = unchanged_result(existing, revision, new)
-                continue
-            revision_id = None
-            if plan.kind == "propose":
-                revision_id = revision.id if revision is not None else uuid.uuid4()
-                proposals.append(_Proposal(revision_id, existing.id, existing.value, new, embeddings[i]))
-                results[i] = UpsertResult(
-                    memory_id=existing.id, action="revision_proposed", revision_id=revision_id
-                )
-            else:  # "update" of a pending row (an extraction is never an explicit write)
-                updates.append(_Update(existing.id, new, embeddings[i]))
-                results[i] = UpsertResult(memory_id=existing.id, action="updated")
-            audits.append(
-                self._audit_values(
-                    "propose" if plan.kind == "propose" else "update",
-                    memory=existing,
-                    memory_id=existing.id,
-                    old_value=existing.value,
-                    new_value=new.value,
-                    actor=actor,
-                    event_id=event_id,
-                    revision_id=revision_id,
-                )
+        planned = plan_stored_keys(rows, embeddings, taken, by_key, open_revisions, results)
+        updates = [p for p in planned if p.revision_id is None]
+        proposals = [p for p in planned if p.revision_id is not None]
+        audits: AuditRows = [
+            self._audit_values(
+                "update" if p.revision_id is None else "propose",
+                memory=p.existing,
+                memory_id=p.existing.id,
+                old_value=p.existing.value,
+                new_value=p.new.value,
+                actor=actor,
+                event_id=event_id,
+                revision_id=p.revision_id,
             )
+            for p in planned
+        ]
         dim = self._schema.embedding_dim
         async with driver.pipeline():
             if insert is not None:
@@ -440,28 +423,51 @@ class PipelinedEventWrites(MemoryWrites):
 _LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
 
 
-class _Update(NamedTuple):
-    """A stored pending row given a newer extraction."""
+class PlannedWrite(NamedTuple):
+    """A stored row's change: `new` over the pending row `existing`, or (with `revision_id`, new
+    or of its open revision) proposed for the reviewed row `existing`."""
 
-    memory_id: uuid.UUID
+    existing: Memory
     new: NewMemory
     vector: Sequence[float]
+    revision_id: uuid.UUID | None
 
 
-class _Proposal(NamedTuple):
-    """A reviewed row's pending revision, new or replacing its open one (`revision_id`)."""
+def plan_stored_keys(
+    rows: Sequence[NewMemory],
+    embeddings: Sequence[Sequence[float]],
+    taken: Sequence[int],
+    by_key: Mapping[tuple[Any, ...], Memory],
+    open_revisions: Mapping[uuid.UUID, Revision],
+    results: dict[int, UpsertResult],
+) -> builtins.list[PlannedWrite]:
+    """`plan_upsert` for each row `taken` (by index, extracted as pending) against its stored row
+    (by `key_identity`) and that row's open revision: the changes to write, in order, and each
+    row's outcome into `results`."""
+    planned: list[PlannedWrite] = []
+    for i in taken:
+        new = rows[i]
+        existing = by_key[key_identity(new)]
+        revision = open_revisions.get(existing.id)
+        plan = plan_upsert(existing, revision, new)
+        if plan.kind == "unchanged":
+            results[i] = unchanged_result(existing, revision, new)
+        elif plan.kind == "propose":
+            revision_id = revision.id if revision is not None else uuid.uuid4()
+            planned.append(PlannedWrite(existing, new, embeddings[i], revision_id))
+            results[i] = UpsertResult(
+                memory_id=existing.id, action="revision_proposed", revision_id=revision_id
+            )
+        else:  # "update" of a pending row (an extraction is never an explicit write)
+            planned.append(PlannedWrite(existing, new, embeddings[i], None))
+            results[i] = UpsertResult(memory_id=existing.id, action="updated")
+    return planned
 
-    revision_id: uuid.UUID
-    memory_id: uuid.UUID
-    old_value: str
-    new: NewMemory
-    vector: Sequence[float]
 
-
-def _update_params(updates: Sequence[_Update], dim: int) -> dict[str, Any]:
+def _update_params(updates: Sequence[PlannedWrite], dim: int) -> dict[str, Any]:
     """`_UPDATE_PENDING_SQL`'s parameters."""
     return {
-        "ids": array_literal([u.memory_id for u in updates]),
+        "ids": array_literal([u.existing.id for u in updates]),
         "values": array_literal([u.new.value for u in updates]),
         "confidences": array_literal([storable_confidence(u.new.confidence) for u in updates]),
         "statuses": array_literal([u.new.status for u in updates]),
@@ -471,13 +477,13 @@ def _update_params(updates: Sequence[_Update], dim: int) -> dict[str, Any]:
 
 
 def _propose_params(
-    proposals: Sequence[_Proposal], dim: int, *, actor: str, event_id: uuid.UUID
+    proposals: Sequence[PlannedWrite], dim: int, *, actor: str, event_id: uuid.UUID
 ) -> dict[str, Any]:
     """`_PROPOSE_SQL`'s parameters."""
     return {
         "ids": array_literal([p.revision_id for p in proposals]),
-        "memory_ids": array_literal([p.memory_id for p in proposals]),
-        "old_values": array_literal([p.old_value for p in proposals]),
+        "memory_ids": array_literal([p.existing.id for p in proposals]),
+        "old_values": array_literal([p.existing.value for p in proposals]),
         "new_values": array_literal([p.new.value for p in proposals]),
         "confidences": array_literal([storable_confidence(p.new.confidence) for p in proposals]),
         "channels": array_literal([p.new.source_channel_id for p in proposals]),

@@ -3,6 +3,7 @@ hint and conversation window. No I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +12,7 @@ import pytest
 from store.hint import build_memory_hint
 from store.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
 from store.postgres import owner_sql, recall_sql
+from store.postgres_writes import plan_stored_keys
 from store.recall import (
     candidate_count,
     fuse,
@@ -25,9 +27,20 @@ from store.recall import (
     websearch_or_query,
     writable_owner,
 )
-from store.types import ChatMessage, Memory, NewMemory, OwnerRef, RecallHit, Revision, Scope, Status
+from store.types import (
+    ChatMessage,
+    Memory,
+    NewMemory,
+    OwnerRef,
+    RecallHit,
+    Revision,
+    Scope,
+    Status,
+    UpsertResult,
+)
 from store.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
 from store.window import Window
+from store.writes import key_identity
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 USER = uuid.UUID(int=1)
@@ -466,3 +479,50 @@ def test_occurrence_rounds_put_a_repeated_key_in_a_later_round_keeping_the_order
     assert occurrence_rounds(rows, [0, 1, 2, 3, 4, 5]) == [[0, 1, 3], [2, 5], [4]]
     assert occurrence_rounds(rows, [5, 3]) == [[5, 3]]
     assert occurrence_rounds(rows, []) == []
+
+
+def test_stored_keys_are_planned_in_order_as_plan_upsert_decides() -> None:
+    stored = {
+        "city": memory("city", value="Lives in Lyon", status="pending_review"),
+        "pet": memory("pet", value="Has a cat"),
+        "job": memory("job", value="Works as a nurse"),
+        "hobby": memory("hobby", value="Plays the violin", status="pending_review"),
+        "food": memory("food", value="Eats meat"),
+    }
+    open_job = dataclasses.replace(revision("Works as a surgeon"), memory_id=stored["job"].id)
+    open_food = dataclasses.replace(revision("Eats no meat"), memory_id=stored["food"].id)
+    rows = [
+        NewMemory(scope="user", owner_id=USER, user_id=None, key=key, value=value)
+        for key, value in (
+            ("city", "Lives in Porto"),  # pending: updated
+            ("pet", "Has a dog"),  # reviewed: a new proposal
+            ("job", "Teaches chemistry"),  # reviewed, revision open: that revision replaced
+            ("hobby", "Plays  the violin"),  # the same value: unchanged
+            ("food", "Eats no meat"),  # what the open revision proposes: unchanged, naming it
+        )
+    ]
+    results: dict[int, UpsertResult] = {}
+    planned = plan_stored_keys(
+        rows,
+        [[float(i)] for i in range(len(rows))],
+        [4, 3, 2, 1, 0],
+        {key_identity(m): m for m in stored.values()},
+        {open_job.memory_id: open_job, open_food.memory_id: open_food},
+        results,
+    )
+
+    assert [(p.existing.key, p.new.value, p.vector) for p in planned] == [
+        ("job", "Teaches chemistry", [2.0]),
+        ("pet", "Has a dog", [1.0]),
+        ("city", "Lives in Porto", [0.0]),
+    ]
+    assert planned[0].revision_id == open_job.id
+    assert planned[1].revision_id is not None and planned[1].revision_id != open_job.id
+    assert planned[2].revision_id is None
+    assert {i: (r.memory_id, r.action, r.revision_id) for i, r in results.items()} == {
+        0: (stored["city"].id, "updated", None),
+        1: (stored["pet"].id, "revision_proposed", planned[1].revision_id),
+        2: (stored["job"].id, "revision_proposed", open_job.id),
+        3: (stored["hobby"].id, "unchanged", None),
+        4: (stored["food"].id, "unchanged", open_food.id),
+    }
