@@ -36,6 +36,7 @@ from contextlib import asynccontextmanager
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection as DriverConnection
+from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
@@ -243,16 +244,12 @@ class PipelinedEventWrites(MemoryWrites):
             # the stored rows of the event's keys and their open revisions, locked now: most
             # events restate a stored key, and its write then needs no round trip of its own
             # under the owner lock, which other events of the owner wait for
-            keys = key_identity_params(list(dict.fromkeys(map(key_identity, memories))))
-            stored = driver.cursor(row_factory=dict_row)
-            await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
-            revisions = driver.cursor(row_factory=dict_row)
-            await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+            key_locks = await _send_key_locks(driver, list(dict.fromkeys(map(key_identity, memories))))
             early_rows: Sequence[Mapping[str, Any]] = await early.fetchall() if early_sql else []
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
             counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
-            locked = self._locked_rows(await stored.fetchall(), await revisions.fetchall())
+            locked = self._locked_rows(*[await cursor.fetchall() for cursor in key_locks])
         self._remember_sizes(counted)
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
@@ -267,7 +264,8 @@ class PipelinedEventWrites(MemoryWrites):
         results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
         pending = [i for i in write_order(memories) if i not in results]
         # a key the read did not see may still be stored (an archived row): the lock found it
-        taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in locked[0]]
+        stored_by_key, _ = locked
+        taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in stored_by_key]
         fresh = [i for i in pending if i not in taken]
         identities = [key_identity(rows[i]) for i in taken]
         if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
@@ -334,17 +332,13 @@ class PipelinedEventWrites(MemoryWrites):
             by_key, open_revisions = locked
             if not all(key_identity(rows[i]) in by_key for i in taken):
                 # a key dedup respelled to a stored one: its row is locked now
-                keys = key_identity_params([key_identity(rows[i]) for i in taken])
                 async with driver.pipeline():
                     if insert is not None:
                         await driver.execute(psycopg_sql(insert[0]), insert[1])
                         insert = None
-                    stored = driver.cursor(row_factory=dict_row)
-                    await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
-                    revisions = driver.cursor(row_factory=dict_row)
-                    await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+                    key_locks = await _send_key_locks(driver, [key_identity(rows[i]) for i in taken])
                     by_key, open_revisions = self._locked_rows(
-                        await stored.fetchall(), await revisions.fetchall()
+                        *[await cursor.fetchall() for cursor in key_locks]
                     )
             if not all(key_identity(rows[i]) in by_key for i in taken):
                 await driver.execute("ROLLBACK")
@@ -421,6 +415,19 @@ class PipelinedEventWrites(MemoryWrites):
 
 # stored rows locked by `key_identity`, and their open revisions by memory id
 _LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
+
+
+async def _send_key_locks(
+    driver: DriverConnection[Any], identities: Sequence[tuple[Any, ...]]
+) -> tuple[AsyncCursor[dict[str, Any]], AsyncCursor[dict[str, Any]]]:
+    """Send (in the open pipeline) the locks of the stored rows of these `key_identity` tuples and
+    of their open revisions; their cursors, for `_locked_rows` once fetched."""
+    keys = key_identity_params(identities)
+    stored = driver.cursor(row_factory=dict_row)
+    await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
+    revisions = driver.cursor(row_factory=dict_row)
+    await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+    return stored, revisions
 
 
 class PlannedWrite(NamedTuple):
