@@ -28,7 +28,7 @@ from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
 from api.routes import me, platform, review, settings
-from store.context_recall import SettingsCache
+from store.context_recall import CachedSettingsStore
 from store.typing import ControlPlaneStore
 
 log = logging.getLogger("pmem.api")
@@ -119,7 +119,7 @@ def create_app(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
-        recall_store=SettingsCache(store, settings_cache_s),
+        recall_store=CachedSettingsStore(store, settings_cache_s),
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
     )

@@ -4,11 +4,11 @@ the tools, so the same inputs give the same answer everywhere."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 from store.hint import build_memory_hint
+from store.settings_cache import SettingsCache
 from store.types import MemorySettings, RecallHit, Retriever
 from store.typing import RecallStore
 
@@ -67,26 +67,19 @@ def hit_record(hit: RecallHit) -> dict[str, Any]:
     }
 
 
-class SettingsCache:
-    """A RecallStore whose `settings_for` answers are kept `ttl_s` seconds: recall is the hot path,
-    and settings change rarely (a change applies within `ttl_s`)."""
+class CachedSettingsStore:
+    """A RecallStore whose `settings_for` answers come from a `SettingsCache`: recall is the hot
+    path, and settings change rarely (a change applies within `ttl_s`)."""
 
     def __init__(self, store: RecallStore, ttl_s: float) -> None:
         self._store = store
-        self._ttl_s = ttl_s
-        self._entries: dict[tuple[uuid.UUID | None, uuid.UUID | None], tuple[float, MemorySettings]] = {}
+        self._cache = SettingsCache(ttl_s=ttl_s)
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """The effective settings, from the cache while fresh."""
-        key = (team_id, persona_id)
-        now = time.monotonic()
-        cached = self._entries.get(key)
-        if cached is None or cached[0] < now:
-            if len(self._entries) > 10_000:
-                self._entries.clear()
-            cached = (now + self._ttl_s, await self._store.settings_for(team_id, persona_id))
-            self._entries[key] = cached
-        return cached[1]
+        return await self._cache.settings(
+            (team_id, persona_id), lambda: self._store.settings_for(team_id, persona_id)
+        )
 
     async def recall(
         self,

@@ -63,6 +63,7 @@ from nats.js.manager import JetStreamManager
 
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.typing import Embedder, Extractor
+from store.settings_cache import SettingsCache
 from store.typing import MemoryStore
 from worker.events import (
     DLQ_REASON_HEADER,
@@ -80,7 +81,6 @@ from worker.metrics import Metrics
 from worker.pipeline import (
     EventDeadlineExceeded,
     PipelineDeps,
-    PolicyCache,
     Written,
     decide_failure,
     is_database_unavailable,
@@ -364,7 +364,7 @@ class Worker:
             embedder=self.embedder,
             metrics=self.metrics,
             run_db=self._run_db,
-            policy_cache=PolicyCache(ttl_s=s.settings_cache_s),
+            settings_cache=SettingsCache(ttl_s=s.settings_cache_s),
             storing_slots=asyncio.Semaphore(s.writes_in_flight) if s.writes_in_flight else None,
         )
         self.extracted_pubacks = PendingPubAcks(

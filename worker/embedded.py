@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,18 @@ class EmbeddedNats:
         self.process = None
 
 
+def alter_system_sql(name: str, value: str | Sequence[str]) -> str:
+    """`ALTER SYSTEM SET name = …`; a list value becomes one quoted literal per element, as list
+    settings need (one literal `'a,b'` would name a single library called "a,b")."""
+    if not name.replace("_", "").replace(".", "").isalnum():
+        raise ValueError(f"not a Postgres setting name: {name!r}")
+    values = [value] if isinstance(value, str) else list(value)
+    if not values:
+        raise ValueError(f"no value for the Postgres setting {name!r}")
+    literals = ", ".join("'" + item.replace("'", "''") + "'" for item in values)
+    return f"ALTER SYSTEM SET {name} = {literals};"
+
+
 @dataclass(kw_only=True)
 class EmbeddedPostgres:
     """A Postgres 18 + pgvector server in `data_dir` (unix socket only)."""
@@ -174,14 +187,12 @@ class EmbeddedPostgres:
         """Start the server again after `stop_server`, with the same socket and data."""
         self._server.ensure_postgres_running()
 
-    def configure(self, settings: dict[str, str]) -> None:
+    def configure(self, settings: Mapping[str, str | Sequence[str]]) -> None:
         """Set server settings (`ALTER SYSTEM`, kept in the data directory) and restart the server
-        so that those read at start (shared_preload_libraries) take effect."""
+        so that those read at start (shared_preload_libraries) take effect. A list value is a list
+        setting's elements (`["pg_stat_statements", "auto_explain"]`)."""
         for name, value in settings.items():
-            if not name.replace("_", "").replace(".", "").isalnum():
-                raise ValueError(f"not a Postgres setting name: {name!r}")
-            quoted = value.replace("'", "''")
-            self._server.psql(f"ALTER SYSTEM SET {name} = '{quoted}';")
+            self._server.psql(alter_system_sql(name, value))
         self.stop_server()
         self.restart_server()
 

@@ -33,6 +33,7 @@ from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
 from store.recall import STOPWORDS, query_terms
+from store.settings_cache import SettingsCache
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import WorkerStore
 from worker.events import ConversationEnded
@@ -271,51 +272,6 @@ def decide_failure(
 # Shell
 # ---------------------------------------------------------------------------------------------
 
-PolicyKey = tuple[uuid.UUID | None, uuid.UUID | None]
-
-
-@dataclass(kw_only=True)
-class PolicyCache:
-    """Memory settings per (team, persona) for `ttl_s` seconds: they change rarely, and reading them
-    for every event costs a database round trip. A change takes effect within `ttl_s` (and the
-    one reload that follows)."""
-
-    ttl_s: float
-    max_entries: int = 10_000
-    clock: Callable[[], float] = time.monotonic
-    _entries: dict[PolicyKey, tuple[float, MemorySettings]] = field(default_factory=dict)
-    _reloading: set[PolicyKey] = field(default_factory=set)
-
-    async def settings(self, key: PolicyKey, load: Callable[[], Awaitable[MemorySettings]]) -> MemorySettings:
-        """The cached settings, else `load()`'s, remembered. While one caller reloads an expired
-        entry the others get the expired value: at each expiry one event waits for the database,
-        not every event that arrives until the read returns."""
-        entry = self._entries.get(key)
-        if entry is not None and (entry[0] > self.clock() or key in self._reloading):
-            return entry[1]
-        self._reloading.add(key)
-        try:
-            value = await load()
-        finally:
-            self._reloading.discard(key)
-        self.put(key, value)
-        return value
-
-    def get(self, key: PolicyKey) -> MemorySettings | None:
-        """The cached settings, or None when absent or expired."""
-        entry = self._entries.get(key)
-        if entry is None or entry[0] <= self.clock():
-            return None
-        return entry[1]
-
-    def put(self, key: PolicyKey, value: MemorySettings) -> None:
-        """Remember `value` for `ttl_s`; when full, forget everything (simple and bounded)."""
-        if self.ttl_s <= 0:
-            return
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()
-        self._entries[key] = (self.clock() + self.ttl_s, value)
-
 
 class DbRunner(Protocol):
     """Runs one database call; the app's runner waits out database outages (see worker/app.py)."""
@@ -337,7 +293,7 @@ class PipelineDeps:
     embedder: Embedder
     metrics: Metrics
     run_db: DbRunner = run_directly
-    policy_cache: PolicyCache | None = None
+    settings_cache: SettingsCache | None = None
     # PMEM_WRITES_IN_FLIGHT: the events that may be storing (embeddings call and write
     # transaction) at once, admitted in arrival order (None: any number)
     storing_slots: asyncio.Semaphore | None = None
@@ -509,7 +465,7 @@ async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) ->
     async def load() -> MemorySettings:
         return await db("settings_for", lambda: deps.store.settings_for(event.team_id, event.persona_id))
 
-    cache = deps.policy_cache
+    cache = deps.settings_cache
     if cache is None:
         return await load()
     return await cache.settings((event.team_id, event.persona_id), load)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -21,7 +20,6 @@ from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable
 from store.types import MemorySettings, OwnerRef
 from worker.events import ConversationEnded
 from worker.pipeline import (
-    PolicyCache,
     allowed_scopes,
     build_row,
     decide_failure,
@@ -178,69 +176,6 @@ def test_only_the_stores_own_unavailable_error_is_an_outage() -> None:
     assert not is_database_unavailable(StoreTimeout("statement timeout"))
     assert not is_database_unavailable(StoreIntegrityError("duplicate key"))
     assert not is_database_unavailable(ValueError("bad value"))
-
-
-def test_policy_cache_expires_and_stays_bounded() -> None:
-    now = [100.0]
-    cache = PolicyCache(ttl_s=10, max_entries=2, clock=lambda: now[0])
-    key = (None, PERSONA)
-    cache.put(key, MemorySettings(persona_learning=True))
-    assert cache.get(key) == MemorySettings(persona_learning=True)
-    now[0] += 10.01
-    assert cache.get(key) is None
-    cache.put((None, None), MemorySettings())
-    cache.put((USER, None), MemorySettings())
-    cache.put((USER, USER), MemorySettings())  # full: starts over rather than growing
-    assert cache.get((None, None)) is None and cache.get((USER, USER)) == MemorySettings()
-    off = PolicyCache(ttl_s=0)
-    off.put(key, MemorySettings())
-    assert off.get(key) is None
-
-
-async def test_an_expired_policy_is_reloaded_once_while_the_others_get_the_old_one() -> None:
-    now = [100.0]
-    cache = PolicyCache(ttl_s=10, clock=lambda: now[0])
-    key = (None, PERSONA)
-    loads: list[asyncio.Future[MemorySettings]] = []
-
-    async def load() -> MemorySettings:
-        loads.append(asyncio.get_running_loop().create_future())
-        return await loads[-1]
-
-    first = asyncio.create_task(cache.settings(key, load))
-    await asyncio.sleep(0)
-    loads[0].set_result(MemorySettings(persona_learning=False))
-    assert await first == MemorySettings(persona_learning=False)
-    assert await cache.settings(key, load) == MemorySettings(persona_learning=False)  # fresh
-    assert len(loads) == 1
-
-    now[0] += 10.01  # expired: one caller reloads, the others meanwhile get the expired value
-    reloading = asyncio.create_task(cache.settings(key, load))
-    await asyncio.sleep(0)
-    others = [await asyncio.wait_for(cache.settings(key, load), 5) for _ in range(5)]
-    assert others == [MemorySettings(persona_learning=False)] * 5 and len(loads) == 2
-    loads[1].set_result(MemorySettings(persona_learning=True))
-    assert await reloading == MemorySettings(persona_learning=True)
-    assert await cache.settings(key, load) == MemorySettings(persona_learning=True)
-    assert len(loads) == 2
-
-
-async def test_a_failed_policy_reload_leaves_the_next_caller_to_reload() -> None:
-    now = [100.0]
-    cache = PolicyCache(ttl_s=10, clock=lambda: now[0])
-    key = (None, None)
-    cache.put(key, MemorySettings())
-    now[0] += 11
-
-    async def failing() -> MemorySettings:
-        raise StoreTimeout("statement timeout")
-
-    async def loading() -> MemorySettings:
-        return MemorySettings(enabled=False)
-
-    with pytest.raises(StoreTimeout):
-        await cache.settings(key, failing)
-    assert await cache.settings(key, loading) == MemorySettings(enabled=False)
 
 
 def test_rows_carry_the_conversations_team() -> None:

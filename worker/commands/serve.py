@@ -56,6 +56,7 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
             auth=auth_config(settings, insecure_dev=insecure_dev),
             max_input_tokens=settings.llm_max_input_tokens,
             max_body_bytes=settings.api_max_body_bytes,
+            settings_cache_s=settings.settings_cache_s,
         )
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
         server = _Server(config)

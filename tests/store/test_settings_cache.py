@@ -1,0 +1,135 @@
+"""The settings cache shared by the worker and recall: expiry, bounds, one reload per expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from store.context_recall import CachedSettingsStore
+from store.errors import StoreTimeout
+from store.settings_cache import SettingsCache
+from store.types import MemorySettings, RecallHit, Retriever
+
+PERSONA = uuid.uuid4()
+TEAM = uuid.uuid4()
+
+
+class CountingLoads:
+    """`load` callables that count their calls and return the settings currently set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.value = MemorySettings()
+
+    async def __call__(self) -> MemorySettings:
+        self.calls += 1
+        return self.value
+
+
+async def test_settings_are_kept_for_ttl_then_reloaded() -> None:
+    now = [100.0]
+    cache = SettingsCache(ttl_s=10, clock=lambda: now[0])
+    load = CountingLoads()
+    load.value = MemorySettings(persona_learning=True)
+    assert await cache.settings((None, PERSONA), load) == MemorySettings(persona_learning=True)
+    load.value = MemorySettings(persona_learning=False)
+    now[0] += 9.9
+    assert await cache.settings((None, PERSONA), load) == MemorySettings(persona_learning=True)
+    now[0] += 0.2
+    assert await cache.settings((None, PERSONA), load) == MemorySettings(persona_learning=False)
+    assert load.calls == 2
+
+
+async def test_a_full_cache_starts_over_and_ttl_zero_keeps_nothing() -> None:
+    cache = SettingsCache(ttl_s=10, max_entries=2, clock=lambda: 100.0)
+    load = CountingLoads()
+    for key in [(None, None), (TEAM, None), (TEAM, PERSONA)]:  # the third clears the first two
+        await cache.settings(key, load)
+    await cache.settings((TEAM, PERSONA), load)
+    await cache.settings((None, None), load)
+    assert load.calls == 4
+    off = SettingsCache(ttl_s=0)
+    await off.settings((None, None), load)
+    await off.settings((None, None), load)
+    assert load.calls == 6
+
+
+async def test_an_expired_entry_is_reloaded_once_while_the_others_get_the_old_one() -> None:
+    now = [100.0]
+    cache = SettingsCache(ttl_s=10, clock=lambda: now[0])
+    key = (None, PERSONA)
+    loads: list[asyncio.Future[MemorySettings]] = []
+
+    async def load() -> MemorySettings:
+        loads.append(asyncio.get_running_loop().create_future())
+        return await loads[-1]
+
+    first = asyncio.create_task(cache.settings(key, load))
+    await asyncio.sleep(0)
+    loads[0].set_result(MemorySettings(persona_learning=False))
+    assert await first == MemorySettings(persona_learning=False)
+    assert await cache.settings(key, load) == MemorySettings(persona_learning=False)  # fresh
+    assert len(loads) == 1
+
+    now[0] += 10.01  # expired: one caller reloads, the others meanwhile get the expired value
+    reloading = asyncio.create_task(cache.settings(key, load))
+    await asyncio.sleep(0)
+    others = [await asyncio.wait_for(cache.settings(key, load), 5) for _ in range(5)]
+    assert others == [MemorySettings(persona_learning=False)] * 5 and len(loads) == 2
+    loads[1].set_result(MemorySettings(persona_learning=True))
+    assert await reloading == MemorySettings(persona_learning=True)
+    assert await cache.settings(key, load) == MemorySettings(persona_learning=True)
+    assert len(loads) == 2
+
+
+async def test_a_failed_reload_leaves_the_next_caller_to_reload() -> None:
+    now = [100.0]
+    cache = SettingsCache(ttl_s=10, clock=lambda: now[0])
+    key = (None, None)
+    await cache.settings(key, CountingLoads())
+    now[0] += 11
+
+    async def failing() -> MemorySettings:
+        raise StoreTimeout("statement timeout")
+
+    async def loading() -> MemorySettings:
+        return MemorySettings(enabled=False)
+
+    with pytest.raises(StoreTimeout):
+        await cache.settings(key, failing)
+    assert await cache.settings(key, loading) == MemorySettings(enabled=False)
+
+
+class SettingsOnlyStore:
+    """A RecallStore that counts `settings_for` calls; recall returns nothing."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[uuid.UUID | None, uuid.UUID | None]] = []
+
+    async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
+        self.reads.append((team_id, persona_id))
+        return MemorySettings(enabled=team_id is None)
+
+    async def recall(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+        team_id: uuid.UUID | None = None,
+    ) -> list[RecallHit]:
+        return []
+
+
+async def test_recall_reads_each_team_and_persona_settings_once_while_fresh() -> None:
+    inner = SettingsOnlyStore()
+    store = CachedSettingsStore(inner, ttl_s=60)
+    assert (await store.settings_for(None, PERSONA)).enabled
+    assert not (await store.settings_for(TEAM, PERSONA)).enabled
+    await store.settings_for(None, PERSONA)
+    await store.settings_for(TEAM, PERSONA)
+    assert inner.reads == [(None, PERSONA), (TEAM, PERSONA)]
