@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -52,13 +53,49 @@ def nats_server_binary() -> str:
     return found
 
 
+def stop_orphaned_server(pid_file: Path, store_dir: Path, timeout_s: float = 10.0) -> None:
+    """Stop a nats-server left running on `store_dir` by an owner that was killed (SIGKILL leaves a
+    server in a process group of its own behind): its pid file names it, and its command line
+    names the directory, so a reused pid is left alone."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return
+    if not cmdline or not cmdline[0].endswith(b"nats-server") or os.fsencode(store_dir) not in cmdline:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 @dataclass(kw_only=True)
 class EmbeddedNats:
     """A nats-server with JetStream, storing in `store_dir`, listening on loopback."""
 
     store_dir: Path
     port: int = 0
+    # In a process group of its own, a terminal's Ctrl-C reaches only its owner, which can stop
+    # its clients first and the server last (the demo); otherwise the server dies with the group
+    # and every client logs a broken connection on the way out.
+    own_process_group: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def pid_file(self) -> Path:
+        return self.store_dir / "nats-server.pid"
 
     @property
     def url(self) -> str:
@@ -71,6 +108,7 @@ class EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port()
+        stop_orphaned_server(self.pid_file, self.store_dir)
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - lives as long as the process
         self.process = subprocess.Popen(
             [
@@ -82,9 +120,12 @@ class EmbeddedNats:
                 str(self.port),
                 "-a",
                 "127.0.0.1",
+                "-P",
+                str(self.pid_file),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            process_group=0 if self.own_process_group else None,
         )
         _wait_for_port(self.port, 15.0, self.process)
         return self

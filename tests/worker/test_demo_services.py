@@ -1,5 +1,6 @@
 """`pmem demo --keep-running` as a user runs it: no warning or NOTICE noise, a database URL that
-works when pasted, a second demo on the same data directory refused, Ctrl-C stops it cleanly."""
+works when pasted, a second demo on the same data directory refused, Ctrl-C (to the whole process
+group, as a terminal sends it) stops it and its services cleanly."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def demo_env() -> dict[str, str]:
 
 
 def start_demo(data_dir: Path, *options: str) -> subprocess.Popen[str]:
-    """`pmem demo --data-dir DATA_DIR OPTIONS…` with piped, text output."""
+    """`pmem demo --data-dir DATA_DIR OPTIONS…` with piped, text output, in a process group of its
+    own like a terminal's foreground job (`ctrl_c` signals the whole group, as a terminal does)."""
     return subprocess.Popen(
         [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir), *options],
         cwd=REPO,
@@ -31,7 +33,13 @@ def start_demo(data_dir: Path, *options: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        process_group=0,
     )
+
+
+def ctrl_c(demo: subprocess.Popen[str]) -> None:
+    """SIGINT to the demo's process group: what Ctrl-C in its terminal sends."""
+    os.killpg(demo.pid, signal.SIGINT)
 
 
 @pytest.mark.slow
@@ -63,10 +71,12 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
             "or pass --data-dir with another directory"
         )
     finally:
-        first.send_signal(signal.SIGINT)
+        ctrl_c(first)
         _, errors = first.communicate(timeout=60)
     assert first.returncode == 0, errors
-    assert errors.strip() == "", errors  # no XDG_RUNTIME_DIR warning, no NOTICE from Postgres
+    # no XDG_RUNTIME_DIR warning, no NOTICE from Postgres, no broken NATS connection on Ctrl-C
+    assert errors.strip() == "", errors
+    assert _processes_using(data_dir) == []
 
 
 def _processes_using(path: Path) -> list[str]:
@@ -95,7 +105,7 @@ def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(tmp_path: 
             if not line or line.startswith("published"):
                 break
         assert line.startswith("published"), line
-        demo.send_signal(signal.SIGINT)  # the samples are being processed
+        ctrl_c(demo)  # the samples are being processed
         interrupted = time.monotonic()
         _, errors = demo.communicate(timeout=60)
         took = time.monotonic() - interrupted

@@ -1,10 +1,17 @@
-"""The embedded services' pure parts: the server settings they write."""
+"""The embedded services: the Postgres settings they write, a nats-server left behind by a killed owner."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from worker.embedded import alter_system_sql
+from worker.embedded import EmbeddedNats, alter_system_sql, stop_orphaned_server
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_list_setting_gets_one_literal_per_element() -> None:
@@ -21,3 +28,47 @@ def test_a_string_setting_is_one_literal_even_with_commas_and_quotes() -> None:
 def test_a_bad_name_or_an_empty_list_is_refused(name: str, value: str | list[str]) -> None:
     with pytest.raises(ValueError, match="Postgres setting"):
         alter_system_sql(name, value)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_a_nats_server_left_by_a_killed_owner_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    store_dir = tmp_path / "nats"
+    # an owner that starts the server in its own process group and dies without stopping it
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from worker.embedded import EmbeddedNats; "
+            "EmbeddedNats(store_dir=Path(sys.argv[1]), own_process_group=True).start()",
+            str(store_dir),
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=60,
+    )
+    orphan = int((store_dir / "nats-server.pid").read_text())
+    assert _alive(orphan) and os.getpgid(orphan) == orphan  # a group of its own, still running
+    server = EmbeddedNats(store_dir=store_dir).start()
+    try:
+        assert not _alive(orphan)
+        assert (
+            server.process is not None
+            and int((store_dir / "nats-server.pid").read_text()) == server.process.pid
+        )
+    finally:
+        server.stop()
+
+
+def test_a_pid_file_naming_another_program_is_left_alone(tmp_path: Path) -> None:
+    pid_file = tmp_path / "nats-server.pid"
+    pid_file.write_text(str(os.getpid()))
+    stop_orphaned_server(pid_file, tmp_path)  # this test's own process: not a nats-server on tmp_path
+    assert _alive(os.getpid())

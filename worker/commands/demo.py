@@ -142,8 +142,10 @@ async def demo(
     events = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
 
     print(f"pmem demo — data in {data_dir}")
-    nats_server = EmbeddedNats(store_dir=data_dir / "nats").start()
-    postgres = EmbeddedPostgres(data_dir=data_dir / "postgres").start()
+    # nats-server in a process group of its own: Ctrl-C reaches the demo only, which stops the
+    # worker before the server (see `finally`), so no client sees its server vanish
+    nats_server = EmbeddedNats(store_dir=data_dir / "nats", own_process_group=True)
+    postgres = EmbeddedPostgres(data_dir=data_dir / "postgres")
     worker = None
 
     async def script() -> tuple[int, Settings, int | None]:
@@ -212,6 +214,8 @@ async def demo(
         return 0, settings, port
 
     try:
+        nats_server.start()
+        postgres.start()
         # Ctrl-C (or SIGTERM) while the demo runs its script ends it promptly; the control plane's
         # server below handles its own signals
         stop = asyncio.Event()
