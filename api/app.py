@@ -29,6 +29,7 @@ from api.deps import AppState
 from api.errors import ApiError
 from api.routes import me, platform, review, settings
 from store.context_recall import CachedSettingsStore
+from store.settings_cache import SettingsCache
 from store.typing import ControlPlaneStore
 
 log = logging.getLogger("pmem.api")
@@ -115,11 +116,13 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
+    settings_cache = SettingsCache(ttl_s=settings_cache_s)
     app.state.pmem = AppState(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
-        recall_store=CachedSettingsStore(store, settings_cache_s),
+        recall_store=CachedSettingsStore(store, settings_cache),
+        settings_cache=settings_cache,
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
     )

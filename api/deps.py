@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from api.auth import CSRF_HEADER, SESSION_COOKIE, ApiKeyCache, AuthConfig, authenticate, csrf_ok
 from api.errors import Forbidden
 from api.principal import Principal
+from store.settings_cache import SettingsCache
 from store.typing import ControlPlaneStore, RecallStore
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -23,8 +24,14 @@ class AppState:
     auth: AuthConfig
     keys: ApiKeyCache
     recall_store: RecallStore  # the store, with settings cached for the recall hot path
+    settings_cache: SettingsCache  # recall_store's
     max_input_tokens: int
     max_body_bytes: int
+
+    def settings_changed(self) -> None:
+        """A settings write went through this app: its recall sees it at once (other processes
+        within PMEM_SETTINGS_CACHE_S)."""
+        self.settings_cache.forget()
 
 
 def app_state(request: Request) -> AppState:

@@ -897,6 +897,7 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
                 SettingsRow(level=level, target_id=target, **values),
                 max_input_tokens=_state(request).max_input_tokens,
             )
+            _state(request).settings_changed()
         except (Forbidden, NotFound) as exc:
             return await _refuse(request, session, exc)
         except BadInput as exc:

@@ -68,12 +68,13 @@ def hit_record(hit: RecallHit) -> dict[str, Any]:
 
 
 class CachedSettingsStore:
-    """A RecallStore whose `settings_for` answers come from a `SettingsCache`: recall is the hot
-    path, and settings change rarely (a change applies within `ttl_s`)."""
+    """A RecallStore whose `settings_for` answers come from `cache`: recall is the hot path, and
+    settings change rarely (a change applies within the cache's `ttl_s`, or at once where the
+    writer forgets the cache)."""
 
-    def __init__(self, store: RecallStore, ttl_s: float) -> None:
+    def __init__(self, store: RecallStore, cache: SettingsCache) -> None:
         self._store = store
-        self._cache = SettingsCache(ttl_s=ttl_s)
+        self._cache = cache
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """The effective settings, from the cache while fresh."""

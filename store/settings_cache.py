@@ -44,6 +44,10 @@ class SettingsCache:
         self._remember(key, value)
         return value
 
+    def forget(self) -> None:
+        """Drop every entry: the next caller reads the database (after a settings write here)."""
+        self._entries.clear()
+
     def _remember(self, key: SettingsKey, value: MemorySettings) -> None:
         # When full, forget everything: simple and bounded (there are few teams × personas).
         if self.ttl_s <= 0:

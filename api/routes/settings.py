@@ -25,6 +25,7 @@ async def put_global(body: SettingsBody, principal: Caller, state: State) -> dic
     view = await operations.put_settings(
         state.store, principal, "global", None, body.row(), max_input_tokens=state.max_input_tokens
     )
+    state.settings_changed()
     return settings_json(view)
 
 
@@ -42,6 +43,7 @@ async def put_team(
     view = await operations.put_settings(
         state.store, principal, "team", team_id, body.row(), max_input_tokens=state.max_input_tokens
     )
+    state.settings_changed()
     return settings_json(view)
 
 
@@ -59,4 +61,5 @@ async def put_persona(
     view = await operations.put_settings(
         state.store, principal, "persona", persona_id, body.row(), max_input_tokens=state.max_input_tokens
     )
+    state.settings_changed()
     return settings_json(view)

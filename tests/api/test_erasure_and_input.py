@@ -184,3 +184,30 @@ async def test_settings_validate_the_prompt_override_and_show_inheritance(
         f"/v1/settings/teams/{TEAM_A}", json={"extraction_prompt": too_long}, headers=admin
     )
     assert response.status_code == 422 and "extraction_prompt" in response.json()["error"]
+
+
+async def test_turning_memory_off_applies_to_the_same_apps_recall_at_once(
+    api_store: PostgresMemoryStore, people: People
+) -> None:
+    await api_store.upsert(
+        NewMemory(
+            scope="user",
+            owner_id=people.user,
+            user_id=None,
+            key="diet",
+            value="Is vegetarian",
+            status="active",
+            team_id=TEAM_A,
+        )
+    )
+    # a cache far longer than the test: only the settings write itself can make recall see it
+    app = create_app(store=api_store, auth=AUTH, settings_cache_s=3600)
+    body = {"user_id": str(people.user), "team_id": str(TEAM_A), "query": "diet"}
+    service, admin = people.headers("service"), people.headers("admin")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://pmem.test") as http:
+        before = (await http.post("/v1/recall", json=body, headers=service)).json()
+        off = await http.put(f"/v1/settings/teams/{TEAM_A}", json={"enabled": False}, headers=admin)
+        assert off.status_code == 200
+        after = (await http.post("/v1/recall", json=body, headers=service)).json()
+    assert [hit["key"] for hit in before["items"]] == ["diet"]
+    assert after["items"] == []

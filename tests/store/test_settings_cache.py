@@ -127,7 +127,7 @@ class SettingsOnlyStore:
 
 async def test_recall_reads_each_team_and_persona_settings_once_while_fresh() -> None:
     inner = SettingsOnlyStore()
-    store = CachedSettingsStore(inner, ttl_s=60)
+    store = CachedSettingsStore(inner, SettingsCache(ttl_s=60))
     assert (await store.settings_for(None, PERSONA)).enabled
     assert not (await store.settings_for(TEAM, PERSONA)).enabled
     await store.settings_for(None, PERSONA)
