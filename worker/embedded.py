@@ -67,13 +67,13 @@ def stop_orphaned_server(pid_file: Path, store_dir: Path, timeout_s: float = 10.
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _running(pid) and time.monotonic() < deadline:
+    while process_running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _running(pid):
+    if process_running(pid):
         os.kill(pid, signal.SIGKILL)
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie has exited)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -168,7 +168,7 @@ def forget_exited_handles(data_dir: Path) -> None:
         return
     if not isinstance(pids, list):
         return
-    alive = [pid for pid in pids if isinstance(pid, int) and _running(pid)]
+    alive = [pid for pid in pids if isinstance(pid, int) and process_running(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
 

@@ -18,6 +18,7 @@ from worker.embedded import (
     EmbeddedPostgres,
     alter_system_sql,
     forget_exited_handles,
+    process_running,
     stop_orphaned_server,
 )
 
@@ -40,14 +41,6 @@ def test_a_bad_name_or_an_empty_list_is_refused(name: str, value: str | list[str
         alter_system_sql(name, value)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 @pytest.mark.slow
 def test_a_nats_server_left_by_a_killed_owner_is_stopped_by_the_next_start(tmp_path: Path) -> None:
     store_dir = tmp_path / "nats"
@@ -65,10 +58,10 @@ def test_a_nats_server_left_by_a_killed_owner_is_stopped_by_the_next_start(tmp_p
         timeout=60,
     )
     orphan = int((store_dir / "nats-server.pid").read_text())
-    assert _alive(orphan) and os.getpgid(orphan) == orphan  # a group of its own, still running
+    assert process_running(orphan) and os.getpgid(orphan) == orphan  # a group of its own, still running
     server = EmbeddedNats(store_dir=store_dir).start()
     try:
-        assert not _alive(orphan)
+        assert not process_running(orphan)
         assert (
             server.process is not None
             and int((store_dir / "nats-server.pid").read_text()) == server.process.pid
@@ -81,7 +74,7 @@ def test_a_pid_file_naming_another_program_is_left_alone(tmp_path: Path) -> None
     pid_file = tmp_path / "nats-server.pid"
     pid_file.write_text(str(os.getpid()))
     stop_orphaned_server(pid_file, tmp_path)  # this test's own process: not a nats-server on tmp_path
-    assert _alive(os.getpid())
+    assert process_running(os.getpid())
 
 
 def test_exited_processes_are_dropped_from_the_postgres_handle_list(tmp_path: Path) -> None:
@@ -96,7 +89,7 @@ def test_exited_processes_are_dropped_from_the_postgres_handle_list(tmp_path: Pa
 def _postgres_on(data_dir: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _alive(int(entry.name)):
+        if entry.name.isdigit() and process_running(int(entry.name)):
             try:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
