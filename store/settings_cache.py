@@ -25,6 +25,7 @@ class SettingsCache:
     clock: Callable[[], float] = time.monotonic
     _entries: dict[SettingsKey, tuple[float, MemorySettings]] = field(default_factory=dict)
     _reloading: set[SettingsKey] = field(default_factory=set)
+    _forgotten: int = 0  # how many times `forget` ran: a load that spans one is not remembered
 
     async def settings(
         self, key: SettingsKey, load: Callable[[], Awaitable[MemorySettings]]
@@ -37,16 +38,19 @@ class SettingsCache:
         if entry is not None and (entry[0] > self.clock() or key in self._reloading):
             return entry[1]
         self._reloading.add(key)
+        forgotten = self._forgotten
         try:
             value = await load()
         finally:
             self._reloading.discard(key)
-        self._remember(key, value)
+        if forgotten == self._forgotten:  # else it may have read the settings before the write
+            self._remember(key, value)
         return value
 
     def forget(self) -> None:
         """Drop every entry: the next caller reads the database (after a settings write here)."""
         self._entries.clear()
+        self._forgotten += 1
 
     def _remember(self, key: SettingsKey, value: MemorySettings) -> None:
         # When full, forget everything: simple and bounded (there are few teams × personas).

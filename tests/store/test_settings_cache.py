@@ -133,3 +133,23 @@ async def test_recall_reads_each_team_and_persona_settings_once_while_fresh() ->
     await store.settings_for(None, PERSONA)
     await store.settings_for(TEAM, PERSONA)
     assert inner.reads == [(None, PERSONA), (TEAM, PERSONA)]
+
+
+async def test_a_load_that_spans_a_forget_is_not_remembered() -> None:
+    cache = SettingsCache(ttl_s=3600)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_old_read() -> MemorySettings:
+        started.set()
+        await release.wait()
+        return MemorySettings(enabled=True)  # read before the write below
+
+    reading = asyncio.create_task(cache.settings((None, None), slow_old_read))
+    await started.wait()
+    cache.forget()  # the settings were written meanwhile
+    release.set()
+    assert (await reading).enabled
+    load = CountingLoads()
+    load.value = MemorySettings(enabled=False)
+    assert not (await cache.settings((None, None), load)).enabled and load.calls == 1
