@@ -8,11 +8,12 @@ import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -29,10 +30,29 @@ from api.deps import AppState
 from api.errors import ApiError
 from api.routes import me, platform, review, settings
 from store.context_recall import CachedSettingsStore
+from store.errors import StoreTimeout, StoreUnavailable
 from store.settings_cache import SettingsCache
 from store.typing import ControlPlaneStore
 
 log = logging.getLogger("pmem.api")
+
+STATIC = Path(__file__).resolve().parent / "static"
+# Swagger UI's own files, served from the installed `swagger-ui-bundle-v2` package: /docs works
+# offline and under the Content-Security-Policy (no CDN, no inline script)
+DOCS_FILES = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+}
+DOCS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>persona-memory API</title>
+<link rel="stylesheet" href="/docs/static/swagger-ui.css"></head>
+<body><div id="swagger-ui"></div>
+<script src="/docs/static/swagger-ui-bundle.js"></script>
+<script src="/docs/static/docs.js"></script></body></html>
+"""
+# /metrics is scraped unauthenticated: the review-queue depth is read from the database at most
+# this often, whatever the scrape rate
+QUEUE_DEPTH_CACHE_S = 15.0
 
 # Only the server's own origin: the UI ships its scripts and styles as files, nothing inline.
 CONTENT_SECURITY_POLICY = (
@@ -62,18 +82,27 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        exceeded = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    exceeded = True
                     raise BodyTooLarge
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if exceeded:
+                # the app caught BodyTooLarge (FastAPI turns a failed body read into 400): its
+                # answer is replaced by the 413 it would have been
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await _too_large(self.max_bytes)(scope, receive, send)
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
@@ -106,6 +135,8 @@ def create_app(
     max_input_tokens: int = 6000,
     max_body_bytes: int = 1_000_000,
     settings_cache_s: float = 5.0,
+    ui_session_s: float = 8 * 3600,
+    sign_in_max_s: float = 600,
     with_ui: bool = True,
 ) -> FastAPI:
     """The control-plane app over an open store."""
@@ -113,7 +144,7 @@ def create_app(
         title="persona-memory control plane",
         description="Review, user controls, settings, erasure and platform recall for persona-memory.",
         version="1",
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
     )
     settings_cache = SettingsCache(ttl_s=settings_cache_s)
@@ -125,6 +156,8 @@ def create_app(
         settings_cache=settings_cache,
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
+        ui_session_s=ui_session_s,
+        sign_in_max_s=sign_in_max_s,
     )
     registry = CollectorRegistry()
     requests_total = Counter(
@@ -157,6 +190,17 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(StoreTimeout)
+    @app.exception_handler(StoreUnavailable)
+    async def database_busy(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("database %s on %s %s", type(exc).__name__, request.method, request.url.path)
+        message = (
+            "the database did not answer in time (PMEM_DB_STATEMENT_TIMEOUT_S); try again"
+            if isinstance(exc, StoreTimeout)
+            else "the database is unavailable; try again shortly"
+        )
+        return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -193,15 +237,37 @@ def create_app(
             return JSONResponse({"status": "unavailable", "error": "database unreachable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    depth_read_at = [-QUEUE_DEPTH_CACHE_S]
+
     @app.get("/metrics", tags=["health"])
     async def metrics() -> Response:
-        """Prometheus metrics: requests, latency, review-queue depth by scope."""
-        try:
-            for scope, count in (await store.pending_counts()).items():
-                queue_depth.labels(scope).set(count)
-        except Exception as exc:
-            log.warning("could not read the review-queue depth: %s", type(exc).__name__)
+        """Prometheus metrics: requests, latency, review-queue depth by scope (read from the
+        database at most every 15 s)."""
+        now = time.monotonic()
+        if now - depth_read_at[0] >= QUEUE_DEPTH_CACHE_S:
+            depth_read_at[0] = now
+            try:
+                for scope, count in (await store.pending_counts()).items():
+                    queue_depth.labels(scope).set(count)
+            except Exception as exc:
+                log.warning("could not read the review-queue depth: %s", type(exc).__name__)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI over /openapi.json, from the server's own files."""
+        return HTMLResponse(DOCS_PAGE)
+
+    @app.get("/docs/static/{name}", include_in_schema=False)
+    async def docs_static(name: str) -> Response:
+        """Swagger UI's script and style (package `swagger-ui-bundle-v2`) and its start-up script."""
+        if name == "docs.js":
+            return FileResponse(STATIC / name, media_type="text/javascript; charset=utf-8")
+        if name not in DOCS_FILES:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        from swagger_ui_bundle import swagger_ui_path
+
+        return FileResponse(Path(swagger_ui_path) / name, media_type=DOCS_FILES[name])
 
     for router in (me.router, review.router, settings.router, platform.router):
         app.include_router(router)

@@ -7,9 +7,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from api.auth import CSRF_HEADER, SESSION_COOKIE, ApiKeyCache, AuthConfig, authenticate, csrf_ok
+from api.auth import (
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    ApiKeyCache,
+    AuthConfig,
+    authenticate,
+    csrf_ok,
+    session_digest,
+)
 from api.errors import Forbidden
-from api.principal import Principal
+from api.principal import PERSON_ROLES, Principal
 from store.settings_cache import SettingsCache
 from store.typing import ControlPlaneStore, RecallStore
 
@@ -27,6 +35,16 @@ class AppState:
     settings_cache: SettingsCache  # recall_store's
     max_input_tokens: int
     max_body_bytes: int
+    ui_session_s: float = 8 * 3600  # how long a web-UI session lasts after sign-in
+    sign_in_max_s: float = 600  # the longest life a sign-in token may have
+
+    async def session_principal(self, cookie: str) -> Principal | None:
+        """The person signed in with this session cookie; None when it is unknown, ended or expired."""
+        session = await self.store.ui_session(session_digest(cookie))
+        if session is None or session.role not in PERSON_ROLES:
+            return None
+        role = next(r for r in PERSON_ROLES if r == session.role)
+        return Principal(role=role, subject=session.subject, teams=frozenset(session.teams))
 
     def settings_changed(self) -> None:
         """A settings write went through this app: its recall sees it at once (other processes
@@ -51,7 +69,9 @@ async def current_principal(request: Request, state: Annotated[AppState, Depends
     carry the session's CSRF token (header `X-CSRF-Token` or form field `csrf_token`)."""
     bearer = _bearer(request)
     cookie = request.cookies.get(SESSION_COOKIE)
-    principal = await authenticate(bearer=bearer, cookie=cookie, config=state.auth, keys=state.keys)
+    principal = await authenticate(
+        bearer=bearer, cookie=cookie, config=state.auth, keys=state.keys, sessions=state.session_principal
+    )
     if bearer is None and cookie and request.method not in _SAFE_METHODS:
         presented = request.headers.get(CSRF_HEADER)
         if presented is None and request.headers.get("content-type", "").startswith(

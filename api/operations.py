@@ -15,6 +15,8 @@ from extraction.errors import PromptBudgetError
 from extraction.prompt import PromptBudget, render_prompts
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.context_recall import hint_in_context, recall_in_context
+from store.errors import NothingPending
+from store.keys import storable_value
 from store.pagination import BadCursor
 from store.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.types import (
@@ -74,13 +76,12 @@ def _limit(limit: int) -> int:
 
 
 def _value(value: str) -> str:
-    cleaned = value.strip()
+    # stored as every reader sees it: no invisible characters, one line (what the hint sends)
+    cleaned = storable_value(value)
     if not cleaned:
-        raise BadInput("value is empty; to remove a memory, delete it")
+        raise BadInput("value is empty (or only invisible characters); to remove a memory, delete it")
     if len(cleaned) > MAX_VALUE_CHARS:
         raise BadInput(f"value is {len(cleaned)} characters; the limit is {MAX_VALUE_CHARS}")
-    if "\x00" in cleaned:
-        raise BadInput("value contains a NUL character")
     return cleaned
 
 
@@ -133,7 +134,12 @@ async def decide(
     access.require_reviewer(principal)
     memory = access.reviewable(principal, await store.review_target(item_id))
     if decision == "edit":
-        edited = await store.edit(memory.id, _value(value or ""), actor=principal.actor, activate=True)
+        try:
+            edited = await store.edit(
+                memory.id, _value(value or ""), actor=principal.actor, activate=True, pending_only=True
+            )
+        except NothingPending as exc:
+            raise Conflict(f"memory {memory.id} has nothing pending to edit") from exc
         if edited is None:
             raise NotFound("no such memory")
         return edited

@@ -1,5 +1,6 @@
 """The web UI under `/ui/`: server-rendered pages (templates in `api/templates/`, static files in
-`api/static/`), a session cookie from `/ui/login?token=<JWT>`, CSRF tokens on every form.
+`api/static/`), a session of the server's own from `/ui/login?token=<sign-in token>`, CSRF tokens
+on every form.
 
 This is the shell: HTTP in, templates out. Who may do what is decided by `api/operations.py` (the
 same functions the JSON API calls), never here; the UI only hides what a role cannot use. Pure
@@ -9,15 +10,16 @@ decisions (cookies, CSRF, parsing, view models) live in `api/ui_core.py`.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-import jwt
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -30,7 +32,9 @@ from api import ui_core as core
 from api.deps import AppState
 from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 from api.schemas import export_json
-from store.types import Page, ReviewItem, SettingsLevel, SettingsRow
+from store.types import Page, ReviewItem, SettingsLevel, SettingsRow, UiSession
+
+log = logging.getLogger("pmem.api")
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -98,27 +102,15 @@ def _store(request: Request) -> Any:
     return _state(request).store
 
 
-def _verify(request: Request, token: str) -> tuple[Any, float] | None:
-    """The person a JWT names and when it expires (`api.auth`, the API's own verification); None
-    when it is expired, forged or malformed."""
-    try:
-        principal = api_auth.verify_jwt(token, _state(request).auth)
-        claims = jwt.decode(token, options={"verify_signature": False})
-    except (Unauthorized, jwt.InvalidTokenError):
-        return None
-    if not principal.is_person:
-        return None
-    return principal, float(claims["exp"])
-
-
 async def _session(request: Request) -> Session | None:
+    """The open session of the request's cookie (`store.ui_sessions`); None without one."""
     token = request.cookies.get(core.SESSION_COOKIE)
     if not token:
         return None
-    verified = _verify(request, token)
-    if verified is None:
+    principal = await _state(request).session_principal(token)
+    if principal is None:
         return None
-    return Session(token=token, principal=verified[0], csrf=api_auth.csrf_token(token, _state(request).auth))
+    return Session(token=token, principal=principal, csrf=api_auth.csrf_token(token, _state(request).auth))
 
 
 def _role(principal: Any) -> str:
@@ -322,33 +314,50 @@ async def _posted(request: Request) -> _Posted:
 
 @router.get("/login")
 async def login(request: Request, token: str = "", next: str = "") -> Response:
-    """`/ui/login?token=<JWT>`: verify the token, set the session cookie, continue to the role's page.
+    """`/ui/login?token=<sign-in token>`: exchange a single-use sign-in token for a session of the
+    server's own (its cookie is a random value, never a JWT), then continue to the role's page.
 
     It answers a small page that continues by itself (meta refresh) instead of a redirect: the
     link arrives from the chat platform, another site, and a browser does not send a SameSite=Strict
     cookie on a redirect that a cross-site navigation started, so the person would land signed out."""
-    verified = _verify(request, token) if token else None
-    if verified is None:
-        return await _message(
-            request,
-            None,
-            title="This sign-in link does not work",
-            lines=(
-                "It has expired or is not valid.",
-                "Open the memory page again from your chat platform to get a new link.",
-            ),
-            status_code=401,
+    state = _state(request)
+    now = time.time()
+    try:
+        sign_in = api_auth.verify_sign_in_token(
+            token, state.auth, now=now, max_life_s=state.sign_in_max_s
         )
-    principal, expires_at = verified
-    cookie = core.session_cookie(token, expires_at=expires_at, now=time.time(), scheme=request.url.scheme)
-    if cookie is None:  # pragma: no cover - verify refuses expired tokens first
+    except Unauthorized as exc:
+        return await _link_refused(request, str(exc))
+    if not sign_in.principal.is_person:  # pragma: no cover - principal_from_claims makes people
+        return await _link_refused(request, "not a person's token")
+    session_token = api_auth.new_session_token()
+    expires_at = now + state.ui_session_s
+    opened = await state.store.open_ui_session(
+        digest=api_auth.session_digest(session_token),
+        sign_in_id=sign_in.token_id,
+        sign_in_expires_at=sign_in.expires_at,
+        session=UiSession(
+            subject=sign_in.principal.subject or uuid.UUID(int=0),
+            role=sign_in.principal.role,
+            teams=tuple(sorted(sign_in.principal.teams)),
+            expires_at=datetime.fromtimestamp(expires_at, UTC),
+        ),
+    )
+    if not opened:
+        return await _link_refused(request, "this sign-in link was used already; each link works once")
+    cookie = core.session_cookie(session_token, expires_at=expires_at, now=now, scheme=request.url.scheme)
+    if cookie is None:  # pragma: no cover - a session lasts at least a second
         return await _signed_out(request, expired=True)
-    destination = core.safe_next(next, _role(principal))
+    role = _role(sign_in.principal)
+    destination = core.safe_next(next, role)
     response = await _message(
         request,
         None,
         title="Signed in",
-        lines=("Taking you to your page…",),
+        lines=(
+            f"Signed in as {ROLE_LABELS.get(role, role).lower()} {core.short_id(sign_in.principal.subject)}.",
+            "Taking you to your page…",
+        ),
         status_code=200,
         link=(destination, "Continue"),
         refresh_to=destination,
@@ -365,11 +374,29 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
     return response
 
 
+async def _link_refused(request: Request, reason: str) -> HTMLResponse:
+    """401: the sign-in link does not work (expired, used, forged, or not a sign-in token)."""
+    log.info("sign-in refused: %s", reason)
+    return await _message(
+        request,
+        None,
+        title="This sign-in link does not work",
+        lines=(
+            "It has expired, was used already, or is not valid.",
+            "Open the memory page again from your chat platform to get a new link.",
+        ),
+        status_code=401,
+    )
+
+
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """End the session on the server (its cookie opens nothing after this), then delete the cookie."""
     posted = await _posted(request)
     if posted.refusal is not None and posted.session is not None:
         return posted.refusal
+    if posted.session is not None:
+        await _state(request).store.end_ui_session(api_auth.session_digest(posted.session.token))
     response = await _message(
         request,
         None,

@@ -39,7 +39,7 @@ SECURITY_HEADERS: Final = {
 
 @dataclass(frozen=True, slots=True)
 class SessionCookie:
-    """The `pmem_session` cookie's attributes (the value is the person's JWT)."""
+    """The `pmem_session` cookie's attributes (the value is a random session token, never a JWT)."""
 
     value: str
     max_age: int
@@ -50,8 +50,8 @@ class SessionCookie:
 
 
 def session_cookie(token: str, *, expires_at: float, now: float, scheme: str) -> SessionCookie | None:
-    """The cookie for a verified token: it lives as long as the token; Secure over https. None
-    when the token has already expired."""
+    """The cookie of a new session: it lives as long as the session; Secure over https. None when
+    `expires_at` has passed."""
     max_age = math.floor(expires_at - now)
     if max_age <= 0:
         return None

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from extraction.redact import is_secret_key, redact
 from extraction.types import Candidate, Rejection, RejectionCode
-from store.keys import normalize_key, storable_text
+from store.keys import normalize_key, storable_text, storable_value
 from store.types import SCOPES, Scope
 
 __all__ = [
@@ -159,7 +159,7 @@ def _validate_item(
     if len(key) > limits.max_key_chars:
         return _reject("key_too_long", f"key longer than {limits.max_key_chars} characters", item, limits)
 
-    value = " ".join(storable_text(value_raw).split()) if isinstance(value_raw, str) else ""
+    value = storable_value(value_raw) if isinstance(value_raw, str) else ""
     if not value:
         return _reject("value_empty", "value missing or empty", item, limits)
     if len(value) > limits.max_value_chars:

@@ -1,7 +1,8 @@
 """The part of the store both backends share, in SQLAlchemy Core, assembled from one module per
 role: writes (`store.writes`), review (`store.review`), listing (`store.listing`), erasure and
-retention (`store.erasure`), settings (`store.memory_settings`), API keys (`store.api_keys`) and
-chat history (`store.history`). Recall lives in each backend.
+retention (`store.erasure`), settings (`store.memory_settings`), API keys (`store.api_keys`),
+web-UI sessions (`store.ui_sessions`) and chat history (`store.history`). Recall lives in each
+backend.
 
 Decisions come from pure modules (`store.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -17,6 +18,7 @@ from store.history import ChatHistory
 from store.listing import MemoryListing
 from store.memory_settings import SettingsRows
 from store.review import MemoryReview
+from store.ui_sessions import UiSessions
 from store.writes import MemoryWrites
 
 
@@ -27,6 +29,7 @@ class CoreStore(
     MemoryErasure,
     SettingsRows,
     ApiKeys,
+    UiSessions,
     ChatHistory,
     EmbeddingModels,
 ):

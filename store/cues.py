@@ -41,9 +41,12 @@ _MONTH = (
 )
 _ORD = r"(?:st|nd|rd|th)?"
 _PREP = r"(?:\b(?:on|in|during|around|of|since|from|at)\s+)?"
-_DAY_MONTH_YEAR = re.compile(rf"{_PREP}\b(\d{{1,2}}){_ORD}\s+(?:of\s+)?{_MONTH}\s*,?\s*(\d{{4}})\b", re.I)
-_MONTH_DAY_YEAR = re.compile(rf"{_PREP}\b{_MONTH}\s+(\d{{1,2}}){_ORD}\s*,?\s*(\d{{4}})\b", re.I)
-_MONTH_YEAR = re.compile(rf"{_PREP}\b{_MONTH}\s*,?\s*(\d{{4}})\b", re.I)
+# `\s*(?:,\s*)?`, not `\s*,?\s*`: two adjacent `\s*` can split a run of spaces in every way, and a
+# query ending in thousands of spaces made each search quadratic (a person waits on that recall)
+_COMMA = r"\s*(?:,\s*)?"
+_DAY_MONTH_YEAR = re.compile(rf"{_PREP}\b(\d{{1,2}}){_ORD}\s+(?:of\s+)?{_MONTH}{_COMMA}(\d{{4}})\b", re.I)
+_MONTH_DAY_YEAR = re.compile(rf"{_PREP}\b{_MONTH}\s+(\d{{1,2}}){_ORD}{_COMMA}(\d{{4}})\b", re.I)
+_MONTH_YEAR = re.compile(rf"{_PREP}\b{_MONTH}{_COMMA}(\d{{4}})\b", re.I)
 _YEAR = re.compile(r"\b(?:in|during|since|of)\s+((?:19|20)\d{2})\b", re.I)
 _RELATIVE = re.compile(
     r"\b(today|yesterday|last\s+(?:week|month|year|weekend)|this\s+(?:week|month|year)|"
@@ -73,8 +76,9 @@ class TimeWindow:
     end: datetime
 
     def widened(self, slack: timedelta) -> TimeWindow:
-        """The same window with `slack` added on both sides (conversations rarely land on the day)."""
-        return TimeWindow(start=self.start - slack, end=self.end + slack)
+        """The same window with `slack` added on both sides (conversations rarely land on the day),
+        kept inside the calendar (year 1 to 9999)."""
+        return TimeWindow(start=_shifted(self.start, -slack), end=_shifted(self.end, slack))
 
     def contains(self, moment: datetime) -> bool:
         return self.start <= _aware(moment) < self.end
@@ -88,25 +92,45 @@ class TimeCue:
     remaining_query: str
 
 
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _shifted(moment: datetime, delta: timedelta) -> datetime:
+    """`moment + delta`, or the calendar's first or last moment where that would leave it."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return _LATEST if delta > timedelta(0) else _EARLIEST
+
+
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _day(year: int, month: int, day: int) -> TimeWindow | None:
+    """The day, or None when it is not one ("30 February", "1 January 0000")."""
     try:
         start = datetime(year, month, day, tzinfo=UTC)
     except ValueError:
         return None
-    return TimeWindow(start=start, end=start + timedelta(days=1))
+    return TimeWindow(start=start, end=_shifted(start, timedelta(days=1)))
 
 
-def _month(year: int, month: int) -> TimeWindow:
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+def _month(year: int, month: int) -> TimeWindow | None:
+    """The month, or None when its year is outside the calendar ("August 0000")."""
+    try:
+        start = datetime(year, month, 1, tzinfo=UTC)
+    except ValueError:
+        return None
+    try:
+        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    except ValueError:  # December 9999
+        end = _LATEST
     return TimeWindow(start=start, end=end)
 
 
-def _relative(match: re.Match[str], now: datetime) -> TimeWindow:
+def _relative(match: re.Match[str], now: datetime) -> TimeWindow | None:
     phrase = " ".join(match.group(0).lower().split())
     today = _aware(now).replace(hour=0, minute=0, second=0, microsecond=0)
     day = timedelta(days=1)

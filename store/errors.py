@@ -11,6 +11,11 @@ class StoreError(RuntimeError):
     """A store operation failed for a reason the caller can fix; the message says how."""
 
 
+class NothingPending(StoreError):
+    """A review decision on a memory that has nothing waiting for review (already decided, or
+    never queued)."""
+
+
 class StoreUnavailable(RuntimeError):
     """The database cannot be reached right now (connection refused or lost, server shutting down,
     no free connection): not the caller's fault; wait and try again."""

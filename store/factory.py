@@ -15,16 +15,25 @@ async def open_store(
     *,
     check_schema: bool = True,
     settings_defaults: MemorySettings | None = None,
+    connect_timeout_s: float | None = 10.0,
+    statement_timeout_s: float | None = 60.0,
 ) -> PostgresMemoryStore | SqliteMemoryStore:
     """A Postgres store for postgresql:// URLs, a SQLite store for sqlite:/// URLs.
 
     With `check_schema` (default) the database is reached once: a missing or outdated schema, or an
-    embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`."""
+    embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`.
+    The timeouts apply to Postgres (`PostgresMemoryStore`; None or 0: none)."""
     store: PostgresMemoryStore | SqliteMemoryStore
     if backend_of(database_url) == "sqlite":
         store = SqliteMemoryStore(database_url, embedder, settings_defaults=settings_defaults)
     else:
-        store = PostgresMemoryStore(database_url, embedder, settings_defaults=settings_defaults)
+        store = PostgresMemoryStore(
+            database_url,
+            embedder,
+            settings_defaults=settings_defaults,
+            connect_timeout_s=connect_timeout_s,
+            statement_timeout_s=statement_timeout_s,
+        )
     if check_schema:
         try:
             await store.check_schema()

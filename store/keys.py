@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
-__all__ = ["embedding_text", "normalize_key", "storable_text"]
+__all__ = ["embedding_text", "is_invisible", "normalize_key", "storable_text", "storable_value"]
 
-# What no store can keep: NUL (Postgres text refuses it) and lone UTF-16 surrogates (a JSON
-# "\\ud800" decodes to one; UTF-8 cannot encode it), plus the other C0 controls, which are noise.
-_UNSTORABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+# Unicode's Default_Ignorable_Code_Point set (DerivedCoreProperties.txt): code points a renderer
+# shows as nothing. Most are format characters (category Cf, caught below by category, so new ones
+# are too); these are the rest, which carry other categories: the combining grapheme joiner,
+# Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors, and the
+# reserved ignorables, including all of plane 14 (the tag block U+E0000–U+E007F and the
+# variation selectors supplement).
+_IGNORABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 _SEPARATORS = re.compile(r"[\s_]+")
 _EDGE_PUNCTUATION = " \t\n\"'`“”‘’.,;:!?*#-"
 
@@ -30,7 +38,24 @@ def embedding_text(key: str, value: str) -> str:
     return f"{key}: {value}"
 
 
+def is_invisible(char: str) -> bool:
+    """Whether a person reading the text cannot see `char`, though a model reading it does: control
+    characters other than tab, newline and carriage return (category Cc), format characters (Cf:
+    zero-width spaces and joiners, bidi controls, the tag block), lone surrogates (Cs, which no
+    store can keep either) and the other default-ignorable code points."""
+    if char in "\t\n\r":
+        return False
+    return unicodedata.category(char) in ("Cc", "Cf", "Cs") or _IGNORABLE.match(char) is not None
+
+
 def storable_text(text: str) -> str:
-    """`text` without the characters a database cannot store (NUL, lone surrogates) or that are
-    invisible noise (other control characters); tabs and newlines stay."""
-    return _UNSTORABLE.sub("", text)
+    """`text` without the characters a reviewer cannot see (`is_invisible`; NUL and lone surrogates,
+    which no database stores, are among them): what is stored is what a person reviewing it saw.
+    Every visible character stays, in order; tabs and newlines stay."""
+    return "".join(char for char in text if not is_invisible(char))
+
+
+def storable_value(text: str) -> str:
+    """A memory's value (or key) as stored and shown everywhere: `storable_text` on one line, runs
+    of whitespace as one space, trimmed. The hint sends exactly this."""
+    return " ".join(storable_text(text).split())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -29,8 +29,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         moment = datetime.fromisoformat(at)
         if moment.tzinfo is None:
             raise ValueError("naive timestamp")
-        return moment, uuid.UUID(item)
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        # in UTC here, where a shift past year 1 or 9999 is a bad cursor, not a crash later
+        return moment.astimezone(UTC), uuid.UUID(item)
+    except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error) as exc:
         raise BadCursor("cursor is not valid; pass the next_cursor of the previous page unchanged") from exc
 
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, false, func, select, update
 
 from store.base import StoreBase, audit_entry
-from store.errors import StoreError
+from store.errors import NothingPending, StoreError
 from store.keys import embedding_text
 from store.pagination import newest_first_page
 from store.policy import check_may_decide, plan_approve, plan_reject, storable_confidence
@@ -102,13 +102,20 @@ class MemoryReview(StoreBase):
         return None if row is None else self._memory(row)
 
     async def edit(
-        self, memory_id: uuid.UUID, value: str, *, actor: str, activate: bool = False
+        self,
+        memory_id: uuid.UUID,
+        value: str,
+        *,
+        actor: str,
+        activate: bool = False,
+        pending_only: bool = False,
     ) -> Memory | None:
         """Set a memory's value (re-embedded); None when there is no such memory.
 
         Without `activate` the status is kept. With it (a person's edit, or a reviewer's edit-and-
         approve) the memory becomes `active` and an open proposal is closed: what the person wrote
-        supersedes it."""
+        supersedes it. With `pending_only` (a reviewer's edit-and-approve) a memory with nothing
+        waiting for review, as approve would find it, is left alone: `NothingPending`."""
         if not value.strip():
             raise ValueError("the new value is empty; to remove a memory use archive or delete")
         if activate:
@@ -126,12 +133,14 @@ class MemoryReview(StoreBase):
             memory = await self._locked_memory(conn, memory_id)
             if memory is None:
                 return None
+            open_rev = await self._open_revision(conn, memory_id, lock=True) if activate or pending_only else None
+            if pending_only and plan_approve(memory, open_rev[0] if open_rev else None) == "nothing":
+                raise NothingPending(f"memory {memory_id} has nothing pending to review")
             values: dict[str, object] = {"value": value, "updated_at": self._now()}
             if embedding is not None:
                 values["embedding"] = embedding
             if activate:
                 values["status"] = "active"
-                open_rev = await self._open_revision(conn, memory_id, lock=True)
                 if open_rev is not None:
                     await self._close_revision(
                         conn, open_rev[0], memory, status="rejected", actor=actor, audit=False

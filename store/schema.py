@@ -171,6 +171,7 @@ class Schema:
     settings: Table
     chat_messages: Table
     api_keys: Table
+    ui_sessions: Table
     embedding_config: Table
     embedding_dim: int
     dialect: Dialect_
@@ -453,6 +454,24 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         sqlite_where=text("revoked_at IS NULL"),
     )
 
+    # web-UI sessions: the cookie's SHA-256 (the cookie is 256 random bits) and who signed in. The
+    # digest of the sign-in token's `jti` is unique, so a sign-in link opens one session only; an
+    # ended session keeps its row (`ended_at`) until both it and its sign-in token have expired.
+    ui_sessions = Table(
+        "ui_sessions",
+        md,
+        Column("digest", Text, primary_key=True),
+        Column("sign_in_id", Text, nullable=False),
+        Column("subject", guid, nullable=False),
+        Column("role", Text, nullable=False),
+        Column("teams", Text, nullable=False),  # a JSON list of team UUIDs
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("expires_at", UtcDateTime(), nullable=False),
+        Column("sign_in_expires_at", UtcDateTime(), nullable=False),
+        Column("ended_at", UtcDateTime(), nullable=True),
+    )
+    Index("uq_ui_sessions_sign_in_id", ui_sessions.c.sign_in_id, unique=True)
+
     # the embedding provider, model and dimension the stored vectors were made with (one row,
     # written by `pmem migrate`); `reembed_*` is the checkpoint of a running `pmem reembed`
     embedding_config = Table(
@@ -472,6 +491,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
     return Schema(
         metadata=md,
         api_keys=api_keys,
+        ui_sessions=ui_sessions,
         embedding_config=embedding_config,
         memories=memories,
         revisions=revisions,

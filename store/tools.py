@@ -36,6 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from store.keys import storable_value
 from store.recall import normalize_key, resolve_scopes, writable_owner
 from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef
 from store.typing import MemoryStore
@@ -299,6 +300,9 @@ class MemoryTools:
 
     async def _save(self, key: str, value: str, confidence: float) -> dict[str, Any]:
         ctx = self.context
+        key, value = storable_value(key), storable_value(value)
+        if not key or not value:
+            raise ToolCallError("key and value need visible characters; say the fact in words")
         owner = writable_owner(ctx.user_id, ctx.persona_id)
         result = await ctx.store.upsert(
             NewMemory(

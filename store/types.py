@@ -263,6 +263,17 @@ class ApiKey:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class UiSession:
+    """A web-UI session: who signed in (role and teams as their sign-in token named them) and until
+    when it lasts."""
+
+    subject: uuid.UUID
+    role: str
+    teams: tuple[uuid.UUID, ...]
+    expires_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SettingsRow:
     """One level's own settings (None = inherit from the level above)."""
 

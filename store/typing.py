@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from store.types import (
@@ -28,6 +29,7 @@ from store.types import (
     Scope,
     SettingsLevel,
     SettingsRow,
+    UiSession,
     UpsertResult,
     UserExport,
     UserMemoryQuery,
@@ -139,7 +141,13 @@ class ReviewStore(Protocol):
     async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
 
     async def edit(
-        self, memory_id: uuid.UUID, value: str, *, actor: str, activate: bool = False
+        self,
+        memory_id: uuid.UUID,
+        value: str,
+        *,
+        actor: str,
+        activate: bool = False,
+        pending_only: bool = False,
     ) -> Memory | None: ...
 
     async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]: ...
@@ -193,7 +201,26 @@ class KeyStore(Protocol):
     async def verify_api_key(self, key: str) -> ApiKey | None: ...
 
 
-class ControlPlaneStore(RecallStore, ReviewStore, PersonalStore, SettingsStore, KeyStore, Protocol):
+class SessionStore(Protocol):
+    """Web-UI sessions, each opened by one single-use sign-in token."""
+
+    async def open_ui_session(
+        self,
+        *,
+        digest: str,
+        sign_in_id: str,
+        sign_in_expires_at: datetime,
+        session: UiSession,
+    ) -> bool: ...
+
+    async def ui_session(self, digest: str) -> UiSession | None: ...
+
+    async def end_ui_session(self, digest: str) -> None: ...
+
+
+class ControlPlaneStore(
+    RecallStore, ReviewStore, PersonalStore, SettingsStore, KeyStore, SessionStore, Protocol
+):
     """Everything `pmem serve` needs."""
 
     async def ping(self) -> None: ...

@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     auth_audience: str | None = None
     # largest request body the API reads; larger ones get 413
     api_max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    # a web-UI session lasts this long after sign-in (sign-out ends it sooner)
+    ui_session_s: int = Field(default=8 * 3600, ge=60)
+    # the longest life the server accepts for a sign-in token (they work once)
+    ui_sign_in_max_s: int = Field(default=600, ge=10)
+    # uvicorn's idle keep-alive timeout (seconds) between requests on one connection
+    api_keep_alive_s: int = Field(default=5, ge=1)
 
     # Observability
     http_port: int = Field(default=9464, ge=0, le=65535)

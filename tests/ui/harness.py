@@ -36,15 +36,23 @@ CHANNEL = uuid.UUID("13066c66-a322-5abd-bf9c-407bb5565fe3")
 
 
 def token(
-    subject: uuid.UUID, role: str = "user", teams: tuple[uuid.UUID, ...] = (), *, ttl_s: float = 3600
+    subject: uuid.UUID,
+    role: str = "user",
+    teams: tuple[uuid.UUID, ...] = (),
+    *,
+    ttl_s: float = 300,
+    sign_in: bool = True,
 ) -> str:
-    """A person's JWT as the chat platform would mint it (HS256 with the server's secret)."""
+    """A person's single-use sign-in token as the chat platform would mint it (HS256 with the
+    server's secret); with `sign_in=False` their API token instead."""
     claims: dict[str, Any] = {
         "sub": str(subject),
         "exp": int(time.time() + ttl_s),
         "pmem_role": role,
         "pmem_teams": [str(t) for t in teams],
     }
+    if sign_in:
+        claims.update(pmem_use="sign_in", jti=uuid.uuid4().hex)
     return jwt.encode(claims, SECRET, algorithm="HS256")
 
 
@@ -195,6 +203,12 @@ def serving(database_url: str) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def end_sessions_by_time(database_url: str) -> None:
+    """Let every open web-UI session expire now (as the clock would after PMEM_UI_SESSION_S)."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE ui_sessions SET expires_at = now() - interval '1 second'")
 
 
 def status_of(database_url: str, memory_id: uuid.UUID) -> str | None:

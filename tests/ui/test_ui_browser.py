@@ -122,16 +122,16 @@ def test_session_cookie_is_httponly_samesite_strict_and_scoped_to_the_ui(
     assert "secure" in set_cookie and "httponly" in set_cookie and "samesite=strict" in set_cookie
 
 
-def test_a_session_ends_with_its_token_and_a_stale_cookie_is_cleared(
-    page: Any, base_url: str, seeded: h.Seeded
+def test_a_session_ends_when_it_expires_and_a_stale_cookie_is_cleared(
+    page: Any, base_url: str, database: str, seeded: h.Seeded
 ) -> None:
-    sign_in(page, base_url, h.token(h.ALICE, "user", (h.TEAM_A,), ttl_s=3))
-    page.wait_for_timeout(3500)  # the cookie lives exactly as long as the token
-    assert page.context.cookies() == []
+    sign_in(page, base_url, h.alice_token())
+    h.end_sessions_by_time(database)
     assert page.goto(f"{base_url}/ui/me").status == 401
-    assert page.get_by_role("heading", name="Sign in to continue").is_visible()
-    # a cookie whose token no longer verifies (the platform rotated its key) is removed
-    stale = h.alice_token()[:-4] + "AAAA"
+    assert page.get_by_text("Your session has ended.").is_visible()
+    assert page.context.cookies() == []
+    # a cookie the server never issued (or a JWT, which the cookie no longer is) opens nothing
+    stale = h.token(h.ALICE, "user", (h.TEAM_A,), sign_in=False)
     page.context.add_cookies([{"name": "pmem_session", "value": stale, "domain": "127.0.0.1", "path": "/ui"}])
     assert page.goto(f"{base_url}/ui/me").status == 401
     assert page.get_by_text("Your session has ended.").is_visible()
@@ -144,6 +144,58 @@ def test_signing_out_ends_the_session(page: Any, base_url: str, seeded: h.Seeded
     assert page.get_by_role("heading", name="Signed out").is_visible()
     assert page.context.cookies() == []
     assert page.goto(f"{base_url}/ui/me").status == 401
+
+
+def test_a_sign_in_link_opens_a_session_of_its_own_once_and_sign_out_ends_it_on_the_server(
+    chromium: Any, page: Any, base_url: str, seeded: h.Seeded
+) -> None:
+    link_token = h.alice_token()
+    sign_in(page, base_url, link_token)
+    (cookie,) = page.context.cookies()
+    session = cookie["value"]
+    assert session != link_token and session.count(".") != 2  # a random value, not the JWT
+    # the session cookie is no API credential
+    as_bearer = httpx.get(f"{base_url}/v1/me/memories", headers={"Authorization": f"Bearer {session}"})
+    assert as_bearer.status_code == 401
+    # the link works once: opened again (another browser, or the history) it signs no one in
+    other = chromium.new_context()
+    try:
+        replay = other.new_page()
+        assert replay.goto(f"{base_url}/ui/login?token={link_token}").status == 401
+        assert replay.get_by_role("heading", name="This sign-in link does not work").is_visible()
+        assert other.cookies() == []
+    finally:
+        other.close()
+    # sign-out ends the session on the server: a copy of the cookie opens nothing afterwards
+    page.get_by_role("button", name="Sign out").click()
+    assert page.get_by_role("heading", name="Signed out").is_visible()
+    thief = chromium.new_context()
+    try:
+        thief.add_cookies([{"name": "pmem_session", "value": session, "domain": "127.0.0.1", "path": "/ui"}])
+        assert thief.new_page().goto(f"{base_url}/ui/me").status == 401
+    finally:
+        thief.close()
+
+
+def test_an_api_token_or_a_long_lived_token_in_a_link_signs_no_one_in(
+    page: Any, base_url: str, seeded: h.Seeded
+) -> None:
+    api_token = h.token(h.ALICE, "user", (h.TEAM_A,), sign_in=False)
+    for bad in (api_token, h.token(h.ALICE, "user", (h.TEAM_A,), ttl_s=3600)):
+        response = page.goto(f"{base_url}/ui/login?token={bad}")
+        assert response.status == 401
+        assert page.get_by_role("heading", name="This sign-in link does not work").is_visible()
+        assert page.context.cookies() == []
+
+
+def test_the_api_docs_render_from_the_servers_own_files_under_its_csp(page: Any, base_url: str) -> None:
+    violations: list[str] = []
+    outside: list[str] = []
+    page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
+    page.on("request", lambda req: outside.append(req.url) if not req.url.startswith(base_url) else None)
+    page.goto(f"{base_url}/docs")
+    expect(page.get_by_text("/v1/review/{item_id}/approve").first).to_be_visible()
+    assert violations == [] and outside == []
 
 
 # --- review queue ------------------------------------------------------------------------------

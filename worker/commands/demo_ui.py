@@ -30,6 +30,8 @@ from worker.commands.errors import UsageError
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SCRIPT = SAMPLES / "persona_script.json"
 FOLLOWUPS = SAMPLES / "followups.jsonl"
+# how long the printed sign-in links (single use) and the sessions they open last
+DEMO_LINK_S = 12 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ def sign_in_links(
     )
     links = []
     for who, subject, role, teams, about in people:
-        token = mint_jwt(secret=secret, subject=subject, role=role, teams=teams, ttl_s=ttl_s)
+        token = mint_jwt(secret=secret, subject=subject, role=role, teams=teams, ttl_s=ttl_s, sign_in=True)
         links.append((who, f"{base}/ui/login?token={token}", about))
     return links
 
@@ -175,8 +177,13 @@ async def serve(
         port = _any_free_port(host)
         print(f"\nport {ui.port} is in use (PMEM_API_PORT); serving on {port} instead")
     secret = secrets.token_urlsafe(32)
+    # the demo's links are printed once, so they may live as long as a demo session
     app = create_app(
-        store=store, auth=AuthConfig(jwt_secret=secret), max_input_tokens=settings.llm_max_input_tokens
+        store=store,
+        auth=AuthConfig(jwt_secret=secret),
+        max_input_tokens=settings.llm_max_input_tokens,
+        ui_session_s=DEMO_LINK_S,
+        sign_in_max_s=DEMO_LINK_S,
     )
 
     # `pmem serve`'s server: Ctrl-C ends it gracefully and the demo then cleans up and exits 0
@@ -188,8 +195,11 @@ async def serve(
         await task
         raise UsageError(f"the web UI could not start on {host}:{port}")
     base = f"http://{host}:{port}"
-    print(f"\nweb UI on {base}/ui/ — open a link to sign in (valid for 12 hours); Ctrl-C stops the demo")
-    for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=12 * 3600):
+    print(
+        f"\nweb UI on {base}/ui/ — open a link to sign in (each works once, within 12 hours; "
+        "more with `pmem token --role … --login-url BASE` and the export line below); Ctrl-C stops the demo"
+    )
+    for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=DEMO_LINK_S):
         print(f"  {who:<11} {link}")
         print(f"  {'':<11} ({about})")
     by_name = {name: key for key, name in catalogue["names"].items()}

@@ -57,8 +57,19 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
             max_input_tokens=settings.llm_max_input_tokens,
             max_body_bytes=settings.api_max_body_bytes,
             settings_cache_s=settings.settings_cache_s,
+            ui_session_s=settings.ui_session_s,
+            sign_in_max_s=settings.ui_sign_in_max_s,
         )
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        # uvicorn has no deadline for reading a request's headers: in production a reverse proxy
+        # in front (README, Security) bounds that; idle connections close after the keep-alive
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=settings.api_keep_alive_s,
+        )
         server = _Server(config)
         print(
             f"pmem serve: listening on http://{host}:{port} (API /v1, UI /ui/, docs /docs)", file=sys.stderr

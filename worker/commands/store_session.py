@@ -15,13 +15,18 @@ Store = PostgresMemoryStore | SqliteMemoryStore
 
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
-    """The store at PMEM_DATABASE_URL with the configured embedder and settings defaults."""
+    """The store at PMEM_DATABASE_URL with the configured embedder, settings defaults and database
+    timeouts (PMEM_DB_CONNECT_TIMEOUT_S, PMEM_DB_STATEMENT_TIMEOUT_S)."""
     from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
     try:
         store = await open_store(
-            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
+            settings.database_url,
+            embedder,
+            settings_defaults=settings.memory_defaults(),
+            connect_timeout_s=settings.db_connect_timeout_s,
+            statement_timeout_s=settings.db_statement_timeout_s,
         )
         try:
             yield store

@@ -24,7 +24,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--login-url",
         metavar="BASE",
-        help="print a UI sign-in link on BASE instead, e.g. http://127.0.0.1:8080",
+        help="print a single-use UI sign-in link on BASE instead (lifetime: --ttl, at most "
+        "PMEM_UI_SIGN_IN_MAX_S), e.g. http://127.0.0.1:8080",
     )
     parser.set_defaults(run=run)
 
@@ -41,14 +42,17 @@ def run(args: argparse.Namespace) -> int:
     if args.ttl < 1:
         print("pmem token: --ttl must be at least 1 second", file=sys.stderr)
         return 2
+    # a sign-in link carries a single-use sign-in token, living at most PMEM_UI_SIGN_IN_MAX_S
+    ttl = min(args.ttl, settings.ui_sign_in_max_s) if args.login_url else args.ttl
     token = mint_jwt(
         secret=settings.auth_jwt_secret,
         subject=args.sub or uuid.uuid4(),
         role=args.role,
         teams=tuple(args.team),
-        ttl_s=args.ttl,
+        ttl_s=ttl,
         issuer=settings.auth_issuer,
         audience=settings.auth_audience,
+        sign_in=bool(args.login_url),
     )
     print(f"{args.login_url.rstrip('/')}/ui/login?token={token}" if args.login_url else token)
     return 0
