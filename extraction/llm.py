@@ -9,7 +9,16 @@ Structured output: `response_format={"type": "json_schema", strict}` first. A pr
 400/422 mentioning `response_format`/`json_schema` gets JSON mode (`{"type": "json_object"}`)
 instead, and one that rejects that too gets no `response_format` at all (the prompt still asks for
 JSON only, and the reply is validated either way). The extractor remembers the mode that works
-for the rest of its life (one probe per client).
+for the rest of its life (one probe per client). The schema is bounded (`maxItems`, `maxLength`,
+integer ranges from `ValidationLimits`) so a grammar-constrained server cannot loop past what we
+accept, and `max_tokens` is the size of the longest complete reply the schema allows (the array
+bound is lowered to fit `max_output_tokens`). A provider whose strict mode refuses the string
+length keywords gets the schema without them; one that wants `max_completion_tokens` gets that.
+
+Size failures split the chunk in two (`extraction.prompt.split_prompt`) rather than dropping
+anything: a prompt the server refuses as over its context is split again until it fits; a reply
+cut off at `max_tokens` (`finish_reason: "length"`) is re-asked once as two halves, and a half cut
+off again is a `PermanentExtractionError` naming the fix.
 
 Retries (`RetryPolicy.call`; `extraction.clients.ProviderClient` never retries by itself, so
 nothing is retried twice): 408/409/429/5xx, timeouts and connection errors are retried with backoff, honouring
@@ -37,7 +46,7 @@ from extraction.errors import (
     TransientExtractionError,
     classify_openai_error,
 )
-from extraction.prompt import PromptBudget, RenderedPrompt, count_tokens, render_prompts
+from extraction.prompt import PromptBudget, RenderedPrompt, count_tokens, render_prompts, split_prompt
 from extraction.redact import redact, screen_candidate
 from extraction.types import (
     Candidate,
@@ -54,6 +63,8 @@ from extraction.validate import (
     merge_candidates,
     output_json_schema,
     parse_output,
+    reply_tokens,
+    without_string_lengths,
 )
 from extraction.wire import MalformedReplyError, chat_body, parse_chat_reply
 from store.types import Scope
@@ -61,7 +72,7 @@ from store.types import Scope
 if TYPE_CHECKING:
     from worker.settings import Settings
 
-__all__ = ["LLMConfig", "LLMExtractor"]
+__all__ = ["LLMConfig", "LLMExtractor", "is_over_context"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,7 +86,9 @@ class LLMConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_input_tokens: int = 6000
     temperature: float | None = None  # None: provider default (some reasoning models reject others)
-    max_output_tokens: int | None = None  # sent as max_tokens when set
+    # the reply budget: the schema's array bound is lowered until a complete reply fits, and the
+    # size of that reply is sent as max_tokens (PMEM_LLM_MAX_OUTPUT_TOKENS)
+    max_output_tokens: int = 4096
     limits: ValidationLimits = DEFAULT_LIMITS
 
     @classmethod
@@ -88,11 +101,20 @@ class LLMConfig:
             timeout_s=settings.llm_timeout_s,
             retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
             max_input_tokens=settings.llm_max_input_tokens,
+            max_output_tokens=settings.llm_max_output_tokens,
         )
 
 
 class _MalformedReply(Exception):
     """The reply did not match the contract; re-asked until the attempts are spent."""
+
+
+class _Truncated(Exception):
+    """The reply was cut off at max_tokens; re-asking the same prompt would be cut off again."""
+
+
+class _OverContext(Exception):
+    """The server refused the prompt as longer than its context window."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -110,11 +132,41 @@ _MODES: tuple[OutputMode, ...] = ("json_schema", "json_object", "prompt_only")
 _FALLBACK: dict[OutputMode, OutputMode] = {"json_schema": "json_object", "json_object": "prompt_only"}
 
 
+def _rejection_text(exc: openai.APIStatusError) -> str:
+    return f"{exc.message} {exc.body}".lower() if exc.status_code in (400, 422) else ""
+
+
 def _rejects_response_format(exc: openai.APIStatusError) -> bool:
-    if exc.status_code not in (400, 422):
-        return False
-    text = f"{exc.message} {exc.body}".lower()
+    text = _rejection_text(exc)
     return any(marker in text for marker in ("response_format", "json_schema", "structured output"))
+
+
+def _rejects_string_lengths(exc: openai.APIStatusError) -> bool:
+    text = _rejection_text(exc)
+    return "maxlength" in text or "minlength" in text
+
+
+def _wants_max_completion_tokens(exc: openai.APIStatusError) -> bool:
+    return "max_completion_tokens" in _rejection_text(exc)
+
+
+# How servers refuse a prompt longer than their context: llama.cpp (exceed_context_size_error),
+# OpenAI and Azure (context_length_exceeded), vLLM ("maximum context length"), LiteLLM
+# (ContextWindowExceededError). Ollama truncates the prompt silently instead.
+_OVER_CONTEXT_MARKERS = (
+    "exceed_context_size",
+    "exceeds the available context size",
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "contextwindowexceeded",
+)
+
+
+def is_over_context(exc: openai.APIStatusError) -> bool:
+    """Whether the provider refused the request as longer than the model's context window."""
+    text = f"{exc.message} {exc.body}".lower() if exc.status_code in (400, 413, 422) else ""
+    return any(marker in text for marker in _OVER_CONTEXT_MARKERS)
 
 
 def _redact_messages(messages: Sequence[TranscriptMessage]) -> tuple[tuple[TranscriptMessage, ...], int]:
@@ -163,6 +215,8 @@ class LLMExtractor:
         self._sleep = sleep
         self._on_retry = on_retry
         self._mode: OutputMode = "json_schema"
+        self._string_lengths = True  # False once the provider refused maxLength in its schema
+        self._max_tokens_param = "max_tokens"  # or max_completion_tokens, once asked for it
         self._where = f"LLM call to {config.base_url or 'api.openai.com'} (model {config.model})"
 
     @property
@@ -187,12 +241,22 @@ class LLMExtractor:
         calls = retries = 0
         candidates: list[Candidate] = []
         rejections: list[Rejection] = []
-        for prompt in prompts:
+        pending = [(prompt, False) for prompt in prompts]  # (prompt, already split after a cut-off)
+        while pending:
+            prompt, resplit = pending.pop(0)
             state = _CallState()
             try:
                 chunk_candidates, chunk_rejections = await self._extract_chunk(
                     prompt, request.allowed_scopes, state
                 )
+            except (_OverContext, _Truncated) as exc:
+                usage += state.usage
+                calls += state.calls
+                halves = split_prompt(prompt) if not (resplit and isinstance(exc, _Truncated)) else []
+                if not halves:
+                    raise self._size_failure(exc, prompt, usage) from exc
+                pending[:0] = [(half, resplit or isinstance(exc, _Truncated)) for half in halves]
+                continue
             except (TransientError, PermanentExtractionError) as exc:
                 exc.usage = usage + state.usage  # tokens already spent, for the worker's metrics
                 raise
@@ -256,15 +320,44 @@ class LLMExtractor:
                 "use a model that follows JSON instructions, or raise PMEM_LLM_MAX_RETRIES"
             ) from exc
 
-    def _response_format(self, mode: OutputMode, allowed: Sequence[Scope]) -> dict[str, Any] | None:
+    def _size_failure(
+        self, exc: Exception, prompt: RenderedPrompt, usage: TokenUsage
+    ) -> PermanentExtractionError:
+        if isinstance(exc, _Truncated):
+            message = (
+                f"{self._where}: the reply was cut off at max_tokens again after the transcript was "
+                f"split in two ({self._config.max_output_tokens} output tokens allowed); the model "
+                "likely repeats itself: use a stronger model, or raise PMEM_LLM_MAX_OUTPUT_TOKENS"
+            )
+        else:
+            message = (
+                f"{self._where}: the server refuses even a {prompt.tokens}-token prompt as over its "
+                f"context window (the reply needs up to {self._config.max_output_tokens} tokens of it "
+                "too); raise the server's context size, or lower PMEM_LLM_MAX_OUTPUT_TOKENS"
+            )
+        return PermanentExtractionError(message, usage=usage)
+
+    def _schema(self, allowed: Sequence[Scope]) -> dict[str, Any]:
+        schema = output_json_schema(
+            allowed, self._config.limits, max_reply_tokens=self._config.max_output_tokens
+        )
+        return schema if self._string_lengths else without_string_lengths(schema)
+
+    def _response_format(self, mode: OutputMode, schema: dict[str, Any]) -> dict[str, Any] | None:
         if mode == "json_schema":
             return {
                 "type": "json_schema",
-                "json_schema": {"name": "memories", "strict": True, "schema": output_json_schema(allowed)},
+                "json_schema": {"name": "memories", "strict": True, "schema": schema},
             }
         if mode == "json_object":
             return {"type": "json_object"}
         return None
+
+    def _max_tokens(self, mode: OutputMode, schema: dict[str, Any]) -> int:
+        """The longest complete reply under a schema-constrained mode; the whole budget otherwise."""
+        if mode == "json_schema" and self._string_lengths:
+            return min(reply_tokens(schema), self._config.max_output_tokens)
+        return self._config.max_output_tokens
 
     async def _complete(
         self, prompt: RenderedPrompt, allowed: Sequence[Scope], state: _CallState
@@ -283,23 +376,30 @@ class LLMExtractor:
                     'Reply again with only the JSON object {"memories":[…]}.',
                 }
             )
-        extra: dict[str, Any] = {}
-        if self._config.temperature is not None:
-            extra["temperature"] = self._config.temperature
-        if self._config.max_output_tokens is not None:
-            extra["max_tokens"] = self._config.max_output_tokens
         while True:
             mode = self._mode
+            schema = self._schema(allowed)
+            extra: dict[str, Any] = {self._max_tokens_param: self._max_tokens(mode, schema)}
+            if self._config.temperature is not None:
+                extra["temperature"] = self._config.temperature
             state.calls += 1
             body = chat_body(
                 model=self._config.model,
                 messages=messages,
-                response_format=self._response_format(mode, allowed),
+                response_format=self._response_format(mode, schema),
                 extra=extra,
             )
             try:
                 reply = parse_chat_reply(await self._client.post("/chat/completions", body))
             except openai.APIStatusError as exc:
+                if is_over_context(exc):
+                    raise _OverContext(str(exc.message)) from exc
+                if self._max_tokens_param == "max_tokens" and _wants_max_completion_tokens(exc):
+                    self._max_tokens_param = "max_completion_tokens"
+                    continue
+                if mode == "json_schema" and self._string_lengths and _rejects_string_lengths(exc):
+                    self._string_lengths = False
+                    continue
                 if mode in _FALLBACK and _rejects_response_format(exc):
                     # remembered: later calls start with the mode that works; never climb back up
                     # when a concurrent call that started in a higher mode fails late
@@ -327,7 +427,7 @@ class LLMExtractor:
         if reply.refusal:
             return None
         if reply.finish_reason == "length":
-            raise _MalformedReply("the reply was cut off at the output token limit")
+            raise _Truncated("the reply was cut off at the output token limit")
         return content or ""
 
     def _classify(self, exc: openai.OpenAIError) -> TransientExtractionError | PermanentExtractionError:

@@ -17,6 +17,7 @@ direction for a budget).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "default_template",
     "render_prompts",
     "render_system",
+    "split_prompt",
     "transcript_lines",
 ]
 
@@ -299,3 +301,38 @@ def render_prompts(
             )
         )
     return prompts
+
+
+def split_prompt(prompt: RenderedPrompt, counter: TokenCounter = count_tokens) -> list[RenderedPrompt]:
+    """`prompt` as two prompts with half of its transcript each (same system message and header),
+    for a server that refused it as over its context or cut the reply off. Whole lines where there
+    are two or more; a single line is split at sentences, then words. [] when nothing is left to split."""
+    header, _, body = prompt.user.partition("\n")
+    lines = [line for line in body.split("\n") if line]
+    if len(lines) >= 2:
+        costs = [counter(line) + 1 for line in lines]
+        half, used, cut = sum(costs) / 2, 0, 1
+        for index, cost in enumerate(costs[:-1]):
+            used += cost
+            cut = index + 1
+            if used >= half:
+                break
+        halves = ["\n".join(lines[:cut]), "\n".join(lines[cut:])]
+    elif lines:
+        role, _, content = lines[0].partition(": ")
+        pieces = _split_text(content, max(1, counter(content) // 2), counter)
+        if len(pieces) < 2:
+            return []
+        first, rest = pieces[0], " ".join(pieces[1:])
+        halves = [f"{role}: {first}", f"{role.removesuffix(' (continued)')} (continued): {rest}"]
+    else:
+        return []
+    system_tokens = prompt.tokens - counter(prompt.user) - _CHAT_OVERHEAD_TOKENS
+    return [
+        dataclasses.replace(
+            prompt,
+            user=f"{header}\n{text}",
+            tokens=system_tokens + counter(f"{header}\n{text}") + _CHAT_OVERHEAD_TOKENS,
+        )
+        for text in halves
+    ]

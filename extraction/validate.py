@@ -29,13 +29,19 @@ from store.keys import normalize_key, storable_text, storable_value
 from store.types import SCOPES, Scope
 
 __all__ = [
+    "REPLY_CHARS_PER_TOKEN",
     "MalformedOutputError",
     "ValidationLimits",
+    "bound_schema",
+    "contract_schema",
     "merge_candidates",
     "normalize_key",
     "output_json_schema",
     "parse_output",
+    "reply_chars",
+    "reply_tokens",
     "validate_items",
+    "without_string_lengths",
 ]
 
 
@@ -45,21 +51,41 @@ class MalformedOutputError(ValueError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValidationLimits:
-    """Bounds applied to each candidate. The prompt asks for 2–6 word keys; 1–6 are valid."""
+    """Bounds applied to each candidate. The prompt asks for 2–6 word keys; 1–6 are valid.
+
+    The JSON schema sent as `response_format` carries the same bounds (`output_json_schema`), so a
+    grammar-constrained server cannot loop inside a string or an array past what we would accept.
+    """
 
     min_key_words: int = 1
     max_key_words: int = 6
     max_key_chars: int = 80
     max_value_chars: int = 500
     max_items: int = 100  # per LLM reply; more is a runaway generation, the rest is rejected
+    max_list_items: int = 20  # any other array of an item (cited message numbers, …)
+    max_text_chars: int = 200  # any other string of an item
+    max_integer: int = 9999  # any integer of an item without a range of its own (from 0)
     raw_chars: int = 300  # how much of a rejected item is kept for logs (redacted)
+
+    def string_bounds(self) -> dict[str, int]:
+        """maxLength per string property of the contract; others get `max_text_chars`."""
+        return {"key": self.max_key_chars, "value": self.max_value_chars}
+
+    def array_bounds(self) -> dict[str, int]:
+        """maxItems per array property of the contract; others get `max_list_items`."""
+        return {"memories": self.max_items}
 
 
 DEFAULT_LIMITS = ValidationLimits()
 
+# What a schema-constrained reply can spend per character: JSON punctuation and digits tokenize
+# at 1–3 characters per token, prose at ~4; the lower figure keeps a complete reply inside max_tokens.
+REPLY_CHARS_PER_TOKEN = 3
+_NUMBER_CHARS = 24  # the longest float JSON writes (-1.2345678901234567e-100)
 
-def output_json_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
-    """JSON schema of the contract for structured output (strict mode: all fields required, closed)."""
+
+def contract_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
+    """The contract's JSON schema without size bounds (strict mode: all fields required, closed)."""
     return {
         "type": "object",
         "properties": {
@@ -70,7 +96,7 @@ def output_json_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
                     "properties": {
                         "key": {"type": "string"},
                         "value": {"type": "string"},
-                        "confidence": {"type": "number"},
+                        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                         "scope": {"type": "string", "enum": list(allowed_scopes)},
                     },
                     "required": ["key", "value", "confidence", "scope"],
@@ -81,6 +107,87 @@ def output_json_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
         "required": ["memories"],
         "additionalProperties": False,
     }
+
+
+def bound_schema(schema: Mapping[str, Any], limits: ValidationLimits) -> dict[str, Any]:
+    """A copy of `schema` in which every string has a `maxLength`, every array a `maxItems` and
+    every integer a range (by property name from `limits`, else its defaults); enums and explicit
+    bounds are kept."""
+    return _bound(schema, None, limits)
+
+
+def _bound(node: Mapping[str, Any], name: str | None, limits: ValidationLimits) -> dict[str, Any]:
+    out = dict(node)
+    kind = node.get("type")
+    if kind == "object":
+        out["properties"] = {
+            prop: _bound(sub, prop, limits) for prop, sub in node.get("properties", {}).items()
+        }
+    elif kind == "array":
+        out.setdefault("maxItems", limits.array_bounds().get(name or "", limits.max_list_items))
+        if isinstance(node.get("items"), Mapping):
+            out["items"] = _bound(node["items"], None, limits)
+    elif kind == "string" and "enum" not in node:
+        out.setdefault("maxLength", limits.string_bounds().get(name or "", limits.max_text_chars))
+    elif kind == "integer":
+        out.setdefault("minimum", 0)
+        out.setdefault("maximum", limits.max_integer)
+    return out
+
+
+def without_string_lengths(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` without `maxLength`/`minLength`, for providers whose strict mode refuses them."""
+    out = {k: v for k, v in schema.items() if k not in ("maxLength", "minLength")}
+    if isinstance(schema.get("properties"), Mapping):
+        out["properties"] = {p: without_string_lengths(s) for p, s in schema["properties"].items()}
+    if isinstance(schema.get("items"), Mapping):
+        out["items"] = without_string_lengths(schema["items"])
+    return out
+
+
+def reply_chars(schema: Mapping[str, Any]) -> int:
+    """The longest JSON text (compact, ASCII escapes aside) that a bounded `schema` allows."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return max(len(json.dumps(value)) for value in schema["enum"])
+    if kind == "object":
+        properties: Mapping[str, Any] = schema.get("properties", {})
+        fields = sum(len(json.dumps(prop)) + 1 + reply_chars(sub) for prop, sub in properties.items())
+        return 2 + fields + max(len(properties) - 1, 0)
+    if kind == "array":
+        items = int(schema.get("maxItems", 0))
+        return 2 + items * reply_chars(schema.get("items", {})) + max(items - 1, 0)
+    if kind == "string":
+        return 2 + int(schema.get("maxLength", 0))
+    if kind == "integer" and isinstance(schema.get("maximum"), int):
+        return len(str(schema["maximum"])) + (1 if schema.get("minimum", 0) < 0 else 0)
+    if kind in ("integer", "number"):
+        return _NUMBER_CHARS
+    return 5  # true/false/null
+
+
+def reply_tokens(schema: Mapping[str, Any]) -> int:
+    """Output tokens that always hold a complete reply to a bounded `schema` (see REPLY_CHARS_PER_TOKEN)."""
+    return -(-reply_chars(schema) // REPLY_CHARS_PER_TOKEN)
+
+
+def output_json_schema(
+    allowed_scopes: Sequence[Scope],
+    limits: ValidationLimits = DEFAULT_LIMITS,
+    *,
+    max_reply_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The bounded contract schema for structured output. With `max_reply_tokens`, `maxItems` of
+    the memories array is lowered until a complete reply fits that many tokens (at least one item)."""
+    schema = bound_schema(contract_schema(allowed_scopes), limits)
+    if max_reply_tokens is None:
+        return schema
+    memories = schema["properties"]["memories"]
+    per_item = reply_chars(memories["items"]) + 1
+    fixed = reply_chars({**schema, "properties": {"memories": {**memories, "maxItems": 0}}})
+    fitting = (max_reply_tokens * REPLY_CHARS_PER_TOKEN - fixed) // per_item
+    memories["maxItems"] = max(1, min(int(memories["maxItems"]), fitting))
+    return schema
 
 
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)

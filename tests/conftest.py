@@ -1,15 +1,18 @@
-"""Session fixtures: a real Postgres + pgvector and a real nats-server with JetStream, both on
-loopback in a temporary directory. Nothing here is mocked."""
+"""Session fixtures: a real Postgres + pgvector, a real nats-server with JetStream and a real
+llama.cpp server with a small instruct model, all on loopback in a temporary directory. Nothing
+here is mocked."""
 
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 from worker.embedded import EmbeddedNats, EmbeddedPostgres
 
 _database_counter = itertools.count()
@@ -50,3 +53,19 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNa
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One real llama.cpp server with SmolLM2-135M-Instruct for the whole test session. Skipped
+    when the binary or the model is not installed, unless PMEM_REQUIRE_REAL_LLM=1 (CI), then failed."""
+    try:
+        binary, model = find_llama_server(), find_model()
+    except LlamaServerMissing as exc:
+        if os.environ.get("PMEM_REQUIRE_REAL_LLM") == "1":
+            pytest.fail(f"PMEM_REQUIRE_REAL_LLM=1 but {exc}")
+        pytest.skip(str(exc))
+    server = LlamaServer(binary=binary, model=model, log_path=tmp_path_factory.mktemp("llama") / "server.log")
+    server.start()
+    yield server
+    server.stop()

@@ -83,6 +83,7 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=60.0, gt=0)
     llm_max_retries: int = Field(default=3, ge=0)
     llm_max_input_tokens: int = Field(default=6000, ge=256)
+    llm_max_output_tokens: int = Field(default=4096, ge=64)
 
     # Embeddings
     embedding_provider: Literal["openai", "local", "hashing"] = "hashing"

@@ -225,3 +225,33 @@ def test_every_chunk_fits_and_every_word_is_sent(contents: list[str], max_tokens
     assert all(p.tokens <= max_tokens for p in prompts)
     sent = "".join("".join(transcript_words([p.user])) for p in prompts)
     assert sent == "".join("".join(words(c)) for c in contents)
+
+
+def test_split_prompt_halves_the_transcript_at_lines_and_keeps_every_word() -> None:
+    from extraction.prompt import split_prompt
+
+    messages = tuple(
+        TranscriptMessage(role="user" if i % 2 == 0 else "assistant", content=f"Message {i} says something.")
+        for i in range(6)
+    )
+    [prompt] = render_prompts(ExtractionRequest(messages=messages, allowed_scopes=("user",)))
+    halves = split_prompt(prompt)
+    assert len(halves) == 2
+    assert all(h.system == prompt.system and h.user.startswith("Conversation:\n") for h in halves)
+    lines = [line for h in halves for line in h.user.split("\n")[1:]]
+    assert lines == prompt.user.split("\n")[1:]
+    assert all(h.tokens < prompt.tokens for h in halves)
+
+
+def test_split_prompt_splits_a_single_message_at_sentences_then_stops() -> None:
+    from extraction.prompt import split_prompt
+
+    one = (TranscriptMessage(role="user", content="I live in Lyon. I keep bees. I am a nurse."),)
+    [prompt] = render_prompts(ExtractionRequest(messages=one, allowed_scopes=("user",)))
+    first, second = split_prompt(prompt)
+    assert first.user.endswith("user: I live in Lyon.")
+    assert second.user.endswith("user (continued): I keep bees. I am a nurse.")
+    single_character = render_prompts(
+        ExtractionRequest(messages=(TranscriptMessage(role="user", content="A"),), allowed_scopes=("user",))
+    )[0]
+    assert split_prompt(single_character) == []

@@ -10,11 +10,16 @@ from extraction.types import Candidate
 from extraction.validate import (
     MalformedOutputError,
     ValidationLimits,
+    bound_schema,
+    contract_schema,
     merge_candidates,
     normalize_key,
     output_json_schema,
     parse_output,
+    reply_chars,
+    reply_tokens,
     validate_items,
+    without_string_lengths,
 )
 
 
@@ -186,3 +191,58 @@ def test_json_schema_is_strict_and_lists_only_allowed_scopes() -> None:
     assert entry["additionalProperties"] is False
     assert sorted(entry["required"]) == sorted(entry["properties"])
     assert entry["properties"]["scope"]["enum"] == ["user", "persona_user"]
+
+
+def test_the_schema_bounds_every_string_array_and_integer_by_the_validation_limits() -> None:
+    limits = ValidationLimits(max_key_chars=40, max_value_chars=120, max_items=7)
+    schema = output_json_schema(("user",), limits)
+    memories = schema["properties"]["memories"]
+    entry = memories["items"]["properties"]
+    assert memories["maxItems"] == 7
+    assert entry["key"]["maxLength"] == 40 and entry["value"]["maxLength"] == 120
+    assert (entry["confidence"]["minimum"], entry["confidence"]["maximum"]) == (0, 1)
+    assert "maxLength" not in entry["scope"]  # an enum is bounded by its values
+
+
+def test_an_array_or_integer_added_to_the_contract_gets_a_bound_without_naming_it() -> None:
+    limits = ValidationLimits(max_list_items=5, max_integer=300)
+    contract = contract_schema(("user",))
+    item = contract["properties"]["memories"]["items"]
+    item["properties"]["evidence"] = {"type": "array", "items": {"type": "integer", "minimum": 1}}
+    bounded = bound_schema(contract, limits)
+    evidence = bounded["properties"]["memories"]["items"]["properties"]["evidence"]
+    assert evidence["maxItems"] == 5
+    assert evidence["items"] == {"type": "integer", "minimum": 1, "maximum": 300}
+    assert "maxItems" not in item["properties"]["evidence"]  # the input is not modified
+
+
+def test_reply_chars_is_the_longest_reply_the_bounded_schema_allows() -> None:
+    limits = ValidationLimits(max_key_chars=3, max_value_chars=4, max_items=2)
+    schema = output_json_schema(("user",), limits)
+    longest = {
+        "memories": [
+            {"key": "k" * 3, "value": "v" * 4, "confidence": -1.2345678901234567e-100, "scope": "user"}
+        ]
+        * 2
+    }
+    assert reply_chars(schema) == len(json.dumps(longest, separators=(",", ":")))
+
+
+def test_the_array_bound_is_lowered_until_a_complete_reply_fits_the_output_budget() -> None:
+    for budget in (300, 1024, 4096):
+        schema = output_json_schema(("user", "persona_user"), max_reply_tokens=budget)
+        assert reply_tokens(schema) <= budget
+        one_more = dict(schema)
+        memories = schema["properties"]["memories"]
+        one_more["properties"] = {"memories": {**memories, "maxItems": memories["maxItems"] + 1}}
+        assert reply_tokens(one_more) > budget
+    tiny = output_json_schema(("user",), max_reply_tokens=10)
+    assert tiny["properties"]["memories"]["maxItems"] == 1  # never zero: a reply can hold one fact
+
+
+def test_without_string_lengths_keeps_every_other_bound() -> None:
+    schema = without_string_lengths(output_json_schema(("user",)))
+    entry = schema["properties"]["memories"]["items"]["properties"]
+    assert "maxLength" not in entry["key"] and "maxLength" not in entry["value"]
+    assert schema["properties"]["memories"]["maxItems"] == 100
+    assert entry["confidence"]["maximum"] == 1

@@ -197,7 +197,7 @@ async def test_persistently_malformed_output_is_permanent(
         Reply.malformed("not json"),
         Reply.json(["a list"]),
         Reply.json({"facts": []}),
-        Reply.truncated('{"memories": [{"key"'),
+        Reply.malformed('{"memories": [{"key"'),
     )
     llm = extractor(fake_openai, fast_retry)
     with pytest.raises(PermanentExtractionError, match="stayed malformed after 4 attempts") as caught:
@@ -298,9 +298,9 @@ async def test_client_errors_are_permanent_at_once(fast_retry: RetryPolicy) -> N
 async def test_a_400_unrelated_to_response_format_is_permanent(
     fake_openai: FakeOpenAI, fast_retry: RetryPolicy
 ) -> None:
-    fake_openai.script_chat(Reply.error(400, "This model's maximum context length is 8192 tokens"))
+    fake_openai.script_chat(Reply.error(400, "Invalid value for 'temperature': must be at most 2"))
     llm = extractor(fake_openai, fast_retry)
-    with pytest.raises(PermanentExtractionError, match="maximum context length"):
+    with pytest.raises(PermanentExtractionError, match="Invalid value for 'temperature'"):
         await llm.extract(request())
     await llm.close()
     assert llm.uses_json_schema
@@ -377,3 +377,136 @@ async def test_a_provider_without_any_response_format_gets_the_prompt_only(
     assert llm.output_mode == "prompt_only"
     formats = [b.get("response_format", {}).get("type") for b in fake_openai.chat_requests()]
     assert formats == ["json_schema", "json_object", None, None]
+
+
+LONG_TRANSCRIPT = tuple(
+    TranscriptMessage(role="user" if i % 2 == 0 else "assistant", content=f"Message {i}: I keep bees.")
+    for i in range(6)
+)
+
+
+def transcript_of(body: dict[str, Any]) -> str:
+    return str(body["messages"][1]["content"])
+
+
+async def test_max_tokens_holds_the_longest_reply_the_sent_schema_allows(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    from extraction.validate import reply_tokens
+
+    llm = extractor(fake_openai, fast_retry, max_output_tokens=1000)
+    await llm.extract(request())
+    await llm.close()
+    [body] = fake_openai.chat_requests()
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert body["max_tokens"] == reply_tokens(schema) <= 1000
+    assert 1 <= schema["properties"]["memories"]["maxItems"] < 100
+
+
+async def test_a_reply_cut_off_is_re_asked_once_as_two_halves(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.script_chat(
+        Reply.truncated('{"memories": [{"key": "bees", "value": "Keeps bees keeps bees keeps'),
+        contract(memory("first half", "Keeps bees")),
+        contract(memory("second half", "Keeps more bees")),
+    )
+    llm = extractor(fake_openai, fast_retry)
+    result = await llm.extract(request(messages=LONG_TRANSCRIPT))
+    await llm.close()
+    assert [c.key for c in result.candidates] == ["first half", "second half"]
+    whole, first, second = (transcript_of(b) for b in fake_openai.chat_requests())
+    assert whole.split("\n")[1:] == first.split("\n")[1:] + second.split("\n")[1:]
+    assert result.llm_calls == 3 and llm.retry_reasons == []
+
+
+async def test_a_half_cut_off_again_is_a_permanent_error_naming_the_fix(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.script_chat(Reply.truncated(), Reply.truncated(), contract(memory()), Reply.truncated())
+    llm = extractor(fake_openai, fast_retry)
+    with pytest.raises(PermanentExtractionError, match="cut off at max_tokens again") as caught:
+        await llm.extract(request(messages=LONG_TRANSCRIPT))
+    await llm.close()
+    assert "PMEM_LLM_MAX_OUTPUT_TOKENS" in str(caught.value)
+    assert fake_openai.counters["chat"] == 2  # no third split, no retry loop
+    assert caught.value.usage.prompt_tokens > 0
+
+
+LLAMA_CPP_OVER_CONTEXT = Reply.error(
+    400,
+    "request (1900 tokens) exceeds the available context size (1024 tokens), try increasing it",
+    error_type="exceed_context_size_error",
+)
+
+
+async def test_a_prompt_over_the_servers_context_is_split_until_it_fits(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.script_chat(
+        LLAMA_CPP_OVER_CONTEXT,
+        LLAMA_CPP_OVER_CONTEXT,
+        contract(memory("a", "Keeps bees")),
+        contract(memory("b", "Keeps more bees")),
+        contract(memory("c", "Keeps most bees")),
+    )
+    llm = extractor(fake_openai, fast_retry)
+    result = await llm.extract(request(messages=LONG_TRANSCRIPT))
+    await llm.close()
+    assert [c.key for c in result.candidates] == ["a", "b", "c"]
+    sent = [transcript_of(b).split("\n")[1:] for b in fake_openai.chat_requests()]
+    assert sent[2] + sent[3] + sent[4] == sent[0]  # every line asked about exactly once
+    assert llm.retry_reasons == []
+
+
+async def test_a_prompt_that_cannot_shrink_enough_is_a_permanent_error(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.set_chat_responder(lambda _body: (_ for _ in ()).throw(AssertionError("unused")))
+    fake_openai.script_chat(*[LLAMA_CPP_OVER_CONTEXT] * 40)
+    llm = extractor(fake_openai, fast_retry)
+    one = (TranscriptMessage(role="user", content="I keep bees. I am a nurse."),)
+    with pytest.raises(PermanentExtractionError, match="over its context window"):
+        await llm.extract(request(messages=one))
+    await llm.close()
+    assert 1 < fake_openai.counters["chat"] < 40
+
+
+async def test_a_provider_wanting_max_completion_tokens_gets_it_and_keeps_it(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.script_chat(
+        Reply.error(
+            400,
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+        )
+    )
+    llm = extractor(fake_openai, fast_retry)
+    await llm.extract(request())
+    await llm.extract(request())
+    await llm.close()
+    first, second, third = fake_openai.chat_requests()
+    assert "max_tokens" in first and "max_tokens" not in second
+    assert second["max_completion_tokens"] == first["max_tokens"] == third["max_completion_tokens"]
+    assert second["response_format"]["type"] == "json_schema"
+
+
+async def test_a_strict_mode_refusing_max_length_keeps_the_schema_without_it(
+    fake_openai: FakeOpenAI, fast_retry: RetryPolicy
+) -> None:
+    fake_openai.script_chat(
+        Reply.error(
+            400,
+            "Invalid schema for response_format 'memories': In context=('properties', 'key'), "
+            "'maxLength' is not permitted.",
+        )
+    )
+    llm = extractor(fake_openai, fast_retry)
+    await llm.extract(request())
+    await llm.close()
+    _, second = fake_openai.chat_requests()
+    schema = second["response_format"]["json_schema"]["schema"]
+    entry = schema["properties"]["memories"]["items"]["properties"]
+    assert "maxLength" not in entry["key"] and schema["properties"]["memories"]["maxItems"] >= 1
+    assert llm.uses_json_schema
