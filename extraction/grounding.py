@@ -246,7 +246,8 @@ def grounding(
             supported += 1
         elif word.number:
             unsupported_number = True
-    score = supported_weight / weight
+    # every word under a zero topic weight: the plain supported share decides
+    score = supported_weight / weight if weight > 0 else supported / len(value_words)
 
     def verdict(outcome: GroundingOutcome, cause: GroundingCause, factor: float = 1.0) -> Grounding:
         return Grounding(

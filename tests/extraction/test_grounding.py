@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extraction.grounding import GroundingConfig, grounding
+from extraction.rules import RulesExtractor
+from extraction.types import ExtractionRequest, TranscriptMessage
 
 
 def verdict(key: str, value: str, *texts: str, cited: tuple[str, ...] = ()) -> str:
@@ -97,3 +106,70 @@ def test_numbers_may_be_left_to_the_score() -> None:
 
 def test_empty_sources_support_nothing() -> None:
     assert verdict("home city", "Lives in Lisbon") == "reject"
+
+
+# --- the rules extractor's candidates are grounded by construction: they must pass --------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sample_conversations() -> list[tuple[TranscriptMessage, ...]]:
+    """The demo's conversations, and the user lines of the tests' events and rules examples."""
+    out = []
+    for name in ("conversations.jsonl", "followups.jsonl"):
+        for line in (REPO / "worker" / "samples" / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                messages = json.loads(line)["messages"]
+                out.append(tuple(TranscriptMessage(role=m["role"], content=m["content"]) for m in messages))
+    lines: set[str] = set()
+    for path in sorted((REPO / "tests" / "worker").glob("*.py")):
+        lines.update(re.findall(r'conversation\(\s*f?"([^"]+)"', path.read_text(encoding="utf-8")))
+    rules_tests = (REPO / "tests" / "extraction" / "test_extraction_rules.py").read_text(encoding="utf-8")
+    lines.update(re.findall(r'^\s+\("([^"]+)", "[^"]*", "[^"]*"\)', rules_tests, re.MULTILINE))
+    out.extend((TranscriptMessage(role="user", content=line),) for line in sorted(lines))
+    return out
+
+
+async def _rules_verdicts(messages: tuple[TranscriptMessage, ...]) -> list[tuple[str, str, str]]:
+    request = ExtractionRequest(messages=messages, allowed_scopes=("user",))
+    result = await RulesExtractor().extract(request)
+    users = [m.content for m in messages if m.role == "user"]
+    return [
+        (c.key, c.value, grounding(c.key, c.value, cited=(), transcript=users).outcome)
+        for c in result.candidates
+    ]
+
+
+async def test_the_rules_extractor_passes_on_the_sample_conversations() -> None:
+    conversations = _sample_conversations()
+    assert len(conversations) > 40  # the collection found the tests' events
+    verdicts = [v for messages in conversations for v in await _rules_verdicts(messages)]
+    assert len(verdicts) > 40
+    assert [v for v in verdicts if v[2] != "keep"] == []
+
+
+_NAMES = st.sampled_from(["Lisbon", "Oslo", "New York", "Quito", "Anna", "Bob", "Kraków", "São Paulo", "Lyon"])
+_THINGS = st.sampled_from(["peanuts", "hiking", "jazz", "spicy food", "tea", "board games", "cats", "latex"])
+_TEMPLATES = st.sampled_from(
+    [
+        "I live in {name}.",
+        "my name is {name}",
+        "I'm from {name}, originally.",
+        "I work at {name} as a clerk.",
+        "I'm allergic to {thing}.",
+        "I really love {thing}!",
+        "I hate {thing}.",
+        "I don't eat {thing}.",
+        "I prefer {thing} over {other}.",
+        "My favourite hobby is {thing}.",
+        "Remember that I meet {name} every Friday.",
+    ]
+)
+
+
+@given(template=_TEMPLATES, name=_NAMES, thing=_THINGS, other=_THINGS)
+@settings(max_examples=150, deadline=None)
+def test_the_rules_extractors_statements_are_kept(template: str, name: str, thing: str, other: str) -> None:
+    text = template.format(name=name, thing=thing, other=other)
+    verdicts = asyncio.run(_rules_verdicts((TranscriptMessage(role="user", content=text),)))
+    assert [v for v in verdicts if v[2] != "keep"] == []
