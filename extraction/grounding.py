@@ -10,6 +10,9 @@ normalisation: case, accents, simple inflection ("allergic" / "allergy", "cyclin
 number words ("six" / "6", "cinq" / "5"), possessives, a few common synonyms ("film" / "movie").
 Names and numbers weigh more than other words. The score is the supported share of that weight.
 
+An English value about a conversation in another language (the prompt is English, the chat need
+not be) can only be compared on its names and numbers; without any it is kept as partial.
+
 Outcome (`GroundingOutcome`):
 - `keep`: well supported;
 - `partial`: some support; kept with a lowered confidence (`Grounding.confidence_factor`);
@@ -26,16 +29,16 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from store.recall import STOPWORDS
 
 __all__ = [
     "DEFAULT_GROUNDING",
-    "GroundingConfig",
     "Grounding",
     "GroundingCause",
+    "GroundingConfig",
     "GroundingOutcome",
     "grounding",
 ]
@@ -48,12 +51,16 @@ GroundingCause = Literal["supported", "partial", "filler", "unsupported", "numbe
 class GroundingConfig:
     """Thresholds of the rule (bench/grounding.py tunes them on a labelled set)."""
 
-    reject_below: float = 0.3  # supported share of the value's weight under which it is rejected
-    keep_from: float = 0.6  # share from which it is kept as is; in between: partial
+    reject_below: float = 0.45  # supported share of the value's weight under which it is rejected
+    keep_from: float = 0.5  # share from which it is kept as is; in between: partial
     entity_weight: float = 2.0  # a name or a number counts this many plain words
-    topic_weight: float = 0.25  # a value word the key also says ("allergic" under "allergy")
+    topic_weight: float = 0.0  # a value word the key also says ("allergic" under "allergy")
     reject_unsupported_numbers: bool = True
     partial_floor: float = 0.7  # a partial candidate's confidence factor at the lowest score
+    miscited_partial: bool = True  # unsupported by its citations, supported by the transcript: partial
+    # Under this share of English function words the source is taken to be in another language:
+    # an English value (the prompt is English) is then judged on its names and numbers only.
+    english_below: float = 0.12
 
 
 DEFAULT_GROUNDING = GroundingConfig()
@@ -72,8 +79,7 @@ class Grounding:
 
 
 # Words every paraphrase of a fact adds, and filler: no evidence either way.
-_GENERIC = frozenset(
-    """
+_GENERIC_TEXT = """
     is are was were be been being am has have had having does do did doing get gets got
     live lives lived living reside resides work works worked working job
     like likes liked love loves loved enjoy enjoys enjoyed adore adores prefer prefers preferred
@@ -84,18 +90,19 @@ _GENERIC = frozenset(
     favorite favourite fav currently current usually often sometimes always really very also
     still just now recently lately mostly mainly generally quite pretty bit lot lots
     year years old age aged time times thing things stuff something anything everything
-    great good nice fine cool awesome amazing wonderful best better ok okay yes yeah yep sure
+    one ones great good nice fine cool awesome amazing wonderful best better ok okay yes yeah yep sure
     thanks thank please hello hi hey lovely fun
     none nothing nobody unknown mentioned specified stated provided given available applicable
     information info detail details data na n a yet true false null
     st nd rd th s t d m ll re ve
-    """.split()
-)
+"""
+_GENERIC = frozenset(_GENERIC_TEXT.split())
 _NUMBER_WORDS = {
     # English and a few languages a chat may be in: "cinq ans" supports "five years"
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    # "one", "first", "second" left out: "has one child" counts what "our son" says
+    "zero": 0, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
     "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "twenty": 20, "thirty": 30,
-    "hundred": 100, "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "twice": 2,
+    "hundred": 100, "third": 3, "fourth": 4, "fifth": 5, "twice": 2,
     "deux": 2, "trois": 3, "quatre": 4, "cinq": 5, "sept": 7, "huit": 8, "neuf": 9, "dix": 10,
     "dos": 2, "tres": 3, "cuatro": 4, "cinco": 5, "seis": 6, "siete": 7, "ocho": 8, "nueve": 9,
     "diez": 10, "dois": 2, "duas": 2, "quatro": 4, "sete": 7, "oito": 8, "nove": 9, "dez": 10,
@@ -113,16 +120,21 @@ _SYNONYMS: tuple[frozenset[str], ...] = tuple(
         "bike bicycle",
         "tv television",
         "doctor physician",
-        "car vehicle",
+        "car vehicle drive",
         "scifi sci fi",
         "married marriage husband wife spouse wedding honeymoon newlywed",
     )
 )
-_SYNONYM_OF = {word: min(group) for group in _SYNONYMS for word in group}
 _TOKEN = re.compile(r"\d+|[^\W\d_]+", re.UNICODE)
 _NEGATION = re.compile(
     r"\b(?:no|not|never|none|nothing|without|neither|nor|cannot|can't|don't|doesn't|didn't|isn't|"
     r"aren't|wasn't|haven't|hasn't|won't|n't|ne|pas|jamais|nunca|nein|kein|keine|nao|não)\b",
+    re.IGNORECASE,
+)
+# what ended counts as negated in a source: "I outgrew my peanut allergy" supports "no longer allergic"
+_CESSATION = re.compile(
+    r"\b(?:stopped|quit|gave up|given up|outgrew|outgrown|used to|anymore|any more|no longer|former|"
+    r"ex|left|moved out|broke up|divorced|retired)\b",
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+")
@@ -139,13 +151,43 @@ def _stem(word: str) -> str:
     """A crude English stem: inflection and a final 'e' removed ("lives" / "living" → "liv")."""
     if word in _NUMBER_WORDS:
         return str(_NUMBER_WORDS[word])
-    for suffix, replacement in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("ly", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            word = word[: len(word) - len(suffix)] + replacement
-            break
+    for suffixes in (
+        (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"), ("s", "")),
+        (("ing", ""), ("ed", ""), ("ly", "")),
+    ):  # a plural first, then a verb or adverb ending: "siblings" → "sibling" → "sibl"
+        for suffix, replacement in suffixes:
+            if (
+                word.endswith(suffix)
+                and len(word) - len(suffix) >= 3
+                and not word.endswith(("ss", "us", "is"))
+            ):
+                word = word[: len(word) - len(suffix)] + replacement
+                break
     if word.endswith("e") and len(word) > 3:
         word = word[:-1]
     return word
+
+
+_SYNONYM_OF = {_stem(word): min(_stem(w) for w in group) for group in _SYNONYMS for word in group}
+
+
+def _synonym(stem: str) -> str:
+    """One stem for a group of synonyms ("film" and "movie")."""
+    return _SYNONYM_OF.get(stem, stem)
+
+
+# A general word in a value is supported by a specific one in the source ("has one child" by "our
+# son"), never the other way round ("son" is not supported by "daughter").
+_GENERAL_OF = {
+    general: frozenset(_synonym(_stem(w)) for w in specific.split())
+    for general, specific in (
+        ("child", "son daughter baby toddler"),
+        ("sibl", "brother sister twin"),
+        ("parent", "mother father mom mum dad"),
+        ("pet", "dog cat puppy kitten goldfish fish parrot rabbit hamster lizard greyhound"),
+    )
+}
+_DEMONYM = re.compile(r"(?:n|an|ian|ese|es|ish|i|er|ean)")  # "es": "Japanese" stemmed
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,19 +210,24 @@ def _words(text: str, *, names: frozenset[str] = frozenset()) -> list[_Word]:
             continue
         number = raw.isdigit() or folded in _NUMBER_WORDS
         entity = number or inside or (raw[:1].isupper() and folded in names)
-        stem = str(int(raw)) if raw.isdigit() else _SYNONYM_OF.get(folded, _stem(folded))
+        stem = str(int(raw)) if raw.isdigit() else _synonym(_stem(folded))
         out.append(_Word(stem=stem, entity=entity, number=number))
     return out
 
 
 def _matches(word: str, source: str, *, exact: bool = False) -> bool:
-    """Same stem or, unless `exact` (names), a shared start: 5 letters, or a whole stem of at least
-    4 letters that the other extends by at most 2 ("cycl" / "cycle", not "week" / "weekend")."""
+    """Same stem or, for common words, a shared start: 5 letters, or a whole stem of at least
+    4 letters that the other extends by at most 2 ("cycl" / "cycle", not "week" / "weekend").
+    A name (`exact`) matches itself or its demonym only ("Canada" / "Canadian", not "Maria" /
+    "Mariana")."""
     if word == source:
         return True
-    if exact or word.isdigit() or source.isdigit():
+    if word.isdigit() or source.isdigit():
         return False
     shorter, longer = sorted((word, source), key=len)
+    if exact:
+        root = shorter[:-1] if shorter[-1] in "aeiouy" and len(shorter) > 4 else shorter
+        return len(root) >= 4 and longer.startswith(root) and bool(_DEMONYM.fullmatch(longer[len(root) :]))
     if len(shorter) < 4:
         return False
     common = 0
@@ -192,18 +239,21 @@ def _matches(word: str, source: str, *, exact: bool = False) -> bool:
 
 
 def _supported(word: _Word, source: Iterable[str]) -> bool:
-    return any(_matches(word.stem, s, exact=word.entity and not word.number) for s in source)
+    specific = _GENERAL_OF.get(word.stem, frozenset())
+    return any(_matches(word.stem, s, exact=word.entity and not word.number) or s in specific for s in source)
 
 
 def _capitalised(texts: Sequence[str]) -> frozenset[str]:
-    return frozenset(_fold(m.group()) for text in texts for m in _TOKEN.finditer(text) if m.group()[:1].isupper())
+    return frozenset(
+        _fold(m.group()) for text in texts for m in _TOKEN.finditer(text) if m.group()[:1].isupper()
+    )
 
 
 def _negated_about(value_words: Sequence[_Word], texts: Sequence[str]) -> bool:
     """Some source sentence that shares a content word with the value is negated."""
     for text in texts:
         for sentence in _SENTENCE.findall(text.replace("’", "'")):
-            if not _NEGATION.search(sentence):
+            if not (_NEGATION.search(sentence) or _CESSATION.search(sentence)):
                 continue
             stems = [w.stem for w in _words(sentence)]
             if any(_supported(word, stems) for word in value_words):
@@ -223,11 +273,48 @@ def grounding(
 
     The key is never evidence (the extractor chose it); it only marks which of the value's words
     name the topic rather than the fact ("allergic" in "Is allergic to shellfish" under "allergy"),
-    and those weigh less."""
-    sources = cited if cited else transcript
+    and those weigh less. With `config.miscited_partial`, a value its cited messages do not support
+    but the transcript does is kept as partial: models cite the wrong message more often than they
+    invent a fact the conversation holds."""
+    if not cited:
+        return _judge(key, value, transcript, config)
+    by_citation = _judge(key, value, cited, config)
+    if by_citation.outcome != "reject" or by_citation.cause == "filler" or not config.miscited_partial:
+        return by_citation
+    by_transcript = _judge(key, value, transcript, config)
+    if by_transcript.outcome == "reject":
+        return by_citation
+    return replace(
+        by_transcript,
+        outcome="partial",
+        cause="partial",
+        confidence_factor=min(by_transcript.confidence_factor, config.partial_floor),
+    )
+
+
+def _english_share(texts: Iterable[str]) -> float:
+    """Share of a text's words that are English function words (about 0.3–0.5 in English)."""
+    words = [_fold(m.group()) for text in texts for m in _TOKEN.finditer(text) if not m.group().isdigit()]
+    return sum(w in STOPWORDS for w in words) / len(words) if words else 0.0
+
+
+def _judge(key: str, value: str, sources: Sequence[str], config: GroundingConfig) -> Grounding:
     value_words = _words(value, names=_capitalised(sources))
     if not value_words:
         return Grounding(outcome="reject", cause="filler", score=0.0, content_words=0, supported_words=0)
+    if _english_share(sources) < config.english_below and _english_share((value,)) > 0:
+        # an English paraphrase of another language: only names and numbers can be compared
+        names = [w for w in value_words if w.entity]
+        if not names:
+            return Grounding(
+                outcome="partial",
+                cause="partial",
+                score=0.0,
+                content_words=len(value_words),
+                supported_words=0,
+                confidence_factor=config.partial_floor,
+            )
+        value_words = names
     source_stems = {w.stem for text in sources for w in _words(text)}
     key_stems = [w.stem for w in _words(key)]
     weight = supported_weight = 0.0

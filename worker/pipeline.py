@@ -85,7 +85,9 @@ def transcript(event: ConversationEnded) -> tuple[TranscriptMessage, ...]:
     return tuple(TranscriptMessage(role=m.role, content=m.content) for m in event.messages)
 
 
-DropReason = Literal["ungrounded", "scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"]
+DropReason = Literal[
+    "ungrounded", "scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -70,19 +70,28 @@ def test_a_filler_value_has_no_content_words() -> None:
     assert result.content_words == 0 and result.score == 0.0
 
 
-def test_cited_messages_are_the_only_evidence_when_there_are_any() -> None:
+def test_cited_messages_come_first_and_the_transcript_only_rescues_as_partial() -> None:
     transcript = ("I live in Lisbon.", "My sister lives in Porto.")
     assert verdict("home city", "Lives in Lisbon", *transcript, cited=(transcript[0],)) == "keep"
-    assert verdict("home city", "Lives in Porto", *transcript, cited=(transcript[0],)) == "reject"
+    assert verdict("home city", "Lives in Porto", *transcript, cited=(transcript[0],)) == "partial"
     assert verdict("home city", "Lives in Porto", *transcript) == "keep"
+    assert verdict("home city", "Lives in Madrid", *transcript, cited=(transcript[0],)) == "reject"
+    strict = GroundingConfig(miscited_partial=False)
+    result = grounding(
+        "home city", "Lives in Porto", cited=transcript[:1], transcript=transcript, config=strict
+    )
+    assert result.outcome == "reject"
 
 
 def test_partial_support_keeps_the_candidate_with_a_lower_confidence() -> None:
     said = ("We adopted a rescue greyhound last spring.",)
-    result = grounding("dog", "Adopted a greyhound from a shelter in Leeds", cited=(), transcript=said)
+    config = GroundingConfig(reject_below=0.3, keep_from=0.6)
+    result = grounding(
+        "dog", "Adopted a greyhound from a shelter in Leeds", cited=(), transcript=said, config=config
+    )
     assert result.outcome == "partial"
-    assert 0.0 < result.confidence_factor < 1.0
-    full = grounding("dog", "Adopted a rescue greyhound", cited=(), transcript=said)
+    assert config.partial_floor < result.confidence_factor < 1.0
+    full = grounding("dog", "Adopted a rescue greyhound", cited=(), transcript=said, config=config)
     assert (full.outcome, full.confidence_factor) == ("keep", 1.0)
 
 
@@ -101,7 +110,10 @@ def test_the_key_is_never_evidence() -> None:
 def test_numbers_may_be_left_to_the_score() -> None:
     said = ("Pepper the cat is 12 and rules the house.",)
     lenient = GroundingConfig(reject_unsupported_numbers=False)
-    assert grounding("cat age", "Pepper is 7 years old", cited=(), transcript=said, config=lenient).cause != "number"
+    assert (
+        grounding("cat age", "Pepper is 7 years old", cited=(), transcript=said, config=lenient).cause
+        != "number"
+    )
 
 
 def test_empty_sources_support_nothing() -> None:
@@ -148,7 +160,9 @@ async def test_the_rules_extractor_passes_on_the_sample_conversations() -> None:
     assert [v for v in verdicts if v[2] != "keep"] == []
 
 
-_NAMES = st.sampled_from(["Lisbon", "Oslo", "New York", "Quito", "Anna", "Bob", "Kraków", "São Paulo", "Lyon"])
+_NAMES = st.sampled_from(
+    ["Lisbon", "Oslo", "New York", "Quito", "Anna", "Bob", "Kraków", "São Paulo", "Lyon"]
+)
 _THINGS = st.sampled_from(["peanuts", "hiking", "jazz", "spicy food", "tea", "board games", "cats", "latex"])
 _TEMPLATES = st.sampled_from(
     [
@@ -173,3 +187,31 @@ def test_the_rules_extractors_statements_are_kept(template: str, name: str, thin
     text = template.format(name=name, thing=thing, other=other)
     verdicts = asyncio.run(_rules_verdicts((TranscriptMessage(role="user", content=text),)))
     assert [v for v in verdicts if v[2] != "keep"] == []
+
+
+def test_an_english_value_about_another_language_is_judged_on_names_and_numbers() -> None:
+    said = ("Ich heiße Jonas und arbeite als Bäcker in Hamburg, jeden Samstag auf dem Markt.",)
+    assert verdict("job title", "Is a baker", *said) == "partial"  # cannot be compared: kept
+    assert verdict("home city", "Lives in Hamburg", *said) == "keep"
+    assert verdict("home city", "Lives in Munich", *said) == "reject"
+    assert verdict("hobby", "I love it!", *said) == "reject"
+
+
+def test_a_value_its_citation_misses_but_the_transcript_holds_is_partial() -> None:
+    transcript = ("I fish every weekend.", "My grandson comes along sometimes.")
+    result = grounding(
+        "grandson", "Goes fishing with his grandson", cited=(transcript[1],), transcript=transcript
+    )
+    assert result.outcome == "partial"
+    assert result.confidence_factor == GroundingConfig().partial_floor
+    strict = GroundingConfig(miscited_partial=False)
+    assert (
+        grounding(
+            "grandson",
+            "Goes fishing with his grandson",
+            cited=(transcript[1],),
+            transcript=transcript,
+            config=strict,
+        ).outcome
+        == "reject"
+    )
