@@ -198,6 +198,7 @@ def replies_figures(path: Path, config: GroundingConfig) -> dict[str, Any]:
         record = json.loads(line)
         replies += 1
         messages = [m["content"] for m in record["messages"]]
+        users = [m["content"] for m in record["messages"] if m["role"] == "user"]
         scopes = tuple(record.get("allowed_scopes") or ("user", "persona", "persona_user"))
         try:
             candidates, _ = parse_output(record.get("content"), scopes)
@@ -206,11 +207,10 @@ def replies_figures(path: Path, config: GroundingConfig) -> dict[str, Any]:
             continue
         labels: Sequence[str] = record.get("labels") or ()
         for index, candidate in enumerate(candidates):
-            evidence: Sequence[int] = getattr(candidate, "evidence", ()) or ()
-            cited = tuple(messages[n - 1] for n in evidence if 1 <= n <= len(messages))
-            result = grounding(
-                candidate.key, candidate.value, cited=cited, transcript=messages, config=config
-            )
+            # as the worker does for a candidate that cites nothing: the user's messages (all of
+            # them for a persona-scope candidate)
+            sources = messages if candidate.scope == "persona" else users
+            result = grounding(candidate.key, candidate.value, cited=(), transcript=sources, config=config)
             outcomes[result.outcome] += 1
             causes[result.cause] += 1
             if index < len(labels):

@@ -54,7 +54,7 @@ class GroundingConfig:
     reject_below: float = 0.45  # supported share of the value's weight under which it is rejected
     keep_from: float = 0.5  # share from which it is kept as is; in between: partial
     entity_weight: float = 2.0  # a name or a number counts this many plain words
-    topic_weight: float = 0.0  # a value word the key also says ("allergic" under "allergy")
+    topic_weight: float = 0.0  # a found value word the key also says ("allergic" under "allergy")
     reject_unsupported_numbers: bool = True
     partial_floor: float = 0.7  # a partial candidate's confidence factor at the lowest score
     miscited_partial: bool = True  # unsupported by its citations, supported by the transcript: partial
@@ -88,7 +88,7 @@ _GENERIC_TEXT = """
     take takes took taking make makes made go goes went going use uses used using
     name names named called call user users person someone people assistant speaker
     favorite favourite fav currently current usually often sometimes always really very also
-    still just now recently lately mostly mainly generally quite pretty bit lot lots
+    still just now recently lately longer anymore mostly mainly generally quite pretty bit lot lots
     year years old age aged time times thing things stuff something anything everything
     one ones great good nice fine cool awesome amazing wonderful best better ok okay yes yeah yep sure
     thanks thank please hello hi hey lovely fun
@@ -321,14 +321,16 @@ def _judge(key: str, value: str, sources: Sequence[str], config: GroundingConfig
     supported = 0
     unsupported_number = False
     for word in value_words:
+        found = _supported(word, source_stems)
         if word.entity:
             w = config.entity_weight
-        elif any(_matches(word.stem, k) for k in key_stems):
-            w = config.topic_weight  # the key names the topic; the rest of the value is the fact
+        elif found and any(_matches(word.stem, k) for k in key_stems):
+            # the key names the topic, so finding its word proves little; missing it still counts
+            w = config.topic_weight
         else:
             w = 1.0
         weight += w
-        if _supported(word, source_stems):
+        if found:
             supported_weight += w
             supported += 1
         elif word.number:

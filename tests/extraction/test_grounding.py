@@ -215,3 +215,11 @@ def test_a_value_its_citation_misses_but_the_transcript_holds_is_partial() -> No
         ).outcome
         == "reject"
     )
+
+
+def test_a_key_word_the_source_lacks_still_counts_against_the_value() -> None:
+    said = ("I'm allergic to shellfish.",)
+    assert verdict("peanut allergy", "Is allergic to peanuts", *said) == "reject"
+    assert verdict("shellfish allergy", "Is allergic to shellfish", *said) == "keep"
+    outgrown = ("The doctor says I outgrew my peanut allergy.",)
+    assert verdict("peanut allergy", "Is no longer allergic to peanuts", *outgrown) == "keep"
