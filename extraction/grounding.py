@@ -36,6 +36,7 @@ from store.recall import STOPWORDS
 
 __all__ = [
     "DEFAULT_GROUNDING",
+    "PERSONA_GROUNDING",
     "Grounding",
     "GroundingCause",
     "GroundingConfig",
@@ -64,6 +65,9 @@ class GroundingConfig:
 
 
 DEFAULT_GROUNDING = GroundingConfig()
+# A fact about the persona generalises over the conversation ("checks recipes for allergens")
+# rather than restating it: it is rejected only with nothing at all in common (or as filler).
+PERSONA_GROUNDING = GroundingConfig(reject_below=0.0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

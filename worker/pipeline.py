@@ -29,7 +29,7 @@ from typing import Literal, Protocol, TypeVar
 
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
-from extraction.grounding import DEFAULT_GROUNDING, GroundingConfig, grounding
+from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
 from extraction.redact import redact
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
@@ -118,6 +118,7 @@ def ground_candidates(
     messages: Sequence[TranscriptMessage],
     *,
     config: GroundingConfig = DEFAULT_GROUNDING,
+    persona_config: GroundingConfig = PERSONA_GROUNDING,
 ) -> tuple[tuple[Candidate, ...], tuple[Dropped, ...]]:
     """Keep candidates their messages support (partial support lowers the confidence); the rest
     are dropped as `ungrounded` (extraction/grounding.py)."""
@@ -125,7 +126,8 @@ def ground_candidates(
     dropped: list[Dropped] = []
     for candidate in candidates:
         cited, texts = grounding_sources(candidate, messages)
-        verdict = grounding(candidate.key, candidate.value, cited=cited, transcript=texts, config=config)
+        rule = persona_config if candidate.scope == "persona" else config
+        verdict = grounding(candidate.key, candidate.value, cited=cited, transcript=texts, config=rule)
         if verdict.outcome == "reject":
             dropped.append(Dropped(reason="ungrounded", candidate=candidate))
             log.info(

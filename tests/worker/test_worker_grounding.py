@@ -4,8 +4,10 @@ scripted LLM on a real nats-server and Postgres, and in the pure pipeline step."
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +92,24 @@ async def test_the_worker_drops_ungrounded_candidates_counts_them_and_logs_no_te
     lines = [r.getMessage() for r in caplog.records if "ungrounded" in r.getMessage()]
     assert len(lines) == 2
     assert not [line for line in lines for text in ("love it", "parrot", "Kiwi", "favourite") if text in line]
+
+
+def test_the_demos_scripted_persona_facts_pass_and_a_persona_filler_does_not() -> None:
+    samples = Path(__file__).resolve().parents[2] / "worker" / "samples"
+    facts = json.loads((samples / "persona_script.json").read_text(encoding="utf-8"))["facts"]
+    events = [json.loads(line) for line in (samples / "conversations.jsonl").read_text().splitlines() if line]
+    checked = 0
+    for event in events:
+        messages = tuple(TranscriptMessage(role=m["role"], content=m["content"]) for m in event["messages"])
+        said = " ".join(m.content for m in messages if m.role == "assistant")
+        for fact in facts:
+            if fact["when"] in said:
+                persona = candidate(
+                    fact["key"], fact["value"], scope="persona", confidence=fact["confidence"]
+                )
+                (kept,), _ = ground_candidates([persona], messages)
+                assert kept.confidence >= 0.5  # above the default minimum confidence
+                checked += 1
+        filler = candidate("persona style", "I love it!", scope="persona")
+        assert ground_candidates([filler], messages)[0] == ()
+    assert checked == len(facts)
