@@ -34,8 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extraction.grounding import DEFAULT_GROUNDING, GroundingConfig, grounding
+from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
+from extraction.types import TranscriptMessage
 from extraction.validate import MalformedOutputError, parse_output
+from worker.pipeline import grounding_sources
 
 HERE = Path(__file__).resolve().parent
 LABELLED = HERE / "data" / "grounding_labelled.json"
@@ -197,8 +199,9 @@ def replies_figures(path: Path, config: GroundingConfig) -> dict[str, Any]:
             continue
         record = json.loads(line)
         replies += 1
-        messages = [m["content"] for m in record["messages"]]
-        users = [m["content"] for m in record["messages"] if m["role"] == "user"]
+        transcript = tuple(
+            TranscriptMessage(role=m["role"], content=m["content"]) for m in record["messages"]
+        )
         scopes = tuple(record.get("allowed_scopes") or ("user", "persona", "persona_user"))
         try:
             candidates, _ = parse_output(record.get("content"), scopes)
@@ -207,10 +210,10 @@ def replies_figures(path: Path, config: GroundingConfig) -> dict[str, Any]:
             continue
         labels: Sequence[str] = record.get("labels") or ()
         for index, candidate in enumerate(candidates):
-            # as the worker does for a candidate that cites nothing: the user's messages (all of
-            # them for a persona-scope candidate)
-            sources = messages if candidate.scope == "persona" else users
-            result = grounding(candidate.key, candidate.value, cited=(), transcript=sources, config=config)
+            # as the worker does (worker/pipeline.py, ground_candidates)
+            cited, sources = grounding_sources(candidate, transcript)
+            rule = PERSONA_GROUNDING if candidate.scope == "persona" else config
+            result = grounding(candidate.key, candidate.value, cited=cited, transcript=sources, config=rule)
             outcomes[result.outcome] += 1
             causes[result.cause] += 1
             if index < len(labels):
