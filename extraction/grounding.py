@@ -10,6 +10,8 @@ normalisation: case, accents, simple inflection ("allergic" / "allergy", "cyclin
 number words ("six" / "6", "cinq" / "5"), possessives, a few common synonyms ("film" / "movie").
 Names and numbers weigh more than other words. The score is the supported share of that weight.
 
+A value its cited messages do not support but the rest of the conversation does is kept as
+partial: a model cites the wrong message more often than it invents what the conversation holds.
 An English value about a conversation in another language (the prompt is English, the chat need
 not be) can only be compared on its names and numbers; without any it is kept as partial.
 
