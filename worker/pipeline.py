@@ -4,8 +4,9 @@ the extractor and the embedder.
 
 Order (issue 3, bounded by issue 9): policy → the few stored memories most relevant to the
 conversation (their keys go into the prompt; a fixed number, whatever the owner's size) →
-extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → allowed scopes
-and minimum confidence → ONE batched embeddings call → dedup within the batch → ONE transaction
+extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → grounding
+(`extraction.grounding`: a value its messages do not support is dropped as `ungrounded`) → allowed
+scopes and minimum confidence → ONE batched embeddings call → dedup within the batch → ONE transaction
 (`store.write_event`) that, under a per-owner lock, reads each candidate's nearest stored
 neighbours in one statement and drops those that restate a stored memory
 (`extraction.dedup.decide_against_neighbours`) → what was written.
@@ -23,11 +24,13 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, TypeVar
 
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
+from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
+from extraction.redact import redact
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
@@ -82,7 +85,9 @@ def transcript(event: ConversationEnded) -> tuple[TranscriptMessage, ...]:
     return tuple(TranscriptMessage(role=m.role, content=m.content) for m in event.messages)
 
 
-DropReason = Literal["scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"]
+DropReason = Literal[
+    "ungrounded", "scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +96,57 @@ class Dropped:
 
     reason: DropReason
     candidate: Candidate
+
+
+def grounding_sources(
+    candidate: Candidate, messages: Sequence[TranscriptMessage]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(cited, transcript): the redacted texts a candidate is checked against (`cited` first).
+
+    Without cited messages: the user's messages, as facts are the user's to state — an assistant's
+    suggestion is not the user's fact; a persona-scope candidate is about the assistant, so for it
+    every message counts."""
+    texts = tuple(redact(m.content)[0] for m in messages)
+    cited: tuple[str, ...] = ()  # the messages the candidate cites, once candidates carry them
+    if candidate.scope == "persona":
+        return cited, texts
+    return cited, tuple(text for text, m in zip(texts, messages, strict=True) if m.role == "user")
+
+
+def ground_candidates(
+    candidates: Sequence[Candidate],
+    messages: Sequence[TranscriptMessage],
+    *,
+    config: GroundingConfig = DEFAULT_GROUNDING,
+    persona_config: GroundingConfig = PERSONA_GROUNDING,
+) -> tuple[tuple[Candidate, ...], tuple[Dropped, ...]]:
+    """Keep candidates their messages support (partial support lowers the confidence); the rest
+    are dropped as `ungrounded` (extraction/grounding.py)."""
+    kept: list[Candidate] = []
+    dropped: list[Dropped] = []
+    for candidate in candidates:
+        cited, texts = grounding_sources(candidate, messages)
+        rule = persona_config if candidate.scope == "persona" else config
+        verdict = grounding(candidate.key, candidate.value, cited=cited, transcript=texts, config=rule)
+        if verdict.outcome == "reject":
+            dropped.append(Dropped(reason="ungrounded", candidate=candidate))
+            log.info(
+                "candidate dropped (ungrounded, %s): score %.2f, %d of %d content words supported, "
+                "key %d chars, value %d chars, %d cited messages",
+                verdict.cause,
+                verdict.score,
+                verdict.supported_words,
+                verdict.content_words,
+                len(candidate.key),
+                len(candidate.value),
+                len(cited),
+                extra={"rejection": "ungrounded", "grounding": verdict.cause},
+            )
+        elif verdict.outcome == "partial":
+            kept.append(replace(candidate, confidence=candidate.confidence * verdict.confidence_factor))
+        else:
+            kept.append(candidate)
+    return tuple(kept), tuple(dropped)
 
 
 def screen_candidates(
@@ -381,7 +437,9 @@ async def process_event(
     metrics.llm_tokens.labels(kind="completion").inc(result.usage.completion_tokens)
     metrics.llm_calls.inc(result.llm_calls)
 
-    kept, dropped = screen_candidates(result.candidates, allowed=scopes, min_confidence=policy.min_confidence)
+    grounded, ungrounded = ground_candidates(result.candidates, request.messages)
+    kept, screened = screen_candidates(grounded, allowed=scopes, min_confidence=policy.min_confidence)
+    dropped = ungrounded + screened
     async with _storing_slot(deps):
         vectors: list[list[float]] = []
         if kept:
