@@ -67,8 +67,8 @@ _CONTEXT_SQL = (
 
 _INSERT_TURNS_SQL = (
     "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, "
-    "position, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, role, text, at, "
-    "position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
+    "position, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, "
+    "role, text, at, position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
     "FROM unnest(CAST(:ids AS uuid[]), CAST(:channels AS uuid[]), CAST(:users AS uuid[]), "
     "CAST(:personas AS uuid[]), CAST(:teams AS uuid[]), CAST(:roles AS text[]), CAST(:texts AS text[]), "
     "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:starts AS int[])) "
