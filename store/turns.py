@@ -16,7 +16,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select
@@ -41,6 +41,9 @@ from store.types import (
     Turn,
     TurnHit,
 )
+
+if TYPE_CHECKING:
+    from store.typing import RecallStore
 
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
@@ -409,7 +412,7 @@ class ConversationTurns(SettingsRows):
         """Memories and turns of this context in one ranked list (`merge_recall`), each `kind`
         only when `include` names it. Settings (memory enabled, history on) are the caller's
         concern (`store.context_recall`)."""
-        recall = self.recall  # the backend's memory recall
+        recall = cast("RecallStore", self).recall  # each backend's own memory recall
         memories: builtins.list[RecallHit] = (
             await recall(user_id, persona_id, query, limit, team_id=team_id) if "memories" in include else []
         )
