@@ -10,6 +10,7 @@ recall for a user with a hundred thousand turns reads what one for a user with a
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import itertools
 import math
@@ -413,15 +414,19 @@ class ConversationTurns(SettingsRows):
         only when `include` names it. Settings (memory enabled, history on) are the caller's
         concern (`store.context_recall`)."""
         recall = cast("RecallStore", self).recall  # each backend's own memory recall
-        memories: builtins.list[RecallHit] = (
-            await recall(user_id, persona_id, query, limit, team_id=team_id) if "memories" in include else []
-        )
-        turns = (
-            await self.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
-            if "turns" in include
-            else []
-        )
-        return merge_recall(memories, turns, limit)
+
+        async def memories() -> builtins.list[RecallHit]:
+            if "memories" not in include:
+                return []
+            return await recall(user_id, persona_id, query, limit, team_id=team_id)
+
+        async def turns() -> builtins.list[TurnHit]:
+            if "turns" not in include:
+                return []
+            return await self.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+
+        found_memories, found_turns = await asyncio.gather(memories(), turns())
+        return merge_recall(found_memories, found_turns, limit)
 
     async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
         """The turns of one of this user's remembered conversations, in order (empty: none of theirs)."""
