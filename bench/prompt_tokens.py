@@ -59,6 +59,7 @@ def unnumbered_tokens(messages: Sequence[TranscriptMessage]) -> int:
         assert old in template, "the template changed: update BEFORE_TEMPLATE_SUBSTITUTIONS"
         template = template.replace(old, new)
     original = prompt_module.message_line
+
     def unnumbered(number: int, role: str, content: str) -> str:
         return f"{role}: {content.strip()}"
 
