@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import itertools
 import json
 import math
 import uuid
@@ -105,8 +104,9 @@ def turns_insert_statement(
         "ats": array_literal([t.at for t in turns]),
         "positions": array_literal([t.position for t in turns]),
         "starts": array_literal(starts),
+        # a dozen turns' vectors: one array conversion, not one Python float at a time
         "embeddings": float4_array(
-            itertools.chain.from_iterable(t.embedding for t in turns if t.embedding is not None)
+            np.asarray([t.embedding for t in turns if t.embedding is not None], dtype=np.float32).ravel()
         ),
     }
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
