@@ -34,6 +34,7 @@ __all__ = [
     "count_tokens",
     "default_instructions",
     "default_template",
+    "message_line",
     "render_prompts",
     "render_system",
     "split_prompt",
@@ -176,11 +177,26 @@ def render_system(
     return text.strip()
 
 
+def message_line(number: int, role: str, content: str) -> str:
+    """One transcript message as the prompt shows it: `[n] role: content`, every further line of
+    the content indented, so no text inside a message can start a line that reads as another
+    message (`[4] assistant: …`): only a message's first line starts with its number."""
+    lines = content.strip().splitlines()  # every line boundary Python knows, not only \n
+    rest = "".join(f"\n{CONTINUATION}{line}" for line in lines[1:])
+    return f"[{number}] {role}: {lines[0] if lines else ''}{rest}"
+
+
+# what starts each further line of a message (the prompt says so)
+CONTINUATION = "  "
+
+
 def transcript_lines(messages: Sequence[TranscriptMessage]) -> list[str]:
-    """`role: content` lines for the user and assistant messages (system/tool messages are skipped)."""
+    """Numbered `[n] role: content` lines for the user and assistant messages, `n` being the
+    message's position in the conversation from 1 (what `evidence` cites); system and tool
+    messages are skipped, their numbers with them."""
     return [
-        f"{message.role}: {message.content.strip()}"
-        for message in messages
+        message_line(number, message.role, message.content)
+        for number, message in enumerate(messages, start=1)
         if message.role in _TRANSCRIPT_ROLES and message.content.strip()
     ]
 
@@ -308,7 +324,12 @@ def split_prompt(prompt: RenderedPrompt, counter: TokenCounter = count_tokens) -
     for a server that refused it as over its context or cut the reply off. Whole lines where there
     are two or more; a single line is split at sentences, then words. [] when nothing is left to split."""
     header, _, body = prompt.user.partition("\n")
-    lines = [line for line in body.split("\n") if line]
+    lines: list[str] = []  # whole messages: a message's indented further lines stay with it
+    for line in body.split("\n"):
+        if line.startswith(CONTINUATION) and lines:
+            lines[-1] += "\n" + line
+        elif line:
+            lines.append(line)
     if len(lines) >= 2:
         costs = [counter(line) + 1 for line in lines]
         half, used, cut = sum(costs) / 2, 0, 1

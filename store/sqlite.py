@@ -58,6 +58,7 @@ from store.recall import (
     unit_rows,
 )
 from store.schema import build_schema
+from store.turns import TurnWindow
 from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
@@ -76,16 +77,16 @@ _OWNER_TOKEN_SQL = (
 # the team of a row: `t0` for none, else `t<hex>0`
 _TEAM_TOKEN_SQL = "'t' || replace(coalesce({t}.team_id, ''), '-', '') || '0'"
 _FTS_ROW = (
-    "(memory_id, owner, team, key, value) VALUES (new.id, "
+    "(memory_id, owner, team, key, value, evidence) VALUES (new.id, "
     + _OWNER_TOKEN_SQL.format(t="new")
     + ", "
     + _TEAM_TOKEN_SQL.format(t="new")
-    + ", new.key, new.value)"
+    + ", new.key, new.value, coalesce(new.evidence, ''))"
 )
-FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value")
+FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value", "evidence")
 FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
-    "memory_id UNINDEXED, owner, team, key, value, tokenize = 'porter unicode61')",
+    "memory_id UNINDEXED, owner, team, key, value, evidence, tokenize = 'porter unicode61')",
     f"CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
     f"INSERT INTO memories_fts {_FTS_ROW}; END",
     "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
@@ -94,19 +95,24 @@ FTS_DDL = (
     f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
 )
 FTS_BACKFILL = (
-    "INSERT INTO memories_fts (memory_id, owner, team, key, value) SELECT m.id, "
+    "INSERT INTO memories_fts (memory_id, owner, team, key, value, evidence) SELECT m.id, "
     + _OWNER_TOKEN_SQL.format(t="m")
     + ", "
     + _TEAM_TOKEN_SQL.format(t="m")
-    + ", m.key, m.value FROM memories m "
+    + ", m.key, m.value, coalesce(m.evidence, '') FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
 
 
+# a query word found in what was said (the evidence) counts this much of one found in the value
+# (Postgres: the evidence's lexemes carry weight B in the tsvector)
+EVIDENCE_TEXT_WEIGHT = 0.5
+
+
 def bm25_expression(key_weight: float) -> str:
     """FTS5 `bm25()` with its column weights: memory_id, owner and team carry no relevance, the key
-    `key_weight` (`ScoreFusion.key_weight`) and the value 1."""
-    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0)"
+    `key_weight` (`ScoreFusion.key_weight`), the value 1 and the evidence `EVIDENCE_TEXT_WEIGHT`."""
+    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0, {EVIDENCE_TEXT_WEIGHT!r})"
 
 
 def owner_token(owner: OwnerRef) -> str:
@@ -123,10 +129,10 @@ def team_tokens(team_id: uuid.UUID | None) -> list[str]:
 
 def owner_match(owners: Sequence[OwnerRef], team_id: uuid.UUID | None, words_match: str) -> str:
     """An FTS5 MATCH expression: the owners' active rows (`owner` column) visible in the team context
-    (`team` column) matching the words (in `key` or `value`)."""
+    (`team` column) matching the words (in `key`, `value` or `evidence`)."""
     tokens = " OR ".join(f'"{owner_token(owner)}"' for owner in owners)
     teams = " OR ".join(f'"{token}"' for token in team_tokens(team_id))
-    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value}} : ({words_match})"
+    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value evidence}} : ({words_match})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -234,6 +240,10 @@ class SqliteMemoryStore(CoreStore):
         # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
         # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
         self._indexes: OrderedDict[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = OrderedDict()
+        # the same for conversation turns, per (user, persona, team) context
+        self._turn_windows: OrderedDict[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None], TurnWindow] = (
+            OrderedDict()
+        )
         self._index_cache_owners = index_cache_owners
         self._generation = 0
 
@@ -373,6 +383,24 @@ class SqliteMemoryStore(CoreStore):
         """Changes since the owners' rows were read: this store's writes and other connections'."""
         version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
         return self._generation, int(version)
+
+    async def _turn_window(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> TurnWindow:
+        """A context's recent turns prepared for ranking, read once and kept until anything is
+        written (as the owners' memories are)."""
+        key = (user_id, persona_id, team_id)
+        async with self._reading() as conn:
+            stamp = await self._stamp(conn)
+            cached = self._turn_windows.get(key)
+            if cached is not None and cached.stamp == stamp:
+                self._turn_windows.move_to_end(key)
+                return cached
+            window = await self._read_turn_window(conn, user_id, persona_id, team_id, stamp)
+        self._turn_windows[key] = window
+        while len(self._turn_windows) > self._index_cache_owners:
+            self._turn_windows.popitem(last=False)
+        return window
 
     async def _owner_index(
         self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None
