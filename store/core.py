@@ -1,7 +1,7 @@
 """The part of the store both backends share, in SQLAlchemy Core, assembled from one module per
 role: writes (`store.writes`), review (`store.review`), listing (`store.listing`), erasure and
 retention (`store.erasure`), settings (`store.memory_settings`), API keys (`store.api_keys`),
-chat history (`store.history`) and conversation turns (`store.turns`, through the writes). Recall lives in each backend.
+chat history (`store.history`) and conversation turns (`store.turns`, through the writes; by channel, `store.channel_turns`). Recall lives in each backend.
 
 Decisions come from pure modules (`store.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -11,6 +11,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 from __future__ import annotations
 
 from store.api_keys import ApiKeys
+from store.channel_turns import ChannelConversations
 from store.embedding_models import EmbeddingModels
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
@@ -25,6 +26,7 @@ class CoreStore(
     MemoryReview,
     MemoryListing,
     MemoryErasure,
+    ChannelConversations,
     SettingsRows,
     ApiKeys,
     ChatHistory,
