@@ -70,6 +70,7 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             user_id=None,
             key="hobby",
             value="Keeps a diary",
+            status="active",  # reviewed: the next value becomes a proposal
             team_id=TEAM_A,
         )
     )
