@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
+
 from sqlalchemy import ColumnElement, delete, func, select
 
 from store.pagination import newest_first_page

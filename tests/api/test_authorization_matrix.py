@@ -295,7 +295,9 @@ async def test_a_team_admin_erases_a_user_only_in_their_own_teams(
     client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
 ) -> None:
     ids = await seed(api_store, people)
-    response = await client.delete(f"/v1/users/{people.other_user}/memories", headers=people.headers("team_admin"))
+    response = await client.delete(
+        f"/v1/users/{people.other_user}/memories", headers=people.headers("team_admin")
+    )
     assert response.status_code == 200 and response.json() == {"erased": 1}
     assert await api_store.get_by_id(ids["other_user"]) is None
     kept = await api_store.get_by_id(ids["other_team"])

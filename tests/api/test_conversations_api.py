@@ -41,7 +41,13 @@ async def test_conversations_are_listed_newest_first_across_pages_and_deleted(
 ) -> None:
     channels = [uuid.uuid4() for _ in range(3)]
     for day, channel in enumerate(channels):
-        await said(api_store, people.user, channel, [f"Day {day}: planning a trip", "Where to?"], T0 + timedelta(days=day))
+        await said(
+            api_store,
+            people.user,
+            channel,
+            [f"Day {day}: planning a trip", "Where to?"],
+            T0 + timedelta(days=day),
+        )
     await said(api_store, people.other_user, channels[0], ["Not the user's words"], T0 + timedelta(days=9))
     me = people.headers("user")
     first = (await client.get("/v1/me/conversations?limit=2", headers=me)).json()
@@ -56,7 +62,9 @@ async def test_conversations_are_listed_newest_first_across_pages_and_deleted(
         "turn_count": 2,
         "conversation_count": 1,
     }
-    rest = (await client.get(f"/v1/me/conversations?limit=2&cursor={first['next_cursor']}", headers=me)).json()
+    rest = (
+        await client.get(f"/v1/me/conversations?limit=2&cursor={first['next_cursor']}", headers=me)
+    ).json()
     assert [c["channel_id"] for c in rest["items"]] == [str(channels[0])] and rest["next_cursor"] is None
 
     one = await client.delete(f"/v1/me/conversations/{channels[0]}", headers=me)
@@ -90,8 +98,14 @@ async def test_memories_and_review_items_carry_their_evidence_and_when_it_was_sa
         )
     )
     mine = (await client.get("/v1/me/memories", headers=people.headers("user"))).json()["items"]
-    assert [(m["evidence"], m["observed_at"]) for m in mine] == [("user: I have been vegan since 2020", T0.isoformat())]
+    assert [(m["evidence"], m["observed_at"]) for m in mine] == [
+        ("user: I have been vegan since 2020", T0.isoformat())
+    ]
     queue = (await client.get("/v1/review", headers=people.headers("admin"))).json()["items"]
-    assert [(i["evidence"], i["observed_at"]) for i in queue] == [("user: I have been vegan since 2020", T0.isoformat())]
+    assert [(i["evidence"], i["observed_at"]) for i in queue] == [
+        ("user: I have been vegan since 2020", T0.isoformat())
+    ]
     detail = (await client.get(f"/v1/memories/{written.memory_id}", headers=people.headers("admin"))).json()
-    assert detail["evidence"] == "user: I have been vegan since 2020" and detail["observed_at"] == T0.isoformat()
+    assert (
+        detail["evidence"] == "user: I have been vegan since 2020" and detail["observed_at"] == T0.isoformat()
+    )

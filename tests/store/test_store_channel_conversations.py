@@ -53,8 +53,21 @@ async def test_conversations_are_grouped_by_channel_newest_first_and_paged(store
     user, other = uuid.uuid4(), uuid.uuid4()
     porto, lisbon, quiet = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     await say(store, user=user, channel=porto, lines=["I moved to Porto", "Nice!"], at=T0)
-    await say(store, user=user, channel=porto, lines=["The flat is small"], at=T0 + timedelta(days=2), persona=PERSONA)
-    await say(store, user=user, channel=lisbon, lines=["\nPlanning a trip to Lisbon", "When?"], at=T0 + timedelta(days=1))
+    await say(
+        store,
+        user=user,
+        channel=porto,
+        lines=["The flat is small"],
+        at=T0 + timedelta(days=2),
+        persona=PERSONA,
+    )
+    await say(
+        store,
+        user=user,
+        channel=lisbon,
+        lines=["\nPlanning a trip to Lisbon", "When?"],
+        at=T0 + timedelta(days=1),
+    )
     await say(store, user=user, channel=quiet, lines=["Hello"], at=T0 - timedelta(days=3), team=None)
     await say(store, user=other, channel=porto, lines=["Not about the user"], at=T0 + timedelta(days=5))
 
@@ -67,7 +80,9 @@ async def test_conversations_are_grouped_by_channel_newest_first_and_paged(store
     assert porto_item.persona_ids == (PERSONA, None) and porto_item.team_ids == (TEAM_A,)
     assert porto_item.started_at == T0 and porto_item.last_at == T0 + timedelta(days=2)
     assert first.items[1].first_line == "Planning a trip to Lisbon"
-    rest = await store.list_channel_conversations(ConversationQuery(user_id=user, limit=2, cursor=first.next_cursor))
+    rest = await store.list_channel_conversations(
+        ConversationQuery(user_id=user, limit=2, cursor=first.next_cursor)
+    )
     assert [c.channel_id for c in rest.items] == [quiet] and rest.next_cursor is None
     assert rest.items[0].team_ids == (None,)
 

@@ -113,15 +113,23 @@ async def _seed(database_url: str) -> Seeded:
                   value="Likes green now", confidence=0.8)  # fmt: skip
         # remembered conversations: two of Alice's (one with the chef persona), one of Bob's
         for channel, user, persona, lines, at in (
-            (CHANNEL, ALICE, CHEF, ["I stopped eating meat two years ago", "Noted: vegetarian recipes."], SAID_AT),
+            (CHANNEL, ALICE, CHEF, ["I stopped eating meat two years ago", "Noted: vegetarian recipes."],
+             SAID_AT),
             (TRIP_CHANNEL, ALICE, None, ["Planning a trip to Porto in March", "Lovely in spring."],
              SAID_AT + timedelta(days=1)),
             (CHANNEL, BOB, None, ["My two cats hate the vet"], SAID_AT),
         ):  # fmt: skip
             turns = [
-                NewTurn(channel_id=channel, user_id=user, persona_id=persona, team_id=TEAM_A,
-                        role="user" if i % 2 == 0 else "assistant", text=text,
-                        at=at + timedelta(seconds=i), position=i + 1)  # fmt: skip
+                NewTurn(
+                    channel_id=channel,
+                    user_id=user,
+                    persona_id=persona,
+                    team_id=TEAM_A,
+                    role="user" if i % 2 == 0 else "assistant",
+                    text=text,
+                    at=at + timedelta(seconds=i),
+                    position=i + 1,
+                )
                 for i, text in enumerate(lines)
             ]
             await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)

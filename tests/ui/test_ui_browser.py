@@ -400,7 +400,10 @@ def test_a_user_sees_evidence_and_conversations_and_deletes_them(
     trip = section.locator(f'[data-row-id="conversation-{h.TRIP_CHANNEL}"]')
     trip.get_by_role("button", name="Delete conversation").click()
     trip.wait_for(state="detached")
-    assert h.turn_texts(database, h.ALICE) == ["I stopped eating meat two years ago", "Noted: vegetarian recipes."]
+    assert h.turn_texts(database, h.ALICE) == [
+        "I stopped eating meat two years ago",
+        "Noted: vegetarian recipes.",
+    ]
 
     form = section.locator('form[action$="/conversations/delete-all"]')
     form.evaluate("f => f.noValidate = true")
