@@ -244,6 +244,18 @@ SETTING_FIELDS: Final = (
         "days",
         "Archived memories older than this are erased. Leave empty to inherit.",
     ),
+    SettingField(
+        "history",
+        "Conversation history",
+        "switch",
+        "On: what was said is kept, so recall can quote earlier conversations to the same person.",
+    ),
+    SettingField(
+        "history_days",
+        "Erase conversations after (days)",
+        "days",
+        "Remembered conversation turns older than this are erased. Leave empty to inherit.",
+    ),
 )
 SWITCH_CHOICES: Final = (("inherit", "Inherit"), ("on", "On"), ("off", "Off"))
 MAX_DAYS: Final = 36500

@@ -126,13 +126,13 @@ TABLE: tuple[Case, ...] = (
     Case(
         "POST",
         "/v1/recall",
-        {"user_id": "{user}", "team_id": "{team}"},
+        {"user_id": "{user}", "team_id": "{team}", "query": "what was said"},
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
     ),
     Case(
         "POST",
         "/v1/hint",
-        {"user_id": "{user}", "team_id": "{team}"},
+        {"user_id": "{user}", "team_id": "{team}", "query": "what was said"},
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
     ),
     Case(
@@ -255,6 +255,8 @@ async def test_authorization_matrix(
     for other, said in TURN_SECRET.items():
         if other not in may_read_turns.get(role, set()):
             assert said not in response.text, f"{role} read {other}'s conversation"
+    if role == "service" and case.path in RECALL_PATHS:
+        assert TURN_SECRET[resource] in response.text  # the recall the check above guards does read turns
     if want >= 400:
         assert await snapshot(api_store, ids, people) == before  # a refused call changes nothing
         assert all(secret not in response.text for secret in SECRET_VALUE.values())

@@ -306,16 +306,18 @@ def test_an_admin_sets_a_teams_settings_and_sees_what_is_inherited(
     page.get_by_role("button", name="Save team settings").click()
     expect(page.locator("#pending_days-error")).to_contain_text("whole number of days")  # next to its field
     page.get_by_label("Reject pending after (days)").fill("14")
+    page.get_by_label("Erase conversations after (days)").fill("30")
     page.get_by_role("button", name="Save team settings").click()
     page.get_by_role("status").filter(has_text="Saved").wait_for()
     assert page.locator("#pending_days-inherit").inner_text() == "In effect: 14 · set here"
+    assert page.locator("#history_days-inherit").inner_text() == "In effect: 30 · set here"
     with psycopg.connect(database) as conn:
         row = conn.execute(
-            "SELECT persona_learning, pending_days, min_confidence FROM memory_settings "
-            "WHERE level = 'team' AND target_id = %s",
+            "SELECT persona_learning, pending_days, min_confidence, history, history_days"
+            " FROM memory_settings WHERE level = 'team' AND target_id = %s",
             (h.TEAM_A,),
         ).fetchone()
-    assert row == (True, 14, None)
+    assert row == (True, 14, None, None, 30)
 
 
 def test_a_team_admin_reads_a_personas_settings_but_cannot_change_them(
