@@ -34,10 +34,15 @@ def require_service(principal: Principal) -> None:
         raise Forbidden("this endpoint is for services: use an API key from `pmem keys create`")
 
 
-def require_eraser(principal: Principal) -> None:
-    """403 unless the caller may erase everything about any user (a service or an admin)."""
-    if principal.role not in ("service", "admin"):
-        raise Forbidden("erasing a user's memories needs an admin or a service key")
+def require_eraser(principal: Principal) -> frozenset[uuid.UUID] | None:
+    """The teams within which the caller may erase a user's memories and conversations (None: all
+    of them, for a service or an admin; a team admin: their own teams); 403 for anybody else.
+    Erasing never shows what it erases: no role but the person reads their own turns."""
+    if principal.role in ("service", "admin"):
+        return None
+    if principal.role == "team_admin":
+        return principal.teams
+    raise Forbidden("erasing a user's memories needs an admin, a team admin or a service key")
 
 
 def may_review(principal: Principal, memory: Memory) -> bool:

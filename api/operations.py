@@ -22,6 +22,8 @@ from store.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.types import (
     INCLUDE_ALL,
     AuditEntry,
+    ChannelConversation,
+    ConversationQuery,
     Memory,
     MemorySettings,
     Page,
@@ -250,9 +252,50 @@ async def export_mine(store: ControlPlaneStore, principal: Principal) -> UserExp
 
 
 async def erase_user(store: ControlPlaneStore, principal: Principal, user_id: uuid.UUID) -> int:
-    """Erase everything about a user (the platform's service key, or an admin)."""
-    access.require_eraser(principal)
-    return await store.erase_user(user_id, actor=principal.actor)
+    """Erase everything about a user, remembered conversations included (the platform's service key
+    or an admin: everywhere; a team admin: what was said in their teams); how many memories went."""
+    teams = access.require_eraser(principal)
+    return await store.erase_user(user_id, actor=principal.actor, teams=teams)
+
+
+# -- a person's remembered conversations ----------------------------------------------------------
+
+
+async def my_conversations(
+    store: ControlPlaneStore,
+    principal: Principal,
+    *,
+    persona_id: uuid.UUID | None = None,
+    team_id: uuid.UUID | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[ChannelConversation]:
+    """The caller's remembered conversations, one per channel, latest first. Only the person
+    reads them: no admin role browses another person's turns."""
+    query = ConversationQuery(
+        user_id=access.require_person(principal),
+        persona_id=persona_id,
+        team_id=team_id,
+        limit=_limit(limit),
+        cursor=cursor,
+    )
+    try:
+        return await store.list_channel_conversations(query)
+    except BadCursor as exc:
+        raise BadInput(str(exc)) from exc
+
+
+async def erase_my_conversation(store: ControlPlaneStore, principal: Principal, channel_id: uuid.UUID) -> int:
+    """Erase the caller's remembered turns of one channel; 404 when none of theirs is kept there."""
+    erased = await store.delete_channel_conversation(access.require_person(principal), channel_id)
+    if erased == 0:
+        raise NotFound("no such conversation")
+    return erased
+
+
+async def erase_my_conversations(store: ControlPlaneStore, principal: Principal) -> int:
+    """Erase every remembered conversation of the caller (their memories stay); how many turns went."""
+    return await store.delete_conversations(access.require_person(principal))
 
 
 # -- settings -------------------------------------------------------------------------------------

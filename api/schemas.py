@@ -4,12 +4,22 @@ answers, built from the store's plain types."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.operations import BulkResult, MemoryDetail, SettingsView
-from store.types import AuditEntry, Memory, ReviewItem, Revision, SettingsRow, UserExport
+from store.types import (
+    AuditEntry,
+    ChannelConversation,
+    Memory,
+    ReviewItem,
+    Revision,
+    SettingsRow,
+    Turn,
+    UserExport,
+)
 
 
 class _Body(BaseModel):
@@ -52,6 +62,8 @@ class SettingsBody(_Body):
     min_confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     pending_days: int | None = Field(default=None, ge=1, le=36_500)
     archived_days: int | None = Field(default=None, ge=1, le=36_500)
+    history: bool | None = None
+    history_days: int | None = Field(default=None, ge=1, le=36_500)
 
     def row(self) -> SettingsRow:
         """The values as a settings row (level and target are set by the route)."""
@@ -60,6 +72,10 @@ class SettingsBody(_Body):
 
 def _id(value: uuid.UUID | None) -> str | None:
     return None if value is None else str(value)
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
 
 
 def memory_json(memory: Memory) -> dict[str, Any]:
@@ -77,12 +93,15 @@ def memory_json(memory: Memory) -> dict[str, Any]:
         "source_channel_id": _id(memory.source_channel_id),
         "created_at": memory.created_at.isoformat(),
         "updated_at": memory.updated_at.isoformat(),
+        "evidence": memory.evidence,
+        "observed_at": _time(memory.observed_at),
     }
 
 
 def review_item_json(item: ReviewItem) -> dict[str, Any]:
     """A review-queue item as JSON (DESIGN: id, kind, memory_id, scope, owner_id, user_id, team_id,
-    key, value or old_value/new_value, confidence, source_channel_id, created_at)."""
+    key, value or old_value/new_value, confidence, source_channel_id, created_at, evidence,
+    observed_at)."""
     body: dict[str, Any] = {
         "id": str(item.id),
         "kind": item.kind,
@@ -95,6 +114,8 @@ def review_item_json(item: ReviewItem) -> dict[str, Any]:
         "confidence": item.confidence,
         "source_channel_id": _id(item.source_channel_id),
         "created_at": item.created_at.isoformat(),
+        "evidence": item.evidence,
+        "observed_at": _time(item.observed_at),
     }
     if item.kind == "memory":
         body["value"] = item.value
@@ -132,6 +153,38 @@ def revision_json(revision: Revision) -> dict[str, Any]:
         "status": revision.status,
         "source_event_id": _id(revision.source_event_id),
         "created_at": revision.created_at.isoformat(),
+        "evidence": revision.evidence,
+        "observed_at": _time(revision.observed_at),
+    }
+
+
+def turn_json(turn: Turn) -> dict[str, Any]:
+    """A remembered turn as JSON."""
+    return {
+        "id": str(turn.id),
+        "channel_id": str(turn.channel_id),
+        "event_id": str(turn.event_id),
+        "user_id": str(turn.user_id),
+        "persona_id": _id(turn.persona_id),
+        "team_id": _id(turn.team_id),
+        "role": turn.role,
+        "text": turn.text,
+        "at": turn.at.isoformat(),
+        "position": turn.position,
+    }
+
+
+def conversation_json(conversation: ChannelConversation) -> dict[str, Any]:
+    """One remembered conversation (a channel's turns of the caller) as JSON."""
+    return {
+        "channel_id": str(conversation.channel_id),
+        "persona_ids": [_id(p) for p in conversation.persona_ids],
+        "team_ids": [_id(t) for t in conversation.team_ids],
+        "started_at": conversation.started_at.isoformat(),
+        "last_at": conversation.last_at.isoformat(),
+        "first_line": conversation.first_line,
+        "turn_count": conversation.turn_count,
+        "conversation_count": conversation.conversation_count,
     }
 
 
@@ -147,11 +200,13 @@ def detail_json(detail: MemoryDetail) -> dict[str, Any]:
 
 
 def export_json(export: UserExport) -> dict[str, Any]:
-    """Everything about a person."""
+    """Everything about a person: memories and revisions (with their evidence), audit rows and the
+    remembered conversation turns."""
     return {
         "memories": [memory_json(m) for m in export.memories],
         "revisions": [revision_json(r) for r in export.revisions],
         "audit": [audit_json(a) for a in export.audit],
+        "turns": [turn_json(t) for t in export.turns],
     }
 
 
@@ -169,6 +224,8 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "min_confidence": own.min_confidence,
             "pending_days": own.pending_days,
             "archived_days": own.archived_days,
+            "history": own.history,
+            "history_days": own.history_days,
         },
         "effective": {
             "enabled": effective.enabled,
@@ -177,6 +234,8 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "min_confidence": effective.min_confidence,
             "pending_days": effective.pending_days,
             "archived_days": effective.archived_days,
+            "history": effective.history,
+            "history_days": effective.history_days,
         },
         "inherited_from": view.inherited_from,
     }

@@ -60,7 +60,10 @@ NOTICES = {
     "saved": "Saved.",
     "deleted": "Deleted.",
     "deleted_all": "Everything remembered about you was erased.",
+    "conversation_deleted": "Deleted. That conversation is no longer remembered.",
+    "conversations_deleted": "Every remembered conversation was erased. Your memories stay.",
 }
+MY_CONVERSATIONS = 200  # the newest shown on "My memories"; the download has every one
 MY_PAGES = 10  # "My memories" shows up to 2000; the download has everything
 QUEUE_ERRORS = {"none_selected": "Select at least one item first."}
 
@@ -607,6 +610,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         "owner_id": memory.owner_id,
         "user_id": memory.user_id,
         "team_id": memory.team_id,
+        **core.said_fields(memory),
     }
     proposal = detail.pending_revision
     decide_id = (
@@ -625,6 +629,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
             "new_value": proposal.new_value,
             "confidence": core.show_confidence(proposal.confidence),
             "created": core.show_time(proposal.created_at),
+            **core.said_fields(proposal),
         },
         decide_id=decide_id,
     )
@@ -646,6 +651,8 @@ async def _my_page(
             break
     groups = core.group_my_memories(items)
     total = sum(len(g.cards) for g in groups)
+    remembered = await ops.my_conversations(_store(request), session.principal, limit=MY_CONVERSATIONS)
+    conversations = [core.conversation_row(c) for c in remembered.items]
     return await _page(
         request,
         session,
@@ -654,6 +661,8 @@ async def _my_page(
         notice=notice,
         groups=groups,
         total=total,
+        conversations=conversations,
+        more_conversations=remembered.next_cursor is not None,
         errors=errors,
         status_code=422 if errors else 200,
     )
@@ -730,6 +739,39 @@ async def me_delete_all(request: Request) -> Response:
         return await _my_page(request, session, errors=errors, notice=None)
     await ops.erase_all_mine(_store(request), session.principal)
     return _redirect("/ui/me", notice="deleted_all")
+
+
+@router.post("/me/conversations/{channel_id}/delete")
+async def me_delete_conversation(request: Request, channel_id: str) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    target = _parse_id(channel_id)
+    try:
+        if target is None:
+            raise NotFound(channel_id)
+        await ops.erase_my_conversation(_store(request), session.principal, target)
+    except (NotFound, Forbidden) as exc:
+        return await _refuse(request, session, exc)
+    if _wants_json(request):
+        return _json(200, message=NOTICES["conversation_deleted"])
+    return _redirect("/ui/me", notice="conversation_deleted")
+
+
+@router.post("/me/conversations/delete-all")
+async def me_delete_conversations(request: Request) -> Response:
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    session = posted.session
+    assert session is not None
+    if posted.form.get("confirm_conversations") != "yes":
+        errors = {"confirm_conversations": "Tick this box to confirm; nothing was deleted."}
+        return await _my_page(request, session, errors=errors, notice=None)
+    await ops.erase_my_conversations(_store(request), session.principal)
+    return _redirect("/ui/me", notice="conversations_deleted")
 
 
 @router.get("/me/export")

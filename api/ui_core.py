@@ -244,6 +244,18 @@ SETTING_FIELDS: Final = (
         "days",
         "Archived memories older than this are erased. Leave empty to inherit.",
     ),
+    SettingField(
+        "history",
+        "Conversation history",
+        "switch",
+        "On: what was said is kept, so recall can quote earlier conversations to the same person.",
+    ),
+    SettingField(
+        "history_days",
+        "Erase conversations after (days)",
+        "days",
+        "Remembered conversation turns older than this are erased. Leave empty to inherit.",
+    ),
 )
 SWITCH_CHOICES: Final = (("inherit", "Inherit"), ("on", "On"), ("off", "Off"))
 MAX_DAYS: Final = 36500
@@ -425,6 +437,9 @@ class ReviewRow:
     channel_id: str | None
     created: str
     created_iso: str
+    evidence: str | None = None
+    said: str | None = None  # when the evidence was said, as people read it
+    said_iso: str = ""
 
     @property
     def is_change(self) -> bool:
@@ -462,7 +477,19 @@ def review_row(item: Any) -> ReviewRow:
         channel_id=_str_or_none(field_of(item, "source_channel_id")),
         created=show_time(created),
         created_iso=created.isoformat() if created else "",
+        **said_fields(item),
     )
+
+
+def said_fields(item: Any) -> dict[str, Any]:
+    """The evidence quote of a memory, revision or review item and when it was said (None: unknown)."""
+    evidence = field_of(item, "evidence")
+    observed = as_datetime(field_of(item, "observed_at"))
+    return {
+        "evidence": evidence.strip() if isinstance(evidence, str) and evidence.strip() else None,
+        "said": None if observed is None else show_time(observed),
+        "said_iso": "" if observed is None else observed.isoformat(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +504,9 @@ class MemoryCard:
     confidence: str
     created: str
     updated: str
+    evidence: str | None = None
+    said: str | None = None
+    said_iso: str = ""
 
     @property
     def pending(self) -> bool:
@@ -507,6 +537,7 @@ def memory_card(item: Any) -> MemoryCard:
         confidence=show_confidence(field_of(item, "confidence")),
         created=show_time(field_of(item, "created_at")),
         updated=show_time(field_of(item, "updated_at") or field_of(item, "created_at")),
+        **said_fields(item),
     )
 
 
@@ -544,6 +575,40 @@ def group_my_memories(items: Iterable[Any]) -> list[MemoryGroup]:
             )
         )
     return groups
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRow:
+    """One remembered conversation (a channel's turns of mine), ready to render."""
+
+    channel_id: str
+    when: str
+    when_iso: str
+    with_whom: str
+    first_line: str
+    turns: str
+
+
+def personas_label(persona_ids: Iterable[Any]) -> str:
+    """Who the conversation was with: `persona 356511b6`, several, or `no persona`."""
+    named = [f"persona {short_id(p)}" for p in persona_ids if p is not None]
+    if not named:
+        return "no persona"
+    return ", ".join(named)
+
+
+def conversation_row(item: Any) -> ConversationRow:
+    """A remembered conversation as the page shows it: its latest date, personas, first line."""
+    last = as_datetime(field_of(item, "last_at"))
+    count = int(field_of(item, "turn_count", 0) or 0)
+    return ConversationRow(
+        channel_id=str(field_of(item, "channel_id")),
+        when=show_time(last),
+        when_iso=last.isoformat() if last else "",
+        with_whom=personas_label(field_of(item, "persona_ids", ()) or ()),
+        first_line=str(field_of(item, "first_line", "") or "") or "(no text)",
+        turns=plural(count, "message"),
+    )
 
 
 def plural(count: int, one: str, many: str | None = None) -> str:

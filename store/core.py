@@ -2,7 +2,7 @@
 role: writes (`store.writes`), review (`store.review`), listing (`store.listing`), erasure and
 retention (`store.erasure`), settings (`store.memory_settings`), API keys (`store.api_keys`),
 web-UI sessions (`store.ui_sessions`), chat history (`store.history`) and conversation turns
-(`store.turns`, through the writes). Recall lives in each backend.
+(`store.turns`, through the writes; by channel, `store.channel_turns`). Recall lives in each backend.
 
 Decisions come from pure modules (`store.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -12,6 +12,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 from __future__ import annotations
 
 from store.api_keys import ApiKeys
+from store.channel_turns import ChannelConversations
 from store.embedding_models import EmbeddingModels
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
@@ -27,6 +28,7 @@ class CoreStore(
     MemoryReview,
     MemoryListing,
     MemoryErasure,
+    ChannelConversations,
     SettingsRows,
     ApiKeys,
     UiSessions,

@@ -425,6 +425,21 @@ class Conversation:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ChannelConversation:
+    """One channel's remembered turns of a person: when they were said (first and last), with which
+    personas and in which teams (None: no persona / no team), the first line and how much is kept."""
+
+    channel_id: uuid.UUID
+    persona_ids: tuple[uuid.UUID | None, ...]
+    team_ids: tuple[uuid.UUID | None, ...]
+    started_at: datetime
+    last_at: datetime
+    first_line: str
+    turn_count: int
+    conversation_count: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ConversationQuery:
     """A person's remembered conversations, newest first, one page (`teams` limits them to those
     teams' conversations, as for a team-scoped caller; None: every one)."""

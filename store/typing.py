@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 from store.types import (
     ApiKey,
     AuditEntry,
+    ChannelConversation,
     ChatMessage,
     Conversation,
     ConversationQuery,
@@ -208,6 +209,16 @@ class PersonalStore(Protocol):
     async def delete_conversations(
         self, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
     ) -> int: ...
+
+    async def list_channel_conversations(self, query: ConversationQuery) -> Page[ChannelConversation]:
+        """A person's remembered conversations, one per channel, latest turn first."""
+        ...
+
+    async def delete_channel_conversation(
+        self, user_id: uuid.UUID, channel_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+    ) -> int:
+        """Erase this person's turns in one channel; how many went."""
+        ...
 
 
 class SettingsStore(Protocol):

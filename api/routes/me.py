@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import ValueBody, export_json, memory_json
+from api.schemas import ValueBody, conversation_json, export_json, memory_json
 from store.types import Scope, Status
 
 router = APIRouter(prefix="/v1/me", tags=["me"])
@@ -56,12 +56,42 @@ async def erase_my_memory(memory_id: uuid.UUID, principal: Caller, state: State)
 
 @router.delete("/memories")
 async def erase_all_my_memories(principal: Caller, state: State) -> dict[str, int]:
-    """Erase everything remembered about the caller."""
+    """Erase everything remembered about the caller, remembered conversations included."""
     return {"erased": await operations.erase_all_mine(state.store, principal)}
+
+
+@router.get("/conversations")
+async def list_my_conversations(
+    principal: Caller,
+    state: State,
+    persona_id: uuid.UUID | None = None,
+    team_id: uuid.UUID | None = None,
+    limit: int = Query(default=50, ge=1, le=200),
+    cursor: str | None = None,
+) -> dict[str, object]:
+    """Own remembered conversations, one per channel, latest first: when, with which personas, the
+    first line and how many turns are kept (only the person reads them)."""
+    page = await operations.my_conversations(
+        state.store, principal, persona_id=persona_id, team_id=team_id, limit=limit, cursor=cursor
+    )
+    return {"items": [conversation_json(c) for c in page.items], "next_cursor": page.next_cursor}
+
+
+@router.delete("/conversations/{channel_id}")
+async def erase_my_conversation(channel_id: uuid.UUID, principal: Caller, state: State) -> dict[str, int]:
+    """Erase the caller's remembered turns of one conversation (channel); memories stay."""
+    return {"erased": await operations.erase_my_conversation(state.store, principal, channel_id)}
+
+
+@router.delete("/conversations")
+async def erase_all_my_conversations(principal: Caller, state: State) -> dict[str, int]:
+    """Erase every remembered conversation of the caller; memories stay."""
+    return {"erased": await operations.erase_my_conversations(state.store, principal)}
 
 
 @router.get("/export")
 async def export_my_data(principal: Caller, state: State) -> JSONResponse:
-    """Every memory, revision and audit row about the caller, as a JSON download."""
+    """Every memory and revision (with evidence), audit row and remembered conversation turn about
+    the caller, as a JSON download."""
     body = export_json(await operations.export_mine(state.store, principal))
     return JSONResponse(body, headers={"Content-Disposition": 'attachment; filename="my-memories.json"'})

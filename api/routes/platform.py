@@ -52,5 +52,6 @@ async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, s
 
 @router.delete("/v1/users/{user_id}/memories")
 async def erase_user(user_id: uuid.UUID, principal: Caller, state: State) -> dict[str, int]:
-    """Erase everything about a user (a service key or an admin)."""
+    """Erase everything about a user, remembered conversations included (a service key or an admin;
+    a team admin: what was said in their own teams)."""
     return {"erased": await operations.erase_user(state.store, principal, user_id)}

@@ -1,18 +1,20 @@
 """Every endpoint × every role × own / another user's / another team's resource → one expected
 status, generated from one table, on Postgres. Zero leaks: a refused call changes nothing and never
-shows the memory's text."""
+shows the memory's text; a remembered conversation's text is shown to nobody but its person (and
+to the platform's recall for that person)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
 from store.postgres import PostgresMemoryStore
-from store.types import NewMemory
+from store.types import NewMemory, NewTurn
 from tests.api.conftest import TEAM_A, TEAM_B, People
 
 ROLES = ("anonymous", "user", "team_admin", "admin", "service")
@@ -25,6 +27,12 @@ SECRET_VALUE = {
     "other_user": "other-secret-1b9c",
     "other_team": "team-b-secret-5d2e",
 }
+TURN_SECRET = {
+    "own": "own-said-4c1e",
+    "other_user": "other-said-8a2f",
+    "other_team": "team-b-said-3e7d",
+}
+SAID_AT = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class Case:
     """One endpoint: how to call it, and the status per role (and per resource where it matters)."""
 
     method: str
-    path: str  # {id}: the resource memory; {user}: the resource's subject; {team}: the resource's team
+    path: str  # {id}: the resource memory; {user}: its subject; {team}: its team; {channel}: its conversation
     body: dict[str, Any] | None
     expect: dict[str, Any]  # role → status, or role → {resource: status}
 
@@ -65,6 +73,14 @@ TABLE: tuple[Case, ...] = (
         None,
         {"anonymous": 401, "user": per(204, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
     ),
+    Case("GET", "/v1/me/conversations", None, ANY_PERSON),
+    Case(
+        "DELETE",
+        "/v1/me/conversations/{channel}",
+        None,
+        {"anonymous": 401, "user": per(200, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
+    ),
+    Case("DELETE", "/v1/me/conversations", None, ANY_PERSON),
     Case("GET", "/v1/review", None, {**REVIEWERS, "team_admin": 200}),
     Case("POST", "/v1/review/{id}/approve", None, REVIEWERS),
     Case("POST", "/v1/review/{id}/reject", None, REVIEWERS),
@@ -110,22 +126,26 @@ TABLE: tuple[Case, ...] = (
     Case(
         "POST",
         "/v1/recall",
-        {"user_id": "{user}", "team_id": "{team}"},
+        {"user_id": "{user}", "team_id": "{team}", "query": "what was said"},
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
     ),
     Case(
         "POST",
         "/v1/hint",
-        {"user_id": "{user}", "team_id": "{team}"},
+        {"user_id": "{user}", "team_id": "{team}", "query": "what was said"},
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 403, "service": 200},
     ),
     Case(
         "DELETE",
         "/v1/users/{user}/memories",
         None,
-        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
+        # a team admin erases what was said in their own teams (another team's: nothing, see below)
+        {"anonymous": 401, "user": 403, "team_admin": 200, "admin": 200, "service": 200},
     ),
 )
+
+
+RECALL_PATHS = ("/v1/recall", "/v1/hint")
 
 
 def expected(case: Case, role: str, resource: str) -> int:
@@ -145,15 +165,35 @@ def fill(template: Any, values: dict[str, str]) -> Any:
     return template
 
 
-async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUID]:
-    """One pending memory per resource kind."""
-    owners = {
+def owners(people: People) -> dict[str, tuple[uuid.UUID, uuid.UUID]]:
+    """The subject and team of each resource kind."""
+    return {
         "own": (people.user, TEAM_A),
         "other_user": (people.other_user, TEAM_A),
         "other_team": (people.other_user, TEAM_B),
     }
+
+
+def channel_of(resource: str) -> uuid.UUID:
+    """The conversation (channel) each resource kind's turn was said in."""
+    return uuid.UUID(int=0xC0 + RESOURCES.index(resource))
+
+
+async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUID]:
+    """One pending memory (with evidence) and one remembered turn per resource kind."""
     ids = {}
-    for resource, (subject, team) in owners.items():
+    for resource, (subject, team) in owners(people).items():
+        turn = NewTurn(
+            channel_id=channel_of(resource),
+            user_id=subject,
+            persona_id=None,
+            team_id=team,
+            role="user",
+            text=TURN_SECRET[resource],
+            at=SAID_AT,
+            position=1,
+        )
+        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
         result = await store.upsert(
             NewMemory(
                 scope="user",
@@ -163,14 +203,18 @@ async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUI
                 value=SECRET_VALUE[resource],
                 status="pending_review",
                 team_id=team,
+                evidence=f"user: {SECRET_VALUE[resource]}",
+                observed_at=SAID_AT,
             )
         )
         ids[resource] = result.memory_id
     return ids
 
 
-async def snapshot(store: PostgresMemoryStore, ids: dict[str, uuid.UUID]) -> dict[str, Any]:
-    return {resource: await store.get_by_id(memory_id) for resource, memory_id in ids.items()}
+async def snapshot(store: PostgresMemoryStore, ids: dict[str, uuid.UUID], people: People) -> dict[str, Any]:
+    memories = {resource: await store.get_by_id(memory_id) for resource, memory_id in ids.items()}
+    turns = {person: await store.export_turns(person) for person in (people.user, people.other_user)}
+    return {"memories": memories, "turns": turns}
 
 
 CASES = [(case, role, resource) for case in TABLE for role in ROLES for resource in RESOURCES]
@@ -192,8 +236,13 @@ async def test_authorization_matrix(
     ids = await seed(api_store, people)
     subject = people.user if resource == "own" else people.other_user
     team = TEAM_B if resource == "other_team" else TEAM_A
-    values = {"id": str(ids[resource]), "user": str(subject), "team": str(team)}
-    before = await snapshot(api_store, ids)
+    values = {
+        "id": str(ids[resource]),
+        "user": str(subject),
+        "team": str(team),
+        "channel": str(channel_of(resource)),
+    }
+    before = await snapshot(api_store, ids, people)
     response = await client.request(
         case.method, fill(case.path, values), json=fill(case.body, values), headers=people.headers(role)
     )
@@ -201,8 +250,15 @@ async def test_authorization_matrix(
     assert response.status_code == want, response.text
     if response.status_code != 204:
         assert "error" in response.json() if want >= 400 else True
+    # a turn is read by its person and by the platform's recall for that person, by nobody else
+    may_read_turns = {"user": {"own"}, "service": {resource} if case.path in RECALL_PATHS else set()}
+    for other, said in TURN_SECRET.items():
+        if other not in may_read_turns.get(role, set()):
+            assert said not in response.text, f"{role} read {other}'s conversation"
+    if role == "service" and case.path in RECALL_PATHS:
+        assert TURN_SECRET[resource] in response.text  # the recall the check above guards does read turns
     if want >= 400:
-        assert await snapshot(api_store, ids) == before  # a refused call changes nothing
+        assert await snapshot(api_store, ids, people) == before  # a refused call changes nothing
         assert all(secret not in response.text for secret in SECRET_VALUE.values())
     elif response.status_code == 200 and case.method == "GET":
         # what a caller may list never includes what it may not see
@@ -235,3 +291,18 @@ async def test_bulk_decisions_skip_what_a_team_admin_may_not_see(
     }
     untouched = await api_store.get_by_id(ids["other_team"])
     assert untouched is not None and untouched.status == "pending_review"
+
+
+async def test_a_team_admin_erases_a_user_only_in_their_own_teams(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
+) -> None:
+    ids = await seed(api_store, people)
+    response = await client.delete(
+        f"/v1/users/{people.other_user}/memories", headers=people.headers("team_admin")
+    )
+    assert response.status_code == 200 and response.json() == {"erased": 1}
+    assert await api_store.get_by_id(ids["other_user"]) is None
+    kept = await api_store.get_by_id(ids["other_team"])
+    assert kept is not None and kept.value == SECRET_VALUE["other_team"]
+    assert [t.text for t in await api_store.export_turns(people.other_user)] == [TURN_SECRET["other_team"]]
+    assert [t.text for t in await api_store.export_turns(people.user)] == [TURN_SECRET["own"]]

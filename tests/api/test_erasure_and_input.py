@@ -41,9 +41,28 @@ def text_columns_holding(url: str, needle: str) -> list[str]:
     return hits
 
 
+SAID_AT = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
+
+
 async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID:
-    """A memory with a revision history: added, approved, a proposal, an edit; a memory with its
-    evidence; a conversation turn."""
+    """A memory with a revision history (added, a proposal with its evidence), a persona's memory
+    about the person, and the remembered conversation they come from."""
+    said = [
+        NewTurn(
+            channel_id=uuid.UUID(int=0xC1),
+            user_id=people.user,
+            persona_id=None,
+            team_id=TEAM_A,
+            role=role,
+            text=text,
+            at=SAID_AT,
+            position=position,
+        )
+        for position, (role, text) in enumerate(
+            [("user", ERASED + " since May"), ("assistant", "Esperanto is a fine choice")], start=1
+        )
+    ]
+    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=said)
     first = await store.upsert(
         NewMemory(
             scope="user",
@@ -51,6 +70,7 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             user_id=None,
             key="hobby",
             value="Keeps a diary",
+            status="active",  # reviewed: the next value becomes a proposal
             team_id=TEAM_A,
         )
     )
@@ -63,6 +83,8 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             value=ERASED,
             status="pending_review",
             team_id=TEAM_A,
+            evidence=f"user: {ERASED} since May",
+            observed_at=SAID_AT,
         )
     )
     await store.upsert(
@@ -73,21 +95,10 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             key="language",
             value=ERASED + " daily",
             team_id=TEAM_A,
-            evidence="user: I keep a diary in Esperanto",
+            evidence=f"user: {ERASED} since May",
+            observed_at=SAID_AT,
         )
     )
-    # what was said, kept as conversation memory
-    said = NewTurn(
-        channel_id=uuid.uuid4(),
-        user_id=people.user,
-        persona_id=None,
-        team_id=TEAM_A,
-        role="user",
-        text="My diary is in Esperanto",
-        at=datetime.now(UTC),
-        position=1,
-    )
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
     return first.memory_id
 
 
@@ -104,6 +115,36 @@ async def test_erasing_everything_about_a_user_leaves_no_text_in_any_table_or_ex
     audit = export.json()["audit"]
     assert export.json()["memories"] == [] and [a["action"] for a in audit].count("erase") == 2
     assert all(a["key"] is None and a["old_value"] is None and a["new_value"] is None for a in audit)
+    assert export.json()["turns"] == [] and export.json()["revisions"] == []
+
+
+async def test_a_persons_delete_all_erases_their_memories_and_conversations_everywhere(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People, api_db_url: str
+) -> None:
+    await write_history(api_store, people)
+    before = (await client.get("/v1/me/export", headers=people.headers("user"))).json()
+    assert [t["text"] for t in before["turns"]] == [ERASED + " since May", "Esperanto is a fine choice"]
+    assert {m["evidence"] for m in before["memories"]} >= {f"user: {ERASED} since May"}
+    assert any(r["evidence"] == f"user: {ERASED} since May" for r in before["revisions"])
+    assert all(m["observed_at"] == SAID_AT.isoformat() for m in before["memories"] if m["evidence"])
+    response = await client.delete("/v1/me/memories", headers=people.headers("user"))
+    assert response.status_code == 200 and response.json() == {"erased": 2}
+    assert text_columns_holding(api_db_url, ERASED) == []
+    assert (await client.get("/v1/me/conversations", headers=people.headers("user"))).json()["items"] == []
+
+
+async def test_deleting_my_conversations_erases_every_turn_and_keeps_the_memories(
+    client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People, api_db_url: str
+) -> None:
+    await write_history(api_store, people)
+    response = await client.delete("/v1/me/conversations", headers=people.headers("user"))
+    assert response.status_code == 200 and response.json() == {"erased": 2}
+    assert "conversation_turns.text" not in text_columns_holding(api_db_url, "Esperanto")
+    with psycopg.connect(api_db_url) as conn:
+        row = conn.execute("SELECT count(*) FROM conversation_turns").fetchone()
+    assert row is not None and row[0] == 0
+    memories = (await client.get("/v1/me/memories", headers=people.headers("user"))).json()["items"]
+    assert len(memories) == 2
 
 
 async def test_a_user_erasing_one_memory_leaves_a_content_free_tombstone(

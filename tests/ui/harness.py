@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ ADMIN = uuid.UUID("a0000000-0000-4000-8000-000000000001")
 TEAM_ADMIN = uuid.UUID("a0000000-0000-4000-8000-000000000002")
 CHEF = uuid.UUID("356511b6-2380-55cb-8587-4de33f3a7e61")
 CHANNEL = uuid.UUID("13066c66-a322-5abd-bf9c-407bb5565fe3")
+TRIP_CHANNEL = uuid.UUID("24177d77-b433-4bce-8cad-518cc6676af4")
+SAID_AT = datetime(2026, 11, 28, 19, 5, tzinfo=UTC)
+DIET_EVIDENCE = "user: I stopped eating meat two years ago"
 
 
 def token(
@@ -82,7 +86,7 @@ async def _seed(database_url: str) -> Seeded:
     from extraction.embeddings import HashingEmbedder
     from store.factory import open_store
     from store.migrate import migrate_async
-    from store.types import NewMemory
+    from store.types import NewMemory, NewTurn
 
     await migrate_async(database_url, 384)
     store = await open_store(database_url, HashingEmbedder(dim=384))
@@ -106,7 +110,8 @@ async def _seed(database_url: str) -> Seeded:
         await add("dish", scope="persona", owner_id=CHEF, user_id=None, key="signature dish",
                   value="Often suggests a quick Thai green curry", confidence=0.7)  # fmt: skip
         await add("diet", scope="persona_user", owner_id=CHEF, user_id=ALICE, key="diet",
-                  value="Is vegetarian", confidence=0.95)  # fmt: skip
+                  value="Is vegetarian", confidence=0.95, evidence=DIET_EVIDENCE,
+                  observed_at=SAID_AT)  # fmt: skip
         await add("pets", scope="user", owner_id=BOB, user_id=None, key="pets at home",
                   value="Has two cats", confidence=0.75)  # fmt: skip
         await add("hobby", scope="user", owner_id=CARLA, user_id=None, key="chess hobby",
@@ -114,6 +119,28 @@ async def _seed(database_url: str) -> Seeded:
         # a proposed change to a reviewed memory: the worker saw a different value
         await add("colour", scope="user", owner_id=ALICE, user_id=None, key="favourite colour",
                   value="Likes green now", confidence=0.8)  # fmt: skip
+        # remembered conversations: two of Alice's (one with the chef persona), one of Bob's
+        for channel, user, persona, lines, at in (
+            (CHANNEL, ALICE, CHEF, ["I stopped eating meat two years ago", "Noted: vegetarian recipes."],
+             SAID_AT),
+            (TRIP_CHANNEL, ALICE, None, ["Planning a trip to Porto in March", "Lovely in spring."],
+             SAID_AT + timedelta(days=1)),
+            (CHANNEL, BOB, None, ["My two cats hate the vet"], SAID_AT),
+        ):  # fmt: skip
+            turns = [
+                NewTurn(
+                    channel_id=channel,
+                    user_id=user,
+                    persona_id=persona,
+                    team_id=TEAM_A,
+                    role="user" if i % 2 == 0 else "assistant",
+                    text=text,
+                    at=at + timedelta(seconds=i),
+                    position=i + 1,
+                )
+                for i, text in enumerate(lines)
+            ]
+            await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     finally:
         await store.close()
     return Seeded(ids)
@@ -125,7 +152,10 @@ def seed(database_url: str) -> Seeded:
     with psycopg.connect(database_url) as conn:
         tables = conn.execute("SELECT to_regclass('memories') IS NOT NULL").fetchone()
         if tables and tables[0]:
-            conn.execute("TRUNCATE memories, memory_revisions, memory_audit, memory_settings CASCADE")
+            conn.execute(
+                "TRUNCATE memories, memory_revisions, memory_audit, memory_settings, processed_events,"
+                " conversation_turns CASCADE"
+            )
     # in a thread of its own: Playwright's sync API keeps an event loop running in this one
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(lambda: asyncio.run(_seed(database_url))).result()
@@ -239,3 +269,12 @@ def audit_actors(database_url: str, memory_id: uuid.UUID) -> list[tuple[str, str
             "SELECT action, actor FROM memory_audit WHERE memory_id = %s ORDER BY id", (memory_id,)
         ).fetchall()
     return [(str(a), str(b)) for a, b in rows]
+
+
+def turn_texts(database_url: str, user: uuid.UUID) -> list[str]:
+    """The remembered turns of a user in the database, oldest first."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT text FROM conversation_turns WHERE user_id = %s ORDER BY at, position", (user,)
+        ).fetchall()
+    return [str(r[0]) for r in rows]

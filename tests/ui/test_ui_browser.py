@@ -358,16 +358,18 @@ def test_an_admin_sets_a_teams_settings_and_sees_what_is_inherited(
     page.get_by_role("button", name="Save team settings").click()
     expect(page.locator("#pending_days-error")).to_contain_text("whole number of days")  # next to its field
     page.get_by_label("Reject pending after (days)").fill("14")
+    page.get_by_label("Erase conversations after (days)").fill("30")
     page.get_by_role("button", name="Save team settings").click()
     page.get_by_role("status").filter(has_text="Saved").wait_for()
     assert page.locator("#pending_days-inherit").inner_text() == "In effect: 14 · set here"
+    assert page.locator("#history_days-inherit").inner_text() == "In effect: 30 · set here"
     with psycopg.connect(database) as conn:
         row = conn.execute(
-            "SELECT persona_learning, pending_days, min_confidence FROM memory_settings "
-            "WHERE level = 'team' AND target_id = %s",
+            "SELECT persona_learning, pending_days, min_confidence, history, history_days"
+            " FROM memory_settings WHERE level = 'team' AND target_id = %s",
             (h.TEAM_A,),
         ).fetchone()
-    assert row == (True, 14, None)
+    assert row == (True, 14, None, None, 30)
 
 
 def test_a_team_admin_reads_a_personas_settings_but_cannot_change_them(
@@ -430,6 +432,59 @@ def test_a_user_edits_and_deletes_a_memory_and_downloads_their_data(
     exported = json.dumps(json.loads(saved.read_text()))
     assert "Lives in Porto" in exported and "Is vegetarian" in exported
     assert "Speaks Portuguese" not in exported and "Has two cats" not in exported
+
+
+def test_a_user_sees_evidence_and_conversations_and_deletes_them(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.alice_token())
+    diet = row(page, seeded["diet"])
+    expect(diet.locator("blockquote")).to_have_text(h.DIET_EVIDENCE)
+    expect(diet.locator("figcaption")).to_have_text("Said 28 Nov 2026, 19:05 UTC")
+    section = page.get_by_role("region", name="Conversations remembered")
+    items = section.locator("[data-row-id]")
+    assert items.locator("h3").all_inner_texts() == [
+        "Planning a trip to Porto in March",  # the newest first
+        "I stopped eating meat two years ago",
+    ]
+    expect(items.nth(1)).to_contain_text(f"with persona {str(h.CHEF)[:8]}")
+    expect(items.nth(0)).to_contain_text("29 Nov 2026, 19:05 UTC")
+    assert "My two cats" not in section.inner_text()  # Bob's
+
+    trip = section.locator(f'[data-row-id="conversation-{h.TRIP_CHANNEL}"]')
+    trip.get_by_role("button", name="Delete conversation").click()
+    trip.wait_for(state="detached")
+    assert h.turn_texts(database, h.ALICE) == [
+        "I stopped eating meat two years ago",
+        "Noted: vegetarian recipes.",
+    ]
+
+    form = section.locator('form[action$="/conversations/delete-all"]')
+    form.evaluate("f => f.noValidate = true")
+    form.get_by_role("button", name="Delete all conversations").click()
+    expect(page.locator("#confirm_conversations-error")).to_contain_text("nothing was deleted")
+    assert len(h.turn_texts(database, h.ALICE)) == 2
+    page.get_by_label("Yes, erase every remembered conversation (my memories stay)").check()
+    page.get_by_role("button", name="Delete all conversations").click()
+    page.wait_for_url(re.compile(r"notice=conversations_deleted"))
+    expect(page.get_by_text("No conversation is remembered.")).to_be_visible()
+    assert h.turn_texts(database, h.ALICE) == []
+    assert h.turn_texts(database, h.BOB) == ["My two cats hate the vet"]
+    assert h.status_of(database, seeded["diet"]) == "pending_review"  # memories stay
+
+
+def test_reviewers_see_the_evidence_and_when_it_was_said(page: Any, base_url: str, seeded: h.Seeded) -> None:
+    sign_in(page, base_url, h.admin_token())
+    quote = row(page, seeded["diet"]).locator(".evidence")
+    expect(quote.locator("blockquote")).to_have_text(h.DIET_EVIDENCE)
+    expect(quote.locator("time")).to_have_attribute("datetime", h.SAID_AT.isoformat())
+    page.goto(f"{base_url}/ui/memories/{seeded['diet']}")
+    expect(page.locator(".evidence blockquote")).to_have_text(h.DIET_EVIDENCE)
+    expect(page.locator(".evidence figcaption")).to_have_text("Said 28 Nov 2026, 19:05 UTC")
+    # an admin's own page lists the admin's conversations, never a person's
+    page.goto(f"{base_url}/ui/me")
+    expect(page.get_by_text("No conversation is remembered.")).to_be_visible()
+    assert "Planning a trip" not in page.content()
 
 
 def test_deleting_everything_needs_the_confirmation(
@@ -511,6 +566,7 @@ def pages_of(seeded: h.Seeded) -> list[tuple[str, Callable[[], str], str]]:
         ("review-team-admin", h.team_admin_token, "/ui/review"),
         ("review-filtered-empty", h.admin_token, f"/ui/review?user_id={uuid.uuid4()}"),
         ("memory-detail", h.admin_token, f"/ui/memories/{seeded['colour']}"),
+        ("memory-detail-evidence", h.admin_token, f"/ui/memories/{seeded['diet']}"),
         ("settings-global", h.admin_token, "/ui/settings/global"),
         ("settings-team", h.team_admin_token, f"/ui/settings/teams/{h.TEAM_A}"),
         ("settings-persona", h.admin_token, f"/ui/settings/personas/{h.CHEF}"),

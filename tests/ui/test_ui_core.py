@@ -89,6 +89,8 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
             "min_confidence": "0.65",
             "pending_days": "14",
             "archived_days": "",
+            "history": "off",
+            "history_days": "30",
         }
     )
     assert errors == {}
@@ -99,6 +101,8 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
         "min_confidence": 0.65,
         "pending_days": 14,
         "archived_days": None,
+        "history": False,
+        "history_days": 30,
     }
     _, errors = core.parse_settings_form({"enabled": "maybe", "min_confidence": "1.5", "pending_days": "0"})
     assert set(errors) == {"enabled", "min_confidence", "pending_days"}
