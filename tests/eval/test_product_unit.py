@@ -1,0 +1,147 @@
+"""The product unit: which dialog turn a recalled item stands for (pure), and one run of
+`pmem eval locomo --unit product` through the real pipeline and the product's recall on the fixture,
+on both stores."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from worker.cli import build_parser, main
+from worker.commands.evaluate import options_from_args
+from worker.evaluation.extracted import session_events
+from worker.evaluation.locomo import load_locomo
+from worker.evaluation.product import (
+    Quote,
+    Recalled,
+    SessionIndex,
+    kinds_count,
+    question_result,
+    session_index,
+)
+
+FIXTURE = Path(__file__).parent / "locomo_tiny.json"
+SESSION_1 = uuid.uuid4()
+SESSION_2 = uuid.uuid4()
+INDEX = SessionIndex(
+    by_channel={
+        SESSION_1: (
+            ("D1:1", "Hi Bo! I adopted a grey cat named Pixel last week."),
+            ("D1:2", "Congrats! I have been learning to play the cello."),
+            ("D1:3", "Yes"),
+        ),
+        SESSION_2: (
+            ("D2:1", "Congrats! I have been learning to play the cello."),
+            ("D2:2", "Write to me at ada@example.org about the cat, please."),
+        ),
+    }
+)
+
+
+def test_a_quote_is_located_by_its_position_in_its_conversation() -> None:
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=1, text="")) == "D1:2"
+    # the same words in another session: the conversation decides
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=0, text="")) == "D2:1"
+
+
+def test_without_a_usable_position_a_quote_is_located_by_its_text() -> None:
+    same_words = "congrats!  I have been LEARNING to play the cello"
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text=same_words)) == "D2:1"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=7, text=same_words)) == "D1:2"
+    capped = "Hi Bo! I adopted a grey cat"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text=capped)) == "D1:1"
+    redacted = "Write to me at [email] about the cat, please."
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text=redacted)) == "D2:2"
+    # no channel: any session; nothing alike: no turn; a short word is no evidence of a turn
+    anywhere = Quote(channel_id=None, position=None, text="adopted a grey cat named Pixel")
+    assert INDEX.locate(anywhere) == "D1:1"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text="Bo plays the tuba")) is None
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text="yes")) is None
+    assert INDEX.locate(Quote(channel_id=uuid.uuid4(), position=0, text="Yes")) is None
+
+
+def test_a_memory_covers_its_evidence_and_a_turn_itself() -> None:
+    memory = Recalled(
+        kind="memory",
+        text="pet: has a cat named Pixel",
+        quotes=(
+            Quote(channel_id=SESSION_1, position=0, text=""),
+            Quote(channel_id=SESSION_2, position=1, text=""),
+            Quote(channel_id=SESSION_1, position=0, text=""),
+            Quote(channel_id=SESSION_1, position=None, text="nothing like it"),
+        ),
+    )
+    turn = Recalled(kind="turn", text="Yes", quotes=(Quote(channel_id=SESSION_1, position=2, text="Yes"),))
+    bare = Recalled(kind="memory", text="job: biologist", quotes=())
+    assert INDEX.dia_ids(memory) == ("D1:1", "D2:2")
+    assert INDEX.dia_ids(turn) == ("D1:3",)
+    assert INDEX.dia_ids(bare) == ()
+
+    question = load_locomo(FIXTURE)[0].questions[0]  # the cat's name, evidence D1:1
+    result = question_result(question, [bare, memory, turn], INDEX)
+    assert result.ranked == ((), ("D1:1", "D2:2"), ("D1:3",))
+    assert result.texts == ("job: biologist", "pet: has a cat named Pixel", "Yes")
+    assert result.evidence == ("D1:1",) and result.answer == "Pixel"
+    assert kinds_count([[bare, memory, turn], [turn]], 2) == {"memories": 1.0, "turns": 0.5}
+
+
+def test_the_index_follows_the_events_the_runner_sends() -> None:
+    conversation = load_locomo(FIXTURE)[0]
+    owner = uuid.uuid4()
+    index = session_index(conversation, owner)
+    events = session_events(conversation, owner)
+    assert set(index.by_channel) == {e.event.channel_id for e in events}
+    for item in events:
+        turns = [t for t in conversation.turns if t.session == item.session]
+        channel = index.by_channel[item.event.channel_id]
+        assert [dia_id for dia_id, _ in channel] == [t.dia_id for t in turns]
+        assert [text for _, text in channel] == [m.content for m in item.event.messages]
+    # an image turn is located by the text the product received (with its caption)
+    shared = next(t for t in conversation.turns if t.blip_caption)
+    channel_id = next(e.event.channel_id for e in events if e.session == shared.session)
+    sent = dict(index.by_channel[channel_id])[shared.dia_id]
+    assert "research boat" in sent
+    assert index.locate(Quote(channel_id=channel_id, position=None, text=sent)) == shared.dia_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+def test_product_run_sends_every_session_and_asks_every_question(
+    store: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PMEM_EMBEDDING_PROVIDER", raising=False)
+    monkeypatch.setenv("PMEM_EXTRACTOR", "rules")
+    argv = [
+        "eval", "locomo", str(FIXTURE), "--unit", "product", "--json", "--store", store,
+        "--embedding-provider", "hashing", "--no-embedding-cache", "--data-dir", str(tmp_path / "db"),
+        "--k", "1,10,50", "--include", "memories",
+    ]  # fmt: skip
+    if store == "postgres":
+        argv += ["--database-url", request.getfixturevalue("database_url")]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["unit"] == "product" and report["include"] == "memories" and report["store"] == store
+    assert report["extractor"] == "rules"
+    assert report["extraction"]["events"] == 6  # 3 sessions, each once as each speaker
+    assert report["extraction"]["written_total"] >= 1
+    hybrid = report["retrievers"]["hybrid"]
+    assert set(report["retrievers"]) == {"hybrid"}
+    assert hybrid["questions"] == 9 and hybrid["answer_questions"] == 8
+    assert 0.0 <= hybrid["answer_recall@1"] <= hybrid["answer_recall@10"] <= hybrid["answer_recall@50"]
+    assert 0.0 < report["top_10_kinds"]["memories"] <= 10 and report["top_10_kinds"]["turns"] == 0
+    assert set(report["splits"]) == {"dev", "test"}
+
+
+def test_product_options(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--unit", "product"])
+    options = options_from_args(args, {})
+    assert options.include == "both" and options.retrievers == ("hybrid",)
+    assert main(["eval", "locomo", str(FIXTURE), "--unit", "product", "--retriever", "vector"]) == 2
+    assert "product's own recall" in capsys.readouterr().err
