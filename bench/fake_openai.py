@@ -56,6 +56,7 @@ import collections
 import contextlib
 import json
 import random
+import re
 import socket
 import struct
 import threading
@@ -204,18 +205,28 @@ class RecordedRequest:
     scripted: bool
 
 
-def _transcript_user_text(body: dict[str, Any]) -> str:
-    """The user lines of the transcript in the request's user messages (the prompt's format)."""
-    lines: list[str] = []
+_NUMBERED_LINE = re.compile(r"^\[(\d+)\] (\w+)(?: \(continued\))?: (.*)$")
+
+
+def _transcript_user_messages(body: dict[str, Any]) -> list[tuple[int, str]]:
+    """(number, text) of the transcript's user messages in the request's user messages (the
+    prompt's format: `[n] role: …`, further lines of a message indented)."""
+    found: dict[int, list[str]] = {}
+    current: int | None = None
     for message in body.get("messages", []):
         if message.get("role") != "user" or not isinstance(message.get("content"), str):
             continue
         for line in message["content"].splitlines():
-            if line.startswith("user: "):
-                lines.append(line[len("user: ") :])
-            elif line.startswith("user (continued): "):
-                lines.append(line[len("user (continued): ") :])
-    return "\n".join(lines)
+            match = _NUMBERED_LINE.match(line)
+            if match is not None:
+                current = int(match.group(1)) if match.group(2) == "user" else None
+                if current is not None:
+                    found.setdefault(current, []).append(match.group(3))
+            elif current is not None and line.startswith(" "):
+                found[current].append(line.strip())
+            else:
+                current = None
+    return [(number, "\n".join(parts)) for number, parts in found.items()]
 
 
 def _allowed_scopes(body: dict[str, Any]) -> list[str]:
@@ -237,7 +248,11 @@ def rules_responder(body: dict[str, Any]) -> str:
 
     scopes = _allowed_scopes(body)
     scope = "persona_user" if "persona_user" in scopes else "user"
-    items = extract_statements(_transcript_user_text(body), scope)  # type: ignore[arg-type]
+    items = [
+        item
+        for number, text in _transcript_user_messages(body)
+        for item in extract_statements(text, scope, number)  # type: ignore[arg-type]
+    ]
     return json.dumps({"memories": items})
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "default_template",
     "render_prompts",
     "render_system",
+    "message_line",
     "transcript_lines",
 ]
 
@@ -174,11 +175,26 @@ def render_system(
     return text.strip()
 
 
+def message_line(number: int, role: str, content: str) -> str:
+    """One transcript message as the prompt shows it: `[n] role: content`, every further line of
+    the content indented, so no text inside a message can start a line that reads as another
+    message (`[4] assistant: …`): only a message's first line starts with its number."""
+    lines = content.strip().splitlines()  # every line boundary Python knows, not only \n
+    rest = "".join(f"\n{CONTINUATION}{line}" for line in lines[1:])
+    return f"[{number}] {role}: {lines[0] if lines else ''}{rest}"
+
+
+# what starts each further line of a message (the prompt says so)
+CONTINUATION = "  "
+
+
 def transcript_lines(messages: Sequence[TranscriptMessage]) -> list[str]:
-    """`role: content` lines for the user and assistant messages (system/tool messages are skipped)."""
+    """Numbered `[n] role: content` lines for the user and assistant messages, `n` being the
+    message's position in the conversation from 1 (what `evidence` cites); system and tool
+    messages are skipped, their numbers with them."""
     return [
-        f"{message.role}: {message.content.strip()}"
-        for message in messages
+        message_line(number, message.role, message.content)
+        for number, message in enumerate(messages, start=1)
         if message.role in _TRANSCRIPT_ROLES and message.content.strip()
     ]
 

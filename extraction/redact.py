@@ -309,7 +309,13 @@ def screen_candidate(
         return Rejection(
             code="secret", reason=f"secret: value contains {', '.join(kinds)}", raw=f"{key}: {value}"
         )
-    return Candidate(key=candidate.key, value=value, confidence=candidate.confidence, scope=candidate.scope)
+    return Candidate(
+        key=candidate.key,
+        value=value,
+        confidence=candidate.confidence,
+        scope=candidate.scope,
+        evidence=candidate.evidence,
+    )
 
 
 def _mentions_secret(value: str) -> bool:

@@ -327,14 +327,24 @@ def _sentences(text: str) -> Iterator[str]:
             yield sentence
 
 
-def extract_statements(text: str, scope: Scope) -> list[dict[str, object]]:
-    """Raw contract items (key, value, confidence, scope) for the statements found in one user message."""
+def extract_statements(text: str, scope: Scope, number: int | None = None) -> list[dict[str, object]]:
+    """Raw contract items (key, value, confidence, scope, and with `number` the evidence: that
+    message's number) for the statements found in one user message."""
+    evidence = [number] if number is not None else []
     items: list[dict[str, object]] = []
     for sentence in _sentences(text):
         for rule in _RULES:
             for match in rule.pattern.finditer(sentence):
                 for key, value in rule.build(match):
-                    items.append({"key": key, "value": value, "confidence": rule.confidence, "scope": scope})
+                    items.append(
+                        {
+                            "key": key,
+                            "value": value,
+                            "confidence": rule.confidence,
+                            "scope": scope,
+                            "evidence": evidence,
+                        }
+                    )
     return items
 
 
@@ -346,12 +356,12 @@ class RulesExtractor:
         scope: Scope = "persona_user" if "persona_user" in request.allowed_scopes else "user"
         items: list[dict[str, object]] = []
         redacted_count = 0
-        for message in request.messages:
+        for number, message in enumerate(request.messages, start=1):
             if message.role != "user":
                 continue
             text, findings = redact(message.content)
             redacted_count += len(findings)
-            items.extend(extract_statements(text, scope))
+            items.extend(extract_statements(text, scope, number))
         valid, rejected = validate_items(items, request.allowed_scopes)
         candidates: list[Candidate] = []
         rejections: list[Rejection] = list(rejected)

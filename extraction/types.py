@@ -37,6 +37,8 @@ class Candidate:
     value: str
     confidence: float
     scope: Scope
+    # the numbers (from 1, as the prompt numbers the transcript) of the messages it comes from
+    evidence: tuple[int, ...] = ()
 
 
 RejectionCode = Literal[

@@ -2,7 +2,8 @@
 
 Contract (DESIGN.md "LLM output contract"):
 
-    {"memories": [{"key": "home city", "value": "Lives in Lyon", "confidence": 0.9, "scope": "user"}]}
+    {"memories": [{"key": "home city", "value": "Lives in Lyon", "confidence": 0.9, "scope": "user",
+                   "evidence": [3]}]}
 
 `parse_output` raises `MalformedOutputError` when the reply is not that shape at all (not JSON,
 no `memories` list): the LLM extractor re-asks, then gives up with a permanent error. Individual
@@ -34,6 +35,7 @@ __all__ = [
     "merge_candidates",
     "normalize_key",
     "output_json_schema",
+    "evidence_numbers",
     "parse_output",
     "validate_items",
 ]
@@ -52,6 +54,7 @@ class ValidationLimits:
     max_key_chars: int = 80
     max_value_chars: int = 500
     max_items: int = 100  # per LLM reply; more is a runaway generation, the rest is rejected
+    max_evidence: int = 8  # message numbers kept per fact (the first ones given)
     raw_chars: int = 300  # how much of a rejected item is kept for logs (redacted)
 
 
@@ -72,8 +75,9 @@ def output_json_schema(allowed_scopes: Sequence[Scope]) -> dict[str, Any]:
                         "value": {"type": "string"},
                         "confidence": {"type": "number"},
                         "scope": {"type": "string", "enum": list(allowed_scopes)},
+                        "evidence": {"type": "array", "items": {"type": "integer"}},
                     },
-                    "required": ["key", "value", "confidence", "scope"],
+                    "required": ["key", "value", "confidence", "scope", "evidence"],
                     "additionalProperties": False,
                 },
             }
@@ -185,7 +189,33 @@ def _validate_item(
             limits,
         )
 
-    return Candidate(key=key, value=value, confidence=confidence, scope=scope)
+    return Candidate(
+        key=key,
+        value=value,
+        confidence=confidence,
+        scope=scope,
+        evidence=evidence_numbers(fields.get("evidence"), limits.max_evidence),
+    )
+
+
+def evidence_numbers(raw: object, limit: int) -> tuple[int, ...]:
+    """The message numbers of an item's `evidence` (integers from 1, first `limit`, each once, in
+    the order given): anything else in it is dropped, never the fact; a missing or malformed
+    `evidence` is none. Whether a number names a message of the event is the worker's check."""
+    if isinstance(raw, bool) or not isinstance(raw, list | tuple | int):
+        return ()
+    values = [raw] if isinstance(raw, int) else raw
+    numbers: list[int] = []
+    for value in values:
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and value >= 1 and value not in numbers:
+            numbers.append(value)
+        if len(numbers) >= limit:
+            break
+    return tuple(numbers)
 
 
 def _reject(code: RejectionCode, reason: str, item: object, limits: ValidationLimits) -> Rejection:

@@ -133,6 +133,8 @@ class StoreBase:
             m.c.created_at,
             m.c.updated_at,
             m.c.team_id,
+            m.c.evidence,
+            m.c.observed_at,
         ]
         self._key_index = [
             m.c.scope,
@@ -196,6 +198,8 @@ class StoreBase:
             created_at=data["created_at"],
             updated_at=data["updated_at"],
             team_id=data.get("team_id"),
+            evidence=data.get("evidence"),
+            observed_at=data.get("observed_at"),
         )
 
     @staticmethod
@@ -211,6 +215,8 @@ class StoreBase:
             source_event_id=data["source_event_id"],
             status=data["status"],
             created_at=data["created_at"],
+            evidence=data.get("evidence"),
+            observed_at=data.get("observed_at"),
         )
 
     def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.memory_settings import SettingsRows
+from store.turns import ConversationTurns
 from store.policy import merge_settings
 from store.types import Memory, MemorySettings, RetentionReport
 
@@ -26,7 +26,7 @@ ERASE_BATCH = 500
 Progress = Callable[[int], None]
 
 
-class MemoryErasure(SettingsRows):
+class MemoryErasure(ConversationTurns):
     """Archive, erase, erase everything about a user, retention."""
 
     async def _erase_rows(self, conn: AsyncConnection, memories: Sequence[Memory], *, actor: str) -> None:
@@ -85,7 +85,8 @@ class MemoryErasure(SettingsRows):
         progress: Progress | None = None,
     ) -> int:
         """Erase every memory about a person (their `user` rows and `persona_user` rows about them),
-        in batches; `teams` limits it to memories of those teams. Returns how many were erased."""
+        and every conversation turn of theirs, in batches; `teams` limits it to memories and turns of
+        those teams. Returns how many memories were erased."""
         m = self._schema.memories
         conditions: builtins.list[ColumnElement[bool]] = [self._about_user(user_id)]
         if teams is not None:
@@ -105,6 +106,8 @@ class MemoryErasure(SettingsRows):
                 progress(erased)
             if len(batch) < ERASE_BATCH:
                 break
+        # the person's conversation turns go with their memories (they are about nobody else)
+        await self.delete_conversations(user_id, teams=teams)
         if teams is None:
             await self._strip_audit_about(user_id)
         return erased
@@ -195,7 +198,8 @@ class MemoryErasure(SettingsRows):
         self, *, now: datetime, actor: str = "retention", progress: Progress | None = None
     ) -> RetentionReport:
         """Reject pending memories and open revisions older than `pending_days`, erase archived
-        memories older than `archived_days` (each per the memory's team and persona settings).
+        memories older than `archived_days` and conversation turns said more than `history_days`
+        ago (each per the team and persona settings).
         Batched and audited; running it again right away does nothing."""
         m, r = self._schema.memories, self._schema.revisions
         done = 0
@@ -258,6 +262,8 @@ class MemoryErasure(SettingsRows):
             now=now,
             tick=tick,
         )
+        turns = await self.expire_turns(now=now)
+        tick(turns)
         return RetentionReport(
-            rejected_memories=rejected, rejected_revisions=revisions, erased_memories=erased
+            rejected_memories=rejected, rejected_revisions=revisions, erased_memories=erased, erased_turns=turns
         )

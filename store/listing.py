@@ -8,12 +8,13 @@ from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.base import StoreBase, _vector, audit_entry
+from store.base import _vector, audit_entry
+from store.turns import ConversationTurns
 from store.pagination import newest_first_page
 from store.types import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 
 
-class MemoryListing(StoreBase):
+class MemoryListing(ConversationTurns):
     """Lists and counts."""
 
     async def list(self, flt: MemoryFilter) -> builtins.list[Memory]:
@@ -100,7 +101,8 @@ class MemoryListing(StoreBase):
         return Page(items=items, next_cursor=cursor)
 
     async def export_user(self, user_id: uuid.UUID) -> UserExport:
-        """Everything about one person: memories, their revisions (every status) and audit rows."""
+        """Everything about one person: memories (with their evidence), their revisions (every
+        status), audit rows and conversation turns."""
         m, r, a = self._schema.memories, self._schema.revisions, self._schema.audit
         about_audit = or_(
             and_(a.c.scope == "user", a.c.owner_id == user_id),
@@ -128,4 +130,5 @@ class MemoryListing(StoreBase):
             memories=memories,
             revisions=tuple(self._revision(row) for row in revision_rows),
             audit=tuple(audit_entry(row) for row in audit_rows),
+            turns=await self.export_turns(user_id),
         )

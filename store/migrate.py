@@ -184,6 +184,12 @@ _SQLITE_ADDED_COLUMNS = (
     ("memory_audit", "team_id", "TEXT"),
     ("memory_settings", "pending_days", "INTEGER"),
     ("memory_settings", "archived_days", "INTEGER"),
+    ("memories", "evidence", "TEXT"),
+    ("memories", "observed_at", "DATETIME"),
+    ("memory_revisions", "evidence", "TEXT"),
+    ("memory_revisions", "observed_at", "DATETIME"),
+    ("memory_settings", "history", "BOOLEAN"),
+    ("memory_settings", "history_days", "INTEGER"),
 )
 
 

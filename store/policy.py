@@ -110,6 +110,8 @@ SETTINGS_FIELDS = (
     "min_confidence",
     "pending_days",
     "archived_days",
+    "history",
+    "history_days",
 )
 
 
@@ -137,6 +139,8 @@ def merge_settings(
         min_confidence=float(merged["min_confidence"]),
         pending_days=None if merged["pending_days"] is None else int(merged["pending_days"]),
         archived_days=None if merged["archived_days"] is None else int(merged["archived_days"]),
+        history=bool(merged["history"]),
+        history_days=None if merged["history_days"] is None else int(merged["history_days"]),
     )
 
 
@@ -180,7 +184,7 @@ def check_settings_row(row: SettingsRow) -> None:
         raise ValueError("global settings take no target id; team and persona settings need one")
     if row.min_confidence is not None and not 0.0 <= row.min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be within 0..1, got {row.min_confidence}")
-    for name in ("pending_days", "archived_days"):
+    for name in ("pending_days", "archived_days", "history_days"):
         days = getattr(row, name)
         if days is not None and not 1 <= days <= 36_500:
             raise ValueError(f"{name} must be between 1 and 36500 days (or null to inherit), got {days}")

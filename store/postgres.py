@@ -68,7 +68,7 @@ from store.urls import to_sqlalchemy_url
 
 _MEMORY_COLUMNS = (
     "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
-    "m.status, m.created_at, m.updated_at, m.team_id"
+    "m.status, m.created_at, m.updated_at, m.team_id, m.evidence, m.observed_at"
 )
 # the same normalisation as store.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
@@ -495,11 +495,13 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
                 created_at=row[9],
                 updated_at=row[10],
                 team_id=row[11],
+                evidence=row[12],
+                observed_at=row[13],
             )
             memories[memory.id] = memory
-            if row[12] is not None:
-                ranks.setdefault(row[12], []).append((row[13], memory.id))
-                scores.setdefault(row[12], {})[memory.id] = float(row[14])
+            if row[14] is not None:
+                ranks.setdefault(row[14], []).append((row[15], memory.id))
+                scores.setdefault(row[14], {})[memory.id] = float(row[16])
         if "top" in ranks:
             rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
             return fuse(memories.values(), rankings, limit=limit, weights=self._weights)

@@ -49,7 +49,8 @@ from store.neighbours import owner_count_statement, owner_key, owner_lock_key
 from store.pg_params import float4_array
 from store.policy import plan_upsert, storable_confidence
 from store.schema import array_literal
-from store.types import DedupRule, EventWrite, Memory, NewMemory, Revision, UpsertResult
+from store.turns import turns_insert_statement
+from store.types import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
 from store.writes import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
@@ -71,26 +72,32 @@ DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
 _UPDATE_PENDING_SQL = (
     "UPDATE {memories} AS m SET value = u.value, confidence = u.confidence, status = u.status, "
     "embedding = CAST((CAST(:embeddings AS real[]))[u.start:u.start + {dim} - 1] AS vector({dim})), "
-    "updated_at = now(), source_channel_id = coalesce(u.channel, m.source_channel_id) "
+    "updated_at = now(), source_channel_id = coalesce(u.channel, m.source_channel_id), "
+    "evidence = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.evidence ELSE u.evidence END, "
+    "observed_at = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.observed_at "
+    "ELSE u.observed_at END "
     "FROM unnest(CAST(:ids AS uuid[]), CAST(:values AS text[]), CAST(:confidences AS float8[]), "
-    "CAST(:statuses AS text[]), CAST(:starts AS int[]), CAST(:channels AS uuid[])) "
-    "AS u(id, value, confidence, status, start, channel) WHERE m.id = u.id"
+    "CAST(:statuses AS text[]), CAST(:starts AS int[]), CAST(:channels AS uuid[]), "
+    "CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "AS u(id, value, confidence, status, start, channel, evidence, observed_at) WHERE m.id = u.id"
 )
 # proposals for reviewed rows (`plan_upsert`'s "propose"): a new pending revision, or the open one
 # (locked, its id given) replaced
 _PROPOSE_SQL = (
     "INSERT INTO {revisions} (id, memory_id, old_value, new_value, confidence, embedding, "
-    "source_channel_id, source_event_id, proposed_by, created_at, status) "
+    "source_channel_id, source_event_id, proposed_by, created_at, status, evidence, observed_at) "
     "SELECT id, memory_id, old_value, new_value, confidence, "
     "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
-    "CAST(:event_id AS uuid), :actor, now(), 'pending' "
+    "CAST(:event_id AS uuid), :actor, now(), 'pending', evidence, observed_at "
     "FROM unnest(CAST(:ids AS uuid[]), CAST(:memory_ids AS uuid[]), CAST(:old_values AS text[]), "
     "CAST(:new_values AS text[]), CAST(:confidences AS float8[]), CAST(:starts AS int[]), "
-    "CAST(:channels AS uuid[])) AS p(id, memory_id, old_value, new_value, confidence, start, channel) "
+    "CAST(:channels AS uuid[]), CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "AS p(id, memory_id, old_value, new_value, confidence, start, channel, evidence, observed_at) "
     "ON CONFLICT (id) DO UPDATE SET old_value = EXCLUDED.old_value, new_value = EXCLUDED.new_value, "
     "confidence = EXCLUDED.confidence, embedding = EXCLUDED.embedding, "
     "source_channel_id = EXCLUDED.source_channel_id, source_event_id = EXCLUDED.source_event_id, "
-    "proposed_by = EXCLUDED.proposed_by, created_at = EXCLUDED.created_at"
+    "proposed_by = EXCLUDED.proposed_by, created_at = EXCLUDED.created_at, "
+    "evidence = EXCLUDED.evidence, observed_at = EXCLUDED.observed_at"
 )
 
 
@@ -182,21 +189,22 @@ class PipelinedEventWrites(MemoryWrites):
         actor: str,
         dedup: DedupRule | None,
         neighbours: int,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
         """`MemoryWrites._write_event_once`, pipelined when it dedups (the worker's write)."""
         if dedup is None or not memories:
             return await super()._write_event_once(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
             )
         # a failed or cancelled write is rolled back (or its connection discarded) by the pool's
         # reset on return, as for any other transaction
         async with self._driver() as (conn, driver):
             written = await self._write_event_pipelined(
-                conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours
+                conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours, turns=turns
             )
         if written is None:  # a key stored behind the read's back: all of it again, statement by statement
             return await super()._write_event_once(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
             )
         return written
 
@@ -211,6 +219,7 @@ class PipelinedEventWrites(MemoryWrites):
         actor: str,
         dedup: DedupRule,
         k: int,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite | None:
         """The write (see the module docstring), or None, rolled back, when the insert of the new
         rows met a key neither the near-duplicate read nor the row lock saw."""
@@ -270,7 +279,7 @@ class PipelinedEventWrites(MemoryWrites):
         identities = [key_identity(rows[i]) for i in taken]
         if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
             if not await self._write_and_commit(
-                driver, rows, embeddings, fresh, taken, results, locked, actor=actor, event_id=event_id
+                driver, rows, embeddings, fresh, taken, results, locked, actor=actor, event_id=event_id, turns=turns
             ):
                 return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
@@ -283,6 +292,7 @@ class PipelinedEventWrites(MemoryWrites):
                 results[i] = done
         taken = [i for i in pending if i not in results]
         await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
+        await self._insert_turns(conn, event_id, turns)
         await driver.execute("COMMIT")
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
@@ -308,6 +318,7 @@ class PipelinedEventWrites(MemoryWrites):
         *,
         actor: str,
         event_id: uuid.UUID,
+        turns: Sequence[NewTurn] = (),
     ) -> bool:
         """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
         key once, all pending_review) as `plan_upsert` says, and commit: one round trip when the
@@ -354,6 +365,7 @@ class PipelinedEventWrites(MemoryWrites):
                 open_revisions,
                 actor=actor,
                 event_id=event_id,
+                turns=turns,
             )
         except UniqueViolation:
             await driver.execute("ROLLBACK")
@@ -375,6 +387,7 @@ class PipelinedEventWrites(MemoryWrites):
         *,
         actor: str,
         event_id: uuid.UUID,
+        turns: Sequence[NewTurn] = (),
     ) -> None:
         """`plan_upsert` for each row `taken` against its locked stored row, then `insert` (the
         new rows, if not sent yet), the updates, proposals and audit rows, and COMMIT, in one round
@@ -410,6 +423,9 @@ class PipelinedEventWrites(MemoryWrites):
                 await driver.execute(
                     psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
                 )
+            if turns:
+                turns_sql, turns_params = turns_insert_statement(self._schema.turns.name, event_id, turns, dim)
+                await driver.execute(psycopg_sql(turns_sql), turns_params)
             await driver.execute("COMMIT")
 
 
@@ -479,6 +495,8 @@ def _update_params(updates: Sequence[PlannedWrite], dim: int) -> dict[str, Any]:
         "confidences": array_literal([storable_confidence(u.new.confidence) for u in updates]),
         "statuses": array_literal([u.new.status for u in updates]),
         "channels": array_literal([u.new.source_channel_id for u in updates]),
+        "evidences": array_literal([u.new.evidence for u in updates]),
+        "observed": array_literal([u.new.observed_at for u in updates]),
         **_stacked_vectors([u.vector for u in updates], dim),
     }
 
@@ -494,6 +512,8 @@ def _propose_params(
         "new_values": array_literal([p.new.value for p in proposals]),
         "confidences": array_literal([storable_confidence(p.new.confidence) for p in proposals]),
         "channels": array_literal([p.new.source_channel_id for p in proposals]),
+        "evidences": array_literal([p.new.evidence for p in proposals]),
+        "observed": array_literal([p.new.observed_at for p in proposals]),
         "event_id": event_id,
         "actor": actor,
         **_stacked_vectors([p.vector for p in proposals], dim),

@@ -72,6 +72,8 @@ class MemoryReview(StoreBase):
                         embedding=embedding,
                         status="active",
                         updated_at=self._now(),
+                        evidence=revision.evidence,
+                        observed_at=revision.observed_at,
                     )
                 )
                 await self._close_revision(conn, revision, memory, status="approved", actor=actor, audit=True)
@@ -210,6 +212,8 @@ class MemoryReview(StoreBase):
                 r.c.confidence.label("revision_confidence"),
                 r.c.created_at.label("proposed_at"),
                 r.c.source_channel_id.label("revision_channel_id"),
+                r.c.evidence.label("revision_evidence"),
+                r.c.observed_at.label("revision_observed_at"),
                 *self._memory_columns,
             )
             .join(m, m.c.id == r.c.memory_id)
@@ -245,6 +249,8 @@ class MemoryReview(StoreBase):
                 confidence=storable_confidence(data["revision_confidence"]),
                 source_channel_id=data["revision_channel_id"] or memory.source_channel_id,
                 created_at=data["proposed_at"],
+                evidence=data["revision_evidence"],
+                observed_at=data["revision_observed_at"],
             )
             entries.append((item.created_at, item.id, item))
         items, cursor = newest_first_page(entries, query.limit)
@@ -304,4 +310,6 @@ def review_item_of_memory(memory: Memory) -> ReviewItem:
         confidence=memory.confidence,
         source_channel_id=memory.source_channel_id,
         created_at=memory.created_at,
+        evidence=memory.evidence,
+        observed_at=memory.observed_at,
     )

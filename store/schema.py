@@ -50,6 +50,13 @@ NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
 HNSW_VECTOR_MAX_DIM = 2000
 HNSW_HALFVEC_MAX_DIM = 4000
 TEXT_SEARCH_CONFIG = "english"
+# what full text searches in a memory: its key and value (weight A) and its evidence (weight B,
+# so a match in what was said counts, but less than one in the fact itself)
+MEMORY_TSV_SQL = (
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(evidence, '')), 'B')"
+)
+TURN_TSV_SQL = f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text)"
 
 
 class TextUuid(TypeDecorator[uuid.UUID]):
@@ -170,6 +177,7 @@ class Schema:
     processed_events: Table
     settings: Table
     chat_messages: Table
+    turns: Table
     api_keys: Table
     embedding_config: Table
     embedding_dim: int
@@ -200,6 +208,9 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
         # the team of the conversation that wrote it: recalled, listed and merged only in that team
         Column("team_id", guid, nullable=True),
+        # what was said that it comes from (redacted, with speaker roles, capped) and when
+        Column("evidence", Text, nullable=True),
+        Column("observed_at", UtcDateTime(), nullable=True),
         CheckConstraint("scope IN ('user', 'persona', 'persona_user')", name="ck_memories_scope"),
         CheckConstraint("status IN ('active', 'pending_review', 'archived')", name="ck_memories_status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
@@ -210,9 +221,7 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
             Column(
                 "search_tsv",
                 TSVECTOR,
-                Computed(
-                    f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value)", persisted=True
-                ),
+                Computed(MEMORY_TSV_SQL, persisted=True),
             )
         )
     table = Table("memories", md, *columns)
@@ -296,6 +305,50 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
     return table
 
 
+def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
+    """`conversation_turns`: the messages of past conversations (conversation memory), each
+    recalled only in its own context (user, persona or none, team or none)."""
+    guid = _guid(dialect)
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    columns: list[Any] = [
+        Column("id", guid, primary_key=True),
+        Column("channel_id", guid, nullable=False),
+        Column("event_id", guid, nullable=False),
+        Column("user_id", guid, nullable=False),
+        Column("persona_id", guid, nullable=True),
+        Column("team_id", guid, nullable=True),
+        Column("role", Text, nullable=False),
+        Column("text", Text, nullable=False),
+        Column("at", UtcDateTime(), nullable=False),
+        Column("position", Integer, nullable=False),
+        # the turn embedded with its neighbouring turns
+        Column("embedding", _embedding_type(dim, dialect), nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("role IN ('user', 'assistant')", name="ck_conversation_turns_role"),
+        CheckConstraint("position >= 1", name="ck_conversation_turns_position"),
+    ]
+    if dialect == "postgresql":
+        columns.append(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
+    table = Table("conversation_turns", md, *columns)
+    # one row per message of an event: a redelivered event cannot store its turns twice
+    Index("uq_conversation_turns_event_position", table.c.event_id, table.c.position, unique=True)
+    # a context's turns, newest first: recall's exact vector scan, listing, retention
+    Index(
+        "ix_conversation_turns_context",
+        table.c.user_id,
+        func.coalesce(table.c.persona_id, literal_column(nil)),
+        func.coalesce(table.c.team_id, literal_column(nil)),
+        table.c.at.desc(),
+    )
+    Index("ix_conversation_turns_at", table.c.at)
+    if dialect == "postgresql":
+        Index("ix_conversation_turns_search_tsv", table.c.search_tsv, postgresql_using="gin")
+    # no HNSW index: every event writes a dozen turns, and an HNSW insert into a large graph
+    # costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most recent
+    # turns exactly through ix_conversation_turns_context (`store.turns.TURN_WINDOW`)
+    return table
+
+
 def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema:
     """Tables for one dialect and embedding dimension (a fresh MetaData each call)."""
     if embedding_dim < 1:
@@ -324,6 +377,9 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("decided_by", Text, nullable=True),
         Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("decided_at", UtcDateTime(), nullable=True),
+        # the proposed value's evidence and time (as on memories); approval carries them over
+        Column("evidence", Text, nullable=True),
+        Column("observed_at", UtcDateTime(), nullable=True),
         CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="ck_memory_revisions_status"),
     )
     # one open proposal per memory: a newer extraction replaces the older proposal
@@ -398,6 +454,8 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("pending_days", Integer, nullable=True),
         Column("archived_days", Integer, nullable=True),
+        Column("history", Boolean, nullable=True),
+        Column("history_days", Integer, nullable=True),
         CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
         CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
         CheckConstraint(
@@ -408,6 +466,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
             "(pending_days IS NULL OR pending_days >= 1) AND (archived_days IS NULL OR archived_days >= 1)",
             name="ck_memory_settings_retention",
         ),
+        CheckConstraint("history_days IS NULL OR history_days >= 1", name="ck_memory_settings_history_days"),
     )
     nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
     Index(
@@ -479,6 +538,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         processed_events=processed_events,
         settings=settings,
         chat_messages=chat_messages,
+        turns=_turns(md, embedding_dim, dialect),
         embedding_dim=embedding_dim,
         dialect=dialect,
     )

@@ -76,16 +76,16 @@ _OWNER_TOKEN_SQL = (
 # the team of a row: `t0` for none, else `t<hex>0`
 _TEAM_TOKEN_SQL = "'t' || replace(coalesce({t}.team_id, ''), '-', '') || '0'"
 _FTS_ROW = (
-    "(memory_id, owner, team, key, value) VALUES (new.id, "
+    "(memory_id, owner, team, key, value, evidence) VALUES (new.id, "
     + _OWNER_TOKEN_SQL.format(t="new")
     + ", "
     + _TEAM_TOKEN_SQL.format(t="new")
-    + ", new.key, new.value)"
+    + ", new.key, new.value, coalesce(new.evidence, ''))"
 )
-FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value")
+FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value", "evidence")
 FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
-    "memory_id UNINDEXED, owner, team, key, value, tokenize = 'porter unicode61')",
+    "memory_id UNINDEXED, owner, team, key, value, evidence, tokenize = 'porter unicode61')",
     f"CREATE TRIGGER IF NOT EXISTS memories_fts_insert AFTER INSERT ON memories BEGIN "
     f"INSERT INTO memories_fts {_FTS_ROW}; END",
     "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories BEGIN "
@@ -94,19 +94,24 @@ FTS_DDL = (
     f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
 )
 FTS_BACKFILL = (
-    "INSERT INTO memories_fts (memory_id, owner, team, key, value) SELECT m.id, "
+    "INSERT INTO memories_fts (memory_id, owner, team, key, value, evidence) SELECT m.id, "
     + _OWNER_TOKEN_SQL.format(t="m")
     + ", "
     + _TEAM_TOKEN_SQL.format(t="m")
-    + ", m.key, m.value FROM memories m "
+    + ", m.key, m.value, coalesce(m.evidence, '') FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
 
 
+# a query word found in what was said (the evidence) counts this much of one found in the value
+# (Postgres: the evidence's lexemes carry weight B in the tsvector)
+EVIDENCE_TEXT_WEIGHT = 0.5
+
+
 def bm25_expression(key_weight: float) -> str:
     """FTS5 `bm25()` with its column weights: memory_id, owner and team carry no relevance, the key
-    `key_weight` (`ScoreFusion.key_weight`) and the value 1."""
-    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0)"
+    `key_weight` (`ScoreFusion.key_weight`), the value 1 and the evidence `EVIDENCE_TEXT_WEIGHT`."""
+    return f"bm25(memories_fts, 0.0, 0.0, 0.0, {float(key_weight)!r}, 1.0, {EVIDENCE_TEXT_WEIGHT!r})"
 
 
 def owner_token(owner: OwnerRef) -> str:

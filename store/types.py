@@ -40,6 +40,10 @@ class Memory:
     updated_at: datetime
     # the team of the conversation that wrote it (None: no team); part of the row's identity
     team_id: uuid.UUID | None = None
+    # what was said that it comes from (redacted, with the speaker's role, capped; None: unknown)
+    evidence: str | None = None
+    # when it was said (the message's time, else the conversation's); None: unknown
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,6 +63,8 @@ class NewMemory:
     # so recall can honour time cues ("what did I say in March?")
     observed_at: datetime | None = None
     team_id: uuid.UUID | None = None
+    # the messages it comes from, as `Memory.evidence` (the writer redacts and caps it)
+    evidence: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,6 +114,9 @@ class Revision:
     source_event_id: uuid.UUID | None
     status: Literal["pending", "approved", "rejected"]
     created_at: datetime
+    # what was said that the proposed value comes from, and when (as on `Memory`)
+    evidence: str | None = None
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,6 +148,9 @@ class MemorySettings:
     # `archived_days` (None: kept)
     pending_days: int | None = 30
     archived_days: int | None = 30
+    # conversation memory: store the conversations' turns, and erase them after `history_days`
+    history: bool = True
+    history_days: int | None = 90
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,6 +214,9 @@ class ReviewItem:
     confidence: float
     source_channel_id: uuid.UUID | None
     created_at: datetime
+    # the evidence and time of the memory (kind `memory`) or of the proposed value (`revision`)
+    evidence: str | None = None
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -249,6 +264,7 @@ class UserExport:
     memories: tuple[Memory, ...]
     revisions: tuple[Revision, ...]
     audit: tuple[AuditEntry, ...]
+    turns: tuple[Turn, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -274,6 +290,8 @@ class SettingsRow:
     min_confidence: float | None = None
     pending_days: int | None = None
     archived_days: int | None = None
+    history: bool | None = None
+    history_days: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -283,6 +301,7 @@ class RetentionReport:
     rejected_memories: int = 0
     rejected_revisions: int = 0
     erased_memories: int = 0
+    erased_turns: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -318,3 +337,89 @@ class EmbeddingIdentity:
     def describe(self) -> str:
         """`provider model (N dimensions)`, for messages."""
         return f"{self.provider} {self.model} ({self.dim} dimensions)"
+
+
+TurnRole = Literal["user", "assistant"]
+RecallKind = Literal["memory", "turn"]
+RecallInclude = Literal["memories", "turns"]
+INCLUDE_ALL: tuple[RecallInclude, ...] = ("memories", "turns")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewTurn:
+    """One message of an event to store as conversation memory (`write_event(turns=…)`): text
+    already redacted; the store assigns the id. `position` is the message's number in the event
+    (from 1, as the prompt numbers them)."""
+
+    channel_id: uuid.UUID
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    role: TurnRole
+    text: str
+    at: datetime
+    position: int
+    embedding: list[float] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Turn:
+    """One stored message of a past conversation: recalled only in the context it was said in
+    (the same user, the same persona or none, the same team or none)."""
+
+    id: uuid.UUID
+    channel_id: uuid.UUID
+    event_id: uuid.UUID
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    role: TurnRole
+    text: str
+    at: datetime
+    position: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnHit:
+    """A recalled turn with its fused score (higher is better)."""
+
+    turn: Turn
+    score: float
+    sources: tuple[str, ...] = field(default_factory=tuple)  # "vector", "text"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallItem:
+    """One entry of recall's single ranked list: a memory (`memory` set) or a turn (`turn` set)."""
+
+    kind: RecallKind
+    score: float
+    memory: Memory | None = None
+    turn: Turn | None = None
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Conversation:
+    """One remembered conversation of a user (the turns of one event): when, with which persona
+    and team, its first line and how many turns are kept."""
+
+    event_id: uuid.UUID
+    channel_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    started_at: datetime
+    first_line: str
+    turn_count: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConversationQuery:
+    """A person's remembered conversations, newest first, one page (`teams` limits them to those
+    teams' conversations, as for a team-scoped caller; None: every one)."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None = None
+    team_id: uuid.UUID | None = None
+    limit: int = 50
+    cursor: str | None = None

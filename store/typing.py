@@ -11,6 +11,8 @@ from store.types import (
     ApiKey,
     AuditEntry,
     ChatMessage,
+    Conversation,
+    ConversationQuery,
     DedupRule,
     EventMemory,
     EventWrite,
@@ -18,6 +20,7 @@ from store.types import (
     MemoryFilter,
     MemorySettings,
     NewMemory,
+    NewTurn,
     OwnerRef,
     Page,
     RecallHit,
@@ -28,6 +31,8 @@ from store.types import (
     Scope,
     SettingsLevel,
     SettingsRow,
+    Turn,
+    TurnHit,
     UpsertResult,
     UserExport,
     UserMemoryQuery,
@@ -64,6 +69,19 @@ class RecallStore(Protocol):
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> MemorySettings: ...
 
+    async def recall_turns(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 10,
+        *,
+        team_id: uuid.UUID | None = None,
+        query_embedding: Sequence[float] | None = None,
+    ) -> builtins.list[TurnHit]:
+        """Turns said in exactly this context (user, persona or none, team or none), best first."""
+        ...
+
 
 class WorkerStore(Protocol):
     """What the worker's per-event pipeline needs: policy, existing memories, one write per event."""
@@ -99,8 +117,10 @@ class WorkerStore(Protocol):
         actor: str = "worker",
         dedup: DedupRule | None = None,
         neighbours: int = 8,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
-        """Upsert all memories, their audit rows and the processed-event row in ONE transaction.
+        """Upsert all memories, their audit rows, the event's turns and the processed-event row in
+        ONE transaction.
 
         An already-processed `event_id` writes nothing and returns `duplicate=True`. With `dedup`,
         each memory is first decided against its `neighbours` nearest stored memories, inside the
@@ -163,6 +183,22 @@ class PersonalStore(Protocol):
         actor: str,
         teams: frozenset[uuid.UUID] | None = None,
         progress: Callable[[int], None] | None = None,
+    ) -> int: ...
+
+    async def list_conversations(self, query: ConversationQuery) -> Page[Conversation]:
+        """A person's remembered conversations, newest first."""
+        ...
+
+    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
+        """The turns of one of this person's conversations, in order."""
+        ...
+
+    async def delete_conversation(
+        self, user_id: uuid.UUID, event_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+    ) -> int: ...
+
+    async def delete_conversations(
+        self, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
     ) -> int: ...
 
 

@@ -24,6 +24,7 @@ from store.policy import (
     validate_new_memory,
 )
 from store.schema import NIL_UUID_SQL, array_literal
+from store.turns import ConversationTurns
 from store.types import (
     NIL_UUID,
     AuditAction,
@@ -33,6 +34,7 @@ from store.types import (
     Memory,
     Neighbour,
     NewMemory,
+    NewTurn,
     Revision,
     UpsertAction,
     UpsertResult,
@@ -52,14 +54,15 @@ _INSERT_NEW_SQL = (
     "WITH new_rows AS (SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:scopes AS text[]), "
     "CAST(:owners AS uuid[]), CAST(:users AS uuid[]), CAST(:keys AS text[]), CAST(:values AS text[]), "
     "CAST(:channels AS uuid[]), CAST(:confidences AS float8[]), CAST(:statuses AS text[]), "
-    "CAST(:starts AS int[]), CAST(:observed AS timestamptz[]), CAST(:teams AS uuid[])) "
+    "CAST(:starts AS int[]), CAST(:observed AS timestamptz[]), CAST(:teams AS uuid[]), "
+    "CAST(:evidences AS text[])) "
     "WITH ORDINALITY AS t(id, scope, owner_id, user_id, key, value, source_channel_id, confidence, "
-    "status, start, observed_at, team_id, ord)), "
+    "status, start, observed_at, team_id, evidence, ord)), "
     "ins AS (INSERT INTO {memories} (id, scope, owner_id, user_id, key, value, source_channel_id, "
-    "confidence, status, embedding, created_at, updated_at, team_id) "
+    "confidence, status, embedding, created_at, updated_at, team_id, evidence, observed_at) "
     "SELECT id, scope, owner_id, user_id, key, value, source_channel_id, confidence, status, "
     "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), "
-    "coalesce(observed_at, now()), now(), team_id FROM new_rows "
+    "coalesce(observed_at, now()), now(), team_id, evidence, observed_at FROM new_rows "
     "ORDER BY ord {on_conflict}RETURNING id), "
     "audited AS (INSERT INTO {audit} (memory_id, action, scope, owner_id, user_id, key, old_value, "
     "new_value, actor, event_id, revision_id, team_id, at) "
@@ -81,7 +84,7 @@ CONFLICT_RETRIES = 3
 
 _MEMORY_COLUMNS_SQL = (
     "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
-    "m.status, m.created_at, m.updated_at, m.team_id"
+    "m.status, m.created_at, m.updated_at, m.team_id, m.evidence, m.observed_at"
 )
 # the memories `m` of the identities in `key_identity_params`' arrays (through the key index)
 _BY_KEYS_SQL = (
@@ -92,7 +95,10 @@ _BY_KEYS_SQL = (
 )
 # a fixed lock order (by id) against deadlocks with other writers of these rows
 LOCK_BY_KEYS_SQL = f"SELECT {_MEMORY_COLUMNS_SQL} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
-_REVISION_COLUMNS_SQL = "id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at"
+_REVISION_COLUMNS_SQL = (
+    "id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at, evidence, "
+    "observed_at"
+)
 _LOCK_OPEN_REVISIONS_SQL = (
     f"SELECT {_REVISION_COLUMNS_SQL} FROM memory_revisions WHERE memory_id = ANY(CAST(:ids AS uuid[])) "
     "AND status = 'pending' ORDER BY id FOR UPDATE"
@@ -177,7 +183,19 @@ def apply_dedup(
     return results, stored_key
 
 
-class MemoryWrites(NearDuplicates):
+def validate_new_turns(turns: Sequence[NewTurn]) -> None:
+    """Raise ValueError naming the problem when an event's turns cannot be stored: a position
+    below 1 or given twice, a role other than user/assistant."""
+    seen: set[int] = set()
+    for turn in turns:
+        if turn.position < 1 or turn.position in seen:
+            raise ValueError(f"turn position {turn.position} is below 1 or given twice; number messages from 1")
+        if turn.role not in ("user", "assistant"):
+            raise ValueError(f"a turn's role is user or assistant, got {turn.role!r}")
+        seen.add(turn.position)
+
+
+class MemoryWrites(ConversationTurns, NearDuplicates):
     """Upserts and event writes, with their audit rows."""
 
     conflict_retries: int = 0  # transactions retried after a deadlock/serialisation failure
@@ -236,6 +254,8 @@ class MemoryWrites(NearDuplicates):
                 "source_event_id": event_id,
                 "proposed_by": actor,
                 "created_at": now,
+                "evidence": new.evidence,
+                "observed_at": new.observed_at,
             }
             if revision is not None:
                 revision_id = revision.id
@@ -269,6 +289,10 @@ class MemoryWrites(NearDuplicates):
         }
         if new.source_channel_id is not None:
             values["source_channel_id"] = new.source_channel_id
+        if new.evidence is not None or new.observed_at is not None:
+            # the newer statement's evidence replaces the older one's (they describe the new value)
+            values["evidence"] = new.evidence
+            values["observed_at"] = new.observed_at
         await conn.execute(update(m).where(m.c.id == existing.id).values(**values))
         await self._audit(
             conn,
@@ -325,6 +349,8 @@ class MemoryWrites(NearDuplicates):
                 "created_at": new.observed_at if new.observed_at is not None else now,
                 "updated_at": now,
                 "team_id": new.team_id,
+                "evidence": new.evidence,
+                "observed_at": new.observed_at,
             }
             for new_id, (new, embedding) in zip(ids, rows, strict=True)
         ]
@@ -415,6 +441,7 @@ class MemoryWrites(NearDuplicates):
             "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
             "observed": array_literal([new.observed_at for new in rows]),
             "teams": array_literal([new.team_id for new in rows]),
+            "evidences": array_literal([new.evidence for new in rows]),
             "actor": actor,
             "event_id": event_id,
         }
@@ -502,10 +529,13 @@ class MemoryWrites(NearDuplicates):
         actor: str = "worker",
         dedup: DedupRule | None = None,
         neighbours: int = 8,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
-        """Upserts, audit rows and the processed-event row in one transaction.
+        """Upserts, audit rows, the event's conversation turns and the processed-event row in one
+        transaction.
 
-        An event id that was already processed writes nothing and returns `duplicate=True`.
+        An event id that was already processed writes nothing (no memory, no turn) and returns
+        `duplicate=True`.
 
         With `dedup`, inside the transaction and under a per-owner lock (so two concurrent events
         of one owner cannot both miss each other's fact): the `neighbours` nearest stored memories
@@ -514,13 +544,14 @@ class MemoryWrites(NearDuplicates):
         possibly under the stored spelling of its key."""
         for memory in memories:
             validate_new_memory(memory)
+        validate_new_turns(turns)
         embeddings = await self._embeddings_for(memories)
         # a deadlock or serialisation failure is nobody's fault: the whole transaction (nothing of
         # it committed) is tried again at once, a few times, before it counts as a failure
         for tries in range(1, CONFLICT_RETRIES + 2):
             try:
                 return await self._write_event_once(
-                    event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                    event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
                 )
             except StoreConflict:
                 if tries > CONFLICT_RETRIES:
@@ -537,11 +568,12 @@ class MemoryWrites(NearDuplicates):
         actor: str,
         dedup: DedupRule | None,
         neighbours: int,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
         """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
         async with self._transaction() as conn:
             return await self._write_event_in(
-                conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours
+                conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
             )
 
     async def _write_event_in(
@@ -554,6 +586,7 @@ class MemoryWrites(NearDuplicates):
         actor: str,
         dedup: DedupRule | None,
         neighbours: int,
+        turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
         """`write_event`'s transaction, one statement at a time."""
         pe = self._schema.processed_events
@@ -583,6 +616,7 @@ class MemoryWrites(NearDuplicates):
                 results[i] = done
         taken = [i for i in pending if i not in results]
         await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
+        await self._insert_turns(conn, event_id, turns)
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
 
     async def _upsert_taken(

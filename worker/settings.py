@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # Retention: pending memories older than this are rejected, archived ones erased (`pmem retention`)
     retention_pending_days: int = Field(default=30, ge=1)
     retention_archived_days: int = Field(default=30, ge=1)
+    # Conversation memory: store each conversation's turns (PMEM_HISTORY) and erase them after
+    # PMEM_HISTORY_DAYS (`pmem retention`); both overridable per level like the others
+    history: bool = True
+    history_days: int = Field(default=90, ge=1, le=36_500)
 
     # Control plane (`pmem serve`)
     api_host: str = "127.0.0.1"
@@ -158,6 +162,8 @@ class Settings(BaseSettings):
             min_confidence=self.min_confidence,
             pending_days=self.retention_pending_days,
             archived_days=self.retention_archived_days,
+            history=self.history,
+            history_days=self.history_days,
         )
 
     @property

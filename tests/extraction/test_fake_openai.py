@@ -20,7 +20,7 @@ async def test_64_concurrent_slow_requests_overlap() -> None:
 
         async def chat() -> str | None:
             completion = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "Conversation:\nuser: I'm vegan"}]
+                model="m", messages=[{"role": "user", "content": "Conversation:\n[1] user: I'm vegan"}]
             )
             return completion.choices[0].message.content
 

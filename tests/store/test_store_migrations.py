@@ -185,17 +185,14 @@ async def test_upgrading_from_0003_keeps_the_rows_and_indexes_reviewed_memories_
     url = new_database()
     _to_revision(url, "0003")
     assert "WHERE" not in _hnsw_definition(url)
-    store = PostgresMemoryStore(url, HashingEmbedder(dim=384))
     user = uuid.uuid4()
-    try:
+    # rows as that revision's schema holds them (today's store writes columns it lacks)
+    with psycopg.connect(url) as conn:
         for key, status in (("pet", "active"), ("city", "pending_review")):
-            await store.upsert(
-                NewMemory(
-                    scope="user", owner_id=user, user_id=None, key=key, value=f"{key} fact", status=status
-                )
+            conn.execute(
+                "INSERT INTO memories (id, scope, owner_id, key, value, status) VALUES (%s, 'user', %s, %s, %s, %s)",
+                (uuid.uuid4(), user, key, f"{key} fact", status),
             )
-    finally:
-        await store.close()
     migrate(url, 384)
     assert "WHERE (status = 'active'::text)" in _hnsw_definition(url)
     with psycopg.connect(url) as conn:
