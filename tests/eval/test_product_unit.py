@@ -18,6 +18,8 @@ from worker.evaluation.product import (
     Quote,
     Recalled,
     SessionIndex,
+    evidence_quotes,
+    include_kinds,
     kinds_count,
     question_result,
     session_index,
@@ -55,12 +57,25 @@ def test_without_a_usable_position_a_quote_is_located_by_its_text() -> None:
     assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text=capped)) == "D1:1"
     redacted = "Write to me at [email] about the cat, please."
     assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text=redacted)) == "D2:2"
-    # no channel: any session; nothing alike: no turn; a short word is no evidence of a turn
+    # no channel: any session; nothing alike: no turn; a short word matches only exactly
     anywhere = Quote(channel_id=None, position=None, text="adopted a grey cat named Pixel")
     assert INDEX.locate(anywhere) == "D1:1"
     assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text="Bo plays the tuba")) is None
-    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text="yes")) is None
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text="yes")) == "D1:3"  # exact
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text="Hi")) is None
     assert INDEX.locate(Quote(channel_id=uuid.uuid4(), position=0, text="Yes")) is None
+    # words its own conversation does not hold (a restated fact keeps the later conversation)
+    earlier = Quote(channel_id=SESSION_1, position=None, text="Write to me at ada@example.org about the cat")
+    assert INDEX.locate(earlier) == "D2:2"
+
+
+def test_a_memory_s_evidence_lines_become_quotes_of_its_conversation() -> None:
+    evidence = "user: Hi Bo! I adopted a grey cat\nassistant: Congrats: truly\n\nnote: kept as said"
+    quotes = evidence_quotes(evidence, SESSION_1)
+    assert [q.text for q in quotes] == ["Hi Bo! I adopted a grey cat", "Congrats: truly", "note: kept as said"]
+    assert {q.channel_id for q in quotes} == {SESSION_1} and {q.position for q in quotes} == {None}
+    assert evidence_quotes(None, SESSION_1) == () == evidence_quotes("", None)
+    assert include_kinds("both") == ("memories", "turns") and include_kinds("turns") == ("turns",)
 
 
 def test_a_memory_covers_its_evidence_and_a_turn_itself() -> None:

@@ -360,6 +360,9 @@ class EvalOptions:
     dialog_key_after: int = DEFAULT_DIALOG_KEY_AFTER
     # product unit: what the product's recall returns (memories, stored turns or both, fused)
     include: Include = "both"
+    # product unit: memories keep the evidence the extractor cites (False: the extractor's evidence
+    # numbers are dropped, so memories are bare facts, as before they kept what was said)
+    evidence: bool = True
 
 
 async def _embed_units(
@@ -505,7 +508,11 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_embedder, embedder.inner)  # an HTTP embedder's session
         store = await _open_store(options, embedder, stack)
-        pipeline = _extraction_pipeline(settings, store, embedder) if options.unit in PIPELINE_UNITS else None
+        pipeline = (
+            _extraction_pipeline(settings, store, embedder, evidence=options.evidence)
+            if options.unit in PIPELINE_UNITS
+            else None
+        )
         if pipeline is not None:
             stack.push_async_callback(pipeline.deps.extractor.close)
         todo = [c for c in conversations if c.sample_id not in per_conversation]
@@ -578,6 +585,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     )
     if options.unit == "product":
         report["include"] = options.include
+        report["evidence"] = options.evidence
         report["top_10_kinds"] = kinds_count(composition, 10)
     if options.unit in PIPELINE_UNITS:
         report["extractor"] = settings.effective_extractor
@@ -602,14 +610,20 @@ class _Pipeline:
     metrics: Any  # worker.metrics.Metrics
 
 
-def _extraction_pipeline(settings: Any, store: Any, embedder: CachingEmbedder) -> _Pipeline:
-    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured)."""
+def _extraction_pipeline(
+    settings: Any, store: Any, embedder: CachingEmbedder, *, evidence: bool = True
+) -> _Pipeline:
+    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured);
+    without `evidence`, the extractor's evidence numbers are dropped."""
     from extraction.factory import build_extractor
     from worker.metrics import Metrics
     from worker.pipeline import PipelineDeps
 
     metrics = Metrics()
-    deps = PipelineDeps(store=store, extractor=build_extractor(settings), embedder=embedder, metrics=metrics)
+    extractor = build_extractor(settings)
+    if not evidence:
+        extractor = product_run.WithoutEvidence(extractor)
+    deps = PipelineDeps(store=store, extractor=extractor, embedder=embedder, metrics=metrics)
     return _Pipeline(deps=deps, metrics=metrics)
 
 
@@ -881,6 +895,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="--unit product: what the product's recall returns, memories, stored conversation turns or "
         "both in one ranked list (default both)",
     )
+    locomo.add_argument(
+        "--evidence",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--unit product: memories keep the messages the extractor cites (default on; "
+        "--no-evidence drops them, so memories are bare facts: the ablation)",
+    )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
         "--retriever",
@@ -978,6 +999,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         source_context=args.source_context,
         dialog_key_after=args.dialog_key_after,
         include=args.include,
+        evidence=args.evidence,
     )
 
 

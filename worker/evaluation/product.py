@@ -23,10 +23,12 @@ Include = Literal["memories", "turns", "both"]
 INCLUDES: tuple[Include, ...] = ("memories", "turns", "both")
 ItemKind = Literal["memory", "turn"]
 
+_ROLES = frozenset({"user", "assistant"})
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # how much of a quote's words a message must share to be taken as its source when nothing matches
 # exactly (a redacted e-mail address or phone number changes a few words, not half of them)
 _MIN_SHARED_WORDS = 0.6
+_MIN_SHARED_WORD_COUNT = 4
 # a quote found inside a longer message (a capped quote is its start) must be long enough not to
 # match by chance ("yes" is inside many messages)
 _MIN_INNER_CHARS = 20
@@ -61,16 +63,21 @@ class SessionIndex:
     by_channel: Mapping[uuid.UUID, tuple[tuple[str, str], ...]]
 
     def locate(self, quote: Quote) -> str | None:
-        """The dia_id of the turn `quote` stands for, or None when no turn of its conversation (any
-        conversation when its channel is unknown) matches: its position when recorded and in range,
-        else the turn whose text it is (exactly, as a prefix of a capped quote, or sharing most words)."""
+        """The dia_id of the turn `quote` stands for, or None when none matches: its position in its
+        conversation when recorded (a position out of range matches nothing), else the turn of its
+        conversation whose text it is (exactly, inside it as a capped quote is, or sharing most
+        words), else such a turn of any conversation."""
         if quote.channel_id is not None:
             turns = self.by_channel.get(quote.channel_id, ())
             if quote.position is not None and 0 <= quote.position < len(turns):
                 return turns[quote.position][0]
-        else:
-            turns = tuple(turn for session in self.by_channel.values() for turn in session)
-        return _match_text(quote.text, turns)
+            found = _match_text(quote.text, turns)
+            if found is not None or quote.position is not None:
+                return found
+        # no conversation, or a quote its conversation does not hold (a fact restated later keeps
+        # the later conversation and may keep earlier words): any conversation's turns
+        everywhere = tuple(turn for session in self.by_channel.values() for turn in session)
+        return _match_text(quote.text, everywhere)
 
     def dia_ids(self, item: Recalled) -> tuple[str, ...]:
         """The dia_ids `item` covers, in quote order, without duplicates (quotes that match no turn
@@ -95,6 +102,23 @@ def session_index(conversation: Conversation, owner: uuid.UUID) -> SessionIndex:
             (turn.dia_id, message.content) for turn, message in zip(turns, item.event.messages, strict=True)
         )
     return SessionIndex(by_channel=by_channel)
+
+
+def evidence_quotes(evidence: str | None, channel_id: uuid.UUID | None) -> tuple[Quote, ...]:
+    """A memory's evidence as quotes: the product stores it as `role: text` lines, one per cited
+    message, all from the memory's conversation (`channel_id`)."""
+    quotes: list[Quote] = []
+    for line in (evidence or "").splitlines():
+        role, separator, text = line.partition(": ")
+        said = text if separator and role in _ROLES else line
+        if said.strip():
+            quotes.append(Quote(channel_id=channel_id, position=None, text=said))
+    return tuple(quotes)
+
+
+def include_kinds(include: Include) -> tuple[str, ...]:
+    """What the product's recall is asked for: `memories`, `turns` or both."""
+    return ("memories", "turns") if include == "both" else (include,)
 
 
 def question_result(question: Question, items: Sequence[Recalled], index: SessionIndex) -> QuestionResult:
@@ -137,6 +161,8 @@ def _match_text(text: str, turns: Sequence[tuple[str, str]]) -> str | None:
             if wanted in content:
                 return dia_id
     quote_words = set(wanted.split())
+    if len(quote_words) < _MIN_SHARED_WORD_COUNT:
+        return None
     best: tuple[float, str] | None = None
     for dia_id, content in normalised:
         shared = len(quote_words & set(content.split())) / len(quote_words)

@@ -10,14 +10,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from store.context_recall import recall_in_context
-from store.types import RecallHit
+from store.types import RecallItem
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
-from worker.evaluation.product import Include, Quote, Recalled, question_result, session_index
+from worker.evaluation.product import (
+    Include,
+    Quote,
+    Recalled,
+    evidence_quotes,
+    include_kinds,
+    question_result,
+    session_index,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,15 +37,40 @@ class ProductRun:
     usage: tuple[dict[str, int], ...]
 
 
-def recalled_of(hit: RecallHit) -> Recalled:
-    """The evaluation's view of one recall hit: a memory reads as `key: value` and stands for no
-    message (the store records no evidence)."""
-    memory = hit.memory
-    return Recalled(kind="memory", text=f"{memory.key}: {memory.value}", quotes=_no_quotes())
+@dataclass(frozen=True, slots=True)
+class WithoutEvidence:
+    """An extractor whose candidates lose their evidence numbers: the pipeline as it was before
+    memories kept what was said (the `--no-evidence` ablation)."""
+
+    inner: Any  # extraction's Extractor
+
+    async def extract(self, request: Any) -> Any:
+        """The inner extractor's result, every candidate without evidence."""
+        result = await self.inner.extract(request)
+        return replace(result, candidates=tuple(replace(c, evidence=()) for c in result.candidates))
+
+    async def close(self) -> None:
+        """Close the inner extractor."""
+        await self.inner.close()
 
 
-def _no_quotes() -> tuple[Quote, ...]:
-    return ()
+def recalled_of(item: RecallItem) -> Recalled:
+    """The evaluation's view of one item of the product's recall. A turn reads as its text and
+    stands for itself (its conversation and position, numbered from 1). A memory reads as
+    `key: value`, the fact the hint shows (its evidence is not read for answer recall, so the facts
+    are scored on what they say), and stands for the messages of its evidence."""
+    if item.turn is not None:
+        turn = item.turn
+        quote = Quote(channel_id=turn.channel_id, position=turn.position - 1, text=turn.text)
+        return Recalled(kind="turn", text=turn.text, quotes=(quote,))
+    if item.memory is None:
+        raise ValueError(f"a recall item of kind {item.kind!r} carries neither a memory nor a turn")
+    memory = item.memory
+    return Recalled(
+        kind="memory",
+        text=f"{memory.key}: {memory.value}",
+        quotes=evidence_quotes(memory.evidence, memory.source_channel_id),
+    )
 
 
 async def run_conversation(
@@ -136,14 +168,8 @@ async def product_recall(
     store: Any, *, owner: uuid.UUID, query: str, limit: int, include: Include
 ) -> tuple[Recalled, ...]:
     """The product's recall for `owner` outside any persona or team, as the evaluation reads it."""
-    if include != "memories":
-        raise ValueError(
-            f"--include {include}: this build's recall returns memories only; use --include memories"
-        )
-    hits = await recall_in_context(
-        store, user_id=owner, persona_id=None, team_id=None, query=query, limit=limit
-    )
-    return tuple(recalled_of(hit) for hit in hits)
+    items = await store.recall_items(owner, None, query, limit, include=include_kinds(include))
+    return tuple(recalled_of(item) for item in items)
 
 
 def steps(conversation: Conversation) -> int:
