@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from worker.cli import build_parser, main
-from worker.commands.evaluate import options_from_args
+from worker.commands.evaluate import options_from_args, parse_includes
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import load_locomo
 from worker.evaluation.product import (
@@ -72,7 +72,11 @@ def test_without_a_usable_position_a_quote_is_located_by_its_text() -> None:
 def test_a_memory_s_evidence_lines_become_quotes_of_its_conversation() -> None:
     evidence = "user: Hi Bo! I adopted a grey cat\nassistant: Congrats: truly\n\nnote: kept as said"
     quotes = evidence_quotes(evidence, SESSION_1)
-    assert [q.text for q in quotes] == ["Hi Bo! I adopted a grey cat", "Congrats: truly", "note: kept as said"]
+    assert [q.text for q in quotes] == [
+        "Hi Bo! I adopted a grey cat",
+        "Congrats: truly",
+        "note: kept as said",
+    ]
     assert {q.channel_id for q in quotes} == {SESSION_1} and {q.position for q in quotes} == {None}
     assert evidence_quotes(None, SESSION_1) == () == evidence_quotes("", None)
     assert include_kinds("both") == ("memories", "turns") and include_kinds("turns") == ("turns",)
@@ -136,27 +140,39 @@ def test_product_run_sends_every_session_and_asks_every_question(
     argv = [
         "eval", "locomo", str(FIXTURE), "--unit", "product", "--json", "--store", store,
         "--embedding-provider", "hashing", "--no-embedding-cache", "--data-dir", str(tmp_path / "db"),
-        "--k", "1,10,50", "--include", "memories",
+        "--k", "1,10,50", "--include", "memories,turns,both",
     ]  # fmt: skip
     if store == "postgres":
         argv += ["--database-url", request.getfixturevalue("database_url")]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["unit"] == "product" and report["include"] == "memories" and report["store"] == store
+    assert report["unit"] == "product" and report["store"] == store
+    assert report["include"] == ["memories", "turns", "both"] and report["evidence"] is True
     assert report["extractor"] == "rules"
     assert report["extraction"]["events"] == 6  # 3 sessions, each once as each speaker
     assert report["extraction"]["written_total"] >= 1
-    hybrid = report["retrievers"]["hybrid"]
-    assert set(report["retrievers"]) == {"hybrid"}
-    assert hybrid["questions"] == 9 and hybrid["answer_questions"] == 8
-    assert 0.0 <= hybrid["answer_recall@1"] <= hybrid["answer_recall@10"] <= hybrid["answer_recall@50"]
-    assert 0.0 < report["top_10_kinds"]["memories"] <= 10 and report["top_10_kinds"]["turns"] == 0
+    rows = report["retrievers"]
+    assert list(rows) == ["memories", "turns", "both"]
+    for row in rows.values():
+        assert row["questions"] == 9 and row["answer_questions"] == 8
+        assert 0.0 <= row["answer_recall@1"] <= row["answer_recall@10"] <= row["answer_recall@50"]
+    kinds = report["top_10_kinds"]
+    assert kinds["memories"]["turns"] == 0 < kinds["memories"]["memories"]
+    assert kinds["turns"]["memories"] == 0 < kinds["turns"]["turns"]
+    assert kinds["both"]["memories"] > 0 and kinds["both"]["turns"] > 0
+    # 17 turns in all: at 50 every stored turn is recalled, so every known dia_id is found
+    assert rows["turns"]["recall@50"] == 1.0 and rows["both"]["recall@50"] == 1.0
+    # the memories stand for the messages they were extracted from
+    assert rows["memories"]["recall@50"] > rows["memories"]["by_category"]["adversarial"]["questions"] / 9
     assert set(report["splits"]) == {"dev", "test"}
 
 
 def test_product_options(capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--unit", "product"])
     options = options_from_args(args, {})
-    assert options.include == "both" and options.retrievers == ("hybrid",)
+    assert options.include == ("both",) and options.retrievers == ("hybrid",)
+    assert parse_includes("turns, both,turns") == ("turns", "both")
+    with pytest.raises(ValueError, match="memories, turns, both"):
+        parse_includes("facts")
     assert main(["eval", "locomo", str(FIXTURE), "--unit", "product", "--retriever", "vector"]) == 2
     assert "product's own recall" in capsys.readouterr().err

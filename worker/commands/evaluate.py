@@ -95,6 +95,23 @@ def parse_retrievers(values: Sequence[str] | None) -> tuple[Retriever, ...]:
     return tuple(r for r in RETRIEVERS if r in chosen)
 
 
+def parse_includes(text: str) -> tuple[Include, ...]:
+    """`--include` → the includes asked, in the order given, once each (ValueError names the fix)."""
+    chosen: list[Include] = []
+    for part in text.split(","):
+        name = part.strip().lower()
+        if not name:
+            continue
+        if name not in INCLUDES:
+            raise ValueError(f"--include: unknown {name!r}; choose from memories, turns, both (a comma list)")
+        include: Include = name
+        if include not in chosen:
+            chosen.append(include)
+    if not chosen:
+        raise ValueError("--include: give at least one of memories, turns, both")
+    return tuple(chosen)
+
+
 def local_embedder_available() -> bool:
     """True when sentence-transformers and the offline MiniLM package are importable."""
     return all(
@@ -358,8 +375,9 @@ class EvalOptions:
     # dialog unit's key context: after the turns before it, up to this many turns after it
     # (`Conversation.following_texts`); the embedding's context is the turns before alone
     dialog_key_after: int = DEFAULT_DIALOG_KEY_AFTER
-    # product unit: what the product's recall returns (memories, stored turns or both, fused)
-    include: Include = "both"
+    # product unit: what the product's recall is asked for (memories, stored turns or both, fused),
+    # one report row each from one ingestion
+    include: tuple[Include, ...] = ("both",)
     # product unit: memories keep the evidence the extractor cites (False: the extractor's evidence
     # numbers are dropped, so memories are bare facts, as before they kept what was said)
     evidence: bool = True
@@ -522,21 +540,24 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             progress.stream.write(
                 f"resuming: {len(conversations) - len(todo)} conversation(s) done in {checkpoint}\n"
             )
-        composition: list[tuple[Any, ...]] = []
+        composition: dict[str, list[tuple[Any, ...]]] = {}
         for conversation in todo:
             if pipeline is not None and options.unit == "product":
-                run = await product_run.run_conversation(
+                runs = await product_run.run_conversation(
                     store,
                     pipeline.deps,
                     conversation,
-                    include=options.include,
+                    includes=options.include,
                     limit=max(options.ks),
                     concurrency=options.concurrency,
                     on_step=lambda label: progress.update(1, label),
                 )
-                per_conversation[conversation.sample_id] = {"hybrid": list(run.results)}
-                usage[conversation.sample_id] = list(run.usage)
-                composition.extend(run.recalled)
+                per_conversation[conversation.sample_id] = {
+                    include: list(run.results) for include, run in runs.items()
+                }
+                usage[conversation.sample_id] = list(runs[options.include[0]].usage)
+                for include, run in runs.items():
+                    composition.setdefault(include, []).extend(run.recalled)
             elif pipeline is not None:
                 results, used = await _evaluate_extracted(store, pipeline, conversation, options, progress)
                 per_conversation[conversation.sample_id] = results
@@ -551,11 +572,19 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
                 _save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
 
+    # one row per retriever, or for the product unit per include
+    rows: Sequence[str] = options.include if options.unit == "product" else options.retrievers
+
     def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        return {
+        summaries = {
             r: summarise([item for sid in sample_ids for item in per_conversation[sid][r]], options.ks)
-            for r in options.retrievers
+            for r in rows
         }
+        if options.unit == "product" and not options.evidence and "memories" in summaries:
+            # bare memories stand for no dialog turn: evidence recall would only count the
+            # questions without evidence
+            summaries["memories"] = without_evidence_recall(summaries["memories"])
+        return summaries
 
     ids = [c.sample_id for c in conversations]
     if options.unit == "extracted":
@@ -584,9 +613,9 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         by_split=by_split,
     )
     if options.unit == "product":
-        report["include"] = options.include
+        report["include"] = list(options.include)
         report["evidence"] = options.evidence
-        report["top_10_kinds"] = kinds_count(composition, 10)
+        report["top_10_kinds"] = {include: kinds_count(items, 10) for include, items in composition.items()}
     if options.unit in PIPELINE_UNITS:
         report["extractor"] = settings.effective_extractor
         report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
@@ -597,7 +626,7 @@ def _work(conversation: Conversation, options: EvalOptions) -> int:
     """Progress steps for one conversation: units loaded (embedded, written) or events extracted,
     then one per question and retriever."""
     if options.unit == "product":
-        return product_run.steps(conversation)
+        return product_run.steps(conversation, len(options.include))
     asked = len(conversation.questions) * len(options.retrievers)
     if options.unit == "extracted":
         return 2 * len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers)) + asked
@@ -890,10 +919,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     locomo.add_argument(
         "--include",
-        choices=INCLUDES,
         default="both",
-        help="--unit product: what the product's recall returns, memories, stored conversation turns or "
-        "both in one ranked list (default both)",
+        help="--unit product: what the product's recall is asked for, memories, stored conversation turns "
+        "or both in one ranked list; a comma list (both,turns,memories) reports one row each from one "
+        "ingestion (default both)",
     )
     locomo.add_argument(
         "--evidence",
@@ -998,7 +1027,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         key_context=args.key_context,
         source_context=args.source_context,
         dialog_key_after=args.dialog_key_after,
-        include=args.include,
+        include=parse_includes(args.include),
         evidence=args.evidence,
     )
 

@@ -78,25 +78,28 @@ async def run_conversation(
     deps: Any,
     conversation: Conversation,
     *,
-    include: Include,
+    includes: Sequence[Include],
     limit: int,
     concurrency: int,
     on_step: Callable[[str], None] = lambda _label: None,
-) -> ProductRun:
-    """`ingest` the conversation for a fresh owner, then `ask` every question. `on_step` is called
-    once per event, once per approval pass and once per question."""
+) -> dict[Include, ProductRun]:
+    """`ingest` the conversation for a fresh owner, then `ask` every question once per include.
+    `on_step` is called once per event, once per approval pass and once per question asked."""
     owner = uuid.uuid4()
     usage = await ingest(store, deps, conversation, owner, on_step=on_step)
-    return await ask(
-        store,
-        conversation,
-        owner,
-        include=include,
-        limit=limit,
-        concurrency=concurrency,
-        on_step=on_step,
-        usage=usage,
-    )
+    return {
+        include: await ask(
+            store,
+            conversation,
+            owner,
+            include=include,
+            limit=limit,
+            concurrency=concurrency,
+            on_step=on_step,
+            usage=usage,
+        )
+        for include in includes
+    }
 
 
 async def ingest(
@@ -172,10 +175,10 @@ async def product_recall(
     return tuple(recalled_of(item) for item in items)
 
 
-def steps(conversation: Conversation) -> int:
-    """Progress steps `run_conversation` reports for one conversation."""
+def steps(conversation: Conversation, includes: int = 1) -> int:
+    """Progress steps `run_conversation` reports for one conversation asked `includes` ways."""
     events = len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers))
-    return 2 * events + len(conversation.questions)
+    return 2 * events + includes * len(conversation.questions)
 
 
 def results_of(runs: Sequence[ProductRun]) -> list[QuestionResult]:
