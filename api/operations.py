@@ -14,15 +14,17 @@ from api.principal import Principal
 from extraction.errors import PromptBudgetError
 from extraction.prompt import PromptBudget, render_prompts
 from extraction.types import ExtractionRequest, TranscriptMessage
-from store.context_recall import hint_in_context, recall_in_context
+from store.context_recall import hint_in_context, items_in_context
 from store.pagination import BadCursor
 from store.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.types import (
+    INCLUDE_ALL,
     AuditEntry,
     Memory,
     MemorySettings,
     Page,
-    RecallHit,
+    RecallInclude,
+    RecallItem,
     ReviewItem,
     ReviewQuery,
     Revision,
@@ -327,11 +329,19 @@ async def platform_recall(
     team_id: uuid.UUID | None,
     query: str,
     limit: int,
-) -> list[RecallHit]:
-    """Recall for the user a service acts for (same as `pmem recall --json`)."""
+    include: Sequence[RecallInclude] = INCLUDE_ALL,
+) -> list[RecallItem]:
+    """Recall (memories and turns, as `include` says) for the user a service acts for (same as
+    `pmem recall --json`)."""
     access.require_service(principal)
-    return await recall_in_context(
-        store, user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=_limit(limit)
+    return await items_in_context(
+        store,
+        user_id=user_id,
+        persona_id=persona_id,
+        team_id=team_id,
+        query=query,
+        limit=_limit(limit),
+        include=include,
     )
 
 
@@ -344,9 +354,16 @@ async def platform_hint(
     team_id: uuid.UUID | None,
     query: str,
     limit: int,
+    include: Sequence[RecallInclude] = INCLUDE_ALL,
 ) -> str:
     """The prompt hint for the same recall."""
     access.require_service(principal)
     return await hint_in_context(
-        store, user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=_limit(limit)
+        store,
+        user_id=user_id,
+        persona_id=persona_id,
+        team_id=team_id,
+        query=query,
+        limit=_limit(limit),
+        include=include,
     )

@@ -37,6 +37,10 @@ class RecallBody(_Body):
     team_id: uuid.UUID | None = None
     query: str = Field(default="", max_length=4000)
     limit: int = Field(default=20, ge=1, le=200)
+    # what to recall: stored memories, earlier conversations' turns (default both)
+    include: list[Literal["memories", "turns"]] = Field(
+        default=["memories", "turns"], min_length=1, max_length=2
+    )
 
 
 class SettingsBody(_Body):

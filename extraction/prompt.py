@@ -33,9 +33,9 @@ __all__ = [
     "count_tokens",
     "default_instructions",
     "default_template",
+    "message_line",
     "render_prompts",
     "render_system",
-    "message_line",
     "transcript_lines",
 ]
 

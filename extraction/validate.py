@@ -32,10 +32,10 @@ from store.types import SCOPES, Scope
 __all__ = [
     "MalformedOutputError",
     "ValidationLimits",
+    "evidence_numbers",
     "merge_candidates",
     "normalize_key",
     "output_json_schema",
-    "evidence_numbers",
     "parse_output",
     "validate_items",
 ]

@@ -5,11 +5,22 @@ the tools, so the same inputs give the same answer everywhere."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from store.hint import build_memory_hint
+from store.hint import build_hint
 from store.settings_cache import SettingsCache
-from store.types import MemorySettings, RecallHit, Retriever
+from store.turns import merge_recall
+from store.types import (
+    INCLUDE_ALL,
+    MemorySettings,
+    RecallHit,
+    RecallInclude,
+    RecallItem,
+    Retriever,
+    Turn,
+    TurnHit,
+)
 from store.typing import RecallStore
 
 
@@ -30,6 +41,36 @@ async def recall_in_context(
     return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
 
 
+async def items_in_context(
+    store: RecallStore,
+    *,
+    user_id: uuid.UUID,
+    persona_id: uuid.UUID | None,
+    team_id: uuid.UUID | None,
+    query: str,
+    limit: int,
+    include: Sequence[RecallInclude] = INCLUDE_ALL,
+    retriever: Retriever = "hybrid",
+) -> list[RecallItem]:
+    """Memories and turns of this context in one ranked list (`store.turns.merge_recall`), each
+    kind only when `include` names it: nothing when memory is disabled there, no turns when the
+    setting `history` is off."""
+    policy = await store.settings_for(team_id, persona_id)
+    if not policy.enabled or limit <= 0:
+        return []
+    memories = (
+        await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
+        if "memories" in include
+        else []
+    )
+    turns = (
+        await store.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+        if "turns" in include and policy.history
+        else []
+    )
+    return merge_recall(memories, turns, limit)
+
+
 async def hint_in_context(
     store: RecallStore,
     *,
@@ -38,12 +79,20 @@ async def hint_in_context(
     team_id: uuid.UUID | None,
     query: str,
     limit: int,
+    include: Sequence[RecallInclude] = INCLUDE_ALL,
 ) -> str:
-    """The prompt hint (bullets, capped) for the same recall; empty when memory is disabled."""
-    hits = await recall_in_context(
-        store, user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=limit
+    """The prompt hint (what is known, from earlier conversations; capped) for the same recall;
+    empty when memory is disabled."""
+    items = await items_in_context(
+        store,
+        user_id=user_id,
+        persona_id=persona_id,
+        team_id=team_id,
+        query=query,
+        limit=limit,
+        include=include,
     )
-    return build_memory_hint(hits)
+    return build_hint(items)
 
 
 def hit_record(hit: RecallHit) -> dict[str, Any]:
@@ -64,7 +113,40 @@ def hit_record(hit: RecallHit) -> dict[str, Any]:
         "source_channel_id": str(m.source_channel_id) if m.source_channel_id else None,
         "created_at": m.created_at.isoformat(),
         "updated_at": m.updated_at.isoformat(),
+        "evidence": m.evidence,
+        "observed_at": m.observed_at.isoformat() if m.observed_at else None,
     }
+
+
+def turn_record(turn: Turn, score: float | None = None) -> dict[str, Any]:
+    """One stored conversation turn as JSON (its conversation is `event_id`)."""
+    record: dict[str, Any] = {
+        "id": str(turn.id),
+        "channel_id": str(turn.channel_id),
+        "event_id": str(turn.event_id),
+        "user_id": str(turn.user_id),
+        "persona_id": str(turn.persona_id) if turn.persona_id else None,
+        "team_id": str(turn.team_id) if turn.team_id else None,
+        "role": turn.role,
+        "text": turn.text,
+        "at": turn.at.isoformat(),
+        "position": turn.position,
+    }
+    if score is not None:
+        record["score"] = score
+    return record
+
+
+def item_record(item: RecallItem) -> dict[str, Any]:
+    """One item of the merged recall as JSON: `kind` "memory" (`hit_record`'s fields) or "turn"
+    (`turn_record`'s), with its `score` in the merged list."""
+    if item.kind == "memory" and item.memory is not None:
+        record = hit_record(RecallHit(memory=item.memory, score=item.score, sources=item.sources))
+    elif item.turn is not None:
+        record = turn_record(item.turn, item.score)
+    else:
+        raise ValueError(f"a recall item of kind {item.kind!r} without its {item.kind}")
+    return {"kind": item.kind, **record}
 
 
 class CachedSettingsStore:
@@ -95,4 +177,19 @@ class CachedSettingsStore:
         """The store's recall."""
         return await self._store.recall(
             user_id, persona_id, query, limit, retriever=retriever, team_id=team_id
+        )
+
+    async def recall_turns(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 10,
+        *,
+        team_id: uuid.UUID | None = None,
+        query_embedding: Sequence[float] | None = None,
+    ) -> list[TurnHit]:
+        """The store's turn recall."""
+        return await self._store.recall_turns(
+            user_id, persona_id, query, limit, team_id=team_id, query_embedding=query_embedding
         )

@@ -1,7 +1,8 @@
 """The part of the store both backends share, in SQLAlchemy Core, assembled from one module per
 role: writes (`store.writes`), review (`store.review`), listing (`store.listing`), erasure and
 retention (`store.erasure`), settings (`store.memory_settings`), API keys (`store.api_keys`),
-chat history (`store.history`) and conversation turns (`store.turns`, through the writes). Recall lives in each backend.
+chat history (`store.history`) and conversation turns (`store.turns`, through the writes).
+Recall lives in each backend.
 
 Decisions come from pure modules (`store.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises

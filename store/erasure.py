@@ -17,8 +17,8 @@ from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.turns import ConversationTurns
 from store.policy import merge_settings
+from store.turns import ConversationTurns
 from store.types import Memory, MemorySettings, RetentionReport
 
 # rows per transaction in bulk erasure and retention: short locks, bounded memory
@@ -265,5 +265,8 @@ class MemoryErasure(ConversationTurns):
         turns = await self.expire_turns(now=now)
         tick(turns)
         return RetentionReport(
-            rejected_memories=rejected, rejected_revisions=revisions, erased_memories=erased, erased_turns=turns
+            rejected_memories=rejected,
+            rejected_revisions=revisions,
+            erased_memories=erased,
+            erased_turns=turns,
         )

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from store.base import _vector, audit_entry
-from store.turns import ConversationTurns
 from store.pagination import newest_first_page
+from store.turns import ConversationTurns
 from store.types import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 
 

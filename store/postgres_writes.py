@@ -200,7 +200,15 @@ class PipelinedEventWrites(MemoryWrites):
         # reset on return, as for any other transaction
         async with self._driver() as (conn, driver):
             written = await self._write_event_pipelined(
-                conn, driver, event_id, memories, embeddings, actor=actor, dedup=dedup, k=neighbours, turns=turns
+                conn,
+                driver,
+                event_id,
+                memories,
+                embeddings,
+                actor=actor,
+                dedup=dedup,
+                k=neighbours,
+                turns=turns,
             )
         if written is None:  # a key stored behind the read's back: all of it again, statement by statement
             return await super()._write_event_once(
@@ -279,7 +287,16 @@ class PipelinedEventWrites(MemoryWrites):
         identities = [key_identity(rows[i]) for i in taken]
         if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
             if not await self._write_and_commit(
-                driver, rows, embeddings, fresh, taken, results, locked, actor=actor, event_id=event_id, turns=turns
+                driver,
+                rows,
+                embeddings,
+                fresh,
+                taken,
+                results,
+                locked,
+                actor=actor,
+                event_id=event_id,
+                turns=turns,
             ):
                 return None
             return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
@@ -424,7 +441,9 @@ class PipelinedEventWrites(MemoryWrites):
                     psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
                 )
             if turns:
-                turns_sql, turns_params = turns_insert_statement(self._schema.turns.name, event_id, turns, dim)
+                turns_sql, turns_params = turns_insert_statement(
+                    self._schema.turns.name, event_id, turns, dim
+                )
                 await driver.execute(psycopg_sql(turns_sql), turns_params)
             await driver.execute("COMMIT")
 

@@ -128,10 +128,10 @@ def team_tokens(team_id: uuid.UUID | None) -> list[str]:
 
 def owner_match(owners: Sequence[OwnerRef], team_id: uuid.UUID | None, words_match: str) -> str:
     """An FTS5 MATCH expression: the owners' active rows (`owner` column) visible in the team context
-    (`team` column) matching the words (in `key` or `value`)."""
+    (`team` column) matching the words (in `key`, `value` or `evidence`)."""
     tokens = " OR ".join(f'"{owner_token(owner)}"' for owner in owners)
     teams = " OR ".join(f'"{token}"' for token in team_tokens(team_id))
-    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value}} : ({words_match})"
+    return f"owner : ({tokens}) AND team : ({teams}) AND {{key value evidence}} : ({words_match})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,6 +6,8 @@ Seed §5 tools:
 * `memory_save(key, value, confidence=1.0)` — an explicit save, so `active` at once. Scope follows
   whether a persona is active: `persona_user` (owner = persona, user_id = user), else `user`.
 * `memory_recall(query="", max_results=20)` — hybrid recall over every scope the user may read.
+* `conversation_search(query, max_results=5)` — the user's own earlier messages (and the replies)
+  said in this context (same persona or none, same team), when conversation memory is on.
 
 Bot-plan tools (`remember` / `recall` / `forget`, facts keyed by subject) map onto the same rows:
 
@@ -37,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from store.recall import normalize_key, resolve_scopes, writable_owner
-from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef
+from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, Turn
 from store.typing import MemoryStore
 
 MAX_KEY_CHARS = 120
@@ -68,6 +70,13 @@ class MemoryRecallArgs(_Args):
 
     query: str = Field(default="", max_length=2000)
     max_results: int = Field(default=20, ge=1, le=MAX_RESULTS)
+
+
+class ConversationSearchArgs(_Args):
+    """Arguments of `conversation_search`."""
+
+    query: str = Field(min_length=1, max_length=2000)
+    max_results: int = Field(default=5, ge=1, le=MAX_RESULTS)
 
 
 class RememberArgs(_Args):
@@ -143,6 +152,21 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         },
         [],
     ),
+    "conversation_search": _function(
+        "conversation_search",
+        "Search what the user said in earlier conversations with you (their exact words, dated), "
+        "for details no saved memory holds.",
+        {
+            "query": {"type": "string", "description": "What to look for, in natural language."},
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_RESULTS,
+                "description": "Maximum number of messages (default 5).",
+            },
+        },
+        ["query"],
+    ),
     "remember": _function(
         "remember",
         "Remember a fact about someone or something for future conversations.",
@@ -173,7 +197,7 @@ TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SCHEMAS)
 
 
 def tool_schemas(names: tuple[str, ...] = TOOL_NAMES) -> list[dict[str, Any]]:
-    """OpenAI `tools=[…]` entries for the named tools (all five by default)."""
+    """OpenAI `tools=[…]` entries for the named tools (all of them by default)."""
     unknown = [n for n in names if n not in TOOL_SCHEMAS]
     if unknown:
         raise ToolCallError(f"unknown memory tool(s) {unknown}; available: {', '.join(TOOL_NAMES)}")
@@ -209,6 +233,19 @@ def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
     return view
 
 
+def turn_view(turn: Turn, score: float | None = None) -> dict[str, Any]:
+    """What a tool returns for one earlier message: who said it, when, and in which conversation."""
+    view: dict[str, Any] = {
+        "conversation_id": str(turn.event_id),
+        "role": turn.role,
+        "text": turn.text,
+        "at": turn.at.isoformat(),
+    }
+    if score is not None:
+        view["score"] = round(score, 6)
+    return view
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolContext:
     """Whose conversation the tools act for."""
@@ -218,6 +255,7 @@ class ToolContext:
     store: MemoryStore
     source_channel_id: uuid.UUID | None = None
     actor: str | None = None  # audit actor; default "user:<user_id>"
+    team_id: uuid.UUID | None = None  # the conversation's team: turns are searched in it only
 
     @property
     def audit_actor(self) -> str:
@@ -226,13 +264,14 @@ class ToolContext:
 
 
 class MemoryTools:
-    """The five memory tools bound to one context."""
+    """The memory tools bound to one context."""
 
     def __init__(self, context: ToolContext) -> None:
         self.context = context
         self._handlers: dict[str, tuple[type[_Args], Callable[[Any], Awaitable[dict[str, Any]]]]] = {
             "memory_save": (MemorySaveArgs, self._memory_save),
             "memory_recall": (MemoryRecallArgs, self._memory_recall),
+            "conversation_search": (ConversationSearchArgs, self._conversation_search),
             "remember": (RememberArgs, self._remember),
             "recall": (RecallArgs, self._recall),
             "forget": (ForgetArgs, self._forget),
@@ -281,6 +320,12 @@ class MemoryTools:
         """Hybrid recall over every scope the user can read."""
         return await self.handle_tool_call("memory_recall", {"query": query, "max_results": max_results})
 
+    async def conversation_search(self, query: str, max_results: int = 5) -> dict[str, Any]:
+        """Earlier turns of this user's conversations in this context that match the query."""
+        return await self.handle_tool_call(
+            "conversation_search", {"query": query, "max_results": max_results}
+        )
+
     # -- bot plan -------------------------------------------------------------------------------
 
     async def remember(self, subject: str, key: str, value: str) -> dict[str, Any]:
@@ -328,6 +373,16 @@ class MemoryTools:
         ctx = self.context
         hits = await ctx.store.recall(ctx.user_id, ctx.persona_id, args.query, args.max_results)
         return {"count": len(hits), "memories": [memory_view(h.memory, h.score) for h in hits]}
+
+    async def _conversation_search(self, args: ConversationSearchArgs) -> dict[str, Any]:
+        ctx = self.context
+        policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
+        if not (policy.enabled and policy.history):
+            return {"count": 0, "messages": [], "note": "conversation memory is off here"}
+        hits = await ctx.store.recall_turns(
+            ctx.user_id, ctx.persona_id, args.query, args.max_results, team_id=ctx.team_id
+        )
+        return {"count": len(hits), "messages": [turn_view(h.turn, h.score) for h in hits]}
 
     async def _remember(self, args: RememberArgs) -> dict[str, Any]:
         return await self._save(fact_key(args.subject, args.key, self.context.user_id), args.value, 1.0)

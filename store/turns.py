@@ -16,7 +16,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select
@@ -42,6 +42,9 @@ from store.types import (
     TurnHit,
 )
 
+if TYPE_CHECKING:
+    from store.typing import RecallStore
+
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
 TURN_WINDOW = 4000
@@ -56,7 +59,9 @@ TURN_ITEM_WEIGHT = 1.0
 _BM25_K1 = 1.2
 _BM25_B = 0.75
 
-_TURN_COLUMNS = "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, t.position"
+_TURN_COLUMNS = (
+    "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, t.position"
+)
 # the context: same user, same persona (or none), same team (or none), through the context index
 _CONTEXT_SQL = (
     f"t.user_id = CAST(:user_id AS uuid) AND coalesce(t.persona_id, {NIL_UUID_SQL}) = CAST(:persona AS uuid) "
@@ -64,9 +69,9 @@ _CONTEXT_SQL = (
 )
 
 _INSERT_TURNS_SQL = (
-    "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, position, "
-    "embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, role, text, at, "
-    "position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
+    "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, "
+    "position, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, "
+    "role, text, at, position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
     "FROM unnest(CAST(:ids AS uuid[]), CAST(:channels AS uuid[]), CAST(:users AS uuid[]), "
     "CAST(:personas AS uuid[]), CAST(:teams AS uuid[]), CAST(:roles AS text[]), CAST(:texts AS text[]), "
     "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:starts AS int[])) "
@@ -184,7 +189,9 @@ def fuse_turns(
     fused = rrf_scores(rankings)
     ordered = sorted(fused, key=lambda tid: (-fused[tid][0], str(tid)))
     return [
-        TurnHit(turn=turns[tid], score=fused[tid][0], sources=fused[tid][1]) for tid in ordered[:limit] if tid in turns
+        TurnHit(turn=turns[tid], score=fused[tid][0], sources=fused[tid][1])
+        for tid in ordered[:limit]
+        if tid in turns
     ]
 
 
@@ -218,11 +225,15 @@ def parse_include(values: Sequence[str] | None) -> tuple[RecallInclude, ...]:
         return ("memories", "turns")
     chosen: list[RecallInclude] = []
     for value in values:
-        if value == "memories" or value == "turns":
-            if value not in chosen:
-                chosen.append(value)
+        kind: RecallInclude
+        if value == "memories":
+            kind = "memories"
+        elif value == "turns":
+            kind = "turns"
         else:
             raise ValueError(f"include takes memories and/or turns, got {value!r}")
+        if kind not in chosen:
+            chosen.append(kind)
     return tuple(chosen)
 
 
@@ -252,7 +263,9 @@ class ConversationTurns(SettingsRows):
             for t in turns
         ]
 
-    async def _insert_turns(self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]) -> None:
+    async def _insert_turns(
+        self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
+    ) -> None:
         """Store an event's turns in the caller's transaction; a turn already stored is kept."""
         if not turns:
             return
@@ -399,7 +412,7 @@ class ConversationTurns(SettingsRows):
         """Memories and turns of this context in one ranked list (`merge_recall`), each `kind`
         only when `include` names it. Settings (memory enabled, history on) are the caller's
         concern (`store.context_recall`)."""
-        recall = getattr(self, "recall")  # the backend's memory recall
+        recall = cast("RecallStore", self).recall  # each backend's own memory recall
         memories: builtins.list[RecallHit] = (
             await recall(user_id, persona_id, query, limit, team_id=team_id) if "memories" in include else []
         )
@@ -506,7 +519,11 @@ class ConversationTurns(SettingsRows):
     async def export_turns(self, user_id: uuid.UUID) -> tuple[Turn, ...]:
         """Every stored turn of this user, oldest first (for the export)."""
         t = self._schema.turns
-        stmt = select(*self._turn_columns()).where(t.c.user_id == user_id).order_by(t.c.at, t.c.event_id, t.c.position)
+        stmt = (
+            select(*self._turn_columns())
+            .where(t.c.user_id == user_id)
+            .order_by(t.c.at, t.c.event_id, t.c.position)
+        )
         async with self._reading() as conn:
             return tuple(self._turn(row) for row in (await conn.execute(stmt)).all())
 
@@ -538,4 +555,3 @@ class ConversationTurns(SettingsRows):
                 if count < batch:
                     break
         return erased
-

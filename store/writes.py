@@ -189,7 +189,9 @@ def validate_new_turns(turns: Sequence[NewTurn]) -> None:
     seen: set[int] = set()
     for turn in turns:
         if turn.position < 1 or turn.position in seen:
-            raise ValueError(f"turn position {turn.position} is below 1 or given twice; number messages from 1")
+            raise ValueError(
+                f"turn position {turn.position} is below 1 or given twice; number messages from 1"
+            )
         if turn.role not in ("user", "assistant"):
             raise ValueError(f"a turn's role is user or assistant, got {turn.role!r}")
         seen.add(turn.position)
@@ -551,7 +553,13 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         for tries in range(1, CONFLICT_RETRIES + 2):
             try:
                 return await self._write_event_once(
-                    event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
+                    event_id,
+                    memories,
+                    embeddings,
+                    actor=actor,
+                    dedup=dedup,
+                    neighbours=neighbours,
+                    turns=turns,
                 )
             except StoreConflict:
                 if tries > CONFLICT_RETRIES:
@@ -573,7 +581,14 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
         async with self._transaction() as conn:
             return await self._write_event_in(
-                conn, event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
+                conn,
+                event_id,
+                memories,
+                embeddings,
+                actor=actor,
+                dedup=dedup,
+                neighbours=neighbours,
+                turns=turns,
             )
 
     async def _write_event_in(

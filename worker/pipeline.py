@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeVar
 
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
+from extraction.redact import redact
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
-from store.recall import STOPWORDS, query_terms
+from store.recall import STOPWORDS, mean_direction, query_terms
 from store.settings_cache import SettingsCache
-from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
+from store.turns import TURN_MAX_CHARS
+from store.types import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
 from store.typing import WorkerStore
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
@@ -111,16 +115,179 @@ def screen_candidates(
     return tuple(kept), tuple(dropped)
 
 
+# what a memory keeps of the messages it comes from: each message's first characters, and all of them
+EVIDENCE_MESSAGE_CHARS = 600
+EVIDENCE_MAX_CHARS = 1500
+# a turn's embedding is the mean direction of its own text's and that of the turn after the up to
+# this many turns before it (what it answers): the LoCoMo dialog unit's choice on dev
+TURN_CONTEXT = 2
+# how much a memory's embedding leans towards its evidence: the direction of
+# unit(fact) + EVIDENCE_EMBEDDING_WEIGHT * unit(evidence, then fact); 0 ignores the evidence
+EVIDENCE_EMBEDDING_WEIGHT = 1.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Evidence:
+    """What a candidate's evidence numbers resolve to: the cited messages' text (redacted, with the
+    speaker's role, capped), when they were said, and how many numbers named no message."""
+
+    text: str | None
+    observed_at: datetime | None
+    dropped: int = 0
+
+
+def said_at(event: ConversationEnded, index: int) -> datetime | None:
+    """When message `index` (0-based) was said: its own time, else the event's."""
+    return event.messages[index].at or event.occurred_at
+
+
+def resolve_evidence(event: ConversationEnded, numbers: Sequence[int]) -> Evidence:
+    """The messages a candidate cites (numbers from 1, as the prompt shows them) as
+    `role: text` lines, redacted and capped; `observed_at` is the first cited message's time (else
+    the event's). A number naming no user or assistant message with text is dropped (counted),
+    never the fact."""
+    lines: list[str] = []
+    first: int | None = None
+    dropped = 0
+    used = 0
+    for number in numbers:
+        index = number - 1
+        if not 0 <= index < len(event.messages):
+            dropped += 1
+            continue
+        message = event.messages[index]
+        content = message.content.strip()
+        if message.role not in ("user", "assistant") or not content:
+            dropped += 1
+            continue
+        if first is None:
+            first = index
+        text = " ".join(redact(content)[0].split())[:EVIDENCE_MESSAGE_CHARS]
+        line = f"{message.role}: {text}"
+        if used + len(line) > EVIDENCE_MAX_CHARS:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    observed = said_at(event, first) if first is not None else event.occurred_at
+    return Evidence(text="\n".join(lines) or None, observed_at=observed, dropped=dropped)
+
+
+def evidence_embedding_text(candidate: Candidate, evidence: str) -> str:
+    """The text embedded beside a fact's own: what was said, then the fact."""
+    return f"{evidence}\n{embedding_text(candidate.key, candidate.value)}"
+
+
+def fold_evidence(own: Sequence[float], with_evidence: Sequence[float], weight: float) -> list[float]:
+    """A memory's embedding: the unit direction of its fact's and `weight` times its evidence's
+    (both unit vectors), so the wording it was said in is found too."""
+    if weight <= 0:
+        return list(own)
+    fact, cited = unit(own), unit(with_evidence)
+    return mean_direction([fact, [weight * x for x in cited]])
+
+
+def unit(vector: Sequence[float]) -> list[float]:
+    """`vector` scaled to length 1 (a zero vector stays zero)."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else list(vector)
+
+
+def turn_texts(event: ConversationEnded) -> list[tuple[int, str]]:
+    """(0-based index, `role: text`) of the event's messages kept as turns: user and assistant
+    messages with text, redacted, capped at `TURN_MAX_CHARS`."""
+    kept: list[tuple[int, str]] = []
+    for index, message in enumerate(event.messages):
+        content = message.content.strip()
+        if message.role in ("user", "assistant") and content:
+            kept.append((index, redact(content)[0][:TURN_MAX_CHARS]))
+    return kept
+
+
+def plan_turns(event: ConversationEnded, *, now: datetime) -> tuple[list[NewTurn], list[str], list[str]]:
+    """The event's turns to store (without embeddings), and per turn the two texts its embedding
+    is the mean direction of: its own, and the up to `TURN_CONTEXT` turns before it then itself."""
+    kept = turn_texts(event)
+    turns: list[NewTurn] = []
+    own: list[str] = []
+    around: list[str] = []
+    for position, (index, text) in enumerate(kept):
+        message = event.messages[index]
+        role: TurnRole = "user" if message.role == "user" else "assistant"
+        line = f"{role}: {text}"
+        before = [
+            f"{event.messages[i].role}: {t}" for i, t in kept[max(0, position - TURN_CONTEXT) : position]
+        ]
+        turns.append(
+            NewTurn(
+                channel_id=event.channel_id,
+                user_id=event.user_id,
+                persona_id=event.persona_id,
+                team_id=event.team_id,
+                role=role,
+                text=text,
+                at=said_at(event, index) or now,
+                position=index + 1,
+            )
+        )
+        own.append(line)
+        around.append("\n".join([*before, line]))
+    return turns, own, around
+
+
+def embedding_batch(
+    candidates: Sequence[Candidate],
+    evidences: Sequence[Evidence],
+    turn_own: Sequence[str],
+    turn_around: Sequence[str],
+) -> list[str]:
+    """Every text an event embeds, for ONE embeddings call: each candidate's fact, the evidence
+    then the fact of those with evidence, then each turn's own text and its text in context."""
+    facts = [embedding_text(c.key, c.value) for c in candidates]
+    cited = [
+        evidence_embedding_text(c, e.text)
+        for c, e in zip(candidates, evidences, strict=True)
+        if e.text is not None
+    ]
+    return [*facts, *cited, *turn_own, *turn_around]
+
+
+def split_embeddings(
+    vectors: Sequence[Sequence[float]],
+    candidates: Sequence[Candidate],
+    evidences: Sequence[Evidence],
+    turn_count: int,
+    *,
+    evidence_weight: float = EVIDENCE_EMBEDDING_WEIGHT,
+) -> tuple[list[list[float]], list[list[float]]]:
+    """`embedding_batch`'s vectors back per candidate (its fact's, folded with its evidence's) and
+    per turn (the mean direction of its own and its in-context text's)."""
+    count = len(candidates)
+    facts = [list(v) for v in vectors[:count]]
+    cited = iter(vectors[count : count + sum(e.text is not None for e in evidences)])
+    memory_vectors = [
+        fold_evidence(own, next(cited), evidence_weight) if e.text is not None else own
+        for own, e in zip(facts, evidences, strict=True)
+    ]
+    start = count + sum(e.text is not None for e in evidences)
+    own_turns = vectors[start : start + turn_count]
+    around_turns = vectors[start + turn_count : start + 2 * turn_count]
+    turn_vectors = [mean_direction([unit(a), unit(b)]) for a, b in zip(own_turns, around_turns, strict=True)]
+    return memory_vectors, turn_vectors
+
+
 def build_row(
     event: ConversationEnded,
     candidate: Candidate,
     embedding: Sequence[float] | None,
     *,
     key: str | None = None,
+    evidence: Evidence | None = None,
 ) -> NewMemory:
     """A `pending_review` row for one candidate (under `key` when dedup matched a stored key),
-    owned per its scope, with the event's channel as provenance."""
+    owned per its scope, with the event's channel as provenance and the candidate's evidence and
+    time (`resolve_evidence`)."""
     owner = owner_for(candidate.scope, event)
+    found = evidence or resolve_evidence(event, candidate.evidence)
     return NewMemory(
         scope=candidate.scope,
         owner_id=owner.owner_id,
@@ -131,8 +298,9 @@ def build_row(
         status="pending_review",
         source_channel_id=event.channel_id,
         embedding=list(embedding) if embedding is not None else None,
-        observed_at=event.occurred_at,
+        observed_at=found.observed_at,
         team_id=event.team_id,
+        evidence=found.text,
     )
 
 
@@ -323,6 +491,7 @@ class Outcome:
     dropped: tuple[Dropped, ...] = ()
     rejected: int = 0
     usage: TokenUsage = field(default_factory=TokenUsage)
+    turns: int = 0  # conversation turns stored with the event (history on)
 
 
 async def process_event(
@@ -382,14 +551,28 @@ async def process_event(
     metrics.llm_calls.inc(result.llm_calls)
 
     kept, dropped = screen_candidates(result.candidates, allowed=scopes, min_confidence=policy.min_confidence)
+    evidences = [resolve_evidence(event, c.evidence) for c in kept]
+    unresolved = sum(e.dropped for e in evidences)
+    if unresolved:
+        # the fact stays, without the numbers that name no message of the conversation
+        log.info("%d evidence numbers named no message of the conversation and were dropped", unresolved)
+    turns, turn_own, turn_around = (
+        plan_turns(event, now=datetime.now(UTC)) if policy.history else ([], [], [])
+    )
     async with _storing_slot(deps):
+        texts = embedding_batch(kept, evidences, turn_own, turn_around)
         vectors: list[list[float]] = []
-        if kept:
+        if texts:
             with metrics.embedding_duration.time(), span("pmem.embeddings"):
-                vectors = await deps.embedder.embed([embedding_text(c.key, c.value) for c in kept])
-            if len(vectors) != len(kept):
-                raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(kept)} texts")
-        rows, deduped = plan_rows(event, scopes, kept, vectors)
+                vectors = await deps.embedder.embed(texts)
+            if len(vectors) != len(texts):
+                raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
+        memory_vectors, turn_vectors = split_embeddings(vectors, kept, evidences, len(turns))
+        stored_turns = [
+            dataclasses.replace(turn, embedding=vector)
+            for turn, vector in zip(turns, turn_vectors, strict=True)
+        ]
+        rows, deduped = plan_rows(event, scopes, kept, memory_vectors)
         write = await db(
             "write_event",
             lambda: store.write_event(
@@ -397,6 +580,7 @@ async def process_event(
                 memories=rows,
                 dedup=decide_against_neighbours,
                 neighbours=DEDUP_NEIGHBOURS,
+                turns=stored_turns,
             ),
         )
     if not write.duplicate and len(write.results) != len(rows):
@@ -438,6 +622,7 @@ async def process_event(
         dropped=dropped_all,
         rejected=len(result.rejected),
         usage=result.usage,
+        turns=len(stored_turns),
     )
 
 

@@ -10,16 +10,17 @@ from fastapi.responses import JSONResponse
 from api import operations
 from api.deps import Caller, State
 from api.schemas import RecallBody
-from store.context_recall import hit_record
+from store.context_recall import item_record
 
 router = APIRouter(tags=["platform"])
 
 
 @router.post("/v1/recall")
 async def recall(body: RecallBody, principal: Caller, state: State) -> JSONResponse:
-    """Active memories for the user (and persona) in the team's context, best first; the same items
-    as `pmem recall --json`."""
-    hits = await operations.platform_recall(
+    """Active memories and earlier conversations' turns (`include`) for the user (and persona) in
+    the team's context, one list best first, each item with its `kind`; the same items as
+    `pmem recall --json`."""
+    items = await operations.platform_recall(
         state.recall_store,
         principal,
         user_id=body.user_id,
@@ -27,9 +28,10 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
         team_id=body.team_id,
         query=body.query,
         limit=body.limit,
+        include=tuple(body.include),
     )
     # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
-    return JSONResponse({"items": [hit_record(hit) for hit in hits]})
+    return JSONResponse({"items": [item_record(item) for item in items]})
 
 
 @router.post("/v1/hint")
@@ -43,6 +45,7 @@ async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, s
         team_id=body.team_id,
         query=body.query,
         limit=body.limit,
+        include=tuple(body.include),
     )
     return {"hint": text}
 

@@ -60,7 +60,8 @@ def test_default_prompt_without_persona_allows_only_user_scope() -> None:
     assert "persona_user" not in prompt.system
     assert '{"memories":' in prompt.system  # the output shape
     assert prompt.user == (
-        "Conversation:\n[2] user: Hi, my name is Ann and I live in Lyon.\n[3] assistant: Nice to meet you, Ann!"
+        "Conversation:\n[2] user: Hi, my name is Ann and I live in Lyon.\n"
+        "[3] assistant: Nice to meet you, Ann!"
     )
     assert "SYSTEM-SECRET" not in prompt.user and "TOOL-OUTPUT" not in prompt.user
     assert [m["role"] for m in prompt.as_messages()] == ["system", "user"]
@@ -230,7 +231,10 @@ def test_every_chunk_fits_and_every_word_is_sent(contents: list[str], max_tokens
 
 def test_messages_are_numbered_by_their_place_in_the_conversation() -> None:
     lines = transcript_lines(CONVERSATION)
-    assert lines == ["[2] user: Hi, my name is Ann and I live in Lyon.", "[3] assistant: Nice to meet you, Ann!"]
+    assert lines == [
+        "[2] user: Hi, my name is Ann and I live in Lyon.",
+        "[3] assistant: Nice to meet you, Ann!",
+    ]
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c"])

@@ -28,7 +28,6 @@ from store.migrate import (
 from store.postgres import PostgresMemoryStore
 from store.schema import build_schema
 from store.sqlite import SqliteMemoryStore
-from store.types import NewMemory
 from store.urls import to_sqlalchemy_url
 
 NewDatabase = Callable[[], str]
@@ -190,7 +189,8 @@ async def test_upgrading_from_0003_keeps_the_rows_and_indexes_reviewed_memories_
     with psycopg.connect(url) as conn:
         for key, status in (("pet", "active"), ("city", "pending_review")):
             conn.execute(
-                "INSERT INTO memories (id, scope, owner_id, key, value, status) VALUES (%s, 'user', %s, %s, %s, %s)",
+                "INSERT INTO memories (id, scope, owner_id, key, value, status) "
+                "VALUES (%s, 'user', %s, %s, %s, %s)",
                 (uuid.uuid4(), user, key, f"{key} fact", status),
             )
     migrate(url, 384)

@@ -19,7 +19,14 @@ def tools_for(store: Store, persona: uuid.UUID | None = None, user: uuid.UUID | 
 def test_schemas_are_openai_function_tools() -> None:
     schemas = tool_schemas()
     assert [s["function"]["name"] for s in schemas] == list(TOOL_NAMES)
-    assert TOOL_NAMES == ("memory_save", "memory_recall", "remember", "recall", "forget")
+    assert TOOL_NAMES == (
+        "memory_save",
+        "memory_recall",
+        "conversation_search",
+        "remember",
+        "recall",
+        "forget",
+    )
     for schema in schemas:
         assert schema["type"] == "function"
         params = schema["function"]["parameters"]
@@ -142,3 +149,40 @@ async def test_bad_tool_calls_raise_a_message_for_the_model(
 ) -> None:
     with pytest.raises(ToolCallError, match=message):
         await tools_for(store).handle_tool_call(name, arguments)
+
+
+async def test_conversation_search_finds_the_users_own_words_in_this_context_only(store: Store) -> None:
+    from datetime import UTC, datetime
+
+    from store.types import NewTurn, SettingsRow
+
+    user, persona, team = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    said = datetime(2026, 3, 4, tzinfo=UTC)
+
+    def said_to(persona_id: uuid.UUID | None, text: str) -> NewTurn:
+        return NewTurn(
+            channel_id=uuid.uuid4(),
+            user_id=user,
+            persona_id=persona_id,
+            team_id=team,
+            role="user",
+            text=text,
+            at=said,
+            position=1,
+        )
+
+    await store.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[said_to(persona, "My cat Miso hates rain")]
+    )
+    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said_to(None, "My cat Miso is grey")])
+    tools = MemoryTools(ToolContext(user_id=user, persona_id=persona, store=store, team_id=team))
+    found = await tools.handle_tool_call("conversation_search", '{"query": "cat Miso"}')
+    assert found["count"] == 1
+    assert found["messages"][0]["text"] == "My cat Miso hates rain" and found["messages"][0]["role"] == "user"
+    assert found["messages"][0]["at"] == said.isoformat()
+    elsewhere = MemoryTools(ToolContext(user_id=uuid.uuid4(), persona_id=persona, store=store, team_id=team))
+    assert (await elsewhere.conversation_search("cat Miso"))["count"] == 0
+    await store.replace_settings(SettingsRow(level="persona", target_id=persona, history=False))
+    assert (await tools.conversation_search("cat Miso"))["count"] == 0
+    with pytest.raises(ToolCallError, match="query"):
+        await tools.handle_tool_call("conversation_search", "{}")

@@ -1,0 +1,328 @@
+"""Evidence and conversation memory on both stores: evidence and time kept, shown, exported and erased;
+turns written with their event (once), recalled only in their own context, listed, deleted,
+expired and erased."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store.types import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
+from tests.store.store_testkit import Store
+
+TEAM_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
+TEAM_B = uuid.UUID("bbbbbbbb-0000-4000-8000-000000000002")
+PERSONA_A = uuid.UUID("cccccccc-0000-4000-8000-000000000003")
+PERSONA_B = uuid.UUID("dddddddd-0000-4000-8000-000000000004")
+SAID = datetime(2026, 3, 4, 10, 30, tzinfo=UTC)
+EVIDENCE = "user: I went vegan after the marathon in Porto"
+
+
+def turn(
+    user: uuid.UUID,
+    position: int,
+    text: str,
+    *,
+    persona: uuid.UUID | None = None,
+    team: uuid.UUID | None = None,
+    at: datetime = SAID,
+    channel: uuid.UUID | None = None,
+) -> NewTurn:
+    return NewTurn(
+        channel_id=channel or uuid.UUID(int=7),
+        user_id=user,
+        persona_id=persona,
+        team_id=team,
+        role="user" if position % 2 else "assistant",
+        text=text,
+        at=at,
+        position=position,
+    )
+
+
+def fact(user: uuid.UUID, key: str, value: str, **fields: object) -> NewMemory:
+    return NewMemory(scope="user", owner_id=user, user_id=None, key=key, value=value, **fields)  # type: ignore[arg-type]
+
+
+async def test_evidence_and_time_are_kept_and_shown_wherever_the_memory_is(store: Store) -> None:
+    user = uuid.uuid4()
+    new = fact(user, "diet", "Is vegan", evidence=EVIDENCE, observed_at=SAID)
+    written = await store.write_event(event_id=uuid.uuid4(), memories=[new])
+    memory_id = written.results[0].memory_id
+    memory = await store.get_by_id(memory_id)
+    assert memory is not None and memory.evidence == EVIDENCE and memory.observed_at == SAID
+    [queued] = (await store.review_queue(ReviewQuery())).items
+    assert queued.evidence == EVIDENCE and queued.observed_at == SAID
+    [mine] = (await store.list_for_user(UserMemoryQuery(user_id=user))).items
+    assert mine.evidence == EVIDENCE
+    assert (await store.export_user(user)).memories[0].evidence == EVIDENCE
+
+
+async def test_a_proposal_carries_its_own_evidence_and_approval_moves_it_to_the_memory(store: Store) -> None:
+    user = uuid.uuid4()
+    first = await store.upsert(fact(user, "diet", "Is vegetarian", status="active", evidence="user: veggie"))
+    later = SAID + timedelta(days=30)
+    proposed = fact(user, "diet", "Is vegan", evidence=EVIDENCE, observed_at=later)
+    result = (await store.write_event(event_id=uuid.uuid4(), memories=[proposed])).results[0]
+    assert result.action == "revision_proposed"
+    [revision] = await store.pending_revisions(first.memory_id)
+    assert revision.evidence == EVIDENCE and revision.observed_at == later
+    [item] = (await store.review_queue(ReviewQuery())).items
+    assert item.kind == "revision" and item.evidence == EVIDENCE
+    stored = await store.get_by_id(first.memory_id)
+    assert stored is not None and stored.evidence == "user: veggie"  # until a person approves
+    approved = await store.approve(first.memory_id, actor="admin:1")
+    assert approved is not None and approved.evidence == EVIDENCE and approved.observed_at == later
+
+
+async def test_a_word_said_only_in_the_evidence_finds_the_memory(store: Store) -> None:
+    user = uuid.uuid4()
+    await store.upsert(fact(user, "diet", "Is vegan", status="active", evidence=EVIDENCE))
+    await store.upsert(fact(user, "city", "Lives in Lyon", status="active"))
+    hits = await store.recall(user, None, "marathon", 5, retriever="keyword")
+    assert [h.memory.key for h in hits] == ["diet"]
+
+
+async def test_an_event_writes_its_turns_once_whatever_the_redeliveries(store: Store) -> None:
+    user, event = uuid.uuid4(), uuid.uuid4()
+    turns = [turn(user, 1, "I ran the Porto marathon"), turn(user, 2, "Congratulations!")]
+    first = await store.write_event(event_id=event, memories=[], turns=turns)
+    again = await store.write_event(event_id=event, memories=[], turns=turns)
+    assert not first.duplicate and again.duplicate
+    stored = await store.conversation(user, event)
+    assert [(t.position, t.role, t.text) for t in stored] == [
+        (1, "user", "I ran the Porto marathon"),
+        (2, "assistant", "Congratulations!"),
+    ]
+    assert all(t.event_id == event and t.at == SAID for t in stored)
+
+
+async def test_turns_are_written_in_the_same_transaction_as_the_memories(store: Store) -> None:
+    user, event = uuid.uuid4(), uuid.uuid4()
+    await store.write_event(
+        event_id=event,
+        memories=[fact(user, "race", "Ran the Porto marathon")],
+        turns=[turn(user, 1, "I ran the Porto marathon")],
+    )
+    assert len(await store.conversation(user, event)) == 1
+    assert await store.is_processed(event)
+
+
+async def test_turn_recall_finds_what_was_said_and_only_for_its_speaker(store: Store) -> None:
+    user, other = uuid.uuid4(), uuid.uuid4()
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[turn(user, 1, "My sister Ana lives in Porto"), turn(user, 2, "Nice city")],
+    )
+    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(other, 1, "Porto is rainy")])
+    hits = await store.recall_turns(user, None, "where does my sister live", 5)
+    assert hits and hits[0].turn.text == "My sister Ana lives in Porto"
+    assert all(h.turn.user_id == user for h in hits)
+    assert await store.recall_turns(user, None, "", 5) == []
+
+
+async def test_recall_items_merges_memories_and_turns_and_include_selects(store: Store) -> None:
+    user = uuid.uuid4()
+    await store.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
+    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")])
+    both = await store.recall_items(user, None, "Porto Ana", 10)
+    assert [i.kind for i in both] == ["memory", "turn"]
+    only_turns = await store.recall_items(user, None, "Porto Ana", 10, include=("turns",))
+    assert [i.kind for i in only_turns] == ["turn"]
+    only_memories = await store.recall_items(user, None, "Porto Ana", 10, include=("memories",))
+    assert [i.kind for i in only_memories] == ["memory"]
+
+
+CONTEXTS = st.tuples(
+    st.sampled_from(["u1", "u2"]),
+    st.sampled_from([PERSONA_A, PERSONA_B, None]),
+    st.sampled_from([TEAM_A, TEAM_B, None]),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(said=st.lists(CONTEXTS, min_size=1, max_size=8), asked=CONTEXTS)
+async def test_a_turn_is_recalled_only_in_the_context_it_was_said_in(
+    store: Store,
+    said: list[tuple[str, uuid.UUID | None, uuid.UUID | None]],
+    asked: tuple[str, uuid.UUID | None, uuid.UUID | None],
+) -> None:
+    users = {"u1": uuid.uuid4(), "u2": uuid.uuid4()}  # fresh per example: examples share the store
+    written: dict[uuid.UUID, tuple[str, uuid.UUID | None, uuid.UUID | None]] = {}
+    for user, persona, team in said:
+        event = uuid.uuid4()
+        new = turn(users[user], 1, "the harbour lighthouse story", persona=persona, team=team)
+        await store.write_event(event_id=event, memories=[], turns=[new])
+        [stored] = await store.conversation(users[user], event)
+        written[stored.id] = (user, persona, team)
+    user, persona, team = asked
+    hits = await store.recall_turns(users[user], persona, "lighthouse harbour", 50, team_id=team)
+    # the oracle: exactly the turns said by this user to this persona (or none) in this team (or none)
+    assert {h.turn.id for h in hits} == {tid for tid, ctx in written.items() if ctx == asked}
+
+
+async def test_conversations_are_listed_newest_first_and_deleted_one_or_all(store: Store) -> None:
+    user = uuid.uuid4()
+    events = [uuid.uuid4() for _ in range(3)]
+    for day, event in enumerate(events):
+        at = SAID + timedelta(days=day)
+        await store.write_event(
+            event_id=event,
+            memories=[],
+            turns=[
+                turn(user, 2, f"Day {day} first line\nsecond line", at=at, persona=PERSONA_A),
+                turn(user, 3, "ok", at=at),
+            ],
+        )
+    page = await store.list_conversations(ConversationQuery(user_id=user, limit=2))
+    assert [c.event_id for c in page.items] == [events[2], events[1]]
+    assert page.items[0].first_line == "Day 2 first line" and page.items[0].turn_count == 2
+    assert page.items[0].persona_id == PERSONA_A
+    rest = await store.list_conversations(ConversationQuery(user_id=user, limit=2, cursor=page.next_cursor))
+    assert [c.event_id for c in rest.items] == [events[0]] and rest.next_cursor is None
+    assert await store.delete_conversation(uuid.uuid4(), events[0]) == 0  # not theirs
+    assert await store.delete_conversation(user, events[0]) == 2
+    assert await store.delete_conversations(user) == 4
+    assert (await store.list_conversations(ConversationQuery(user_id=user))).items == ()
+
+
+async def test_the_export_holds_the_turns_and_erasing_the_user_removes_them(store: Store) -> None:
+    user = uuid.uuid4()
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[fact(user, "race", "Ran a marathon", evidence=EVIDENCE)],
+        turns=[turn(user, 1, "I ran the Porto marathon", team=TEAM_A), turn(user, 3, "in 2025", team=TEAM_B)],
+    )
+    export = await store.export_user(user)
+    assert [t.text for t in export.turns] == ["I ran the Porto marathon", "in 2025"]
+    await store.erase_user(user, actor="admin:1", teams=frozenset({TEAM_A}))
+    assert [t.text for t in (await store.export_user(user)).turns] == ["in 2025"]
+    await store.erase_user(user, actor="admin:1")
+    after = await store.export_user(user)
+    assert after.turns == () and after.memories == ()
+
+
+async def test_retention_erases_turns_older_than_history_days_per_persona(make_store: object) -> None:
+    from store.types import MemorySettings
+
+    store: Store = await make_store(settings_defaults=MemorySettings(history_days=90))  # type: ignore[operator]
+    user = uuid.uuid4()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    await store.replace_settings(SettingsRow(level="persona", target_id=PERSONA_A, history_days=7))
+    old, recent = now - timedelta(days=30), now - timedelta(days=1)
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            turn(user, 1, "old with persona", persona=PERSONA_A, at=old),
+            turn(user, 2, "recent with persona", persona=PERSONA_A, at=recent),
+        ],
+    )
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            turn(user, 1, "old without persona", at=old),
+            turn(user, 2, "ancient", at=now - timedelta(days=91)),
+        ],
+    )
+    report = await store.retention(now=now)
+    assert report.erased_turns == 2
+    assert sorted(t.text for t in (await store.export_user(user)).turns) == [
+        "old without persona",
+        "recent with persona",
+    ]
+    assert (await store.retention(now=now)).erased_turns == 0
+
+
+def text_columns_holding(url: str, needle: str) -> list[str]:
+    """Every (table.column) of a text-like type in the public schema containing `needle`."""
+    hits = []
+    with psycopg.connect(url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
+            "AND data_type IN ('text', 'character varying', 'tsvector', 'json', 'jsonb')"
+        ).fetchall()
+        assert any(table == "conversation_turns" for table, _ in columns)
+        for table, column in columns:
+            row = conn.execute(
+                f'SELECT count(*) FROM "{table}" WHERE "{column}"::text ILIKE %s', (f"%{needle}%",)
+            ).fetchone()
+            if row and row[0]:
+                hits.append(f"{table}.{column}")
+    return hits
+
+
+def sqlite_text_holding(path: str, needle: str) -> list[str]:
+    """The same probe over every table (full-text tables included) of an SQLite file."""
+    import sqlite3
+
+    hits = []
+    with sqlite3.connect(path) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for column in [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]:
+                count = conn.execute(
+                    f'SELECT count(*) FROM "{table}" WHERE CAST("{column}" AS TEXT) LIKE ?', (f"%{needle}%",)
+                ).fetchone()[0]
+                if count:
+                    hits.append(f"{table}.{column}")
+    return hits
+
+
+def holding(store: Store, needle: str) -> list[str]:
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite":
+        assert url.database is not None
+        return sqlite_text_holding(url.database, needle)
+    return text_columns_holding(url.render_as_string(hide_password=False).replace("+psycopg", ""), needle)
+
+
+async def write_everything(store: Store, user: uuid.UUID, word: str) -> uuid.UUID:
+    """A memory whose evidence says `word`, a proposal citing it, and two conversations saying it."""
+    first = await store.upsert(
+        fact(user, "hobby", "Keeps a diary", status="active", evidence=f"user: {word}")
+    )
+    event = uuid.uuid4()
+    await store.write_event(
+        event_id=event,
+        memories=[fact(user, "hobby", "Keeps a diary daily", evidence=f"user: my {word} daily")],
+        turns=[turn(user, 1, f"I write my {word} daily", persona=PERSONA_A, at=SAID)],
+    )
+    await store.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, f"{word} again", at=SAID)]
+    )
+    return first.memory_id
+
+
+async def test_every_erasure_path_leaves_no_text_of_evidence_or_turns(store: Store) -> None:
+    word = "Esperantodiary"
+    user = uuid.uuid4()
+    # a person's delete-all of their conversations, then erasing the memory
+    memory_id = await write_everything(store, user, word)
+    assert set(holding(store, word)) >= {
+        "conversation_turns.text",
+        "memories.evidence",
+        "memory_revisions.evidence",
+    }
+    await store.delete_conversations(user)
+    await store.erase(memory_id, actor=f"user:{user}")
+    assert holding(store, word) == []
+    # the service's erasure of a user
+    await write_everything(store, user, word)
+    await store.erase_user(user, actor="service")
+    assert holding(store, word) == []
+    # retention
+    await write_everything(store, user, word)
+    await store.erase_user(user, actor="service")  # the memories; the turns expire below
+    await write_everything(store, user, word)
+    for each in (await store.list_for_user(UserMemoryQuery(user_id=user))).items:
+        await store.erase(each.id)
+    report = await store.retention(now=SAID + timedelta(days=365))
+    assert report.erased_turns == 2
+    assert holding(store, word) == []
