@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import store.turns
+import store.context_recall
 import worker.pipeline
 from worker.commands.evaluate import (
     DEFAULT_EMBEDDING_CACHE,
@@ -86,14 +86,14 @@ def ingestion(turn_context: int, evidence_weight: float) -> Iterator[None]:
 @contextmanager
 def fused(fusion: Fusion) -> Iterator[None]:
     """Recall merging memories and turns with `fusion` for the duration."""
-    saved = store.turns.merge_recall
-    store.turns.merge_recall = functools.partial(  # type: ignore[assignment]
+    saved = store.context_recall.merge_recall
+    store.context_recall.merge_recall = functools.partial(  # type: ignore[assignment]
         saved, memory_weight=fusion.memory_weight, turn_weight=fusion.turn_weight, k=fusion.k
     )
     try:
         yield
     finally:
-        store.turns.merge_recall = saved  # type: ignore[assignment]
+        store.context_recall.merge_recall = saved  # type: ignore[assignment]
 
 
 def score(results: Sequence[Any]) -> dict[str, float]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from store.types import RecallInclude
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, Question, QuestionResult
 
@@ -116,9 +117,11 @@ def evidence_quotes(evidence: str | None, channel_id: uuid.UUID | None) -> tuple
     return tuple(quotes)
 
 
-def include_kinds(include: Include) -> tuple[str, ...]:
+def include_kinds(include: Include) -> tuple[RecallInclude, ...]:
     """What the product's recall is asked for: `memories`, `turns` or both."""
-    return ("memories", "turns") if include == "both" else (include,)
+    if include == "both":
+        return ("memories", "turns")
+    return ("memories",) if include == "memories" else ("turns",)
 
 
 def question_result(question: Question, items: Sequence[Recalled], index: SessionIndex) -> QuestionResult:

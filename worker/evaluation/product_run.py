@@ -3,7 +3,7 @@ product as a user runs it. Its sessions go through the worker's per-event pipeli
 `conversation.ended` events (each speaker in turn as the user, default settings, the configured
 extractor) for a fresh owner; a reviewer approves what the pipeline proposes, as for `--unit
 extracted`; every question then goes through the recall `POST /v1/recall` uses
-(`store.context_recall.recall_in_context`) and is scored by `worker.evaluation.product`."""
+(`store.context_recall.items_in_context`) and is scored by `worker.evaluation.product`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from store.context_recall import items_in_context
 from store.types import RecallItem
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
@@ -171,7 +172,15 @@ async def product_recall(
     store: Any, *, owner: uuid.UUID, query: str, limit: int, include: Include
 ) -> tuple[Recalled, ...]:
     """The product's recall for `owner` outside any persona or team, as the evaluation reads it."""
-    items = await store.recall_items(owner, None, query, limit, include=include_kinds(include))
+    items = await items_in_context(
+        store,
+        user_id=owner,
+        persona_id=None,
+        team_id=None,
+        query=query,
+        limit=limit,
+        include=include_kinds(include),
+    )
     return tuple(recalled_of(item) for item in items)
 
 
