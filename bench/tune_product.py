@@ -1,37 +1,39 @@
-"""The product's recall constants on the LoCoMo `dev` split only (chosen here, reported on `test`):
-every dev session through the real per-event pipeline (rules extractor unless PMEM_EXTRACTOR says
-otherwise) into a fresh store, then every dev question through the product's recall, as
-`pmem eval locomo --unit product` does.
+"""The product's memory-vs-turn fusion, chosen on the LoCoMo `dev` split only and reported on `test`
+and `all`, from ONE ingestion: every session of every conversation through the real per-event
+pipeline (rules extractor unless PMEM_EXTRACTOR says otherwise) into a fresh store, as
+`pmem eval locomo --unit product` does; then per question the product's two rankings, memories
+and turns (`store.context_recall.items_in_context` with one include each, at depth 50).
 
-    python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite]
-        [--turn-context 0,1,2,3] [--evidence-weight 0,0.5,1,2] [--fusion K:MEMORY:TURN ...]
-        [--json-out bench/results/tune_product_dev.json]
+The merged list recall returns is `store.turns.merge_recall` of exactly these two rankings (the
+product's own function, pure), so every fusion variant is scored by merging them again with its
+constants, without a store:
 
-Three stages, each on the best of the one before: the turn context window (how many turns before a
-turn its embedding carries; include=turns), the evidence weight in a memory's embedding
-(include=memories), then the memory-vs-turn fusion (include=both, query time only: one ingestion
-serves every fusion variant). Scored on evidence R@10 and answer recall@10; a variant is better when
-the sum of the two is higher. Embeddings are cached in .pmem/eval-cache."""
+    python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite] [--no-evidence]
+        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
+
+The variant with the best dev R@10 + A@10 is chosen; its dev, test and all figures are printed
+beside turns alone and memories alone. Embeddings are cached in .pmem/eval-cache."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
+import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import store.context_recall
-import worker.pipeline
+from store.context_recall import items_in_context
+from store.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
+from store.types import RecallHit, RecallItem, TurnHit
 from worker.commands.evaluate import (
     DEFAULT_EMBEDDING_CACHE,
     CachingEmbedder,
@@ -43,10 +45,11 @@ from worker.commands.evaluate import (
     resolve_embedding_provider,
 )
 from worker.evaluation import product_run
-from worker.evaluation.locomo import Conversation, load_locomo, select_split, summarise
-from worker.evaluation.product import Include
+from worker.evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
+from worker.evaluation.product import question_result, session_index
 
 KS = (5, 10, 25, 50)
+DEPTH = max(KS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +62,7 @@ class Fusion:
 
     @property
     def label(self) -> str:
-        """`k=10 memory=1.5 turn=1.0`."""
+        """`k=10 memory=1.5 turn=1`."""
         return f"k={self.k} memory={self.memory_weight:g} turn={self.turn_weight:g}"
 
 
@@ -69,90 +72,63 @@ def parse_fusion(text: str) -> Fusion:
     return Fusion(k=int(k), memory_weight=float(memory), turn_weight=float(turn))
 
 
-@contextmanager
-def ingestion(turn_context: int, evidence_weight: float) -> Iterator[None]:
-    """The pipeline with these ingestion constants for the duration."""
-    saved_context = worker.pipeline.TURN_CONTEXT
-    saved_split = worker.pipeline.split_embeddings
-    worker.pipeline.TURN_CONTEXT = turn_context
-    worker.pipeline.split_embeddings = functools.partial(saved_split, evidence_weight=evidence_weight)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        worker.pipeline.TURN_CONTEXT = saved_context
-        worker.pipeline.split_embeddings = saved_split  # type: ignore[assignment]
+@dataclass(frozen=True, kw_only=True)
+class Asked:
+    """One question's two rankings, as the product computed them."""
+
+    conversation: Conversation
+    owner: uuid.UUID
+    index: int
+    memories: tuple[RecallHit, ...]
+    turns: tuple[TurnHit, ...]
 
 
-@contextmanager
-def fused(fusion: Fusion) -> Iterator[None]:
-    """Recall merging memories and turns with `fusion` for the duration."""
-    saved = store.context_recall.merge_recall
-    store.context_recall.merge_recall = functools.partial(  # type: ignore[assignment]
-        saved, memory_weight=fusion.memory_weight, turn_weight=fusion.turn_weight, k=fusion.k
+def merged(asked: Asked, fusion: Fusion | None, include: str) -> list[RecallItem]:
+    """The list recall returns for `include` (both: merged with `fusion`)."""
+    if include == "memories":
+        return merge_recall(asked.memories, (), DEPTH)
+    if include == "turns":
+        return merge_recall((), asked.turns, DEPTH)
+    assert fusion is not None
+    return merge_recall(
+        asked.memories,
+        asked.turns,
+        DEPTH,
+        memory_weight=fusion.memory_weight,
+        turn_weight=fusion.turn_weight,
+        k=fusion.k,
     )
-    try:
-        yield
-    finally:
-        store.context_recall.merge_recall = saved  # type: ignore[assignment]
 
 
-def score(results: Sequence[Any]) -> dict[str, float]:
-    """Evidence R@k and answer recall@k over the results (the official scoring)."""
-    summary = summarise(results, KS)
-    return {f"R@{k}": summary[f"recall@{k}"] for k in KS} | {
-        f"A@{k}": summary[f"answer_recall@{k}"] for k in KS
-    }
+def scores(asked: Sequence[Asked], fusion: Fusion | None, include: str) -> dict[str, Any]:
+    """Evidence R@k and answer recall@k (the official scoring) over `asked`, and per category."""
+    results: list[QuestionResult] = []
+    indexes = {}
+    for item in asked:
+        key = item.conversation.sample_id
+        if key not in indexes:
+            indexes[key] = session_index(item.conversation, item.owner)
+        recalled = [product_run.recalled_of(entry) for entry in merged(item, fusion, include)]
+        results.append(question_result(item.conversation.questions[item.index], recalled, indexes[key]))
+    return summarise(results, KS)
 
 
-async def ingest_all(
-    options: EvalOptions,
-    conversations: Sequence[Conversation],
-    stack: AsyncExitStack,
-    embedder: CachingEmbedder,
-) -> tuple[Any, dict[str, uuid.UUID]]:
-    """A fresh store holding every conversation, one owner each (with the ingestion constants in force)."""
-    from worker.settings import load_settings
-
-    settings = load_settings(embedding_provider=options.embedding_provider)
-    opened = await _open_store(options, embedder, stack)
-    pipeline = _extraction_pipeline(settings, opened, embedder)
-    owners: dict[str, uuid.UUID] = {}
-    for conversation in conversations:
-        owner = uuid.uuid4()
-        await product_run.ingest(opened, pipeline.deps, conversation, owner)
-        owners[conversation.sample_id] = owner
-    return opened, owners
+def line(label: str, summary: dict[str, Any]) -> str:
+    """One printed row."""
+    cells = (
+        "  ".join(f"R@{k} {summary[f'recall@{k}']:.3f}" for k in (10, 25))
+        + "  "
+        + "  ".join(f"A@{k} {summary[f'answer_recall@{k}']:.3f}" for k in (10, 25))
+    )
+    return f"{label:<44} {cells}"
 
 
-async def ask_all(
-    opened: Any, conversations: Sequence[Conversation], owners: dict[str, uuid.UUID], include: Include
-) -> dict[str, float]:
-    """Every question through the product's recall; the scores."""
-    results = []
-    for conversation in conversations:
-        run = await product_run.ask(
-            opened,
-            conversation,
-            owners[conversation.sample_id],
-            include=include,
-            limit=max(KS),
-            concurrency=8,
-        )
-        results.extend(run.results)
-    return score(results)
-
-
-def better(a: dict[str, float], b: dict[str, float] | None) -> bool:
-    """`a` beats `b` on R@10 + A@10."""
-    return b is None or a["R@10"] + a["A@10"] > b["R@10"] + b["A@10"]
-
-
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the three stages; the document written to --json-out."""
+async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Split], dict[str, Any]]:
+    """Ingest every conversation, then ask every question for both rankings."""
     from extraction.embeddings import build_embedder, close_embedder
     from worker.settings import load_settings
 
-    provider = resolve_embedding_provider(None, {}, local_embedder_available())
+    provider = resolve_embedding_provider(None, os.environ, local_embedder_available())
     options = EvalOptions(
         file=args.file,
         unit="product",
@@ -163,81 +139,67 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         data_dir=args.data_dir,
         store=args.store,
         embedding_cache=DEFAULT_EMBEDDING_CACHE,
-        split="dev",
     )
-    conversations = select_split(load_locomo(args.file), "dev")
+    everything = load_locomo(args.file)
+    split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
     settings = load_settings(embedding_provider=provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
     cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
     if cache_file is not None:
         embedder.load(cache_file)
-    tried: list[dict[str, Any]] = []
-
-    def report(stage: str, label: str, include: str, scores: dict[str, float], seconds: float) -> None:
-        tried.append({"stage": stage, "variant": label, "include": include, **scores})
-        print(
-            f"{stage:<16} {label:<34} {include:<9} R@10 {scores['R@10']:.3f}  A@10 {scores['A@10']:.3f}  "
-            f"R@25 {scores['R@25']:.3f}  A@25 {scores['A@25']:.3f}  ({seconds:.0f} s)",
-            flush=True,
-        )
-
-    async def stage_ingest(
-        turn_context: int, evidence_weight: float, asks: Sequence[tuple[str, Include, Fusion | None]]
-    ) -> list[dict[str, float]]:
-        async with AsyncExitStack() as stack:
+    asked: list[Asked] = []
+    usage: list[dict[str, int]] = []
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(close_embedder, embedder.inner)
+        opened = await _open_store(options, embedder, stack)
+        pipeline = _extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
+        semaphore = asyncio.Semaphore(8)
+        for conversation in everything:
             start = time.monotonic()
-            with ingestion(turn_context, evidence_weight):
-                opened, owners = await ingest_all(options, conversations, stack, embedder)
+            owner = uuid.uuid4()
+            usage.extend(await product_run.ingest(opened, pipeline.deps, conversation, owner))
             if cache_file is not None:
                 embedder.save(cache_file)
-            out = []
-            for stage, include, fusion in asks:
-                if fusion is None:
-                    scores = await ask_all(opened, conversations, owners, include)
-                else:
-                    with fused(fusion):
-                        scores = await ask_all(opened, conversations, owners, include)
-                label = f"context {turn_context}, evidence {evidence_weight:g}" + (
-                    f", {fusion.label}" if fusion else ""
-                )
-                report(stage, label, include, scores, time.monotonic() - start)
-                start = time.monotonic()
-                out.append(scores)
-            return out
 
-    try:
-        best_context, best = args.turn_context[0], None
-        for context in args.turn_context:
-            (scores,) = await stage_ingest(
-                context, args.evidence_weight[0], [("turn context", "turns", None)]
+            async def both(query: str, owner: uuid.UUID = owner) -> tuple[list[RecallItem], list[RecallItem]]:
+                async with semaphore:
+                    memories = await items_in_context(
+                        opened, user_id=owner, persona_id=None, team_id=None, query=query, limit=DEPTH,
+                        include=("memories",),
+                    )  # fmt: skip
+                    turns = await items_in_context(
+                        opened, user_id=owner, persona_id=None, team_id=None, query=query, limit=DEPTH,
+                        include=("turns",),
+                    )  # fmt: skip
+                return memories, turns
+
+            answers = await asyncio.gather(*(both(q.question) for q in conversation.questions))
+            for index, (memories, turns) in enumerate(answers):
+                asked.append(
+                    Asked(
+                        conversation=conversation,
+                        owner=owner,
+                        index=index,
+                        memories=tuple(
+                            RecallHit(memory=m.memory, score=m.score, sources=m.sources)
+                            for m in memories
+                            if m.memory is not None
+                        ),
+                        turns=tuple(
+                            TurnHit(turn=t.turn, score=t.score, sources=t.sources)
+                            for t in turns
+                            if t.turn is not None
+                        ),
+                    )
+                )
+            print(
+                f"{conversation.sample_id}: {len(conversation.questions)} questions "
+                f"({time.monotonic() - start:.0f} s)",
+                file=sys.stderr,
+                flush=True,
             )
-            if better(scores, best):
-                best_context, best = context, scores
-        best_weight, best = args.evidence_weight[0], None
-        for weight in args.evidence_weight:
-            (scores,) = await stage_ingest(best_context, weight, [("evidence weight", "memories", None)])
-            if better(scores, best):
-                best_weight, best = weight, scores
-        fusions = [parse_fusion(text) for text in args.fusion]
-        asks: list[tuple[str, Include, Fusion | None]] = [
-            ("fusion", "turns", None),
-            ("fusion", "memories", None),
-        ]
-        asks += [("fusion", "both", fusion) for fusion in fusions]
-        scored = await stage_ingest(best_context, best_weight, asks)
-        best_fusion, best = None, None
-        for fusion, scores in zip(fusions, scored[2:], strict=True):
-            if better(scores, best):
-                best_fusion, best = fusion, scores
-    finally:
-        await close_embedder(embedder.inner)
-    chosen = {
-        "turn_context": best_context,
-        "evidence_weight": best_weight,
-        "fusion": None if best_fusion is None else best_fusion.label,
-    }
-    print("chosen on dev:", json.dumps(chosen))
-    return {"split": "dev", "store": args.store, "embedder": provider, "tried": tried, "chosen": chosen}
+    written = sum(item["written"] for item in usage)
+    return asked, split_by_id, {"events": len(usage), "memories_written": written, "embedder": provider}
 
 
 def main() -> int:
@@ -248,20 +210,59 @@ def main() -> int:
     parser.add_argument("file", type=Path)
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--turn-context", type=lambda s: [int(x) for x in s.split(",")], default=[2, 0, 1, 3])
-    parser.add_argument(
-        "--evidence-weight", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 0.0, 0.5, 2.0]
-    )
+    parser.add_argument("--evidence", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--fusion",
         nargs="+",
-        default=["10:1.5:1", "10:1:1", "60:1:1", "10:0.75:1", "10:0.5:1", "60:0.5:1"],
-        help="K:MEMORY_WEIGHT:TURN_WEIGHT variants of the memory-vs-turn merge",
-    )
+        default=[
+            f"{ITEM_RRF_K}:{MEMORY_ITEM_WEIGHT}:{TURN_ITEM_WEIGHT}",
+            "10:1:1", "10:0.75:1", "10:0.5:1", "10:0.25:1",
+            "60:1.5:1", "60:1:1", "60:0.75:1", "60:0.5:1",
+            "30:1:1", "30:0.5:1", "1:1:1", "1:0.5:1",
+        ],
+        help="K:MEMORY_WEIGHT:TURN_WEIGHT variants of the memory-vs-turn merge (the first: today's)",
+    )  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args()
-    document = asyncio.run(main_async(args))
+    asked, split_by_id, meta = asyncio.run(collect(args))
+    of_split = {
+        name: [a for a in asked if name == "all" or split_by_id[a.conversation.sample_id] == name]
+        for name in ("dev", "test", "all")
+    }
+    fusions = [parse_fusion(text) for text in args.fusion]
+    tried = []
+    print(f"store {args.store}, evidence {'on' if args.evidence else 'off'}, {meta}")
+    print("dev, both, by fusion:")
+    best: tuple[float, Fusion] | None = None
+    for fusion in fusions:
+        summary = scores(of_split["dev"], fusion, "both")
+        tried.append({"fusion": fusion.label, "dev": summary})
+        print(line(f"  {fusion.label}", summary))
+        total = summary["recall@10"] + summary["answer_recall@10"]
+        if best is None or total > best[0]:
+            best = (total, fusion)
+    assert best is not None
+    chosen = best[1]
+    print(f"chosen on dev: {chosen.label}")
+    figures: dict[str, dict[str, Any]] = {}
+    for name, members in of_split.items():
+        figures[name] = {
+            "both (chosen)": scores(members, chosen, "both"),
+            "both (today)": scores(members, fusions[0], "both"),
+            "turns": scores(members, None, "turns"),
+            "memories": scores(members, None, "memories"),
+        }
+        for label, summary in figures[name].items():
+            print(line(f"{name}: {label}", summary))
     if args.json_out is not None:
+        document = {
+            "store": args.store,
+            "evidence": args.evidence,
+            **meta,
+            "tried_on_dev": tried,
+            "chosen": chosen.label,
+            "figures": figures,
+        }
         args.json_out.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
