@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import pickle
 import sys
 import time
 import uuid
@@ -83,16 +84,31 @@ class Asked:
     turns: tuple[TurnHit, ...]
 
 
-def merged(asked: Asked, fusion: Fusion | None, include: str) -> list[RecallItem]:
-    """The list recall returns for `include` (both: merged with `fusion`)."""
+def distinct(turns: Sequence[TurnHit]) -> list[TurnHit]:
+    """The turns without a repeat of a message ranked higher (the same conversation, position and
+    text: one message stored by both events of a session)."""
+    seen: set[tuple[uuid.UUID, int, str]] = set()
+    out: list[TurnHit] = []
+    for hit in turns:
+        key = (hit.turn.channel_id, hit.turn.position, hit.turn.text)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out
+
+
+def merged(asked: Asked, fusion: Fusion | None, include: str, *, dedup: bool = False) -> list[RecallItem]:
+    """The list recall returns for `include` (both: merged with `fusion`); with `dedup`, the turn
+    ranking without repeated messages (`distinct`)."""
+    turns = distinct(asked.turns) if dedup else asked.turns
     if include == "memories":
         return merge_recall(asked.memories, (), DEPTH)
     if include == "turns":
-        return merge_recall((), asked.turns, DEPTH)
+        return merge_recall((), turns, DEPTH)
     assert fusion is not None
     return merge_recall(
         asked.memories,
-        asked.turns,
+        turns,
         DEPTH,
         memory_weight=fusion.memory_weight,
         turn_weight=fusion.turn_weight,
@@ -100,7 +116,9 @@ def merged(asked: Asked, fusion: Fusion | None, include: str) -> list[RecallItem
     )
 
 
-def scores(asked: Sequence[Asked], fusion: Fusion | None, include: str) -> dict[str, Any]:
+def scores(
+    asked: Sequence[Asked], fusion: Fusion | None, include: str, *, dedup: bool = False
+) -> dict[str, Any]:
     """Evidence R@k and answer recall@k (the official scoring) over `asked`, and per category."""
     results: list[QuestionResult] = []
     indexes = {}
@@ -108,7 +126,7 @@ def scores(asked: Sequence[Asked], fusion: Fusion | None, include: str) -> dict[
         key = item.conversation.sample_id
         if key not in indexes:
             indexes[key] = session_index(item.conversation, item.owner)
-        recalled = [product_run.recalled_of(entry) for entry in merged(item, fusion, include)]
+        recalled = [product_run.recalled_of(entry) for entry in merged(item, fusion, include, dedup=dedup)]
         results.append(question_result(item.conversation.questions[item.index], recalled, indexes[key]))
     return summarise(results, KS)
 
@@ -199,7 +217,8 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
                 flush=True,
             )
     written = sum(item["written"] for item in usage)
-    return asked, split_by_id, {"events": len(usage), "memories_written": written, "embedder": provider}
+    meta = {"store": args.store, "evidence": args.evidence, "embedder": provider}
+    return asked, split_by_id, {**meta, "events": len(usage), "memories_written": written}
 
 
 def main() -> int:
@@ -223,46 +242,60 @@ def main() -> int:
         help="K:MEMORY_WEIGHT:TURN_WEIGHT variants of the memory-vs-turn merge (the first: today's)",
     )  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--rankings",
+        type=Path,
+        default=None,
+        help="a pickle of every question's two rankings: written after the ingestion, read instead of "
+        "it when it exists (the scoring alone, again)",
+    )
     args = parser.parse_args()
-    asked, split_by_id, meta = asyncio.run(collect(args))
+    if args.rankings is not None and args.rankings.exists():
+        with args.rankings.open("rb") as handle:
+            asked, split_by_id, meta = pickle.load(handle)
+    else:
+        asked, split_by_id, meta = asyncio.run(collect(args))
+        if args.rankings is not None:
+            with args.rankings.open("wb") as handle:
+                pickle.dump((asked, split_by_id, meta), handle)
     of_split = {
         name: [a for a in asked if name == "all" or split_by_id[a.conversation.sample_id] == name]
         for name in ("dev", "test", "all")
     }
     fusions = [parse_fusion(text) for text in args.fusion]
-    tried = []
-    print(f"store {args.store}, evidence {'on' if args.evidence else 'off'}, {meta}")
-    print("dev, both, by fusion:")
-    best: tuple[float, Fusion] | None = None
-    for fusion in fusions:
-        summary = scores(of_split["dev"], fusion, "both")
-        tried.append({"fusion": fusion.label, "dev": summary})
-        print(line(f"  {fusion.label}", summary))
-        total = summary["recall@10"] + summary["answer_recall@10"]
-        if best is None or total > best[0]:
-            best = (total, fusion)
-    assert best is not None
-    chosen = best[1]
-    print(f"chosen on dev: {chosen.label}")
-    figures: dict[str, dict[str, Any]] = {}
-    for name, members in of_split.items():
-        figures[name] = {
-            "both (chosen)": scores(members, chosen, "both"),
-            "both (today)": scores(members, fusions[0], "both"),
-            "turns": scores(members, None, "turns"),
-            "memories": scores(members, None, "memories"),
-        }
-        for label, summary in figures[name].items():
-            print(line(f"{name}: {label}", summary))
-    if args.json_out is not None:
-        document = {
-            "store": args.store,
-            "evidence": args.evidence,
-            **meta,
+    print(meta)
+    document: dict[str, Any] = dict(meta)
+    for dedup in (False, True):
+        name_of = "turns as stored" if not dedup else "a repeated message dropped from the turn ranking"
+        print(f"-- {name_of}")
+        tried = []
+        best: tuple[float, Fusion] | None = None
+        for fusion in fusions:
+            summary = scores(of_split["dev"], fusion, "both", dedup=dedup)
+            tried.append({"fusion": fusion.label, "dev": summary})
+            print(line(f"  dev both {fusion.label}", summary))
+            total = summary["recall@10"] + summary["answer_recall@10"]
+            if best is None or total > best[0]:
+                best = (total, fusion)
+        assert best is not None
+        chosen = best[1]
+        print(f"chosen on dev: {chosen.label}")
+        figures: dict[str, dict[str, Any]] = {}
+        for name, members in of_split.items():
+            figures[name] = {
+                "both (chosen)": scores(members, chosen, "both", dedup=dedup),
+                "both (before)": scores(members, fusions[0], "both", dedup=dedup),
+                "turns": scores(members, None, "turns", dedup=dedup),
+                "memories": scores(members, None, "memories", dedup=dedup),
+            }
+            for label, summary in figures[name].items():
+                print(line(f"{name}: {label}", summary))
+        document["dedup" if dedup else "as_stored"] = {
             "tried_on_dev": tried,
             "chosen": chosen.label,
             "figures": figures,
         }
+    if args.json_out is not None:
         args.json_out.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 
