@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from extraction.types import Candidate, ExtractionResult
 from worker.cli import build_parser, main
 from worker.commands.evaluate import options_from_args, parse_includes
 from worker.evaluation.extracted import session_events
@@ -24,6 +26,7 @@ from worker.evaluation.product import (
     question_result,
     session_index,
 )
+from worker.evaluation.product_run import WithoutEvidence
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 SESSION_1 = uuid.uuid4()
@@ -176,3 +179,25 @@ def test_product_options(capsys: pytest.CaptureFixture[str]) -> None:
         parse_includes("facts")
     assert main(["eval", "locomo", str(FIXTURE), "--unit", "product", "--retriever", "vector"]) == 2
     assert "product's own recall" in capsys.readouterr().err
+
+
+async def test_the_no_evidence_ablation_drops_only_the_evidence_numbers() -> None:
+    candidate = Candidate(
+        key="pet", value="has a cat named Pixel", confidence=0.9, scope="user", evidence=(1, 3)
+    )
+
+    class Cited:
+        closed = False
+
+        async def extract(self, request: object) -> ExtractionResult:
+            return ExtractionResult(candidates=(candidate,), llm_calls=1)
+
+        async def close(self) -> None:
+            self.closed = True
+
+    inner = Cited()
+    bare = WithoutEvidence(inner)
+    result = await bare.extract(object())
+    assert result.candidates == (replace(candidate, evidence=()),) and result.llm_calls == 1
+    await bare.close()
+    assert inner.closed
