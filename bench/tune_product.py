@@ -172,7 +172,11 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
         opened = await _open_store(options, embedder, stack)
         pipeline = _extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
         semaphore = asyncio.Semaphore(8)
-        for conversation in everything:
+        wanted = everything
+        if args.conversations:
+            by_id = {c.sample_id: c for c in everything}
+            wanted = [by_id[sid] for sid in args.conversations.split(",")]
+        for conversation in wanted:
             start = time.monotonic()
             owner = uuid.uuid4()
             usage.extend(await product_run.ingest(opened, pipeline.deps, conversation, owner))
@@ -210,6 +214,10 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
                         ),
                     )
                 )
+            if args.rankings is not None:
+                # after every conversation: an interrupted run keeps what it measured
+                with args.rankings.open("wb") as handle:
+                    pickle.dump((asked, split_by_id, {"partial": True}), handle)
             print(
                 f"{conversation.sample_id}: {len(conversation.questions)} questions "
                 f"({time.monotonic() - start:.0f} s)",
@@ -243,6 +251,9 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument(
+        "--conversations", default=None, help="sample ids to ingest, in this order (default: every one)"
+    )
+    parser.add_argument(
         "--rankings",
         type=Path,
         default=None,
@@ -262,9 +273,15 @@ def main() -> int:
         name: [a for a in asked if name == "all" or split_by_id[a.conversation.sample_id] == name]
         for name in ("dev", "test", "all")
     }
+    measured = {
+        name: sorted({a.conversation.sample_id for a in members}) for name, members in of_split.items()
+    }
+    print("conversations measured:", measured)
+    if len(measured["all"]) < len(split_by_id):
+        del of_split["all"]  # "all" is every conversation or nothing
     fusions = [parse_fusion(text) for text in args.fusion]
     print(meta)
-    document: dict[str, Any] = dict(meta)
+    document: dict[str, Any] = {**meta, "conversations": measured}
     for dedup in (False, True):
         name_of = "turns as stored" if not dedup else "a repeated message dropped from the turn ranking"
         print(f"-- {name_of}")
