@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import jwt
@@ -13,7 +14,7 @@ import psycopg
 from api.app import create_app
 from api.auth import mint_jwt
 from store.postgres import PostgresMemoryStore
-from store.types import NewMemory
+from store.types import NewMemory, NewTurn
 from tests.api.conftest import AUTH, SECRET, TEAM_A, People
 
 ERASED = "Keeps a diary in Esperanto"
@@ -41,7 +42,8 @@ def text_columns_holding(url: str, needle: str) -> list[str]:
 
 
 async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID:
-    """A memory with a revision history: added, approved, a proposal, an edit."""
+    """A memory with a revision history: added, approved, a proposal, an edit; a memory with its
+    evidence; a conversation turn."""
     first = await store.upsert(
         NewMemory(
             scope="user",
@@ -71,8 +73,21 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             key="language",
             value=ERASED + " daily",
             team_id=TEAM_A,
+            evidence="user: I keep a diary in Esperanto",
         )
     )
+    # what was said, kept as conversation memory
+    said = NewTurn(
+        channel_id=uuid.uuid4(),
+        user_id=people.user,
+        persona_id=None,
+        team_id=TEAM_A,
+        role="user",
+        text="My diary is in Esperanto",
+        at=datetime.now(UTC),
+        position=1,
+    )
+    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
     return first.memory_id
 
 

@@ -141,3 +141,39 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
     finally:
         await store.close()
     assert (log[-1].action, log[-1].actor) == ("approve", "admin:ana")
+
+
+async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    from store.types import NewTurn
+
+    assert await pmem("migrate") == 0
+    user = uuid.uuid4()
+    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
+    try:
+        await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
+        said = NewTurn(
+            channel_id=uuid.uuid4(),
+            user_id=user,
+            persona_id=None,
+            team_id=None,
+            role="user",
+            text="I moved to Lisbon last spring",
+            at=datetime(2026, 4, 1, tzinfo=UTC),
+            position=1,
+        )
+        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
+    finally:
+        await store.close()
+    capsys.readouterr()
+    assert await pmem("recall", "--user-id", str(user), "--json", "Lisbon") == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["kind"] for r in records] == ["memory", "turn"]
+    assert records[1]["text"] == "I moved to Lisbon last spring" and records[1]["role"] == "user"
+    assert await pmem("recall", "--user-id", str(user), "--include", "turns", "--json", "Lisbon") == 0
+    assert [r["kind"] for r in json.loads(capsys.readouterr().out)] == ["turn"]
+    assert await pmem("recall", "--user-id", str(user), "--include", "turns", "Lisbon") == 0
+    assert "turn" in capsys.readouterr().out

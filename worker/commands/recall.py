@@ -1,5 +1,6 @@
-"""`pmem recall --user-id U [--persona-id P] [QUERY]`: what the store recalls for a user (and
-persona), as a table or, with --json, a list of objects."""
+"""`pmem recall --user-id U [--persona-id P] [--include memories|turns …] [QUERY]`: what the store
+recalls for a user (and persona): memories and earlier conversations' turns in one ranked list, as
+a table or, with --json, a list of objects (each with its `kind`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from store.context_recall import hit_record, recall_in_context
+from store.context_recall import item_record, items_in_context
 from store.factory import open_store
 from store.recall import RETRIEVERS
-from store.types import RecallHit, Retriever
+from store.turns import parse_include
+from store.types import INCLUDE_ALL, RecallInclude, RecallItem, Retriever
 from worker.commands.errors import run_reporting_database_errors
 from worker.settings import Settings, load_settings
 
@@ -43,6 +45,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         default="hybrid",
         help="hybrid (default), or one branch alone: vector or keyword",
     )
+    parser.add_argument(
+        "--include",
+        action="append",
+        choices=INCLUDE_ALL,
+        help="what to recall: memories or turns (of earlier conversations); repeat for both (the default)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
     parser.set_defaults(run=run)
@@ -53,22 +61,32 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_table(hits: Sequence[RecallHit]) -> str:
-    """A plain-text table of hits, best first."""
-    if not hits:
-        return "(no memories)"
-    header = f"{'#':>3}  {'score':>7}  {'scope':<12}  {'conf':>4}  {'key':<24}  {'value':<48}  id"
+def format_table(items: Sequence[RecallItem]) -> str:
+    """A plain-text table of recalled memories and turns, best first."""
+    if not items:
+        return "(nothing recalled)"
+    header = (
+        f"{'#':>3}  {'score':>7}  {'kind':<6}  {'scope/role':<12}  {'key/date':<24}  {'value/text':<48}  id"
+    )
     lines = [header, "-" * len(header)]
-    for i, hit in enumerate(hits, start=1):
-        m = hit.memory
+    for i, item in enumerate(items, start=1):
+        who: str
+        if item.memory is not None:
+            m = item.memory
+            who, what, text, item_id = m.scope, m.key, m.value, m.id
+        elif item.turn is not None:
+            t = item.turn
+            who, what, text, item_id = t.role, t.at.date().isoformat(), t.text, t.id
+        else:
+            continue
         lines.append(
-            f"{i:>3}  {hit.score:>7.4f}  {m.scope:<12}  {m.confidence:>4.2f}  {_clip(m.key, 24):<24}  "
-            f"{_clip(m.value, 48):<48}  {m.id}"
+            f"{i:>3}  {item.score:>7.4f}  {item.kind:<6}  {who:<12}  {_clip(what, 24):<24}  "
+            f"{_clip(text, 48):<48}  {item_id}"
         )
     return "\n".join(lines)
 
 
-async def recall_hits(
+async def recall_items(
     settings: Settings,
     *,
     user_id: uuid.UUID,
@@ -77,8 +95,9 @@ async def recall_hits(
     query: str,
     limit: int,
     retriever: Retriever,
-) -> list[RecallHit]:
-    """Open the configured store and embedder, recall, close both."""
+    include: Sequence[RecallInclude] = INCLUDE_ALL,
+) -> list[RecallItem]:
+    """Open the configured store and embedder, recall memories and turns, close both."""
     from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
@@ -87,7 +106,7 @@ async def recall_hits(
             settings.database_url, embedder, settings_defaults=settings.memory_defaults()
         )
         try:
-            return await recall_in_context(
+            return await items_in_context(
                 store,
                 user_id=user_id,
                 persona_id=persona_id,
@@ -95,6 +114,7 @@ async def recall_hits(
                 query=query,
                 limit=limit,
                 retriever=retriever,
+                include=include,
             )
         finally:
             await store.close()
@@ -109,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("pmem recall: --limit must be at least 1", file=sys.stderr)
         return 2
-    hits: list[RecallHit] = []
+    items: list[RecallItem] = []
 
     def recall() -> int:
-        hits.extend(
+        items.extend(
             asyncio.run(
-                recall_hits(
+                recall_items(
                     settings,
                     user_id=args.user_id,
                     persona_id=args.persona_id,
@@ -122,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
                     query=" ".join(args.query),
                     limit=args.limit,
                     retriever=args.retriever,
+                    include=parse_include(args.include),
                 )
             )
         )
@@ -131,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if code:
         return code
     if args.json:
-        print(json.dumps([hit_record(h) for h in hits], indent=2, ensure_ascii=False))
+        print(json.dumps([item_record(item) for item in items], indent=2, ensure_ascii=False))
     else:
-        print(format_table(hits))
+        print(format_table(items))
     return 0

@@ -1,0 +1,106 @@
+"""Pure parts of conversation memory: the merged ranking, `include`, the window rankings, the
+two-section hint, and the evidence numbers of an LLM item."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from extraction.validate import evidence_numbers, parse_output
+from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint
+from store.turns import bm25_ranking, merge_recall, parse_include, vector_ranking
+from store.types import Memory, RecallHit, RecallItem, Turn, TurnHit
+
+NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
+
+
+def memory(key: str, value: str, observed: datetime | None = None) -> Memory:
+    return Memory(
+        id=uuid.uuid4(),
+        scope="user",
+        owner_id=uuid.uuid4(),
+        user_id=None,
+        key=key,
+        value=value,
+        source_channel_id=None,
+        confidence=0.9,
+        status="active",
+        created_at=NOW,
+        updated_at=NOW,
+        observed_at=observed,
+    )
+
+
+def turn(text: str, role: str = "user") -> Turn:
+    return Turn(
+        id=uuid.uuid4(),
+        channel_id=uuid.uuid4(),
+        event_id=uuid.uuid4(),
+        user_id=uuid.uuid4(),
+        persona_id=None,
+        team_id=None,
+        role=role,
+        text=text,
+        at=NOW,
+        position=1,  # type: ignore[arg-type]
+    )
+
+
+def test_the_best_facts_lead_and_turns_interleave_further_down() -> None:
+    facts = [RecallHit(memory=memory(f"k{i}", "v"), score=1.0) for i in range(3)]
+    turns = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(3)]
+    merged = merge_recall(facts, turns, 6)
+    assert [i.kind for i in merged][:2] == ["memory", "memory"]
+    assert sorted(i.kind for i in merged) == ["memory"] * 3 + ["turn"] * 3
+    assert [i.score for i in merged] == sorted((i.score for i in merged), reverse=True)
+    assert merge_recall([], turns, 2)[0].turn == turns[0].turn
+    assert len(merge_recall(facts, turns, 4)) == 4
+
+
+def test_include_takes_memories_and_or_turns() -> None:
+    assert parse_include(None) == ("memories", "turns")
+    assert parse_include(["turns", "turns"]) == ("turns",)
+    with pytest.raises(ValueError, match="memories and/or turns"):
+        parse_include(["facts"])
+
+
+def test_window_rankings_rank_by_words_and_by_cosine() -> None:
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    texts = {a: "my sister lives in Porto", b: "the weather in Porto is rainy today", c: "hello"}
+    assert bm25_ranking("where does my sister live", texts, 5) == [a]
+    assert bm25_ranking("Porto sister", texts, 5) == [a, b]
+    assert bm25_ranking("the", texts, 5) == []  # stop words only
+    vectors = {a: [1.0, 0.0], b: [0.6, 0.8], c: [0.0, 1.0]}
+    assert vector_ranking(vectors, [1.0, 0.1], 2) == [a, b]
+
+
+def test_the_hint_has_what_is_known_dated_and_earlier_conversations_within_the_budget() -> None:
+    items = [
+        RecallItem(kind="memory", score=1.0, memory=memory("diet", "Is vegan", observed=NOW)),
+        RecallItem(kind="turn", score=0.9, turn=turn("I went vegan after the marathon\nin Porto")),
+        RecallItem(kind="memory", score=0.8, memory=memory("city", "Lives in Lyon")),
+    ]
+    hint = build_hint(items)
+    assert hint == (
+        f"{KNOWN_HEADER}\n- diet: Is vegan (said 2026-03-04)\n- city: Lives in Lyon\n\n"
+        f"{EARLIER_HEADER}\n- [2026-03-04] user: I went vegan after the marathon in Porto"
+    )
+    crowded = [RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x" * 200)) for i in range(60)]
+    crowded += [RecallItem(kind="turn", score=0.5, turn=turn("y" * 1000)) for _ in range(10)]
+    text = build_hint(crowded, max_chars=6000)
+    assert len(text) <= 6000 and EARLIER_HEADER in text and KNOWN_HEADER in text
+    assert text.count("\n- [2026-03-04]") <= 5
+    assert build_hint([]) == ""
+
+
+def test_evidence_numbers_keep_what_names_a_message_and_never_reject_the_fact() -> None:
+    assert evidence_numbers([3, 1, 3, True, "2", -1, 0, 4.0, 2.5], 8) == (3, 1, 4)
+    assert evidence_numbers("3", 8) == () and evidence_numbers(None, 8) == ()
+    assert evidence_numbers(2, 8) == (2,)
+    assert evidence_numbers(list(range(1, 50)), 8) == tuple(range(1, 9))
+    item = '{"key": "diet", "value": "Is vegan", "confidence": 0.9, "scope": "user", "evidence": "x"}'
+    reply = '{"memories": [' + item + "]}"
+    [candidate], rejected = parse_output(reply, ("user",))
+    assert candidate.evidence == () and rejected == []

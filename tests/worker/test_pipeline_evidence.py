@@ -1,0 +1,107 @@
+"""The worker's pure evidence and turn planning: what a fact's message numbers resolve to, which
+messages become turns, and how one embeddings batch splits back into memories' and turns' vectors."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import UTC, datetime
+
+from extraction.types import Candidate
+from worker.events import ConversationEnded
+from worker.pipeline import (
+    EVIDENCE_MAX_CHARS,
+    EVIDENCE_MESSAGE_CHARS,
+    Evidence,
+    build_row,
+    embedding_batch,
+    fold_evidence,
+    plan_turns,
+    resolve_evidence,
+    split_embeddings,
+)
+
+OCCURRED = datetime(2026, 11, 29, 19, 0, tzinfo=UTC)
+SAID = datetime(2026, 11, 29, 18, 55, tzinfo=UTC)
+
+
+def event(*messages: dict[str, object]) -> ConversationEnded:
+    return ConversationEnded.model_validate(
+        {
+            "event_id": str(uuid.uuid4()),
+            "type": "conversation.ended",
+            "occurred_at": OCCURRED.isoformat(),
+            "channel_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()),
+            "messages": list(messages),
+        }
+    )
+
+
+CONVERSATION = event(
+    {"role": "system", "content": "You are a bot."},
+    {"role": "user", "content": "I'm vegan, my card is 4111 1111 1111 1111", "at": SAID.isoformat()},
+    {"role": "assistant", "content": "Noted."},
+    {"role": "user", "content": "   "},
+)
+
+
+def test_evidence_is_the_cited_messages_redacted_with_their_role_and_time() -> None:
+    found = resolve_evidence(CONVERSATION, (2, 3))
+    assert found.text is not None and found.text.startswith("user: I'm vegan, my card is [REDACTED")
+    assert "4111" not in found.text and found.text.endswith("\nassistant: Noted.")
+    assert found.observed_at == SAID and found.dropped == 0
+
+
+def test_a_number_naming_no_message_is_dropped_never_the_fact() -> None:
+    found = resolve_evidence(CONVERSATION, (9, 1, 4, 3))  # out of range, system, empty, fine
+    assert found == Evidence(text="assistant: Noted.", observed_at=OCCURRED, dropped=3)
+    none = resolve_evidence(CONVERSATION, (0, 99))
+    assert none == Evidence(text=None, observed_at=OCCURRED, dropped=2)
+    row = build_row(
+        CONVERSATION,
+        Candidate(key="diet", value="Is vegan", confidence=0.9, scope="user", evidence=(99,)),
+        None,
+    )
+    assert row.value == "Is vegan" and row.evidence is None and row.observed_at == OCCURRED
+
+
+def test_evidence_is_capped_per_message_and_in_all() -> None:
+    long = event(*({"role": "user", "content": "word " * 1000} for _ in range(10)))
+    found = resolve_evidence(long, tuple(range(1, 11)))
+    assert found.text is not None and len(found.text) <= EVIDENCE_MAX_CHARS
+    assert all(len(line) <= len("user: ") + EVIDENCE_MESSAGE_CHARS for line in found.text.split("\n"))
+
+
+def test_turns_are_the_user_and_assistant_messages_numbered_as_the_prompt_numbers_them() -> None:
+    turns, own, around = plan_turns(CONVERSATION, now=OCCURRED)
+    assert [(t.position, t.role, t.at) for t in turns] == [(2, "user", SAID), (3, "assistant", OCCURRED)]
+    assert "4111" not in turns[0].text
+    assert own[1] == "assistant: Noted."
+    assert around[1] == own[0] + "\nassistant: Noted."  # the turn after what it answers
+
+
+def unit(v: list[float]) -> list[float]:
+    n = math.sqrt(sum(x * x for x in v))
+    return [x / n for x in v]
+
+
+def test_one_batch_splits_back_into_folded_memory_and_turn_vectors() -> None:
+    cands = [
+        Candidate(key="diet", value="Is vegan", confidence=0.9, scope="user", evidence=(2,)),
+        Candidate(key="pet", value="Has a cat", confidence=0.9, scope="user"),
+    ]
+    evidences = [resolve_evidence(CONVERSATION, c.evidence) for c in cands]
+    turns, own, around = plan_turns(CONVERSATION, now=OCCURRED)
+    texts = embedding_batch(cands, evidences, own, around)
+    assert len(texts) == 2 + 1 + 2 * len(turns)
+    assert texts[2].startswith("user: I'm vegan") and texts[2].endswith("diet: Is vegan")
+    basis = [[1.0 if i == j else 0.0 for i in range(7)] for j in range(7)]
+    memories, turn_vectors = split_embeddings(basis, cands, evidences, len(turns))
+    assert memories[0] == fold_evidence(basis[0], basis[2], 1.0)
+    assert memories[1] == basis[1]  # no evidence: the fact's own vector
+    assert turn_vectors[0] == unit([0, 0, 0, 1.0, 0, 1.0, 0])
+    assert turn_vectors[1] == unit([0, 0, 0, 0, 1.0, 0, 1.0])
+    assert fold_evidence(basis[0], basis[2], 0.0) == basis[0]
+    leaning = fold_evidence(basis[0], basis[2], 3.0)
+    assert leaning[2] > leaning[0] > 0
