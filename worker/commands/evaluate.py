@@ -29,6 +29,7 @@ from store.migrate import SchemaError, migrate_async
 from store.recall import RETRIEVERS, ScoreFusion, mean_direction
 from store.types import NewMemory, Retriever
 from store.typing import Embedder
+from worker.evaluation import product_run
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from worker.evaluation.locomo import (
     OBSERVATION_CONTEXTS,
@@ -48,10 +49,13 @@ from worker.evaluation.locomo import (
     split_of,
     summarise,
 )
+from worker.evaluation.product import INCLUDES, Include, kinds_count
 
 EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
-EvalUnit = Literal["observation", "dialog", "extracted"]
-EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted")
+EvalUnit = Literal["observation", "dialog", "extracted", "product"]
+EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted", "product")
+# units whose memories the extraction pipeline writes (no unit loading)
+PIPELINE_UNITS: tuple[EvalUnit, ...] = ("extracted", "product")
 STORES = ("postgres", "sqlite")
 DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
@@ -89,6 +93,23 @@ def parse_retrievers(values: Sequence[str] | None) -> tuple[Retriever, ...]:
     if not chosen:
         raise ValueError("--retriever: give at least one of hybrid, vector, keyword")
     return tuple(r for r in RETRIEVERS if r in chosen)
+
+
+def parse_includes(text: str) -> tuple[Include, ...]:
+    """`--include` → the includes asked, in the order given, once each (ValueError names the fix)."""
+    chosen: list[Include] = []
+    for part in text.split(","):
+        name = part.strip().lower()
+        if not name:
+            continue
+        if name not in INCLUDES:
+            raise ValueError(f"--include: unknown {name!r}; choose from memories, turns, both (a comma list)")
+        include: Include = name
+        if include not in chosen:
+            chosen.append(include)
+    if not chosen:
+        raise ValueError("--include: give at least one of memories, turns, both")
+    return tuple(chosen)
 
 
 def local_embedder_available() -> bool:
@@ -354,6 +375,12 @@ class EvalOptions:
     # dialog unit's key context: after the turns before it, up to this many turns after it
     # (`Conversation.following_texts`); the embedding's context is the turns before alone
     dialog_key_after: int = DEFAULT_DIALOG_KEY_AFTER
+    # product unit: what the product's recall is asked for (memories, stored turns or both, fused),
+    # one report row each from one ingestion
+    include: tuple[Include, ...] = ("both",)
+    # product unit: memories keep the evidence the extractor cites (False: the extractor's evidence
+    # numbers are dropped, so memories are bare facts, as before they kept what was said)
+    evidence: bool = True
 
 
 async def _embed_units(
@@ -379,7 +406,7 @@ async def unit_vectors(
     what it answers while the turn's own words keep their weight; for an observation with
     `options.observation_context` "source", the same with the dialog turns it cites
     (`Conversation.observation_context_texts`): the wording the fact was written from."""
-    assert options.unit != "extracted"
+    assert options.unit != "extracted" and options.unit != "product"
     units = conversation.units(options.unit)
     vectors = await _embed_units(embedder, [u.text for u in units], on_batch)
     if options.unit == "dialog" and options.dialog_context > 0:
@@ -400,7 +427,7 @@ def unit_key_contexts(conversation: Conversation, options: EvalOptions) -> tuple
     `options.observation_context` "source", the turns it cites, each after up to
     `options.source_context` turns before it (`Conversation.source_texts`). None: keys carry no
     context."""
-    assert options.unit != "extracted"
+    assert options.unit != "extracted" and options.unit != "product"
     if not options.key_context:
         return None
     if options.unit == "dialog":
@@ -420,8 +447,8 @@ async def _evaluate_conversation(
     progress: Progress,
 ) -> dict[str, list[QuestionResult]]:
     owner = uuid.uuid4()
-    if options.unit == "extracted":
-        raise EvalError("extracted memories go through the extraction pipeline, not unit loading")
+    if options.unit == "extracted" or options.unit == "product":
+        raise EvalError(f"{options.unit} memories go through the extraction pipeline, not unit loading")
     units = conversation.units(options.unit)
     label = f"{conversation.sample_id}: loading {options.unit}s"
     progress.update(0, label)
@@ -499,7 +526,11 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_embedder, embedder.inner)  # an HTTP embedder's session
         store = await _open_store(options, embedder, stack)
-        pipeline = _extraction_pipeline(settings, store, embedder) if options.unit == "extracted" else None
+        pipeline = (
+            _extraction_pipeline(settings, store, embedder, evidence=options.evidence)
+            if options.unit in PIPELINE_UNITS
+            else None
+        )
         if pipeline is not None:
             stack.push_async_callback(pipeline.deps.extractor.close)
         todo = [c for c in conversations if c.sample_id not in per_conversation]
@@ -509,8 +540,25 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             progress.stream.write(
                 f"resuming: {len(conversations) - len(todo)} conversation(s) done in {checkpoint}\n"
             )
+        composition: dict[str, list[tuple[Any, ...]]] = {}
         for conversation in todo:
-            if pipeline is not None:
+            if pipeline is not None and options.unit == "product":
+                runs = await product_run.run_conversation(
+                    store,
+                    pipeline.deps,
+                    conversation,
+                    includes=options.include,
+                    limit=max(options.ks),
+                    concurrency=options.concurrency,
+                    on_step=lambda label: progress.update(1, label),
+                )
+                per_conversation[conversation.sample_id] = {
+                    include: list(run.results) for include, run in runs.items()
+                }
+                usage[conversation.sample_id] = list(runs[options.include[0]].usage)
+                for include, run in runs.items():
+                    composition.setdefault(include, []).extend(run.recalled)
+            elif pipeline is not None:
                 results, used = await _evaluate_extracted(store, pipeline, conversation, options, progress)
                 per_conversation[conversation.sample_id] = results
                 usage[conversation.sample_id] = used
@@ -524,11 +572,19 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
                 _save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
 
+    # one row per retriever, or for the product unit per include
+    rows: Sequence[str] = options.include if options.unit == "product" else options.retrievers
+
     def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        return {
+        summaries = {
             r: summarise([item for sid in sample_ids for item in per_conversation[sid][r]], options.ks)
-            for r in options.retrievers
+            for r in rows
         }
+        if options.unit == "product" and not options.evidence and "memories" in summaries:
+            # bare memories stand for no dialog turn: evidence recall would only count the
+            # questions without evidence
+            summaries["memories"] = without_evidence_recall(summaries["memories"])
+        return summaries
 
     ids = [c.sample_id for c in conversations]
     if options.unit == "extracted":
@@ -556,7 +612,11 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         conversations=ids,
         by_split=by_split,
     )
-    if options.unit == "extracted":
+    if options.unit == "product":
+        report["include"] = list(options.include)
+        report["evidence"] = options.evidence
+        report["top_10_kinds"] = {include: kinds_count(items, 10) for include, items in composition.items()}
+    if options.unit in PIPELINE_UNITS:
         report["extractor"] = settings.effective_extractor
         report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
     return report
@@ -565,6 +625,8 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
 def _work(conversation: Conversation, options: EvalOptions) -> int:
     """Progress steps for one conversation: units loaded (embedded, written) or events extracted,
     then one per question and retriever."""
+    if options.unit == "product":
+        return product_run.steps(conversation, len(options.include))
     asked = len(conversation.questions) * len(options.retrievers)
     if options.unit == "extracted":
         return 2 * len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers)) + asked
@@ -577,14 +639,20 @@ class _Pipeline:
     metrics: Any  # worker.metrics.Metrics
 
 
-def _extraction_pipeline(settings: Any, store: Any, embedder: CachingEmbedder) -> _Pipeline:
-    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured)."""
+def _extraction_pipeline(
+    settings: Any, store: Any, embedder: CachingEmbedder, *, evidence: bool = True
+) -> _Pipeline:
+    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured);
+    without `evidence`, the extractor's evidence numbers are dropped."""
     from extraction.factory import build_extractor
     from worker.metrics import Metrics
     from worker.pipeline import PipelineDeps
 
     metrics = Metrics()
-    deps = PipelineDeps(store=store, extractor=build_extractor(settings), embedder=embedder, metrics=metrics)
+    extractor = build_extractor(settings)
+    if not evidence:
+        extractor = product_run.WithoutEvidence(extractor)
+    deps = PipelineDeps(store=store, extractor=extractor, embedder=embedder, metrics=metrics)
     return _Pipeline(deps=deps, metrics=metrics)
 
 
@@ -801,8 +869,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--unit",
         choices=EVAL_UNITS,
         default="observation",
-        help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn) or "
-        "extracted (what the extraction pipeline makes of each session); default observation",
+        help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn), "
+        "extracted (what the extraction pipeline makes of each session) or product (every session "
+        "through the pipeline and every question through the product's recall, memories and turns); "
+        "default observation",
     )
     locomo.add_argument(
         "--dialog-context",
@@ -846,6 +916,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="--unit observation with --key-context: the key carries each cited turn after up to N turns "
         f"before it in the session (default {DEFAULT_SOURCE_CONTEXT}; 0: the cited turns alone)",
+    )
+    locomo.add_argument(
+        "--include",
+        default="both",
+        help="--unit product: what the product's recall is asked for, memories, stored conversation turns "
+        "or both in one ranked list; a comma list (both,turns,memories) reports one row each from one "
+        "ingestion (default both)",
+    )
+    locomo.add_argument(
+        "--evidence",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--unit product: memories keep the messages the extractor cites (default on; "
+        "--no-evidence drops them, so memories are bare facts: the ablation)",
     )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
@@ -915,11 +999,18 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         raise ValueError("--dialog-key-after must be 0 or more")
     if args.source_context < 0:
         raise ValueError("--source-context must be 0 or more")
+    retrievers = parse_retrievers(args.retriever)
+    if args.unit == "product":
+        if args.retriever and retrievers != ("hybrid",):
+            raise ValueError(
+                "--unit product asks the product's own recall, which is hybrid; drop --retriever"
+            )
+        retrievers = ("hybrid",)
     return EvalOptions(
         file=args.file,
         unit=args.unit,
         ks=parse_ks(args.k),
-        retrievers=parse_retrievers(args.retriever),
+        retrievers=retrievers,
         embedding_provider=resolve_embedding_provider(
             args.embedding_provider, env, local_embedder_available()
         ),
@@ -936,6 +1027,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         key_context=args.key_context,
         source_context=args.source_context,
         dialog_key_after=args.dialog_key_after,
+        include=parse_includes(args.include),
+        evidence=args.evidence,
     )
 
 

@@ -1,0 +1,203 @@
+"""The product unit: which dialog turn a recalled item stands for (pure), and one run of
+`pmem eval locomo --unit product` through the real pipeline and the product's recall on the fixture,
+on both stores."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from extraction.types import Candidate, ExtractionResult
+from worker.cli import build_parser, main
+from worker.commands.evaluate import options_from_args, parse_includes
+from worker.evaluation.extracted import session_events
+from worker.evaluation.locomo import load_locomo
+from worker.evaluation.product import (
+    Quote,
+    Recalled,
+    SessionIndex,
+    evidence_quotes,
+    include_kinds,
+    kinds_count,
+    question_result,
+    session_index,
+)
+from worker.evaluation.product_run import WithoutEvidence
+
+FIXTURE = Path(__file__).parent / "locomo_tiny.json"
+SESSION_1 = uuid.uuid4()
+SESSION_2 = uuid.uuid4()
+INDEX = SessionIndex(
+    by_channel={
+        SESSION_1: (
+            ("D1:1", "Hi Bo! I adopted a grey cat named Pixel last week."),
+            ("D1:2", "Congrats! I have been learning to play the cello."),
+            ("D1:3", "Yes"),
+        ),
+        SESSION_2: (
+            ("D2:1", "Congrats! I have been learning to play the cello."),
+            ("D2:2", "Write to me at ada@example.org about the cat, please."),
+        ),
+    }
+)
+
+
+def test_a_quote_is_located_by_its_position_in_its_conversation() -> None:
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=1, text="")) == "D1:2"
+    # the same words in another session: the conversation decides
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=0, text="")) == "D2:1"
+
+
+def test_without_a_usable_position_a_quote_is_located_by_its_text() -> None:
+    same_words = "congrats!  I have been LEARNING to play the cello"
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text=same_words)) == "D2:1"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=7, text=same_words)) == "D1:2"
+    capped = "Hi Bo! I adopted a grey cat"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text=capped)) == "D1:1"
+    redacted = "Write to me at [email] about the cat, please."
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text=redacted)) == "D2:2"
+    # no channel: any session; nothing alike: no turn; a short word matches only exactly
+    anywhere = Quote(channel_id=None, position=None, text="adopted a grey cat named Pixel")
+    assert INDEX.locate(anywhere) == "D1:1"
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text="Bo plays the tuba")) is None
+    assert INDEX.locate(Quote(channel_id=SESSION_2, position=None, text="yes")) == "D1:3"  # exact
+    assert INDEX.locate(Quote(channel_id=SESSION_1, position=None, text="Hi")) is None
+    assert INDEX.locate(Quote(channel_id=uuid.uuid4(), position=0, text="Yes")) is None
+    # words its own conversation does not hold (a restated fact keeps the later conversation)
+    earlier = Quote(channel_id=SESSION_1, position=None, text="Write to me at ada@example.org about the cat")
+    assert INDEX.locate(earlier) == "D2:2"
+
+
+def test_a_memory_s_evidence_lines_become_quotes_of_its_conversation() -> None:
+    evidence = "user: Hi Bo! I adopted a grey cat\nassistant: Congrats: truly\n\nnote: kept as said"
+    quotes = evidence_quotes(evidence, SESSION_1)
+    assert [q.text for q in quotes] == [
+        "Hi Bo! I adopted a grey cat",
+        "Congrats: truly",
+        "note: kept as said",
+    ]
+    assert {q.channel_id for q in quotes} == {SESSION_1} and {q.position for q in quotes} == {None}
+    assert evidence_quotes(None, SESSION_1) == () == evidence_quotes("", None)
+    assert include_kinds("both") == ("memories", "turns") and include_kinds("turns") == ("turns",)
+
+
+def test_a_memory_covers_its_evidence_and_a_turn_itself() -> None:
+    memory = Recalled(
+        kind="memory",
+        text="pet: has a cat named Pixel",
+        quotes=(
+            Quote(channel_id=SESSION_1, position=0, text=""),
+            Quote(channel_id=SESSION_2, position=1, text=""),
+            Quote(channel_id=SESSION_1, position=0, text=""),
+            Quote(channel_id=SESSION_1, position=None, text="nothing like it"),
+        ),
+    )
+    turn = Recalled(kind="turn", text="Yes", quotes=(Quote(channel_id=SESSION_1, position=2, text="Yes"),))
+    bare = Recalled(kind="memory", text="job: biologist", quotes=())
+    assert INDEX.dia_ids(memory) == ("D1:1", "D2:2")
+    assert INDEX.dia_ids(turn) == ("D1:3",)
+    assert INDEX.dia_ids(bare) == ()
+
+    question = load_locomo(FIXTURE)[0].questions[0]  # the cat's name, evidence D1:1
+    result = question_result(question, [bare, memory, turn], INDEX)
+    assert result.ranked == ((), ("D1:1", "D2:2"), ("D1:3",))
+    assert result.texts == ("job: biologist", "pet: has a cat named Pixel", "Yes")
+    assert result.evidence == ("D1:1",) and result.answer == "Pixel"
+    assert kinds_count([[bare, memory, turn], [turn]], 2) == {"memories": 1.0, "turns": 0.5}
+
+
+def test_the_index_follows_the_events_the_runner_sends() -> None:
+    conversation = load_locomo(FIXTURE)[0]
+    owner = uuid.uuid4()
+    index = session_index(conversation, owner)
+    events = session_events(conversation, owner)
+    assert set(index.by_channel) == {e.event.channel_id for e in events}
+    for item in events:
+        turns = [t for t in conversation.turns if t.session == item.session]
+        channel = index.by_channel[item.event.channel_id]
+        assert [dia_id for dia_id, _ in channel] == [t.dia_id for t in turns]
+        assert [text for _, text in channel] == [m.content for m in item.event.messages]
+    # an image turn is located by the text the product received (with its caption)
+    shared = next(t for t in conversation.turns if t.blip_caption)
+    channel_id = next(e.event.channel_id for e in events if e.session == shared.session)
+    sent = dict(index.by_channel[channel_id])[shared.dia_id]
+    assert "research boat" in sent
+    assert index.locate(Quote(channel_id=channel_id, position=None, text=sent)) == shared.dia_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+def test_product_run_sends_every_session_and_asks_every_question(
+    store: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PMEM_EMBEDDING_PROVIDER", raising=False)
+    monkeypatch.setenv("PMEM_EXTRACTOR", "rules")
+    argv = [
+        "eval", "locomo", str(FIXTURE), "--unit", "product", "--json", "--store", store,
+        "--embedding-provider", "hashing", "--no-embedding-cache", "--data-dir", str(tmp_path / "db"),
+        "--k", "1,10,50", "--include", "memories,turns,both",
+    ]  # fmt: skip
+    if store == "postgres":
+        argv += ["--database-url", request.getfixturevalue("database_url")]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["unit"] == "product" and report["store"] == store
+    assert report["include"] == ["memories", "turns", "both"] and report["evidence"] is True
+    assert report["extractor"] == "rules"
+    assert report["extraction"]["events"] == 6  # 3 sessions, each once as each speaker
+    assert report["extraction"]["written_total"] >= 1
+    rows = report["retrievers"]
+    assert list(rows) == ["memories", "turns", "both"]
+    for row in rows.values():
+        assert row["questions"] == 9 and row["answer_questions"] == 8
+        assert 0.0 <= row["answer_recall@1"] <= row["answer_recall@10"] <= row["answer_recall@50"]
+    kinds = report["top_10_kinds"]
+    assert kinds["memories"]["turns"] == 0 < kinds["memories"]["memories"]
+    assert kinds["turns"]["memories"] == 0 < kinds["turns"]["turns"]
+    assert kinds["both"]["memories"] > 0 and kinds["both"]["turns"] > 0
+    # 17 turns in all: at 50 every stored turn is recalled, so every known dia_id is found
+    assert rows["turns"]["recall@50"] == 1.0 and rows["both"]["recall@50"] == 1.0
+    # the memories stand for the messages they were extracted from
+    assert rows["memories"]["recall@50"] > rows["memories"]["by_category"]["adversarial"]["questions"] / 9
+    assert set(report["splits"]) == {"dev", "test"}
+
+
+def test_product_options(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["eval", "locomo", str(FIXTURE), "--unit", "product"])
+    options = options_from_args(args, {})
+    assert options.include == ("both",) and options.retrievers == ("hybrid",)
+    assert parse_includes("turns, both,turns") == ("turns", "both")
+    with pytest.raises(ValueError, match="memories, turns, both"):
+        parse_includes("facts")
+    assert main(["eval", "locomo", str(FIXTURE), "--unit", "product", "--retriever", "vector"]) == 2
+    assert "product's own recall" in capsys.readouterr().err
+
+
+async def test_the_no_evidence_ablation_drops_only_the_evidence_numbers() -> None:
+    candidate = Candidate(
+        key="pet", value="has a cat named Pixel", confidence=0.9, scope="user", evidence=(1, 3)
+    )
+
+    class Cited:
+        closed = False
+
+        async def extract(self, request: object) -> ExtractionResult:
+            return ExtractionResult(candidates=(candidate,), llm_calls=1)
+
+        async def close(self) -> None:
+            self.closed = True
+
+    inner = Cited()
+    bare = WithoutEvidence(inner)
+    result = await bare.extract(object())
+    assert result.candidates == (replace(candidate, evidence=()),) and result.llm_calls == 1
+    await bare.close()
+    assert inner.closed
