@@ -7,7 +7,8 @@ import importlib
 import importlib.util
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,12 +23,14 @@ from prometheus_client import (
     generate_latest,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
-from api.routes import me, platform, review, settings
+from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
+from api.routes import directory, me, platform, review, settings, tools
 from store.context_recall import CachedSettingsStore
 from store.settings_cache import SettingsCache
 from store.typing import ControlPlaneStore
@@ -109,15 +112,8 @@ def create_app(
     with_ui: bool = True,
 ) -> FastAPI:
     """The control-plane app over an open store."""
-    app = FastAPI(
-        title="persona-memory control plane",
-        description="Review, user controls, settings, erasure and platform recall for persona-memory.",
-        version="1",
-        docs_url="/docs",
-        redoc_url=None,
-    )
     settings_cache = SettingsCache(ttl_s=settings_cache_s)
-    app.state.pmem = AppState(
+    state = AppState(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
@@ -126,6 +122,23 @@ def create_app(
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
     )
+    _, mcp_manager = build_mcp(state)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with running(mcp_manager):
+            yield
+
+    app = FastAPI(
+        title="persona-memory control plane",
+        description="Review, user controls, settings, erasure, platform recall and the memory tools "
+        "(HTTP, and MCP at /mcp) for persona-memory.",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.pmem = state
     registry = CollectorRegistry()
     requests_total = Counter(
         "pmem_api_requests_total",
@@ -203,8 +216,9 @@ def create_app(
             log.warning("could not read the review-queue depth: %s", type(exc).__name__)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    for router in (me.router, review.router, settings.router, platform.router):
+    for router in (me.router, review.router, settings.router, platform.router, tools.router, directory.router):
         app.include_router(router)
+    app.router.routes.append(Route(MCP_PATH, McpEndpoint(state, mcp_manager)))
     if with_ui and importlib.util.find_spec("api.ui") is not None:
         ui = importlib.import_module("api.ui")
         install = getattr(ui, "install", None)

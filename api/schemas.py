@@ -48,6 +48,7 @@ class SettingsBody(_Body):
     min_confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     pending_days: int | None = Field(default=None, ge=1, le=36_500)
     archived_days: int | None = Field(default=None, ge=1, le=36_500)
+    review_tool_saves: bool | None = None
 
     def row(self) -> SettingsRow:
         """The values as a settings row (level and target are set by the route)."""
@@ -165,6 +166,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "min_confidence": own.min_confidence,
             "pending_days": own.pending_days,
             "archived_days": own.archived_days,
+            "review_tool_saves": own.review_tool_saves,
         },
         "effective": {
             "enabled": effective.enabled,
@@ -173,6 +175,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "min_confidence": effective.min_confidence,
             "pending_days": effective.pending_days,
             "archived_days": effective.archived_days,
+            "review_tool_saves": effective.review_tool_saves,
         },
         "inherited_from": view.inherited_from,
     }

@@ -244,6 +244,12 @@ SETTING_FIELDS: Final = (
         "days",
         "Archived memories older than this are erased. Leave empty to inherit.",
     ),
+    SettingField(
+        "review_tool_saves",
+        "Review tool saves",
+        "switch",
+        "On: what a model saves through the memory tools waits for review instead of being active at once.",
+    ),
 )
 SWITCH_CHOICES: Final = (("inherit", "Inherit"), ("on", "On"), ("off", "Off"))
 MAX_DAYS: Final = 36500

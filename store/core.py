@@ -11,6 +11,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 from __future__ import annotations
 
 from store.api_keys import ApiKeys
+from store.directory import DirectoryNames
 from store.embedding_models import EmbeddingModels
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
@@ -29,5 +30,6 @@ class CoreStore(
     ApiKeys,
     ChatHistory,
     EmbeddingModels,
+    DirectoryNames,
 ):
     """Everything but recall, shared by the Postgres and SQLite stores."""

@@ -113,6 +113,7 @@ class SettingsRows(StoreBase):
             else storable_confidence(data["min_confidence"]),
             pending_days=data["pending_days"],
             archived_days=data["archived_days"],
+            review_tool_saves=data["review_tool_saves"],
         )
 
     async def replace_settings(self, row: SettingsRow) -> None:
@@ -126,6 +127,7 @@ class SettingsRows(StoreBase):
             "min_confidence": None if row.min_confidence is None else storable_confidence(row.min_confidence),
             "pending_days": row.pending_days,
             "archived_days": row.archived_days,
+            "review_tool_saves": row.review_tool_saves,
         }
         stmt = self._insert(s).values(
             level=row.level, target_id=row.target_id, updated_at=self._now(), **values

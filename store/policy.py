@@ -110,6 +110,7 @@ SETTINGS_FIELDS = (
     "min_confidence",
     "pending_days",
     "archived_days",
+    "review_tool_saves",
 )
 
 
@@ -137,6 +138,7 @@ def merge_settings(
         min_confidence=float(merged["min_confidence"]),
         pending_days=None if merged["pending_days"] is None else int(merged["pending_days"]),
         archived_days=None if merged["archived_days"] is None else int(merged["archived_days"]),
+        review_tool_saves=bool(merged["review_tool_saves"]),
     )
 
 

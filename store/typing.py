@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from store.types import (
@@ -12,6 +12,8 @@ from store.types import (
     AuditEntry,
     ChatMessage,
     DedupRule,
+    DirectoryEntry,
+    DirectoryKind,
     EventMemory,
     EventWrite,
     Memory,
@@ -66,7 +68,10 @@ class RecallStore(Protocol):
 
 
 class WorkerStore(Protocol):
-    """What the worker's per-event pipeline needs: policy, existing memories, one write per event."""
+    """What the worker's per-event pipeline needs: policy, existing memories, one write per event,
+    and the display names events carry."""
+
+    async def set_names(self, entries: Sequence[DirectoryEntry]) -> None: ...
 
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
@@ -193,10 +198,14 @@ class KeyStore(Protocol):
     async def verify_api_key(self, key: str) -> ApiKey | None: ...
 
 
-class ControlPlaneStore(RecallStore, ReviewStore, PersonalStore, SettingsStore, KeyStore, Protocol):
-    """Everything `pmem serve` needs."""
+class DirectoryStore(Protocol):
+    """Display names of teams, personas and users."""
 
-    async def ping(self) -> None: ...
+    async def set_names(self, entries: Sequence[DirectoryEntry]) -> None: ...
+
+    async def names(self, kind: DirectoryKind, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]: ...
+
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]: ...
 
 
 class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, SettingsStore, Protocol):
@@ -224,6 +233,13 @@ class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, Settings
         extraction_prompt: str | None = None,
         min_confidence: float | None = None,
     ) -> None: ...
+
+
+class ControlPlaneStore(MemoryStore, KeyStore, DirectoryStore, Protocol):
+    """Everything `pmem serve` needs: the whole store (the memory tools write through it), API keys
+    and display names."""
+
+    async def ping(self) -> None: ...
 
 
 class HistoryStore(Protocol):

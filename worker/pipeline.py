@@ -36,7 +36,7 @@ from store.recall import STOPWORDS, query_terms
 from store.settings_cache import SettingsCache
 from store.types import Memory, MemorySettings, NewMemory, OwnerRef, Scope, UpsertAction
 from store.typing import WorkerStore
-from worker.events import ConversationEnded
+from worker.events import ConversationEnded, event_names
 from worker.metrics import Metrics
 from worker.tracing import span
 
@@ -355,6 +355,9 @@ async def process_event(
     # arrives as a new message is still caught, without writing anything, by write_event.
     if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
         return await duplicate()
+    names = event_names(event)
+    if names:
+        await db("set_names", lambda: store.set_names(names))
     with span("pmem.policy"):
         policy = await _policy(event, deps, db)
     scopes = allowed_scopes(event, policy)
