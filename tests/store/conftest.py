@@ -21,7 +21,8 @@ from tests.store.store_testkit import MakeStore, Store
 DIM = 384
 CONCEPT_DIM = 8
 TABLES = (
-    "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages, api_keys"
+    "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages, api_keys, "
+    "directory"
 )
 
 
