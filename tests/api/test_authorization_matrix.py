@@ -125,6 +125,28 @@ TABLE: tuple[Case, ...] = (
         None,
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
     ),
+    Case("GET", "/v1/tools", None, {"anonymous": 401, "user": 200, "team_admin": 200, "admin": 200, "service": 200}),
+    # a person acts for themselves only, in the teams their token lists; a service for anyone
+    *(
+        Case(
+            "POST",
+            "/v1/tools/call",
+            {"name": name, "arguments": arguments, "user_id": "{user}", "team_id": "{team}"},
+            {"anonymous": 401, "user": per(200, 403, 403), "team_admin": 403, "admin": 403, "service": 200},
+        )
+        for name, arguments in (
+            ("memory_recall", {}),
+            ("recall", {"subject": "me", "key": "fact {resource}"}),
+            ("forget", {"subject": "me", "key": "fact {resource}"}),
+            ("memory_save", {"key": "fact {resource}", "value": "overwritten"}),
+        )
+    ),
+    Case(
+        "PUT",
+        "/v1/directory/users/{user}",
+        {"name": "Ada"},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
+    ),
 )
 
 
@@ -192,7 +214,7 @@ async def test_authorization_matrix(
     ids = await seed(api_store, people)
     subject = people.user if resource == "own" else people.other_user
     team = TEAM_B if resource == "other_team" else TEAM_A
-    values = {"id": str(ids[resource]), "user": str(subject), "team": str(team)}
+    values = {"id": str(ids[resource]), "user": str(subject), "team": str(team), "resource": resource}
     before = await snapshot(api_store, ids)
     response = await client.request(
         case.method, fill(case.path, values), json=fill(case.body, values), headers=people.headers(role)
@@ -204,7 +226,7 @@ async def test_authorization_matrix(
     if want >= 400:
         assert await snapshot(api_store, ids) == before  # a refused call changes nothing
         assert all(secret not in response.text for secret in SECRET_VALUE.values())
-    elif response.status_code == 200 and case.method == "GET":
+    elif response.status_code == 200 and (case.method == "GET" or case.path == "/v1/tools/call"):
         # what a caller may list never includes what it may not see
         visible = {
             "user": {"own"},

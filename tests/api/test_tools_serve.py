@@ -222,30 +222,26 @@ async def test_a_save_carries_the_team(served: Served, store: PostgresMemoryStor
     assert saved is not None and saved.team_id == TEAM_A and saved.status == "active"
 
 
-@pytest.mark.parametrize("level", ["global", "team", "persona"])
-async def test_review_tool_saves_makes_saves_wait_for_review(level: str, own_served: Served) -> None:
+async def test_review_tool_saves_makes_saves_wait_for_review(own_served: Served) -> None:
     served = own_served
-    admin = mint_jwt(secret=SECRET, subject=uuid.uuid4(), role="admin")
-    path = {"global": "global", "team": f"teams/{TEAM_A}", "persona": f"personas/{PERSONA}"}[level]
+    admin = {"Authorization": f"Bearer {mint_jwt(secret=SECRET, subject=uuid.uuid4(), role='admin')}"}
     async with httpx.AsyncClient(base_url=served.base, timeout=10) as http:
-        put = await http.put(
-            f"/v1/settings/{path}", json={"review_tool_saves": True}, headers={"Authorization": f"Bearer {admin}"}
-        )
-        assert put.status_code == 200 and put.json()["effective"]["review_tool_saves"] is True
-        user = uuid.uuid4()
-        for channel in (call_http, call_mcp):
-            answer = await channel(served, user, "remember", {"subject": "me", "key": "pet", "value": "a cat"})
-            assert answer["result"]["status"] == "pending_review"
-            recalled = await channel(served, user, "recall", {"subject": "me", "key": "pet"})
-            assert recalled["result"]["found"] is False  # pending memories are not recalled
-        queue = await http.get("/v1/review", headers={"Authorization": f"Bearer {admin}"})
-        assert [item["key"] for item in queue.json()["items"]] == ["pet"]
-        off = await http.put(
-            f"/v1/settings/{path}", json={"review_tool_saves": False}, headers={"Authorization": f"Bearer {admin}"}
-        )
-        assert off.status_code == 200
-    answer = await call_http(served, user, "remember", {"subject": "me", "key": "pet", "value": "a dog"})
-    assert answer["result"]["status"] == "active"
+        for level in ("global", "team", "persona"):
+            path = {"global": "global", "team": f"teams/{TEAM_A}", "persona": f"personas/{PERSONA}"}[level]
+            put = await http.put(f"/v1/settings/{path}", json={"review_tool_saves": True}, headers=admin)
+            assert put.status_code == 200 and put.json()["effective"]["review_tool_saves"] is True
+            user = uuid.uuid4()
+            for channel in (call_http, call_mcp):
+                saved = await channel(served, user, "remember", {"subject": "me", "key": "pet", "value": "a cat"})
+                assert saved["result"]["status"] == "pending_review", (level, channel)
+                recalled = await channel(served, user, "recall", {"subject": "me", "key": "pet"})
+                assert recalled["result"]["found"] is False  # pending memories are not recalled
+            queue = await http.get("/v1/review", params={"user_id": str(user)}, headers=admin)
+            assert [item["key"] for item in queue.json()["items"]] == ["pet"], level
+            off = await http.put(f"/v1/settings/{path}", json={}, headers=admin)
+            assert off.status_code == 200 and off.json()["effective"]["review_tool_saves"] is False
+            answer = await call_http(served, user, "remember", {"subject": "me", "key": "pet", "value": "a dog"})
+            assert answer["result"]["status"] == "active", level
 
 
 async def test_a_person_acts_for_themselves_only(served: Served, store: PostgresMemoryStore) -> None:
@@ -322,3 +318,55 @@ async def test_mcp_refuses_before_any_tool_runs(
             async with mcp_client(url, tokens[credential]) as client:
                 await client.call_tool("forget", {"subject": "me", "key": "diet"})
         assert await store.list(MemoryFilter(owner_id=other)) == before
+
+
+ROLES = ("anonymous", "user", "team_admin", "admin", "service")
+RESOURCES = ("own", "other_user", "other_team")
+# a person acts for themselves only, in the teams their token lists; a service for anyone
+MCP_EXPECT = {
+    "anonymous": {"own": 401, "other_user": 401, "other_team": 401},
+    "user": {"own": 200, "other_user": 403, "other_team": 403},
+    "team_admin": {"own": 403, "other_user": 403, "other_team": 403},
+    "admin": {"own": 403, "other_user": 403, "other_team": 403},
+    "service": {"own": 200, "other_user": 200, "other_team": 200},
+}
+
+
+async def test_mcp_authorization_matrix(served: Served, store: PostgresMemoryStore) -> None:
+    """Roles × own / another user's / another team's context over MCP: the status, and a recall
+    that shows only the context's own memory."""
+    user, other, team_admin, admin = (uuid.uuid4() for _ in range(4))
+    secrets = {"own": f"own-{user.hex[:6]}", "other_user": f"other-{other.hex[:6]}", "other_team": f"b-{other.hex[:6]}"}
+    contexts = {"own": (user, TEAM_A), "other_user": (other, TEAM_A), "other_team": (other, TEAM_B)}
+    for resource, (subject, team) in contexts.items():
+        await store.upsert(
+            NewMemory(
+                scope="user",
+                owner_id=subject,
+                user_id=None,
+                key=f"fact {resource}",
+                value=secrets[resource],
+                status="active",
+                team_id=team,
+            )
+        )
+    credentials = {
+        "anonymous": None,
+        "user": mint_jwt(secret=SECRET, subject=user, teams=(TEAM_A,)),
+        "team_admin": mint_jwt(secret=SECRET, subject=team_admin, role="team_admin", teams=(TEAM_A,)),
+        "admin": mint_jwt(secret=SECRET, subject=admin, role="admin"),
+        "service": served.service_key,
+    }
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "memory_recall", "arguments": {}}}
+    async with httpx.AsyncClient(timeout=10) as http:
+        for role in ROLES:
+            for resource, (subject, team) in contexts.items():
+                headers = {"Accept": "application/json, text/event-stream"}
+                if credentials[role]:
+                    headers["Authorization"] = f"Bearer {credentials[role]}"
+                response = await http.post(
+                    mcp_url(served, user_id=subject, team_id=team), json=call, headers=headers
+                )
+                assert response.status_code == MCP_EXPECT[role][resource], (role, resource, response.text)
+                shown = {r for r, secret in secrets.items() if secret in response.text}
+                assert shown == ({resource} if response.status_code == 200 else set()), (role, resource)
