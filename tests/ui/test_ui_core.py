@@ -89,6 +89,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
             "min_confidence": "0.65",
             "pending_days": "14",
             "archived_days": "",
+            "review_tool_saves": "on",
         }
     )
     assert errors == {}
@@ -99,6 +100,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
         "min_confidence": 0.65,
         "pending_days": 14,
         "archived_days": None,
+        "review_tool_saves": True,
     }
     _, errors = core.parse_settings_form({"enabled": "maybe", "min_confidence": "1.5", "pending_days": "0"})
     assert set(errors) == {"enabled", "min_confidence", "pending_days"}
