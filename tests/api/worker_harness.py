@@ -35,7 +35,9 @@ class WorkerNames:
 
 
 @contextmanager
-def running_worker(database_url: str, nats_url: str, names: WorkerNames, timeout_s: float = 60.0) -> Iterator[None]:
+def running_worker(
+    database_url: str, nats_url: str, names: WorkerNames, timeout_s: float = 180.0
+) -> Iterator[None]:
     """`pmem worker` consuming `names.subject`, ready (its /readyz answers 200) when this yields."""
     tag = names.stream.removeprefix("CHAT_")
     port = free_port()
@@ -75,7 +77,7 @@ def running_worker(database_url: str, nats_url: str, names: WorkerNames, timeout
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise AssertionError(f"pmem worker did not become ready: {process.communicate()[1][-3000:]}")
+                raise AssertionError(f"pmem worker was not ready within {timeout_s:.0f} s: {process.communicate()[1][-3000:]}")
             time.sleep(0.2)
         yield
     finally:
