@@ -5,7 +5,8 @@ conversation ends. The worker turns it into memories (pending review).
     NATS_URL=nats://localhost:4222 python examples/publish_event.py
 
 Environment: NATS_URL, PMEM_SUBJECT (default chat.conversation.ended), USER_ID, PERSONA_ID,
-TEAM_ID, CHANNEL_ID (UUIDs; random when unset). Prints the event id and the stream sequence.
+TEAM_ID, CHANNEL_ID (UUIDs; random when unset), USER_NAME, PERSONA_NAME, TEAM_NAME (optional
+display names). Prints the event id and the stream sequence.
 """
 
 from __future__ import annotations
@@ -35,15 +36,15 @@ async def main() -> None:
         "channel_id": env_uuid("CHANNEL_ID"),
         "user_id": env_uuid("USER_ID"),
         "persona_id": env_uuid("PERSONA_ID"),
-        # optional display names: the web UI shows them instead of the ids
-        "team_name": os.environ.get("TEAM_NAME", "Acme support"),
-        "persona_name": os.environ.get("PERSONA_NAME", "Chef Remy"),
-        "user_name": os.environ.get("USER_NAME", "Alice Martin"),
         "messages": [
             {"role": "user", "content": "I am vegetarian and I live in Lisbon.", "at": now},
             {"role": "assistant", "content": "Noted! Any favourite dishes?"},
         ],
     }
+    # optional display names: the web UI shows them instead of the ids (the latest one wins)
+    for field, variable in (("team_name", "TEAM_NAME"), ("persona_name", "PERSONA_NAME"), ("user_name", "USER_NAME")):
+        if os.environ.get(variable):
+            event[field] = os.environ[variable]
     connection = await nats.connect(os.environ.get("NATS_URL", "nats://localhost:4222"), connect_timeout=5)
     try:
         ack = await connection.jetstream().publish(

@@ -69,15 +69,21 @@ def running_worker(
     )
     try:
         deadline = time.monotonic() + timeout_s
+        last = "no answer"
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if answer.status_code == 200:
                     break
-            except httpx.TransportError:
-                pass
+                last = f"{answer.status_code} {answer.text.strip()}"
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise AssertionError(f"pmem worker was not ready within {timeout_s:.0f} s: {process.communicate()[1][-3000:]}")
+                raise AssertionError(
+                    f"pmem worker was not ready within {timeout_s:.0f} s (/readyz: {last}): "
+                    f"{process.communicate()[1][-3000:]}"
+                )
             time.sleep(0.2)
         yield
     finally:

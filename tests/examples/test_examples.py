@@ -55,7 +55,14 @@ def test_publish_event_reaches_the_worker(
     services: tuple[Served, WorkerNames], nats_server: EmbeddedNats
 ) -> None:
     served, names = services
-    env = context_env(served, NATS_URL=nats_server.url, PMEM_SUBJECT=names.subject)
+    env = context_env(
+        served,
+        NATS_URL=nats_server.url,
+        PMEM_SUBJECT=names.subject,
+        USER_NAME="Alice Martin",
+        PERSONA_NAME="Chef Remy",
+        TEAM_NAME="Acme support",
+    )
     ack = json.loads(run("publish_event.py", env))
     assert ack["seq"] >= 1
 
