@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -22,6 +22,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +31,7 @@ from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
+from api.openapi import document_errors, path_methods
 from api.routes import directory, me, platform, review, settings, tools
 from store.context_recall import CachedSettingsStore
 from store.settings_cache import SettingsCache
@@ -42,6 +44,13 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
 )
+
+
+class ReadyBody(BaseModel):
+    """`/readyz`: ready, or unavailable with the reason."""
+
+    status: str
+    error: str | None = None
 
 
 class BodyTooLarge(Exception):
@@ -168,7 +177,14 @@ def create_app(
         return JSONResponse({"error": _validation_message(exc)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        methods = path_methods(app.openapi(), request.url.path) if exc.status_code == 405 else None
+        if methods is not None:
+            # every method of the path: its routes are separate, and Starlette names only one's
+            allow = {"Allow": ", ".join(methods)}
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers=allow)
+            return JSONResponse({"error": str(exc.detail)}, status_code=405, headers=allow)
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
@@ -196,7 +212,11 @@ def create_app(
         """The process is up."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"description": "The database does not answer", "model": ReadyBody}},
+    )
     async def readyz() -> JSONResponse:
         """The database answers."""
         try:
@@ -206,7 +226,12 @@ def create_app(
             return JSONResponse({"status": "unavailable", "error": "database unreachable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"])
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         """Prometheus metrics: requests, latency, review-queue depth by scope."""
         try:
@@ -216,7 +241,14 @@ def create_app(
             log.warning("could not read the review-queue depth: %s", type(exc).__name__)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    for router in (me.router, review.router, settings.router, platform.router, tools.router, directory.router):
+    for router in (
+        me.router,
+        review.router,
+        settings.router,
+        platform.router,
+        tools.router,
+        directory.router,
+    ):
         app.include_router(router)
     app.router.routes.append(Route(MCP_PATH, McpEndpoint(state, mcp_manager)))
     if with_ui and importlib.util.find_spec("api.ui") is not None:
@@ -227,4 +259,5 @@ def create_app(
         else:
             app.include_router(ui.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    document_errors(app)
     return app

@@ -11,7 +11,7 @@ from typing import Any
 
 from api.errors import BadInput, Forbidden
 from api.principal import Principal
-from store.tools import MemoryTools, ToolContext, ToolCallError, tool_schemas
+from store.tools import MemoryTools, ToolCallError, ToolContext, tool_schemas
 from store.typing import MemoryStore
 
 

@@ -758,7 +758,9 @@ def _levels(principal: Any, path: str, names: core.Names = core.NO_NAMES) -> lis
     if _role(principal) == "admin":
         links.append(("/ui/settings/global", "Global"))
     for team in getattr(principal, "teams", ()):
-        links.append((f"/ui/settings/teams/{team}", names.name("team", team) or f"Team {core.short_id(team)}"))
+        links.append(
+            (f"/ui/settings/teams/{team}", names.name("team", team) or f"Team {core.short_id(team)}")
+        )
     return [_Level(href, label, href == path) for href, label in links]
 
 
@@ -813,7 +815,10 @@ async def _settings_page(
     teams = list(getattr(session.principal, "teams", ()))
     names = await _names(
         request,
-        {"team": [*teams, target] if level == "team" else teams, "persona": [target] if level == "persona" else []},
+        {
+            "team": [*teams, target] if level == "team" else teams,
+            "persona": [target] if level == "persona" else [],
+        },
     )
     if level is not None:
         view = _settings_form(session.principal, level, target, current, form, names)
@@ -880,7 +885,10 @@ def _settings_form(
     elif level == "team":
         title, action = f"Team {names.name('team', target) or target}", f"/ui/settings/teams/{target}"
     else:
-        title, action = f"Persona {names.name('persona', target) or target}", f"/ui/settings/personas/{target}"
+        title, action = (
+            f"Persona {names.name('persona', target) or target}",
+            f"/ui/settings/personas/{target}",
+        )
     return {
         "title": title,
         "action": action,

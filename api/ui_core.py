@@ -4,10 +4,11 @@ around it (HTTP, templates, the calls into `api/operations.py`, which holds the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, cast
 from urllib.parse import urlencode
@@ -408,9 +409,9 @@ def short_id(value: Any) -> str:
 class Names:
     """Display names of the teams, personas and users a page shows, by id (as text)."""
 
-    teams: Mapping[str, str] = field(default_factory=dict)
-    personas: Mapping[str, str] = field(default_factory=dict)
-    users: Mapping[str, str] = field(default_factory=dict)
+    teams: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    personas: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    users: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def name(self, kind: str, value: Any) -> str | None:
         """The known name of a team, persona or user id, else None."""

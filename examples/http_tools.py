@@ -46,10 +46,15 @@ def main() -> None:
     tools = call("GET", "/v1/tools")["tools"]
     print("tools:", ", ".join(tool["function"]["name"] for tool in tools))
     # what a chat completion's tool call carries: a name and a JSON string of arguments
-    tool_call = {"name": "memory_save", "arguments": json.dumps({"key": "favourite dish", "value": "Loves risotto"})}
+    tool_call = {
+        "name": "memory_save",
+        "arguments": json.dumps({"key": "favourite dish", "value": "Loves risotto"}),
+    }
     saved = call("POST", "/v1/tools/call", {**tool_call, **CONTEXT})
     print("memory_save:", json.dumps(saved))
-    found = call("POST", "/v1/tools/call", {"name": "memory_recall", "arguments": {"query": "food"}, **CONTEXT})
+    found = call(
+        "POST", "/v1/tools/call", {"name": "memory_recall", "arguments": {"query": "food"}, **CONTEXT}
+    )
     print("memory_recall:", json.dumps(found))
     recalled = call("POST", "/v1/recall", {**CONTEXT, "query": "what do they like to eat", "limit": 5})
     print("recall:", json.dumps([item["value"] for item in recalled["items"]]))

@@ -23,18 +23,22 @@ from mcp.client.streamable_http import streamable_http_client
 
 def endpoint() -> str:
     """`/mcp` with the conversation's context in the query string."""
-    context = {name: os.environ[name.upper()] for name in ("user_id", "persona_id", "team_id") if os.environ.get(name.upper())}
+    context = {
+        name: os.environ[name.upper()]
+        for name in ("user_id", "persona_id", "team_id")
+        if os.environ.get(name.upper())
+    }
     return f"{os.environ.get('PMEM_URL', 'http://127.0.0.1:8080').rstrip('/')}/mcp?{urlencode(context)}"
 
 
 async def main(query: str) -> None:
     """List the tools, then recall what is remembered for `query`."""
     credential = os.environ["PMEM_CREDENTIAL"]
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=30) as http:
-        async with Client(streamable_http_client(endpoint(), http_client=http)) as client:
-            tools = await client.list_tools()
-            print("tools:", ", ".join(tool.name for tool in tools.tools))
-            result = await client.call_tool("memory_recall", {"query": query, "max_results": 5})
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=30)
+    async with http, Client(streamable_http_client(endpoint(), http_client=http)) as client:
+        tools = await client.list_tools()
+        print("tools:", ", ".join(tool.name for tool in tools.tools))
+        result = await client.call_tool("memory_recall", {"query": query, "max_results": 5})
     if result.is_error:
         raise SystemExit(f"memory_recall failed: {result.content}")
     print("memory_recall:", json.dumps(result.structured_content))

@@ -42,7 +42,11 @@ async def main() -> None:
         ],
     }
     # optional display names: the web UI shows them instead of the ids (the latest one wins)
-    for field, variable in (("team_name", "TEAM_NAME"), ("persona_name", "PERSONA_NAME"), ("user_name", "USER_NAME")):
+    for field, variable in (
+        ("team_name", "TEAM_NAME"),
+        ("persona_name", "PERSONA_NAME"),
+        ("user_name", "USER_NAME"),
+    ):
         if os.environ.get(variable):
             event[field] = os.environ[variable]
     connection = await nats.connect(os.environ.get("NATS_URL", "nats://localhost:4222"), connect_timeout=5)

@@ -18,6 +18,7 @@ MAX_NAME_CHARS = 200
 
 log = logging.getLogger("pmem.store.directory")
 
+
 def clean_name(name: str | None) -> str | None:
     """A display name as stored: whitespace folded, control characters dropped, capped; None when
     nothing printable is left (such a name is ignored, never an error)."""
@@ -79,7 +80,9 @@ class DirectoryNames(StoreBase):
             return {}
         d = self._schema.directory
         async with self._reading() as conn:
-            rows = (await conn.execute(select(d.c.id, d.c.name).where(d.c.kind == kind, d.c.id.in_(wanted)))).all()
+            rows = (
+                await conn.execute(select(d.c.id, d.c.name).where(d.c.kind == kind, d.c.id.in_(wanted)))
+            ).all()
         return {row.id: row.name for row in rows}
 
     async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]:

@@ -309,7 +309,11 @@ class MemoryTools:
         ctx = self.context
         policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
         if not policy.enabled:
-            return {"saved": False, "reason": "memory is turned off in this conversation's context", "key": key}
+            return {
+                "saved": False,
+                "reason": "memory is turned off in this conversation's context",
+                "key": key,
+            }
         status: Status = "pending_review" if policy.review_tool_saves else "active"
         owner = writable_owner(ctx.user_id, ctx.persona_id)
         result = await ctx.store.upsert(
@@ -345,7 +349,12 @@ class MemoryTools:
     async def _recall_hits(self, query: str, limit: int) -> list[RecallHit]:
         ctx = self.context
         return await recall_in_context(
-            ctx.store, user_id=ctx.user_id, persona_id=ctx.persona_id, team_id=ctx.team_id, query=query, limit=limit
+            ctx.store,
+            user_id=ctx.user_id,
+            persona_id=ctx.persona_id,
+            team_id=ctx.team_id,
+            query=query,
+            limit=limit,
         )
 
     async def _remember(self, args: RememberArgs) -> dict[str, Any]:

@@ -125,7 +125,12 @@ TABLE: tuple[Case, ...] = (
         None,
         {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
     ),
-    Case("GET", "/v1/tools", None, {"anonymous": 401, "user": 200, "team_admin": 200, "admin": 200, "service": 200}),
+    Case(
+        "GET",
+        "/v1/tools",
+        None,
+        {"anonymous": 401, "user": 200, "team_admin": 200, "admin": 200, "service": 200},
+    ),
     # a person acts for themselves only, in the teams their token lists; a service for anyone
     *(
         Case(

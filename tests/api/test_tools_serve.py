@@ -52,7 +52,9 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
     """What every channel's user starts with: a team-less fact, a persona fact in team A, and a
     fact from team B that no call in team A may see or touch."""
     for new in (
-        NewMemory(scope="user", owner_id=user, user_id=None, key="diet", value="Is vegetarian", status="active"),
+        NewMemory(
+            scope="user", owner_id=user, user_id=None, key="diet", value="Is vegetarian", status="active"
+        ),
         NewMemory(
             scope="persona_user",
             owner_id=PERSONA,
@@ -232,7 +234,9 @@ async def test_review_tool_saves_makes_saves_wait_for_review(own_served: Served)
             assert put.status_code == 200 and put.json()["effective"]["review_tool_saves"] is True
             user = uuid.uuid4()
             for channel in (call_http, call_mcp):
-                saved = await channel(served, user, "remember", {"subject": "me", "key": "pet", "value": "a cat"})
+                saved = await channel(
+                    served, user, "remember", {"subject": "me", "key": "pet", "value": "a cat"}
+                )
                 assert saved["result"]["status"] == "pending_review", (level, channel)
                 recalled = await channel(served, user, "recall", {"subject": "me", "key": "pet"})
                 assert recalled["result"]["found"] is False  # pending memories are not recalled
@@ -240,7 +244,9 @@ async def test_review_tool_saves_makes_saves_wait_for_review(own_served: Served)
             assert [item["key"] for item in queue.json()["items"]] == ["pet"], level
             off = await http.put(f"/v1/settings/{path}", json={}, headers=admin)
             assert off.status_code == 200 and off.json()["effective"]["review_tool_saves"] is False
-            answer = await call_http(served, user, "remember", {"subject": "me", "key": "pet", "value": "a dog"})
+            answer = await call_http(
+                served, user, "remember", {"subject": "me", "key": "pet", "value": "a dog"}
+            )
             assert answer["result"]["status"] == "active", level
 
 
@@ -252,7 +258,11 @@ async def test_a_person_acts_for_themselves_only(served: Served, store: Postgres
         auth = {"Authorization": f"Bearer {credential}"}
         own = await http.post(
             "/v1/tools/call",
-            json={"name": "memory_save", "arguments": {"key": "city", "value": "Porto"}, "team_id": str(TEAM_A)},
+            json={
+                "name": "memory_save",
+                "arguments": {"key": "city", "value": "Porto"},
+                "team_id": str(TEAM_A),
+            },
             headers=auth,
         )
         assert own.status_code == 200, own.text
@@ -336,7 +346,11 @@ async def test_mcp_authorization_matrix(served: Served, store: PostgresMemorySto
     """Roles × own / another user's / another team's context over MCP: the status, and a recall
     that shows only the context's own memory."""
     user, other, team_admin, admin = (uuid.uuid4() for _ in range(4))
-    secrets = {"own": f"own-{user.hex[:6]}", "other_user": f"other-{other.hex[:6]}", "other_team": f"b-{other.hex[:6]}"}
+    secrets = {
+        "own": f"own-{user.hex[:6]}",
+        "other_user": f"other-{other.hex[:6]}",
+        "other_team": f"b-{other.hex[:6]}",
+    }
     contexts = {"own": (user, TEAM_A), "other_user": (other, TEAM_A), "other_team": (other, TEAM_B)}
     for resource, (subject, team) in contexts.items():
         await store.upsert(
@@ -357,7 +371,12 @@ async def test_mcp_authorization_matrix(served: Served, store: PostgresMemorySto
         "admin": mint_jwt(secret=SECRET, subject=admin, role="admin"),
         "service": served.service_key,
     }
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "memory_recall", "arguments": {}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_recall", "arguments": {}},
+    }
     async with httpx.AsyncClient(timeout=10) as http:
         for role in ROLES:
             for resource, (subject, team) in contexts.items():

@@ -24,7 +24,9 @@ USER, PERSONA, TEAM = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
 
 @pytest.fixture(scope="module")
-def services(new_database: Callable[[], str], nats_server: EmbeddedNats) -> Iterator[tuple[Served, WorkerNames]]:
+def services(
+    new_database: Callable[[], str], nats_server: EmbeddedNats
+) -> Iterator[tuple[Served, WorkerNames]]:
     names = WorkerNames.fresh()
     for served in served_process(new_database):
         with running_worker(served.database_url, nats_server.url, names):
@@ -33,7 +35,11 @@ def services(new_database: Callable[[], str], nats_server: EmbeddedNats) -> Iter
 
 def run(program: str, env: dict[str, str], *args: str) -> str:
     """Run one example; its standard output (fails with its standard error)."""
-    command = ["sh", str(EXAMPLES / program)] if program.endswith(".sh") else [sys.executable, str(EXAMPLES / program)]
+    command = (
+        ["sh", str(EXAMPLES / program)]
+        if program.endswith(".sh")
+        else [sys.executable, str(EXAMPLES / program)]
+    )
     done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -94,7 +100,10 @@ def test_http_tools_with_the_standard_library(services: tuple[Served, WorkerName
 def test_http_tools_with_curl(services: tuple[Served, WorkerNames]) -> None:
     served, _ = services
     out = run("http_tools.sh", context_env(served)).splitlines()
-    assert [tool["function"]["name"] for tool in json.loads(out[0])["tools"]][:2] == ["memory_save", "memory_recall"]
+    assert [tool["function"]["name"] for tool in json.loads(out[0])["tools"]][:2] == [
+        "memory_save",
+        "memory_recall",
+    ]
     assert json.loads(out[1])["result"]["key"] == "pet"
     assert json.loads(out[2])["result"]["facts"][0]["value"] == "Has a cat named Miso"
     assert "Has a cat named Miso" in [item["value"] for item in json.loads(out[3])["items"]]

@@ -13,7 +13,9 @@ from tests.store.store_testkit import Store, mem
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 
 
-def tools_in(store: Store, user: uuid.UUID, team: uuid.UUID | None, persona: uuid.UUID | None = None) -> MemoryTools:
+def tools_in(
+    store: Store, user: uuid.UUID, team: uuid.UUID | None, persona: uuid.UUID | None = None
+) -> MemoryTools:
     return MemoryTools(ToolContext(user_id=user, persona_id=persona, team_id=team, store=store))
 
 
@@ -56,7 +58,12 @@ async def test_review_tool_saves_and_memory_off(store: Store) -> None:
 
 async def test_directory_keeps_the_latest_name(store: Store) -> None:
     team, persona = uuid.uuid4(), uuid.uuid4()
-    await store.set_names([DirectoryEntry(kind="team", id=team, name="Acme"), DirectoryEntry(kind="persona", id=persona, name="Chef")])
+    await store.set_names(
+        [
+            DirectoryEntry(kind="team", id=team, name="Acme"),
+            DirectoryEntry(kind="persona", id=persona, name="Chef"),
+        ]
+    )
     await store.set_names([DirectoryEntry(kind="team", id=team, name="Acme support")])
     assert await store.names("team", [team, persona]) == {team: "Acme support"}
     assert [(e.id, e.name) for e in await store.directory("persona")] == [(persona, "Chef")]

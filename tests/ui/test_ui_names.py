@@ -69,7 +69,8 @@ def directory(database: str) -> dict[str, str]:
 def pending_of_alice(database: str) -> int:
     with psycopg.connect(database) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM memories WHERE (owner_id = %s OR user_id = %s) AND status = 'pending_review'",
+            "SELECT count(*) FROM memories "
+            "WHERE (owner_id = %s OR user_id = %s) AND status = 'pending_review'",
             (h.ALICE, h.ALICE),
         ).fetchone()
     return int(row[0]) if row else 0
