@@ -56,9 +56,11 @@ class ConversationEnded(BaseModel):
     persona_id: uuid.UUID | None = None
     messages: tuple[EventMessage, ...] = Field(min_length=1)
     # display names for the web UI (the latest one wins); a name that is not a string is ignored
-    team_name: str | None = None
-    persona_name: str | None = None
-    user_name: str | None = None
+    team_name: str | None = Field(default=None, description="The team's display name (optional).")
+    persona_name: str | None = Field(default=None, description="The persona's display name (optional).")
+    user_name: str | None = Field(
+        default=None, description="The user's display name (optional; erased with the user)."
+    )
 
     @field_validator("team_name", "persona_name", "user_name", mode="before")
     @classmethod
