@@ -355,11 +355,11 @@ async def process_event(
     # arrives as a new message is still caught, without writing anything, by write_event.
     if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
         return await duplicate()
-    names = event_names(event)
-    if names:
-        await db("set_names", lambda: store.set_names(names))
     with span("pmem.policy"):
         policy = await _policy(event, deps, db)
+    names = event_names(event) if policy.enabled else []  # memory off: nothing about people is kept
+    if names:
+        await db("set_names", lambda: store.set_names(names))
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
