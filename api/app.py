@@ -7,13 +7,14 @@ import importlib
 import importlib.util
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -22,13 +23,17 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
-from api.routes import me, platform, review, settings
+from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
+from api.openapi import document_errors, path_methods
+from api.routes import directory, me, platform, review, settings, tools
 from store.context_recall import CachedSettingsStore
 from store.errors import StoreTimeout, StoreUnavailable
 from store.settings_cache import SettingsCache
@@ -59,6 +64,13 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
 )
+
+
+class ReadyBody(BaseModel):
+    """`/readyz`: ready, or unavailable with the reason."""
+
+    status: str
+    error: str | None = None
 
 
 class BodyTooLarge(Exception):
@@ -140,15 +152,8 @@ def create_app(
     with_ui: bool = True,
 ) -> FastAPI:
     """The control-plane app over an open store."""
-    app = FastAPI(
-        title="persona-memory control plane",
-        description="Review, user controls, settings, erasure and platform recall for persona-memory.",
-        version="1",
-        docs_url=None,
-        redoc_url=None,
-    )
     settings_cache = SettingsCache(ttl_s=settings_cache_s)
-    app.state.pmem = AppState(
+    state = AppState(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
@@ -159,6 +164,23 @@ def create_app(
         ui_session_s=ui_session_s,
         sign_in_max_s=sign_in_max_s,
     )
+    _, mcp_manager = build_mcp(state)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with running(mcp_manager):
+            yield
+
+    app = FastAPI(
+        title="persona-memory control plane",
+        description="Review, user controls, settings, erasure, platform recall and the memory tools "
+        "(HTTP, and MCP at /mcp) for persona-memory.",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.pmem = state
     registry = CollectorRegistry()
     requests_total = Counter(
         "pmem_api_requests_total",
@@ -188,7 +210,14 @@ def create_app(
         return JSONResponse({"error": _validation_message(exc)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        methods = path_methods(app.openapi(), request.url.path) if exc.status_code == 405 else None
+        if methods is not None:
+            # every method of the path: its routes are separate, and Starlette names only one's
+            allow = {"Allow": ", ".join(methods)}
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers=allow)
+            return JSONResponse({"error": str(exc.detail)}, status_code=405, headers=allow)
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(StoreTimeout)
@@ -227,7 +256,11 @@ def create_app(
         """The process is up."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"description": "The database does not answer", "model": ReadyBody}},
+    )
     async def readyz() -> JSONResponse:
         """The database answers."""
         try:
@@ -239,7 +272,12 @@ def create_app(
 
     depth_read_at = [-QUEUE_DEPTH_CACHE_S]
 
-    @app.get("/metrics", tags=["health"])
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=PlainTextResponse,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         """Prometheus metrics: requests, latency, review-queue depth by scope (read from the
         database at most every 15 s)."""
@@ -270,7 +308,16 @@ def create_app(
         return FileResponse(Path(swagger_ui_path) / name, media_type=DOCS_FILES[name])
 
     for router in (me.router, review.router, settings.router, platform.router):
+    for router in (
+        me.router,
+        review.router,
+        settings.router,
+        platform.router,
+        tools.router,
+        directory.router,
+    ):
         app.include_router(router)
+    app.router.routes.append(Route(MCP_PATH, McpEndpoint(state, mcp_manager)))
     if with_ui and importlib.util.find_spec("api.ui") is not None:
         ui = importlib.import_module("api.ui")
         install = getattr(ui, "install", None)
@@ -279,4 +326,5 @@ def create_app(
         else:
             app.include_router(ui.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    document_errors(app)
     return app

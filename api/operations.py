@@ -114,7 +114,7 @@ async def review_page(
         user_id=user_id,
         min_confidence=min_confidence,
         limit=_limit(limit),
-        cursor=cursor,
+        cursor=cursor or None,  # `cursor=` (empty): the first page
     )
     try:
         return await store.review_queue(query)
@@ -214,7 +214,7 @@ async def my_memories(
         status=status,
         team_id=team_id,
         limit=_limit(limit),
-        cursor=cursor,
+        cursor=cursor or None,  # `cursor=` (empty): the first page
     )
     try:
         return await store.list_for_user(query)

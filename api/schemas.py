@@ -64,6 +64,7 @@ class SettingsBody(_Body):
     archived_days: int | None = Field(default=None, ge=1, le=36_500)
     history: bool | None = None
     history_days: int | None = Field(default=None, ge=1, le=36_500)
+    review_tool_saves: bool | None = None
 
     def row(self) -> SettingsRow:
         """The values as a settings row (level and target are set by the route)."""
@@ -226,6 +227,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "archived_days": own.archived_days,
             "history": own.history,
             "history_days": own.history_days,
+            "review_tool_saves": own.review_tool_saves,
         },
         "effective": {
             "enabled": effective.enabled,
@@ -236,6 +238,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "archived_days": effective.archived_days,
             "history": effective.history,
             "history_days": effective.history_days,
+            "review_tool_saves": effective.review_tool_saves,
         },
         "inherited_from": view.inherited_from,
     }

@@ -105,6 +105,16 @@ def _store(request: Request) -> Any:
     return _state(request).store
 
 
+async def _names(request: Request, ids: Mapping[str, Any]) -> core.Names:
+    """The display names of the ids a page shows (kind → ids); unknown ids keep their short form."""
+    found: dict[str, dict[str, str]] = {}
+    for kind in ("team", "persona", "user"):
+        wanted = [parsed for raw in ids.get(kind, ()) if (parsed := _parse_id(str(raw))) is not None]
+        known = await _store(request).names(kind, wanted) if wanted else {}
+        found[kind] = {str(item): name for item, name in known.items()}
+    return core.Names(teams=found["team"], personas=found["persona"], users=found["user"])
+
+
 async def _session(request: Request) -> Session | None:
     """The open session of the request's cookie (`store.ui_sessions`); None without one."""
     token = request.cookies.get(core.SESSION_COOKIE)
@@ -475,6 +485,9 @@ async def review(request: Request) -> Response:
         waiting = 0
     rows = [core.review_row(item) for item in core.field_of(page, "items", [])]
     teams = [str(t) for t in getattr(session.principal, "teams", ())]
+    wanted = core.review_ids(rows)
+    wanted["team"].update(teams)
+    names = await _names(request, wanted)
     return await _page(
         request,
         session,
@@ -490,6 +503,7 @@ async def review(request: Request) -> Response:
         waiting=waiting,
         team_choices=teams if _role(session.principal) == "team_admin" else [],
         scope_labels=core.SCOPE_LABELS,
+        names=names,
     )
 
 
@@ -612,6 +626,14 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         "team_id": memory.team_id,
         **core.said_fields(memory),
     }
+    names = await _names(
+        request,
+        {
+            "team": [memory.team_id] if memory.team_id else [],
+            "user": [memory.user_id or memory.owner_id] if memory.scope != "persona" else [],
+            "persona": [memory.owner_id] if memory.scope != "user" else [],
+        },
+    )
     proposal = detail.pending_revision
     decide_id = (
         proposal.id if proposal is not None else (memory.id if memory.status == "pending_review" else None)
@@ -622,6 +644,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         "memory.html",
         title=f"Memory “{view['key']}”",
         memory=view,
+        names=names,
         history=history,
         proposal=proposal
         and {
@@ -649,7 +672,8 @@ async def _my_page(
         cursor = page.next_cursor
         if cursor is None:
             break
-    groups = core.group_my_memories(items)
+    personas = {str(item.owner_id) for item in items if item.scope == "persona_user"}
+    groups = core.group_my_memories(items, await _names(request, {"persona": personas}))
     total = sum(len(g.cards) for g in groups)
     remembered = await ops.my_conversations(_store(request), session.principal, limit=MY_CONVERSATIONS)
     conversations = [core.conversation_row(c) for c in remembered.items]
@@ -798,12 +822,14 @@ class _Level:
     current: bool
 
 
-def _levels(principal: Any, path: str) -> list[_Level]:
+def _levels(principal: Any, path: str, names: core.Names = core.NO_NAMES) -> list[_Level]:
     links: list[tuple[str, str]] = []
     if _role(principal) == "admin":
         links.append(("/ui/settings/global", "Global"))
     for team in getattr(principal, "teams", ()):
-        links.append((f"/ui/settings/teams/{team}", f"Team {core.short_id(team)}"))
+        links.append(
+            (f"/ui/settings/teams/{team}", names.name("team", team) or f"Team {core.short_id(team)}")
+        )
     return [_Level(href, label, href == path) for href, label in links]
 
 
@@ -824,6 +850,8 @@ async def settings_open(request: Request, level: str = "persona", target_id: str
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
+    if ":" in target_id:  # a pick from the list of known teams and personas: "team:<id>"
+        level, _, target_id = target_id.partition(":")
     try:
         target = core.parse_uuid(target_id)
     except ValueError as exc:
@@ -853,7 +881,22 @@ async def _settings_page(
             current = await ops.settings_view(_store(request), session.principal, level, target)
         except (Forbidden, NotFound) as exc:
             return await _refuse(request, session, exc)
-        view = _settings_form(session.principal, level, target, current, form)
+    teams = list(getattr(session.principal, "teams", ()))
+    names = await _names(
+        request,
+        {
+            "team": [*teams, target] if level == "team" else teams,
+            "persona": [target] if level == "persona" else [],
+        },
+    )
+    if level is not None:
+        view = _settings_form(session.principal, level, target, current, form, names)
+    store = _store(request)
+    if _role(session.principal) == "admin":
+        team_picks = [(str(e.id), e.name) for e in await store.directory("team")]
+    else:
+        team_picks = [(str(t), names.label("team", t)) for t in teams]
+    persona_picks = [(str(e.id), e.name) for e in await store.directory("persona")]
     status_code = 422 if errors or open_error else 200
     return await _page(
         request,
@@ -862,8 +905,10 @@ async def _settings_page(
         title="Settings",
         status_code=status_code,
         notice=notice,
-        levels=_levels(session.principal, request.url.path),
+        levels=_levels(session.principal, request.url.path, names),
         view=view,
+        team_picks=team_picks,
+        persona_picks=persona_picks,
         errors=errors,
         open_error=open_error,
         open_level=request.query_params.get("level", level or "persona"),
@@ -887,6 +932,7 @@ def _settings_form(
     target: uuid.UUID | None,
     current: ops.SettingsView,
     form: Mapping[str, Any] | None,
+    names: core.Names = core.NO_NAMES,
 ) -> dict[str, Any]:
     """What the settings form shows: per field the level's own value, and what is in effect there."""
     rows = []
@@ -906,9 +952,12 @@ def _settings_form(
     if level == "global":
         title, action = "Global", "/ui/settings/global"
     elif level == "team":
-        title, action = f"Team {target}", f"/ui/settings/teams/{target}"
+        title, action = f"Team {names.name('team', target) or target}", f"/ui/settings/teams/{target}"
     else:
-        title, action = f"Persona {target}", f"/ui/settings/personas/{target}"
+        title, action = (
+            f"Persona {names.name('persona', target) or target}",
+            f"/ui/settings/personas/{target}",
+        )
     return {
         "title": title,
         "action": action,

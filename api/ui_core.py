@@ -4,6 +4,7 @@ around it (HTTP, templates, the calls into `api/operations.py`, which holds the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from collections.abc import Iterable, Mapping
@@ -256,6 +257,12 @@ SETTING_FIELDS: Final = (
         "days",
         "Remembered conversation turns older than this are erased. Leave empty to inherit.",
     ),
+    SettingField(
+        "review_tool_saves",
+        "Review tool saves",
+        "switch",
+        "On: what a model saves through the memory tools waits for review instead of being active at once.",
+    ),
 )
 SWITCH_CHOICES: Final = (("inherit", "Inherit"), ("on", "On"), ("off", "Off"))
 MAX_DAYS: Final = 36500
@@ -410,6 +417,44 @@ def short_id(value: Any) -> str:
     return "—" if value is None else str(value)[:8]
 
 
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Display names of the teams, personas and users a page shows, by id (as text)."""
+
+    teams: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    personas: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def name(self, kind: str, value: Any) -> str | None:
+        """The known name of a team, persona or user id, else None."""
+        if value is None:
+            return None
+        table = {"team": self.teams, "persona": self.personas, "user": self.users}[kind]
+        return table.get(str(value))
+
+    def label(self, kind: str, value: Any) -> str:
+        """The name where known, else the id's first eight characters."""
+        return self.name(kind, value) or short_id(value)
+
+
+NO_NAMES: Final = Names()
+
+
+def review_ids(rows: Iterable[Any]) -> dict[str, set[str]]:
+    """The team, persona and user ids review rows show, by kind (to look their names up)."""
+    ids: dict[str, set[str]] = {"team": set(), "persona": set(), "user": set()}
+    for row in rows:
+        if row.team_id:
+            ids["team"].add(row.team_id)
+        if row.scope == "user":
+            ids["user"].add(row.owner_id)
+        else:
+            ids["persona"].add(row.owner_id)
+        if row.user_id:
+            ids["user"].add(row.user_id)
+    return ids
+
+
 SCOPE_LABELS: Final = {
     "user": "About the user",
     "persona": "About the persona",
@@ -541,7 +586,7 @@ def memory_card(item: Any) -> MemoryCard:
     )
 
 
-def group_my_memories(items: Iterable[Any]) -> list[MemoryGroup]:
+def group_my_memories(items: Iterable[Any], names: Names = NO_NAMES) -> list[MemoryGroup]:
     """My memories grouped by scope and persona: what every assistant may know about me first, then
     one group per persona (a `persona_user` memory's owner is the persona). Archived ones are not
     shown (they are not used and not mine to edit); within a group, by key."""
@@ -568,7 +613,7 @@ def group_my_memories(items: Iterable[Any]) -> list[MemoryGroup]:
     for persona_id in sorted(by_persona):
         groups.append(
             MemoryGroup(
-                heading=f"With persona {short_id(persona_id)}",
+                heading=f"With {names.name('persona', persona_id) or 'persona ' + short_id(persona_id)}",
                 description="Only this persona uses these, in its conversations with you.",
                 persona_id=persona_id,
                 cards=tuple(sorted(by_persona[persona_id], key=lambda c: c.key)),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from store.api_keys import ApiKeys
 from store.channel_turns import ChannelConversations
+from store.directory import DirectoryNames
 from store.embedding_models import EmbeddingModels
 from store.erasure import MemoryErasure
 from store.history import ChatHistory
@@ -34,5 +35,6 @@ class CoreStore(
     UiSessions,
     ChatHistory,
     EmbeddingModels,
+    DirectoryNames,
 ):
     """Everything but recall, shared by the Postgres and SQLite stores."""

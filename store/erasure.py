@@ -110,7 +110,14 @@ class MemoryErasure(ConversationTurns):
         await self.delete_conversations(user_id, teams=teams)
         if teams is None:
             await self._strip_audit_about(user_id)
+            await self._forget_user_name(user_id)
         return erased
+
+    async def _forget_user_name(self, user_id: uuid.UUID) -> None:
+        """The person's display name goes with them."""
+        d = self._schema.directory
+        async with self._transaction() as conn:
+            await conn.execute(delete(d).where(d.c.kind == "user", d.c.id == user_id))
 
     async def _strip_audit_about(self, user_id: uuid.UUID) -> None:
         """Text left in audit rows about the person (memories erased or deleted before)."""

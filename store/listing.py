@@ -31,6 +31,8 @@ class MemoryListing(ConversationTurns):
         ):
             if value is not None:
                 conditions.append(column == value)
+        if flt.team_context:
+            conditions.append(self._team_clause(flt.team_id))
         if flt.key_prefix:
             # substr, not LIKE: LIKE is case-insensitive on SQLite and needs escaping everywhere
             conditions.append(func.substr(m.c.key, 1, len(flt.key_prefix)) == flt.key_prefix)

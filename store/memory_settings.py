@@ -115,6 +115,7 @@ class SettingsRows(StoreBase):
             archived_days=data["archived_days"],
             history=data.get("history"),
             history_days=data.get("history_days"),
+            review_tool_saves=data["review_tool_saves"],
         )
 
     async def replace_settings(self, row: SettingsRow) -> None:
@@ -130,6 +131,7 @@ class SettingsRows(StoreBase):
             "archived_days": row.archived_days,
             "history": row.history,
             "history_days": row.history_days,
+            "review_tool_saves": row.review_tool_saves,
         }
         stmt = self._insert(s).values(
             level=row.level, target_id=row.target_id, updated_at=self._now(), **values

@@ -112,6 +112,7 @@ SETTINGS_FIELDS = (
     "archived_days",
     "history",
     "history_days",
+    "review_tool_saves",
 )
 
 
@@ -141,6 +142,7 @@ def merge_settings(
         archived_days=None if merged["archived_days"] is None else int(merged["archived_days"]),
         history=bool(merged["history"]),
         history_days=None if merged["history_days"] is None else int(merged["history_days"]),
+        review_tool_saves=bool(merged["review_tool_saves"]),
     )
 
 

@@ -181,6 +181,7 @@ class Schema:
     api_keys: Table
     ui_sessions: Table
     embedding_config: Table
+    directory: Table
     embedding_dim: int
     dialect: Dialect_
 
@@ -457,6 +458,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("archived_days", Integer, nullable=True),
         Column("history", Boolean, nullable=True),
         Column("history_days", Integer, nullable=True),
+        Column("review_tool_saves", Boolean, nullable=True),
         CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
         CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
         CheckConstraint(
@@ -547,8 +549,20 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         CheckConstraint("id = 1", name="ck_pmem_embedding_one_row"),
     )
 
+    # the latest display name of each team, persona and user (the UI shows names, not UUIDs)
+    directory = Table(
+        "directory",
+        md,
+        Column("kind", Text, primary_key=True),
+        Column("id", guid, primary_key=True),
+        Column("name", Text, nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("kind IN ('team', 'persona', 'user')", name="ck_directory_kind"),
+    )
+
     return Schema(
         metadata=md,
+        directory=directory,
         api_keys=api_keys,
         ui_sessions=ui_sessions,
         embedding_config=embedding_config,

@@ -3,8 +3,10 @@ bound to one conversation's context (user, optional persona, store).
 
 Seed §5 tools:
 
-* `memory_save(key, value, confidence=1.0)` — an explicit save, so `active` at once. Scope follows
-  whether a persona is active: `persona_user` (owner = persona, user_id = user), else `user`.
+* `memory_save(key, value, confidence=1.0)` — an explicit save: `active` at once, or
+  `pending_review` where the setting `review_tool_saves` is on (a model, not the user, decided to
+  call the tool). Scope follows whether a persona is active: `persona_user` (owner = persona,
+  user_id = user), else `user`.
 * `memory_recall(query="", max_results=20)` — hybrid recall over every scope the user may read.
 * `conversation_search(query, max_results=5)` — the user's own earlier messages (and the replies)
   said in this context (same persona or none, same team), when conversation memory is on.
@@ -23,6 +25,10 @@ Bot-plan tools (`remember` / `recall` / `forget`, facts keyed by subject) map on
 * `forget(subject, key)` hard-deletes the key from the scopes the user owns (persona_user and
   user), whatever its status; the audit trail keeps a record of the deletion.
 
+The context's team bounds every tool: a save carries the team, lookups and recall see only memories
+of no team or of that team, and `forget` deletes only what the user owns there. Where memory is off
+for the team or persona, nothing is saved or recalled.
+
 Handlers return JSON-serialisable dicts. `MemoryTools.handle_tool_call(name, arguments_json)`
 dispatches a model's tool call and raises `ToolCallError` (message fit to send back to the model)
 for an unknown tool or bad arguments.
@@ -38,9 +44,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from store.context_recall import recall_in_context
 from store.keys import storable_value
 from store.recall import normalize_key, resolve_scopes, writable_owner
-from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, Turn
+from store.types import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.typing import MemoryStore
 
 MAX_KEY_CHARS = 120
@@ -254,6 +261,7 @@ class ToolContext:
     user_id: uuid.UUID
     persona_id: uuid.UUID | None
     store: MemoryStore
+    team_id: uuid.UUID | None = None
     source_channel_id: uuid.UUID | None = None
     actor: str | None = None  # audit actor; default "user:<user_id>"
     team_id: uuid.UUID | None = None  # the conversation's team: turns are searched in it only
@@ -348,6 +356,14 @@ class MemoryTools:
         key, value = storable_value(key), storable_value(value)
         if not key or not value:
             raise ToolCallError("key and value need visible characters; say the fact in words")
+        policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
+        if not policy.enabled:
+            return {
+                "saved": False,
+                "reason": "memory is turned off in this conversation's context",
+                "key": key,
+            }
+        status: Status = "pending_review" if policy.review_tool_saves else "active"
         owner = writable_owner(ctx.user_id, ctx.persona_id)
         result = await ctx.store.upsert(
             NewMemory(
@@ -357,8 +373,9 @@ class MemoryTools:
                 key=key,
                 value=value,
                 confidence=confidence,
-                status="active",
+                status=status,
                 source_channel_id=ctx.source_channel_id,
+                team_id=ctx.team_id,
             ),
             actor=ctx.audit_actor,
         )
@@ -367,6 +384,7 @@ class MemoryTools:
             "id": str(result.memory_id),
             "action": result.action,
             "scope": owner.scope,
+            "status": status,
             "key": key,
         }
 
@@ -374,8 +392,7 @@ class MemoryTools:
         return await self._save(" ".join(args.key.split()), args.value, args.confidence)
 
     async def _memory_recall(self, args: MemoryRecallArgs) -> dict[str, Any]:
-        ctx = self.context
-        hits = await ctx.store.recall(ctx.user_id, ctx.persona_id, args.query, args.max_results)
+        hits = await self._recall_hits(args.query, args.max_results)
         return {"count": len(hits), "memories": [memory_view(h.memory, h.score) for h in hits]}
 
     async def _conversation_search(self, args: ConversationSearchArgs) -> dict[str, Any]:
@@ -387,6 +404,16 @@ class MemoryTools:
             ctx.user_id, ctx.persona_id, args.query, args.max_results, team_id=ctx.team_id
         )
         return {"count": len(hits), "messages": [turn_view(h.turn, h.score) for h in hits]}
+    async def _recall_hits(self, query: str, limit: int) -> list[RecallHit]:
+        ctx = self.context
+        return await recall_in_context(
+            ctx.store,
+            user_id=ctx.user_id,
+            persona_id=ctx.persona_id,
+            team_id=ctx.team_id,
+            query=query,
+            limit=limit,
+        )
 
     async def _remember(self, args: RememberArgs) -> dict[str, Any]:
         return await self._save(fact_key(args.subject, args.key, self.context.user_id), args.value, 1.0)
@@ -405,6 +432,8 @@ class MemoryTools:
                     key=key,
                     key_prefix=prefix,
                     limit=MAX_RESULTS,
+                    team_context=True,
+                    team_id=self.context.team_id,
                 )
             )
         return found
@@ -416,7 +445,7 @@ class MemoryTools:
             stored = fact_key(args.subject, args.key, ctx.user_id)
             matches = await self._find(owners, key=stored, prefix=None)
         elif is_self_subject(args.subject, ctx.user_id):
-            hits = await ctx.store.recall(ctx.user_id, ctx.persona_id, "", 20)
+            hits = await self._recall_hits("", 20)
             matches = [h.memory for h in hits]
         else:
             prefix = f"{' '.join(args.subject.split())}{SUBJECT_SEPARATOR}"
@@ -425,7 +454,7 @@ class MemoryTools:
         result: dict[str, Any] = {"found": bool(facts), "facts": [memory_view(m) for m in facts]}
         if not facts:
             query = " ".join(part for part in (args.subject, args.key or "") if part)
-            related = await ctx.store.recall(ctx.user_id, ctx.persona_id, query, 5)
+            related = await self._recall_hits(query, 5)
             result["related"] = [memory_view(h.memory, h.score) for h in related]
         return result
 
@@ -438,7 +467,14 @@ class MemoryTools:
         deleted = 0
         for owner in own:
             rows = await ctx.store.list(
-                MemoryFilter(scope=owner.scope, owner_id=owner.owner_id, user_id=owner.user_id, key=stored)
+                MemoryFilter(
+                    scope=owner.scope,
+                    owner_id=owner.owner_id,
+                    user_id=owner.user_id,
+                    key=stored,
+                    team_context=True,
+                    team_id=ctx.team_id,
+                )
             )
             for memory in rows:
                 deleted += int(await ctx.store.delete(memory.id, actor=ctx.audit_actor))

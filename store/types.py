@@ -21,6 +21,17 @@ STATUSES: tuple[Status, ...] = ("active", "pending_review", "archived")
 # Recall merges the same key across scopes; the most specific scope wins.
 SCOPE_PRIORITY: dict[Scope, int] = {"persona_user": 0, "persona": 1, "user": 2}
 NIL_UUID = uuid.UUID(int=0)
+DirectoryKind = Literal["team", "persona", "user"]
+DIRECTORY_KINDS: tuple[DirectoryKind, ...] = ("team", "persona", "user")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DirectoryEntry:
+    """One team's, persona's or user's display name."""
+
+    kind: DirectoryKind
+    id: uuid.UUID
+    name: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +89,9 @@ class MemoryFilter:
     key: str | None = None
     source_channel_id: uuid.UUID | None = None
     key_prefix: str | None = None  # keys starting with this text (case-sensitive)
+    # only rows visible in one team's context (rows of no team, or of `team_id`)
+    team_context: bool = False
+    team_id: uuid.UUID | None = None
     limit: int = 100
     offset: int = 0
 
@@ -151,6 +165,8 @@ class MemorySettings:
     # conversation memory: store the conversations' turns, and erase them after `history_days`
     history: bool = True
     history_days: int | None = 90
+    # a model, not the user, decides to call a save tool: on, its saves wait for review
+    review_tool_saves: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,6 +319,7 @@ class SettingsRow:
     archived_days: int | None = None
     history: bool | None = None
     history_days: int | None = None
+    review_tool_saves: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -16,6 +16,8 @@ from store.types import (
     Conversation,
     ConversationQuery,
     DedupRule,
+    DirectoryEntry,
+    DirectoryKind,
     EventMemory,
     EventWrite,
     Memory,
@@ -87,7 +89,10 @@ class RecallStore(Protocol):
 
 
 class WorkerStore(Protocol):
-    """What the worker's per-event pipeline needs: policy, existing memories, one write per event."""
+    """What the worker's per-event pipeline needs: policy, existing memories, one write per event,
+    and the display names events carry."""
+
+    async def set_names(self, entries: Sequence[DirectoryEntry]) -> None: ...
 
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
@@ -265,12 +270,14 @@ class SessionStore(Protocol):
     async def end_ui_session(self, digest: str) -> None: ...
 
 
-class ControlPlaneStore(
-    RecallStore, ReviewStore, PersonalStore, SettingsStore, KeyStore, SessionStore, Protocol
-):
-    """Everything `pmem serve` needs."""
+class DirectoryStore(Protocol):
+    """Display names of teams, personas and users."""
 
-    async def ping(self) -> None: ...
+    async def set_names(self, entries: Sequence[DirectoryEntry]) -> None: ...
+
+    async def names(self, kind: DirectoryKind, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]: ...
+
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]: ...
 
 
 class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, SettingsStore, Protocol):
@@ -298,6 +305,13 @@ class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, Settings
         extraction_prompt: str | None = None,
         min_confidence: float | None = None,
     ) -> None: ...
+
+
+class ControlPlaneStore(MemoryStore, KeyStore, DirectoryStore, SessionStore, Protocol):
+    """Everything `pmem serve` needs: the whole store (the memory tools write through it), API keys,
+    display names and web-UI sessions."""
+
+    async def ping(self) -> None: ...
 
 
 class HistoryStore(Protocol):

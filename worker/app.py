@@ -404,7 +404,10 @@ class Worker:
         if self.serve_http and self.health is None:
             self._enter(f"starting the health server on port {self.settings.http_port}")
             self.health = await HealthServer(
-                metrics=self.metrics, readiness=self.readiness, port=self.settings.http_port
+                metrics=self.metrics,
+                readiness=self.readiness,
+                host=self.settings.http_host,
+                port=self.settings.http_port,
             ).start()
         self._enter(f"connecting to NATS at {safe_url(self.settings.nats_url)}")
         await self.broker.connect()

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from store.types import Scope, UpsertAction
+from store.directory import directory_entries
+from store.types import DirectoryEntry, Scope, UpsertAction
 from worker.settings import Settings
+
+log = logging.getLogger("pmem.worker.events")
 
 EVENT_TYPE = "conversation.ended"
 DLQ_REASON_HEADER = "Pmem-Dlq-Reason"
@@ -51,6 +55,29 @@ class ConversationEnded(BaseModel):
     user_id: uuid.UUID
     persona_id: uuid.UUID | None = None
     messages: tuple[EventMessage, ...] = Field(min_length=1)
+    # display names for the web UI (the latest one wins); a name that is not a string is ignored
+    team_name: str | None = Field(default=None, description="The team's display name (optional).")
+    persona_name: str | None = Field(default=None, description="The persona's display name (optional).")
+    user_name: str | None = Field(
+        default=None, description="The user's display name (optional; erased with the user)."
+    )
+
+    @field_validator("team_name", "persona_name", "user_name", mode="before")
+    @classmethod
+    def _lenient_name(cls, value: object) -> object:
+        if value is None or isinstance(value, str):
+            return value
+        log.info("ignored a display name that is not a string (%s)", type(value).__name__)
+        return None
+
+
+def event_names(event: ConversationEnded) -> list[DirectoryEntry]:
+    """The display names an event carries, for the ids it names."""
+    return directory_entries(
+        team=(event.team_id, event.team_name),
+        persona=(event.persona_id, event.persona_name),
+        user=(event.user_id, event.user_name),
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

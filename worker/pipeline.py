@@ -44,7 +44,7 @@ from store.settings_cache import SettingsCache
 from store.turns import TURN_MAX_CHARS
 from store.types import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
 from store.typing import WorkerStore
-from worker.events import ConversationEnded
+from worker.events import ConversationEnded, event_names
 from worker.metrics import Metrics
 from worker.tracing import span
 
@@ -594,6 +594,9 @@ async def process_event(
         return await duplicate()
     with span("pmem.policy"):
         policy = await _policy(event, deps, db)
+    names = event_names(event) if policy.enabled else []  # memory off: nothing about people is kept
+    if names:
+        await db("set_names", lambda: store.set_names(names))
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))

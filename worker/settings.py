@@ -126,6 +126,8 @@ class Settings(BaseSettings):
 
     # Observability
     http_port: int = Field(default=9464, ge=0, le=65535)
+    # all interfaces by default: probes and Prometheus come from outside the pod
+    http_host: str = "0.0.0.0"
     log_level: str = "INFO"
     log_json: bool = True
 

@@ -142,6 +142,33 @@ TABLE: tuple[Case, ...] = (
         # a team admin erases what was said in their own teams (another team's: nothing, see below)
         {"anonymous": 401, "user": 403, "team_admin": 200, "admin": 200, "service": 200},
     ),
+    Case(
+        "GET",
+        "/v1/tools",
+        None,
+        {"anonymous": 401, "user": 200, "team_admin": 200, "admin": 200, "service": 200},
+    ),
+    # a person acts for themselves only, in the teams their token lists; a service for anyone
+    *(
+        Case(
+            "POST",
+            "/v1/tools/call",
+            {"name": name, "arguments": arguments, "user_id": "{user}", "team_id": "{team}"},
+            {"anonymous": 401, "user": per(200, 403, 403), "team_admin": 403, "admin": 403, "service": 200},
+        )
+        for name, arguments in (
+            ("memory_recall", {}),
+            ("recall", {"subject": "me", "key": "fact {resource}"}),
+            ("forget", {"subject": "me", "key": "fact {resource}"}),
+            ("memory_save", {"key": "fact {resource}", "value": "overwritten"}),
+        )
+    ),
+    Case(
+        "PUT",
+        "/v1/directory/users/{user}",
+        {"name": "Ada"},
+        {"anonymous": 401, "user": 403, "team_admin": 403, "admin": 200, "service": 200},
+    ),
 )
 
 
@@ -241,6 +268,7 @@ async def test_authorization_matrix(
         "user": str(subject),
         "team": str(team),
         "channel": str(channel_of(resource)),
+        "resource": resource,
     }
     before = await snapshot(api_store, ids, people)
     response = await client.request(
@@ -260,7 +288,7 @@ async def test_authorization_matrix(
     if want >= 400:
         assert await snapshot(api_store, ids, people) == before  # a refused call changes nothing
         assert all(secret not in response.text for secret in SECRET_VALUE.values())
-    elif response.status_code == 200 and case.method == "GET":
+    elif response.status_code == 200 and (case.method == "GET" or case.path == "/v1/tools/call"):
         # what a caller may list never includes what it may not see
         visible = {
             "user": {"own"},

@@ -14,7 +14,7 @@ import psycopg
 from api.app import create_app
 from api.auth import mint_jwt
 from store.postgres import PostgresMemoryStore
-from store.types import NewMemory, NewTurn
+from store.types import DirectoryEntry, NewMemory, NewTurn
 from tests.api.conftest import AUTH, SECRET, TEAM_A, People
 
 ERASED = "Keeps a diary in Esperanto"
@@ -99,6 +99,13 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             observed_at=SAID_AT,
         )
     )
+    # the name the platform gave the user goes with them; another user's name stays
+    await store.set_names(
+        [
+            DirectoryEntry(kind="user", id=people.user, name="Ada, who writes in Esperanto"),
+            DirectoryEntry(kind="user", id=people.other_user, name="Bea"),
+        ]
+    )
     return first.memory_id
 
 
@@ -110,6 +117,7 @@ async def test_erasing_everything_about_a_user_leaves_no_text_in_any_table_or_ex
     response = await client.delete(f"/v1/users/{people.user}/memories", headers=people.headers("service"))
     assert response.status_code == 200 and response.json() == {"erased": 2}
     assert text_columns_holding(api_db_url, ERASED) == []
+    assert await api_store.names("user", [people.user, people.other_user]) == {people.other_user: "Bea"}
     export = await client.get("/v1/me/export", headers=people.headers("user"))
     assert export.status_code == 200 and "Esperanto" not in export.text
     audit = export.json()["audit"]

@@ -22,7 +22,7 @@ DIM = 384
 CONCEPT_DIM = 8
 TABLES = (
     "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages, api_keys, "
-    "ui_sessions, conversation_turns"
+    "ui_sessions, conversation_turns, directory"
 )
 
 

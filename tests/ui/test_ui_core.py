@@ -91,6 +91,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
             "archived_days": "",
             "history": "off",
             "history_days": "30",
+            "review_tool_saves": "on",
         }
     )
     assert errors == {}
@@ -103,6 +104,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
         "archived_days": None,
         "history": False,
         "history_days": 30,
+        "review_tool_saves": True,
     }
     _, errors = core.parse_settings_form({"enabled": "maybe", "min_confidence": "1.5", "pending_days": "0"})
     assert set(errors) == {"enabled", "min_confidence", "pending_days"}

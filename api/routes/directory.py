@@ -1,0 +1,41 @@
+"""Display names the platform sets for its teams, personas and users (events may carry them too)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import Caller, State
+from api.errors import BadInput, Forbidden
+from store.directory import MAX_NAME_CHARS, clean_name
+from store.types import DirectoryEntry, DirectoryKind
+
+router = APIRouter(prefix="/v1/directory", tags=["directory"])
+
+DirectoryPath = Literal["teams", "personas", "users"]
+_KIND: dict[str, DirectoryKind] = {"teams": "team", "personas": "persona", "users": "user"}
+
+
+class NameBody(BaseModel):
+    """A display name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+
+@router.put("/{kind}/{item_id}")
+async def put_name(
+    kind: DirectoryPath, item_id: uuid.UUID, body: NameBody, principal: Caller, state: State
+) -> dict[str, str]:
+    """Set the name the web UI shows for a team, persona or user (a service key or an admin)."""
+    if principal.role not in ("service", "admin"):
+        raise Forbidden("display names are set by the platform's service key or an admin")
+    name = clean_name(body.name)
+    if name is None:
+        raise BadInput("field name: has no printable characters")
+    await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
+    return {"kind": kind, "id": str(item_id), "name": name}

@@ -1,0 +1,104 @@
+"""`pmem worker` as a real process (rules extractor, hashing embeddings) on a real nats-server and
+Postgres, with stream, subjects and consumer of its own so tests sharing the server never meet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from worker.embedded import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerNames:
+    """The NATS names one test's worker uses."""
+
+    subject: str
+    stream: str
+
+    @classmethod
+    def fresh(cls) -> WorkerNames:
+        """Names no other test uses."""
+        tag = uuid.uuid4().hex[:8]
+        return cls(subject=f"t{tag}.conversation.ended", stream=f"CHAT_{tag}")
+
+
+@contextmanager
+def running_worker(
+    database_url: str, nats_url: str, names: WorkerNames, timeout_s: float = 180.0
+) -> Iterator[None]:
+    """`pmem worker` consuming `names.subject`, ready (its /readyz answers 200) when this yields."""
+    tag = names.stream.removeprefix("CHAT_")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env.update(
+        PMEM_DATABASE_URL=database_url,
+        PMEM_NATS_URL=nats_url,
+        PMEM_SUBJECT=names.subject,
+        PMEM_STREAM=names.stream,
+        PMEM_DURABLE=f"pmem-{tag}",
+        PMEM_OUTPUT_STREAM=f"PMEM_{tag}",
+        PMEM_EXTRACTED_SUBJECT=f"t{tag}.memory.extracted",
+        PMEM_DLQ_SUBJECT=f"t{tag}.dlq",
+        PMEM_EXTRACTOR="rules",
+        PMEM_EMBEDDING_PROVIDER="hashing",
+        PMEM_EMBEDDING_DIM="384",
+        PMEM_HTTP_HOST="127.0.0.1",
+        PMEM_HTTP_PORT=str(port),
+        PMEM_SETTINGS_CACHE_S="0",
+        PYTHONPATH=str(REPO),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if answer.status_code == 200:
+                    break
+                last = f"{answer.status_code} {answer.text.strip()}"
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(
+                    f"pmem worker was not ready within {timeout_s:.0f} s (/readyz: {last}): "
+                    f"{process.communicate()[1][-3000:]}"
+                )
+            time.sleep(0.2)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll `condition` until it holds; AssertionError naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
