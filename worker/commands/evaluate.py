@@ -570,6 +570,10 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     async with AsyncExitStack() as stack:
         for part, _ in parts:
             stack.push_async_callback(close_embedder, part.inner)  # an HTTP embedder's session
+            # load the model now: SQLite's recall holds its one connection while it embeds the
+            # query, and a model loading there (torch, seconds on a busy machine) would time the
+            # other recalls in flight out of the pool
+            await part.inner.embed(["warm-up"])
         store = await _open_store(options, embedder, stack)
         pipeline = _extraction_pipeline(settings, store, embedder) if options.unit == "extracted" else None
         if pipeline is not None:
