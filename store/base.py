@@ -281,15 +281,21 @@ class StoreBase:
             result.append(self._check_dim(vector, f"embedding of {memory.key!r}"))
         return result
 
-    async def embed_query(self, query: str) -> builtins.list[float]:
-        """The query's embedding, dimension-checked. An embedder with its own `embed_query` (short
-        timeout, at most one retry: a person is waiting) is asked through it."""
-        embed_query = getattr(self._embedder, "embed_query", None)
-        if embed_query is not None:
-            vector: builtins.list[float] = await embed_query(query)
+    async def embed_queries(self, queries: Sequence[str]) -> builtins.list[builtins.list[float]]:
+        """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
+        role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
+        through it; any other embeds queries as it embeds memories."""
+        embed_queries = getattr(self._embedder, "embed_queries", None)
+        if embed_queries is not None:
+            vectors: builtins.list[builtins.list[float]] = await embed_queries(list(queries))
         else:
-            (vector,) = await self._embedder.embed([query])
-        return self._check_dim(vector, "query embedding")
+            vectors = await self._embedder.embed(list(queries))
+        return [self._check_dim(vector, "query embedding") for vector in vectors]
+
+    async def embed_memory(self, key: str, value: str) -> builtins.list[float]:
+        """The embedding a memory with this key and value is stored with (the document role)."""
+        (vector,) = await self._embedder.embed([embedding_text(key, value)])
+        return self._check_dim(vector, f"embedding of {key!r}")
 
     # -- locked reads inside a transaction ------------------------------------------------------
 

@@ -50,12 +50,20 @@ class EmbeddingModelMismatch(SchemaError):
         super().__init__(
             f"the stored memories were embedded with {recorded.describe()} but the configured embedder "
             f"is {configured.describe()}; vectors of two models in one column would silently spoil "
-            "recall and de-duplication. Run `pmem reembed` to re-embed every memory with the configured "
-            "model (stop the workers first), or configure PMEM_EMBEDDING_PROVIDER/PMEM_EMBEDDING_MODEL "
-            "to the recorded one."
+            "recall and de-duplication. Either stop the workers and run `pmem reembed` to re-embed "
+            "every memory with the configured model, or keep the recorded one: "
+            f"{recorded_settings(recorded)}."
         )
         self.recorded = recorded
         self.configured = configured
+
+
+def recorded_settings(recorded: EmbeddingIdentity) -> str:
+    """The settings that configure the recorded embedder again (`PMEM_EMBEDDING_…=…`)."""
+    return (
+        f"PMEM_EMBEDDING_PROVIDER={recorded.provider} PMEM_EMBEDDING_MODEL={recorded.model} "
+        f"PMEM_EMBEDDING_DIM={recorded.dim}"
+    )
 
 
 def recorded_embedding(conn: Connection) -> EmbeddingIdentity | None:

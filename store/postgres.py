@@ -429,9 +429,8 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
     async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
         """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
         texts = embedding_queries(text, stats.word_share, self._fusion)
-        if len(texts) == 1:
-            return await self.embed_query(texts[0])
-        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
+        vectors = await self.embed_queries(texts)
+        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:

@@ -10,7 +10,6 @@ from sqlalchemy import ColumnElement, and_, false, func, select, update
 
 from store.base import StoreBase, audit_entry
 from store.errors import NothingPending, StoreError
-from store.keys import embedding_text
 from store.pagination import newest_first_page
 from store.policy import check_may_decide, plan_approve, plan_reject, storable_confidence
 from store.types import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
@@ -33,7 +32,7 @@ class MemoryReview(StoreBase):
             prepared = (
                 peek[0].id,
                 peek[0].new_value,
-                await self.embed_query(embedding_text(key, peek[0].new_value)),
+                await self.embed_memory(key, peek[0].new_value),
             )
         async with self._transaction() as conn:
             memory = await self._locked_memory(conn, memory_id)
@@ -127,9 +126,7 @@ class MemoryReview(StoreBase):
             return None
         if current.value == value and not activate:
             return current
-        embedding = (
-            await self.embed_query(embedding_text(current.key, value)) if current.value != value else None
-        )
+        embedding = await self.embed_memory(current.key, value) if current.value != value else None
         m = self._schema.memories
         async with self._transaction() as conn:
             memory = await self._locked_memory(conn, memory_id)

@@ -375,9 +375,8 @@ class SqliteMemoryStore(CoreStore):
     async def _query_vector(self, text: str, index: OwnerIndex) -> builtins.list[float]:
         """The mean direction of the query's embedding texts (`store.recall.embedding_queries`)."""
         texts = embedding_queries(text, index.word_share(query_terms(text)), self._fusion)
-        if len(texts) == 1:
-            return await self.embed_query(texts[0])
-        return self._check_dim(mean_direction(await self._embedder.embed(texts)), "query embedding")
+        vectors = await self.embed_queries(texts)
+        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
     async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
         """Changes since the owners' rows were read: this store's writes and other connections'."""

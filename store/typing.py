@@ -46,7 +46,9 @@ from store.types import (
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into fixed-size vectors (one per text, same order)."""
+    """Turns texts into fixed-size vectors (one per text, same order). `embed` is for what the store
+    keeps; an embedder whose model gives queries another role (e5's "query: ") also has
+    `embed_queries(texts)`, which recall uses for its query texts (`store.base`)."""
 
     @property
     def dim(self) -> int: ...

