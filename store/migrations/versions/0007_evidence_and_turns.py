@@ -1,7 +1,7 @@
 """Evidence and time on memories and pending revisions; conversation turns; history settings.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-02
 
 - `memories.evidence` / `memories.observed_at` and the same on `memory_revisions`: what was said
@@ -17,7 +17,7 @@ from __future__ import annotations
 from alembic import context, op
 
 revision: str = "0007"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -1,7 +1,7 @@
 """Display names of teams, personas and users, and the `review_tool_saves` setting.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-02
 
 `directory` keeps the latest name the platform gave each team, persona or user (from events or
@@ -16,7 +16,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0008"
-down_revision: str | None = "0005"
+down_revision: str | None = "0007"
 branch_labels: str | None = None
 depends_on: str | None = None
 
