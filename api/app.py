@@ -307,7 +307,6 @@ def create_app(
 
         return FileResponse(Path(swagger_ui_path) / name, media_type=DOCS_FILES[name])
 
-    for router in (me.router, review.router, settings.router, platform.router):
     for router in (
         me.router,
         review.router,

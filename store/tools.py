@@ -261,10 +261,9 @@ class ToolContext:
     user_id: uuid.UUID
     persona_id: uuid.UUID | None
     store: MemoryStore
-    team_id: uuid.UUID | None = None
+    team_id: uuid.UUID | None = None  # the conversation's team: saves carry it, recall and search stay in it
     source_channel_id: uuid.UUID | None = None
     actor: str | None = None  # audit actor; default "user:<user_id>"
-    team_id: uuid.UUID | None = None  # the conversation's team: turns are searched in it only
 
     @property
     def audit_actor(self) -> str:

@@ -410,7 +410,7 @@ class ConversationTurns(SettingsRows):
         vector = (
             self._check_dim(query_embedding, "query embedding")
             if query_embedding is not None
-            else await self.embed_query(query)
+            else (await self.embed_queries([query]))[0]
         )
         if self._schema.dialect == "postgresql":
             return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
