@@ -105,7 +105,7 @@ def verify_sign_in_token(token: str, config: AuthConfig, *, now: float, max_life
     claims = _verified_claims(token, config)
     if claims.get(USE_CLAIM) != SIGN_IN_USE:
         raise Unauthorized(
-            f"not a sign-in token: it needs `{USE_CLAIM}: \"{SIGN_IN_USE}\"` and a `jti` "
+            f'not a sign-in token: it needs `{USE_CLAIM}: "{SIGN_IN_USE}"` and a `jti` '
             "(an API token is never accepted in a link)"
         )
     token_id = claims.get("jti")

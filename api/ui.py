@@ -336,9 +336,7 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
     state = _state(request)
     now = time.time()
     try:
-        sign_in = api_auth.verify_sign_in_token(
-            token, state.auth, now=now, max_life_s=state.sign_in_max_s
-        )
+        sign_in = api_auth.verify_sign_in_token(token, state.auth, now=now, max_life_s=state.sign_in_max_s)
     except Unauthorized as exc:
         return await _link_refused(request, str(exc))
     if not sign_in.principal.is_person:  # pragma: no cover - principal_from_claims makes people

@@ -132,7 +132,9 @@ class MemoryReview(StoreBase):
             memory = await self._locked_memory(conn, memory_id)
             if memory is None:
                 return None
-            open_rev = await self._open_revision(conn, memory_id, lock=True) if activate or pending_only else None
+            open_rev = (
+                await self._open_revision(conn, memory_id, lock=True) if activate or pending_only else None
+            )
             if pending_only and plan_approve(memory, open_rev[0] if open_rev else None) == "nothing":
                 raise NothingPending(f"memory {memory_id} has nothing pending to review")
             values: dict[str, object] = {"value": value, "updated_at": self._now()}

@@ -53,7 +53,9 @@ class UiSessions(StoreBase):
         async with self._reading() as conn:
             row = (
                 await conn.execute(
-                    select(s).where(s.c.digest == digest, s.c.ended_at.is_(None), s.c.expires_at > self._now())
+                    select(s).where(
+                        s.c.digest == digest, s.c.ended_at.is_(None), s.c.expires_at > self._now()
+                    )
                 )
             ).first()
         if row is None:

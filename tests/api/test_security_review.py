@@ -84,7 +84,9 @@ def served(embedded_postgres: Any) -> Iterator[Served]:
         [*PMEM, "keys", "create", "chat-backend"], env=env, capture_output=True, text=True, timeout=60
     )
     assert created.returncode == 0, created.stderr
-    proc = subprocess.Popen([*PMEM, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*PMEM, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     base = f"http://127.0.0.1:{env['PMEM_API_PORT']}"
     deadline = time.monotonic() + 30
     while True:
@@ -132,8 +134,14 @@ def person(subject: uuid.UUID, role: str = "user") -> dict[str, str]:
 async def add(store: PostgresMemoryStore, owner: uuid.UUID, key: str, value: str, **fields: Any) -> uuid.UUID:
     fields.setdefault("team_id", TEAM_A)
     result = await store.upsert(
-        NewMemory(scope=fields.pop("scope", "user"), owner_id=owner, user_id=fields.pop("user_id", None),
-                  key=key, value=value, **fields),  # fmt: skip
+        NewMemory(
+            scope=fields.pop("scope", "user"),
+            owner_id=owner,
+            user_id=fields.pop("user_id", None),
+            key=key,
+            value=value,
+            **fields,
+        ),
         actor="worker",
     )
     return result.memory_id
@@ -219,9 +227,13 @@ async def test_edit_of_a_memory_with_nothing_pending_is_409_and_changes_nothing(
     rejected = await add(store, user, "old job", "Was a baker")
     assert (await http.post(f"/v1/review/{rejected}/reject", headers=reviewer)).status_code == 200
     own = await add(store, user, "diet", "Is vegetarian", status="active")
-    assert (await http.patch(f"/v1/me/memories/{own}", json={"value": "Is vegan"}, headers=person(user))).status_code == 200
+    assert (
+        await http.patch(f"/v1/me/memories/{own}", json={"value": "Is vegan"}, headers=person(user))
+    ).status_code == 200
     for memory_id, status, value in ((rejected, "archived", "Was a baker"), (own, "active", "Is vegan")):
-        answer = await http.post(f"/v1/review/{memory_id}/edit", json={"value": "Rewritten"}, headers=reviewer)
+        answer = await http.post(
+            f"/v1/review/{memory_id}/edit", json={"value": "Rewritten"}, headers=reviewer
+        )
         assert answer.status_code == 409, answer.text
         after = await store.get_by_id(memory_id)
         assert after is not None and (after.status, after.value) == (status, value)

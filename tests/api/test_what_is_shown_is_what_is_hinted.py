@@ -57,7 +57,9 @@ class Served:
         app = create_app(store=self.store, auth=AUTH, max_body_bytes=64_000)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         self.http = httpx.AsyncClient(transport=transport, base_url="http://pmem.test")
-        self.admin = {"Authorization": f"Bearer {mint_jwt(secret=SECRET, subject=uuid.uuid4(), role='admin')}"}
+        self.admin = {
+            "Authorization": f"Bearer {mint_jwt(secret=SECRET, subject=uuid.uuid4(), role='admin')}"
+        }
         self.key = ""
 
     def run(self, coroutine: object) -> object:
@@ -95,7 +97,9 @@ async def _shown_and_hinted(app: Served, text: str) -> None:
     assert value == expected
     assert not [c for c in value if is_invisible(c)]
     # nothing visible is lost: the same characters apart from how whitespace is laid out
-    assert [c for c in value if not c.isspace()] == [c for c in text if not c.isspace() and not is_invisible(c)]
+    assert [c for c in value if not c.isspace()] == [
+        c for c in text if not c.isspace() and not is_invisible(c)
+    ]
     persona = uuid.uuid4()
     written = await app.store.upsert(
         NewMemory(scope="persona", owner_id=persona, user_id=None, key=KEY, value=value, team_id=TEAM_A),
@@ -155,13 +159,17 @@ CURSORS = st.one_of(
 )
 TOKENS = st.one_of(
     st.text(max_size=200),
-    st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.text(max_size=40), st.text(max_size=40), st.text(max_size=40)),
+    st.builds(
+        lambda a, b, c: f"{a}.{b}.{c}", st.text(max_size=40), st.text(max_size=40), st.text(max_size=40)
+    ),
     st.builds(lambda t: "pmem_sk_" + t, st.text(max_size=60)),
     st.builds(
         lambda claims, alg: mint_or_garbage(claims, alg),
         st.dictionaries(
             st.sampled_from(["sub", "exp", "pmem_role", "pmem_teams", "pmem_use", "jti", "iss", "aud"]),
-            st.one_of(st.text(max_size=20), st.integers(), st.lists(st.text(max_size=10), max_size=3), st.none()),
+            st.one_of(
+                st.text(max_size=20), st.integers(), st.lists(st.text(max_size=10), max_size=3), st.none()
+            ),
         ),
         st.sampled_from(["HS256", "none"]),
     ),
@@ -198,8 +206,13 @@ async def _fuzz(app: Served, queries: list[str], cursors: list[str], tokens: lis
         body = {"user_id": str(user), "team_id": str(TEAM_A), "query": query}
         await check(await app.http.post("/v1/recall", json=body, headers=service), f"recall {query!r}")
     for cursor in cursors:
-        await check(await app.http.get("/v1/me/memories", params={"cursor": cursor}, headers=person), f"me {cursor!r}")
-        await check(await app.http.get("/v1/review", params={"cursor": cursor}, headers=app.admin), f"review {cursor!r}")
+        await check(
+            await app.http.get("/v1/me/memories", params={"cursor": cursor}, headers=person), f"me {cursor!r}"
+        )
+        await check(
+            await app.http.get("/v1/review", params={"cursor": cursor}, headers=app.admin),
+            f"review {cursor!r}",
+        )
     for token in tokens:
         header = {"Authorization": f"Bearer {_header_safe(token)}"}
         await check(await app.http.get("/v1/me/memories", headers=header), f"bearer {token!r}")
@@ -222,8 +235,16 @@ def test_no_query_cursor_or_credential_makes_the_api_answer_5xx(
     for n in range(5):
         served.run(
             served.store.upsert(
-                NewMemory(scope="user", owner_id=user, user_id=None, key=f"fact {n}", value=f"Likes {n}",
-                          status="active", team_id=TEAM_A, observed_at=datetime(2023, 8, n + 1, tzinfo=UTC)),  # fmt: skip
+                NewMemory(
+                    scope="user",
+                    owner_id=user,
+                    user_id=None,
+                    key=f"fact {n}",
+                    value=f"Likes {n}",
+                    status="active",
+                    team_id=TEAM_A,
+                    observed_at=datetime(2023, 8, n + 1, tzinfo=UTC),
+                ),
             )
         )
     errors = served.run(_fuzz(served, queries, cursors, tokens))

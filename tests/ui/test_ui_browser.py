@@ -191,7 +191,9 @@ def test_an_api_token_or_a_long_lived_token_in_a_link_signs_no_one_in(
 def test_the_api_docs_render_from_the_servers_own_files_under_its_csp(page: Any, base_url: str) -> None:
     violations: list[str] = []
     outside: list[str] = []
-    page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
+    page.on(
+        "console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None
+    )
     page.on("request", lambda req: outside.append(req.url) if not req.url.startswith(base_url) else None)
     page.goto(f"{base_url}/docs")
     expect(page.get_by_text("/v1/review/{item_id}/approve").first).to_be_visible()
