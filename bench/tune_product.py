@@ -171,7 +171,7 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
         stack.push_async_callback(close_embedder, embedder.inner)
         opened = await _open_store(options, embedder, stack)
         pipeline = _extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
-        semaphore = asyncio.Semaphore(8)
+        semaphore = asyncio.Semaphore(args.concurrency)
         wanted = everything
         if args.conversations:
             by_id = {c.sample_id: c for c in everything}
@@ -250,6 +250,7 @@ def main() -> int:
         help="K:MEMORY_WEIGHT:TURN_WEIGHT variants of the memory-vs-turn merge (the first: today's)",
     )  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--concurrency", type=int, default=8, help="questions in flight (SQLite: 1)")
     parser.add_argument(
         "--conversations", default=None, help="sample ids to ingest, in this order (default: every one)"
     )
@@ -299,6 +300,8 @@ def main() -> int:
         print(f"chosen on dev: {chosen.label}")
         figures: dict[str, dict[str, Any]] = {}
         for name, members in of_split.items():
+            if not members:
+                continue
             figures[name] = {
                 "both (chosen)": scores(members, chosen, "both", dedup=dedup),
                 "both (before)": scores(members, fusions[0], "both", dedup=dedup),

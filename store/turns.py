@@ -52,10 +52,12 @@ if TYPE_CHECKING:
 TURN_WINDOW = 4000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
-# reciprocal-rank constant and weights of the merged list: a memory (a reviewed fact) counts more
-# than a turn at the same rank, so facts lead when they answer the question and turns fill in
+# reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
+# extractor (bench/tune_product.py, bench/README.md): any fact placed among the first turns cost
+# evidence and answer recall there, so a memory's first rank scores as a turn's twelfth and facts
+# follow the best turns (facts never cost recall); rerun the tuning for an LLM extractor's facts
 ITEM_RRF_K = 10
-MEMORY_ITEM_WEIGHT = 1.5
+MEMORY_ITEM_WEIGHT = 0.5
 TURN_ITEM_WEIGHT = 1.0
 # BM25 parameters of the SQLite text ranking over the window
 _BM25_K1 = 1.2
@@ -267,8 +269,8 @@ def merge_recall(
     turn_weight: float = TURN_ITEM_WEIGHT,
     k: int = ITEM_RRF_K,
 ) -> builtins.list[RecallItem]:
-    """Memories and turns in one ranked list: each scored `weight / (k + rank in its own list)`,
-    so the best facts lead and the best turns follow them, interleaving further down."""
+    """Memories and turns in one ranked list: each scored `weight / (k + rank in its own list)`;
+    with the defaults the best turns come first and facts interleave after them."""
     items = [
         RecallItem(kind="memory", score=memory_weight / (k + rank), memory=hit.memory, sources=hit.sources)
         for rank, hit in enumerate(memories, start=1)

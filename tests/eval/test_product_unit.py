@@ -162,7 +162,7 @@ def test_product_run_sends_every_session_and_asks_every_question(
     kinds = report["top_10_kinds"]
     assert kinds["memories"]["turns"] == 0 < kinds["memories"]["memories"]
     assert kinds["turns"]["memories"] == 0 < kinds["turns"]["turns"]
-    assert kinds["both"]["memories"] > 0 and kinds["both"]["turns"] > 0
+    assert kinds["both"]["turns"] > 0  # the best turns come first
     # 17 turns in all: at 50 every stored turn is recalled, so every known dia_id is found
     assert rows["turns"]["recall@50"] == 1.0 and rows["both"]["recall@50"] == 1.0
     # the memories stand for the messages they were extracted from

@@ -48,11 +48,16 @@ def turn(text: str, role: str = "user") -> Turn:
     )
 
 
-def test_the_best_facts_lead_and_turns_interleave_further_down() -> None:
+def test_the_best_turns_lead_and_facts_interleave_after_them() -> None:
     facts = [RecallHit(memory=memory(f"k{i}", "v"), score=1.0) for i in range(3)]
     turns = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(3)]
     merged = merge_recall(facts, turns, 6)
-    assert [i.kind for i in merged][:2] == ["memory", "memory"]
+    assert [i.kind for i in merged][:2] == ["turn", "turn"]
+    # a fact's first rank scores as a turn's twelfth (the constants chosen on LoCoMo dev)
+    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(14)]
+    assert [i.kind for i in merge_recall(facts, many, 14)].index("memory") == 11
+    weighted = merge_recall(facts, turns, 6, memory_weight=1.5)
+    assert [i.kind for i in weighted][:2] == ["memory", "memory"]
     assert sorted(i.kind for i in merged) == ["memory"] * 3 + ["turn"] * 3
     assert [i.score for i in merged] == sorted((i.score for i in merged), reverse=True)
     assert merge_recall([], turns, 2)[0].turn == turns[0].turn
