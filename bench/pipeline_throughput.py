@@ -127,11 +127,21 @@ class Result:
         return self.conv_per_s * self.mean_ms / 1000
 
 
+# messages per generated conversation (`--messages`)
+EVENT_SHAPE = {"messages": 4}
+SMALL_TALK = (
+    ("How was your day?", "Busy but fine, thanks for asking."),
+    ("Any plans for the evening?", "Maybe a film, nothing special."),
+    ("Did you see the news about the new bridge?", "Yes, it opens next spring."),
+    ("What would you recommend for the weekend?", "A long walk and a good book."),
+)
+
+
 def make_events(
-    n: int, seed: int, *, users_count: int | None = None, personas_count: int = 4
+    n: int, seed: int, *, users_count: int | None = None, personas_count: int = 4, messages: int = 4
 ) -> list[dict[str, Any]]:
     """n conversations over n/4 users (or `users_count`) (half with a persona), 2 facts each,
-    deterministic."""
+    `messages` messages each (the facts, then small talk), deterministic."""
     users = [uuid.UUID(int=seed * 1_000_000 + i) for i in range(users_count or max(1, n // 4))]
     personas = [uuid.UUID(int=seed * 1_000_000 + 900_000 + i) for i in range(personas_count)]
     events = []
@@ -157,8 +167,11 @@ def make_events(
                 "messages": [
                     {"role": "user", "content": fact_a.format(**words) + " " + fact_b.format(**words)},
                     {"role": "assistant", "content": "Thanks, noted."},
-                    {"role": "user", "content": "What would you recommend for the weekend?"},
-                    {"role": "assistant", "content": "A long walk and a good book."},
+                    *(
+                        {"role": role, "content": SMALL_TALK[(k // 2) % len(SMALL_TALK)][k % 2]}
+                        for k in range(max(0, messages - 2))
+                        for role in ["user" if k % 2 == 0 else "assistant"]
+                    ),
                 ],
             }
         )
@@ -482,7 +495,13 @@ async def run_one(
     database_url = postgres.create_database(f"bench_{tag}")
     await migrate_async(database_url, 384)
     seed = 7 if users_count else concurrency  # the same events for the empty and the populated run
-    events = make_events(n, seed=seed, users_count=users_count, personas_count=1 if users_count else 4)
+    events = make_events(
+        n,
+        seed=seed,
+        users_count=users_count,
+        personas_count=1 if users_count else 4,
+        messages=EVENT_SHAPE["messages"],
+    )
     if users_count:
         users = sorted({uuid.UUID(e["user_id"]) for e in events})
         persona = next(uuid.UUID(e["persona_id"]) for e in events if e["persona_id"])
@@ -757,6 +776,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run each concurrency against an empty and a populated store (issue 9)",
     )
     parser.add_argument("--users", type=int, default=20, help="users of the events with --populated")
+    parser.add_argument(
+        "--messages", type=int, default=4, help="messages per conversation (default 4; the facts come first)"
+    )
     parser.add_argument("--persona-rows", type=int, default=100_000, help="persona memories with --populated")
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument(
@@ -797,6 +819,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     options = parse_args()
     ROWS.update(persona=options.persona_rows, user=options.user_rows)
+    EVENT_SHAPE.update(messages=options.messages)
     figures = main(options)
     print()
     print(

@@ -3,11 +3,14 @@
 Loads N memories over M owners (default 100,000 over 1,000, D=384, hashing embeddings of generated
 but realistic memory text) with COPY into an embedded Postgres, builds the indexes, then measures
 p50/p90/p99 of recall filtered to one owner for the vector-only, full-text-only and hybrid
-retrievers, one query at a time. Optionally (`--persona-rows`) every owner also gets a persona, so
-the with-persona recall (three scopes) is measured as well.
+retrievers, one query at a time. With `--turns` it also loads conversation turns over the same
+users (and `--heavy-user-turns` more for one user) and measures turn recall and the merged recall
+of memories and turns, for the other users and for the heavy one. Optionally (`--persona-rows`)
+every owner also gets a persona, so the with-persona recall (three scopes) is measured as well.
 
     python bench/recall_latency.py                          # 100k memories / 1k owners
     python bench/recall_latency.py --memories 1000000 --owners 10000 --data-dir /var/tmp/pmem-bench
+    python bench/recall_latency.py --turns 1000000 --heavy-user-turns 100000   # turns over 1k users
 
 Not part of the test suite. Results: bench/README.md.
 """
@@ -189,6 +192,95 @@ def load(url: str, population: Population, memories: int, persona_rows: int, see
     return timings
 
 
+def turn_rows(population: Population, turns: int, heavy: int, seed: int) -> Iterator[tuple[object, ...]]:
+    """COPY rows of `conversation_turns`: `turns` round-robin over the users (20-turn conversations),
+    then `heavy` more for the first user (a user with a long history)."""
+    rng = random.Random(seed + 11)
+    now = datetime.now(UTC)
+    events: dict[uuid.UUID, tuple[uuid.UUID, int]] = {}
+
+    def row(user: uuid.UUID) -> tuple[object, ...]:
+        event, position = events.get(user, (uuid.uuid4(), 0))
+        position += 1
+        events[user] = (event, position) if position < 20 else (uuid.uuid4(), 0)
+        text = question(rng) if position % 2 else memory_text(rng)
+        vector = hashing_vector(text, 384)
+        return (
+            uuid.uuid4(),
+            uuid.UUID(int=1),
+            event,
+            user,
+            "user" if position % 2 else "assistant",
+            text,
+            now - timedelta(minutes=rng.randrange(0, 60 * 24 * 90)),
+            position,
+            "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
+        )
+
+    for i in range(turns):
+        yield row(population.users[i % len(population.users)])
+    for _ in range(heavy):
+        yield row(population.users[0])
+
+
+def load_turns(url: str, population: Population, turns: int, heavy: int, seed: int) -> dict[str, float]:
+    """COPY the turns with the full-text index dropped, rebuild it, analyze; return timings."""
+    timings: dict[str, float] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP INDEX IF EXISTS ix_conversation_turns_search_tsv")
+        started = time.perf_counter()
+        columns = "id, channel_id, event_id, user_id, role, text, at, position, embedding"
+        with conn.cursor() as cur, cur.copy(f"COPY conversation_turns ({columns}) FROM STDIN") as copy:
+            for n, record in enumerate(turn_rows(population, turns, heavy, seed), start=1):
+                copy.write_row(record)
+                if n % 50_000 == 0:
+                    print(f"  loaded {n:,} turns ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
+        timings["turns_copy_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        conn.execute(
+            "CREATE INDEX ix_conversation_turns_search_tsv ON conversation_turns USING gin (search_tsv)"
+        )
+        conn.execute("VACUUM ANALYZE conversation_turns")
+        timings["turns_index_analyze_s"] = time.perf_counter() - started
+    return timings
+
+
+async def measure_turns(
+    store: PostgresMemoryStore,
+    users: Sequence[uuid.UUID],
+    *,
+    merged: bool,
+    queries: int,
+    limit: int,
+    seed: int,
+) -> dict[str, float]:
+    """Latency summary (ms) of `queries` sequential turn recalls (or merged memory and turn
+    recalls) for random users among `users`."""
+    rng = random.Random(seed)
+    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + 50)]
+    latencies: list[float] = []
+    results: list[int] = []
+    for i, (user, text) in enumerate(cases):
+        started = time.perf_counter()
+        if merged:
+            found: Sequence[object] = await store.recall_items(user, None, text, limit)
+        else:
+            found = await store.recall_turns(user, None, text, limit)
+        elapsed = (time.perf_counter() - started) * 1000
+        if i >= 50:
+            latencies.append(elapsed)
+            results.append(len(found))
+    latencies.sort()
+    return {
+        "p50_ms": percentile(latencies, 50),
+        "p90_ms": percentile(latencies, 90),
+        "p99_ms": percentile(latencies, 99),
+        "mean_ms": statistics.fmean(latencies),
+        "max_ms": latencies[-1],
+        "mean_results": statistics.fmean(results),
+    }
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of already sorted values."""
     index = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values)) - 1))
@@ -254,6 +346,10 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     if not args.skip_load:
         migrate(url, 384)
         report["load"] = load(url, population, args.memories, args.persona_rows, args.seed)
+        if args.turns or args.heavy_user_turns:
+            report["turns_load"] = load_turns(url, population, args.turns, args.heavy_user_turns, args.seed)
+    report["turns"] = args.turns
+    report["heavy_user_turns"] = args.heavy_user_turns
     with psycopg.connect(url) as conn:
         report["total_rows"] = conn.execute("SELECT count(*) FROM memories").fetchone()[0]  # type: ignore[index]
         report["server"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
@@ -285,6 +381,25 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
                 row = results[name]
                 print(
                     f"{name:<18} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
+                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
+                    f"results {row['mean_results']:.1f}",
+                    flush=True,
+                )
+        if args.turns or args.heavy_user_turns:
+            light = population.users[1:] if args.heavy_user_turns else population.users
+            turn_variants = [("turns/user", light, False), ("memories+turns/user", light, True)]
+            if args.heavy_user_turns:
+                turn_variants += [
+                    ("turns/heavy user", population.users[:1], False),
+                    ("memories+turns/heavy user", population.users[:1], True),
+                ]
+            for name, users, merged in turn_variants:
+                results[name] = await measure_turns(
+                    store, users, merged=merged, queries=args.queries, limit=args.limit, seed=args.seed + 2
+                )
+                row = results[name]
+                print(
+                    f"{name:<26} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
                     f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
                     f"results {row['mean_results']:.1f}",
                     flush=True,
@@ -322,6 +437,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--personas", type=int, default=0, help="personas (0: measure user-only recall)")
     parser.add_argument("--persona-rows", type=int, default=200, help="persona-scope rows per persona")
     parser.add_argument("--queries", type=int, default=1_000, help="measured recalls per retriever")
+    parser.add_argument(
+        "--turns", type=int, default=0, help="conversation turns over the users (0: no turn recall measured)"
+    )
+    parser.add_argument(
+        "--heavy-user-turns", type=int, default=0, help="extra turns of the first user (a long history)"
+    )
     parser.add_argument("--limit", type=int, default=20, help="recall limit (default 20)")
     parser.add_argument("--ef-search", type=int, default=RecallTuning().ef_search)
     parser.add_argument(

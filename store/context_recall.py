@@ -4,6 +4,7 @@ the tools, so the same inputs give the same answer everywhere."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -58,17 +59,20 @@ async def items_in_context(
     policy = await store.settings_for(team_id, persona_id)
     if not policy.enabled or limit <= 0:
         return []
-    memories = (
-        await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
-        if "memories" in include
-        else []
-    )
-    turns = (
-        await store.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
-        if "turns" in include and policy.history
-        else []
-    )
-    return merge_recall(memories, turns, limit)
+
+    async def memories() -> list[RecallHit]:
+        if "memories" not in include:
+            return []
+        return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
+
+    async def turns() -> list[TurnHit]:
+        if "turns" not in include or not policy.history:
+            return []
+        return await store.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+
+    # side by side: each waits on its own query embedding and statement
+    found_memories, found_turns = await asyncio.gather(memories(), turns())
+    return merge_recall(found_memories, found_turns, limit)
 
 
 async def hint_in_context(

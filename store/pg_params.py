@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -29,9 +30,10 @@ class Float4Array(bytes):
     """A `real[]` parameter in Postgres's binary array format (make one with `float4_array`)."""
 
 
-def float4_array(values: Sequence[float] | Iterable[float]) -> Float4Array:
+def float4_array(values: Sequence[float] | Iterable[float] | np.ndarray[Any, Any]) -> Float4Array:
     """The values as one binary `real[]` parameter (float32, as pgvector stores them)."""
-    floats = np.asarray(values if isinstance(values, Sequence) else list(values), dtype=">f4")
+    flat = values if isinstance(values, Sequence | np.ndarray) else list(values)
+    floats = np.asarray(flat, dtype=">f4")
     if floats.ndim != 1:
         raise ValueError(f"float4_array takes a flat sequence of numbers, not shape {floats.shape}")
     if not len(floats):

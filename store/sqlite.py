@@ -58,6 +58,7 @@ from store.recall import (
     unit_rows,
 )
 from store.schema import build_schema
+from store.turns import TurnWindow
 from store.types import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.typing import Embedder
 from store.urls import to_sqlalchemy_url
@@ -239,6 +240,10 @@ class SqliteMemoryStore(CoreStore):
         # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
         # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
         self._indexes: OrderedDict[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = OrderedDict()
+        # the same for conversation turns, per (user, persona, team) context
+        self._turn_windows: OrderedDict[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None], TurnWindow] = (
+            OrderedDict()
+        )
         self._index_cache_owners = index_cache_owners
         self._generation = 0
 
@@ -378,6 +383,24 @@ class SqliteMemoryStore(CoreStore):
         """Changes since the owners' rows were read: this store's writes and other connections'."""
         version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
         return self._generation, int(version)
+
+    async def _turn_window(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> TurnWindow:
+        """A context's recent turns prepared for ranking, read once and kept until anything is
+        written (as the owners' memories are)."""
+        key = (user_id, persona_id, team_id)
+        async with self._reading() as conn:
+            stamp = await self._stamp(conn)
+            cached = self._turn_windows.get(key)
+            if cached is not None and cached.stamp == stamp:
+                self._turn_windows.move_to_end(key)
+                return cached
+            window = await self._read_turn_window(conn, user_id, persona_id, team_id, stamp)
+        self._turn_windows[key] = window
+        while len(self._turn_windows) > self._index_cache_owners:
+            self._turn_windows.popitem(last=False)
+        return window
 
     async def _owner_index(
         self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None

@@ -10,16 +10,18 @@ recall for a user with a hundred thousand turns reads what one for a user with a
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-import itertools
+import json
 import math
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select
+from sqlalchemy import ColumnElement, String, and_, delete, func, or_, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.base import _nil, cached_text
@@ -27,7 +29,7 @@ from store.memory_settings import SettingsRows
 from store.pagination import newest_first_page
 from store.pg_params import float4_array
 from store.policy import merge_settings
-from store.recall import keyword_terms, query_terms, rrf_scores, websearch_or_query
+from store.recall import keyword_terms, query_terms, rrf_scores, unit_rows, websearch_or_query
 from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, vector_literal
 from store.types import (
     NIL_UUID,
@@ -102,8 +104,9 @@ def turns_insert_statement(
         "ats": array_literal([t.at for t in turns]),
         "positions": array_literal([t.position for t in turns]),
         "starts": array_literal(starts),
+        # a dozen turns' vectors: one array conversion, not one Python float at a time
         "embeddings": float4_array(
-            itertools.chain.from_iterable(t.embedding for t in turns if t.embedding is not None)
+            np.asarray([t.embedding for t in turns if t.embedding is not None], dtype=np.float32).ravel()
         ),
     }
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
@@ -141,16 +144,76 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnWindow:
+    """A context's most recent turns prepared for ranking: the turns, each one's words and word
+    count, and their embeddings as unit rows (zero rows for turns without one)."""
+
+    turns: dict[uuid.UUID, Turn]
+    words: dict[uuid.UUID, frozenset[str]]
+    lengths: dict[uuid.UUID, int]
+    ids: tuple[uuid.UUID, ...]
+    matrix: np.ndarray[Any, np.dtype[np.float32]]
+    stamp: tuple[int, int] = (0, 0)
+
+
+def turn_window(
+    turns: Sequence[Turn], embeddings: Sequence[str | None], dim: int, stamp: tuple[int, int] = (0, 0)
+) -> TurnWindow:
+    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go); a missing or
+    wrong-sized embedding is a zero row, which matches nothing."""
+    present = [i for i, raw in enumerate(embeddings) if raw is not None]
+    matrix = np.zeros((len(turns), dim), dtype=np.float32)
+    if present:
+        parsed = json.loads("[" + ",".join(str(embeddings[i]) for i in present) + "]")
+        for i, vector in zip(present, parsed, strict=True):
+            if len(vector) == dim:
+                matrix[i] = vector
+    words = {t.id: tuple(query_terms(t.text)) for t in turns}
+    return TurnWindow(
+        turns={t.id: t for t in turns},
+        words={tid: frozenset(found) for tid, found in words.items()},
+        lengths={tid: max(1, len(found)) for tid, found in words.items()},
+        ids=tuple(t.id for t in turns),
+        matrix=unit_rows(matrix),
+        stamp=stamp,
+    )
+
+
+def window_rankings(
+    window: TurnWindow, query: str, query_vector: Sequence[float], k: int
+) -> dict[str, list[uuid.UUID]]:
+    """The window's `vector` (cosine) and `text` (BM25) rankings for a query, each its best `k`."""
+    rankings: dict[str, list[uuid.UUID]] = {}
+    if window.ids:
+        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
+        order = np.argsort(-cosines, kind="stable")[:k]
+        usable = [window.ids[i] for i in order if np.any(window.matrix[i])]
+        if usable:
+            rankings["vector"] = usable
+    text = bm25_scores(query, window.words, window.lengths, k)
+    if text:
+        rankings["text"] = text
+    return rankings
+
+
 def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins.list[uuid.UUID]:
     """Ids of the `k` texts best matching the query's informative words (BM25 over these texts
     alone, binary term frequency), best first; texts matching none are left out."""
-    terms = [t for t in keyword_terms(query) if t != "or"]
-    if not terms or not texts:
-        return []
-    words = {tid: set(query_terms(text)) for tid, text in texts.items()}
+    words = {tid: frozenset(query_terms(text)) for tid, text in texts.items()}
     lengths = {tid: max(1, len(query_terms(text))) for tid, text in texts.items()}
+    return bm25_scores(query, words, lengths, k)
+
+
+def bm25_scores(
+    query: str, words: Mapping[uuid.UUID, frozenset[str]], lengths: Mapping[uuid.UUID, int], k: int
+) -> builtins.list[uuid.UUID]:
+    """`bm25_ranking` over texts already split into words (and their word counts)."""
+    terms = [t for t in keyword_terms(query) if t != "or"]
+    if not terms or not words:
+        return []
     mean_length = sum(lengths.values()) / len(lengths)
-    count = len(texts)
+    count = len(words)
     idf = {}
     for term in terms:
         containing = sum(1 for found in words.values() if term in found)
@@ -351,22 +414,38 @@ class ConversationTurns(SettingsRows):
         )
         if self._schema.dialect == "postgresql":
             return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
+        window = await self._turn_window(user_id, persona_id, team_id)
+        rankings = await asyncio.to_thread(window_rankings, window, query, vector, k)
+        return fuse_turns(window.turns, rankings, limit)
+
+    async def _turn_window(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> TurnWindow:
+        """SQLite: the context's most recent `TURN_WINDOW` turns, read and prepared (the SQLite
+        store keeps them until anything is written)."""
+        async with self._reading() as conn:
+            return await self._read_turn_window(conn, user_id, persona_id, team_id, (0, 0))
+
+    async def _read_turn_window(
+        self,
+        conn: AsyncConnection,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        stamp: tuple[int, int],
+    ) -> TurnWindow:
         t = self._schema.turns
         stmt = (
-            select(*self._turn_columns(), t.c.embedding)
+            select(*self._turn_columns(), type_coerce(t.c.embedding, String))
             .where(*self._in_turn_context(user_id, persona_id, team_id))
             .order_by(t.c.at.desc())
             .limit(TURN_WINDOW)
         )
-        async with self._reading() as conn:
-            rows = (await conn.execute(stmt)).all()
-        turns = {row.id: self._turn(row) for row in rows}
-        vectors = {row.id: row.embedding for row in rows if row.embedding is not None}
-        rankings = {
-            "vector": vector_ranking(vectors, vector, k),
-            "text": bm25_ranking(query, {tid: turn.text for tid, turn in turns.items()}, k),
-        }
-        return fuse_turns(turns, {name: r for name, r in rankings.items() if r}, limit)
+        rows = (await conn.execute(stmt)).all()
+        turns = [self._turn(row) for row in rows]
+        return await asyncio.to_thread(
+            turn_window, turns, [row[-1] for row in rows], self._schema.embedding_dim, stamp
+        )
 
     async def _recall_turns_postgres(
         self,
@@ -413,15 +492,19 @@ class ConversationTurns(SettingsRows):
         only when `include` names it. Settings (memory enabled, history on) are the caller's
         concern (`store.context_recall`)."""
         recall = cast("RecallStore", self).recall  # each backend's own memory recall
-        memories: builtins.list[RecallHit] = (
-            await recall(user_id, persona_id, query, limit, team_id=team_id) if "memories" in include else []
-        )
-        turns = (
-            await self.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
-            if "turns" in include
-            else []
-        )
-        return merge_recall(memories, turns, limit)
+
+        async def memories() -> builtins.list[RecallHit]:
+            if "memories" not in include:
+                return []
+            return await recall(user_id, persona_id, query, limit, team_id=team_id)
+
+        async def turns() -> builtins.list[TurnHit]:
+            if "turns" not in include:
+                return []
+            return await self.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+
+        found_memories, found_turns = await asyncio.gather(memories(), turns())
+        return merge_recall(found_memories, found_turns, limit)
 
     async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
         """The turns of one of this user's remembered conversations, in order (empty: none of theirs)."""

@@ -26,7 +26,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
+
+import numpy as np
 
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
@@ -35,7 +37,7 @@ from extraction.types import Candidate, ExtractionRequest, TokenUsage, Transcrip
 from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
 from store.keys import embedding_text
-from store.recall import STOPWORDS, mean_direction, query_terms
+from store.recall import STOPWORDS, query_terms
 from store.settings_cache import SettingsCache
 from store.turns import TURN_MAX_CHARS
 from store.types import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
@@ -182,14 +184,9 @@ def fold_evidence(own: Sequence[float], with_evidence: Sequence[float], weight: 
     (both unit vectors), so the wording it was said in is found too."""
     if weight <= 0:
         return list(own)
-    fact, cited = unit(own), unit(with_evidence)
-    return mean_direction([fact, [weight * x for x in cited]])
-
-
-def unit(vector: Sequence[float]) -> list[float]:
-    """`vector` scaled to length 1 (a zero vector stays zero)."""
-    norm = math.sqrt(sum(x * x for x in vector))
-    return [x / norm for x in vector] if norm > 0 else list(vector)
+    fact, cited = unit_rows_of([own, with_evidence])
+    folded: list[float] = unit_rows_of([fact + weight * cited])[0].tolist()
+    return folded
 
 
 def turn_texts(event: ConversationEnded) -> list[tuple[int, str]]:
@@ -269,10 +266,24 @@ def split_embeddings(
         for own, e in zip(facts, evidences, strict=True)
     ]
     start = count + sum(e.text is not None for e in evidences)
-    own_turns = vectors[start : start + turn_count]
-    around_turns = vectors[start + turn_count : start + 2 * turn_count]
-    turn_vectors = [mean_direction([unit(a), unit(b)]) for a, b in zip(own_turns, around_turns, strict=True)]
+    if not turn_count:
+        return memory_vectors, []
+    # a dozen turns per event: the pairs' directions in one array operation, not per vector
+    own_turns = unit_rows_of(vectors[start : start + turn_count])
+    around_turns = unit_rows_of(vectors[start + turn_count : start + 2 * turn_count])
+    turn_vectors: list[list[float]] = unit_rows_of(own_turns + around_turns).tolist()
     return memory_vectors, turn_vectors
+
+
+def unit_rows_of(
+    vectors: Sequence[Sequence[float]] | np.ndarray[Any, np.dtype[np.float64]],
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The vectors as rows of a float64 array, each scaled to length 1 (zero rows stay zero)."""
+    matrix = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    scaled: np.ndarray[Any, np.dtype[np.float64]] = matrix / norms
+    return scaled
 
 
 def build_row(

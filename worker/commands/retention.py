@@ -1,5 +1,6 @@
 """`pmem retention`: reject pending memories and erase archived ones older than the configured days
-(PMEM_RETENTION_*_DAYS, overridden per team and persona). Idempotent; run it daily (CronJob)."""
+(PMEM_RETENTION_*_DAYS), and erase conversation turns said more than PMEM_HISTORY_DAYS ago (each
+overridden per team and persona). Idempotent; run it daily (CronJob)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 async def _run(settings: Settings) -> int:
     def progress(done: int) -> None:
-        print(f"\rpmem retention: {done} memories handled…", end="", file=sys.stderr, flush=True)
+        print(f"\rpmem retention: {done} memories and turns handled…", end="", file=sys.stderr, flush=True)
 
     async with opened_store(settings) as store:
         report = await store.retention(now=datetime.now(UTC), progress=progress)
     print(
         f"\rpmem retention: rejected {report.rejected_memories} pending memories and "
-        f"{report.rejected_revisions} proposed changes, erased {report.erased_memories} archived memories",
+        f"{report.rejected_revisions} proposed changes, erased {report.erased_memories} archived memories "
+        f"and {report.erased_turns} conversation turns older than their history_days",
         file=sys.stderr,
     )
     return 0
