@@ -44,7 +44,7 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/v1/me/memories/{memory_id}"): (*_AUTH, 404, 422),
     ("GET", "/v1/me/conversations"): (*_AUTH, 422),
     ("DELETE", "/v1/me/conversations"): _AUTH,
-    ("DELETE", "/v1/me/conversations/{channel_id}"): (*_AUTH, 422),
+    ("DELETE", "/v1/me/conversations/{channel_id}"): (*_AUTH, 404, 422),
     ("GET", "/v1/me/export"): _AUTH,
     ("GET", "/v1/review"): (*_AUTH, 422),
     ("POST", "/v1/review/bulk"): (*_AUTH, *_BODY),

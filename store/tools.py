@@ -242,9 +242,10 @@ def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
 
 
 def turn_view(turn: Turn, score: float | None = None) -> dict[str, Any]:
-    """What a tool returns for one earlier message: who said it, when, and in which conversation."""
+    """What a tool returns for one earlier message: who said it, when, and in which conversation
+    (its channel, as the control plane names conversations)."""
     view: dict[str, Any] = {
-        "conversation_id": str(turn.event_id),
+        "conversation_id": str(turn.channel_id),
         "role": turn.role,
         "text": turn.text,
         "at": turn.at.isoformat(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
 from store.postgres import PostgresMemoryStore
 from store.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext
-from store.types import MemoryFilter, NewMemory
+from store.types import MemoryFilter, NewMemory, NewTurn
 from tests.api.conftest import SECRET, TEAM_A, TEAM_B
 from tests.api.serve_harness import DIM, Served, served_process
 
@@ -75,6 +76,19 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
         ),
     ):
         await store.upsert(new)
+    # one earlier conversation in team A with the persona, one in team B that search never reaches
+    for team, text in ((TEAM_A, "I am flying to Lisbon on Friday"), (TEAM_B, OTHER_TEAM_SECRET)):
+        turn = NewTurn(
+            channel_id=uuid.uuid5(user, str(team)),
+            user_id=user,
+            persona_id=PERSONA,
+            team_id=team,
+            role="user",
+            text=text,
+            at=datetime(2026, 11, 20, 9, 0, tzinfo=UTC),
+            position=1,
+        )
+        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
 
 
 # -- the three channels ---------------------------------------------------------------------------
@@ -135,7 +149,8 @@ async def call_mcp(served: Served, user: uuid.UUID, name: str, arguments: Any) -
 def comparable(value: Any) -> Any:
     """A result with what differs between users by construction (row ids, write times) masked."""
     if isinstance(value, dict):
-        return {k: "<masked>" if k in ("id", "updated_at") else comparable(v) for k, v in value.items()}
+        masked = ("id", "updated_at", "conversation_id")
+        return {k: "<masked>" if k in masked else comparable(v) for k, v in value.items()}
     if isinstance(value, list):
         return [comparable(item) for item in value]
     return value
@@ -171,6 +186,9 @@ ROWS: tuple[Row, ...] = (
     Row("memory_save", {"key": ""}, ("bad arguments for memory_save",), error=True),
     Row("memory_recall", {"max_results": 0}, ("max_results",), error=True),
     Row("remember", "{not json", ("not valid JSON",), error=True, channels=("python", "http")),
+    Row("conversation_search", {"query": "when is the trip to Lisbon"}, ("flying to Lisbon", '"count": 1')),
+    Row("conversation_search", {"query": "office in berlin"}, ('"count": 0',)),
+    Row("conversation_search", {"query": ""}, ("bad arguments for conversation_search",), error=True),
     Row("no_such_tool", {}, ("unknown tool",), error=True),
 )
 

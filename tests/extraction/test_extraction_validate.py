@@ -208,12 +208,14 @@ def test_an_array_or_integer_added_to_the_contract_gets_a_bound_without_naming_i
     limits = ValidationLimits(max_list_items=5, max_integer=300)
     contract = contract_schema(("user",))
     item = contract["properties"]["memories"]["items"]
-    item["properties"]["evidence"] = {"type": "array", "items": {"type": "integer", "minimum": 1}}
+    item["properties"]["pages"] = {"type": "array", "items": {"type": "integer", "minimum": 1}}
     bounded = bound_schema(contract, limits)
-    evidence = bounded["properties"]["memories"]["items"]["properties"]["evidence"]
-    assert evidence["maxItems"] == 5
-    assert evidence["items"] == {"type": "integer", "minimum": 1, "maximum": 300}
-    assert "maxItems" not in item["properties"]["evidence"]  # the input is not modified
+    properties = bounded["properties"]["memories"]["items"]["properties"]
+    assert properties["pages"]["maxItems"] == 5
+    assert properties["pages"]["items"] == {"type": "integer", "minimum": 1, "maximum": 300}
+    assert "maxItems" not in item["properties"]["pages"]  # the input is not modified
+    # the contract's own evidence array is bounded by its own limit
+    assert properties["evidence"]["maxItems"] == limits.max_evidence
 
 
 def test_reply_chars_is_the_longest_reply_the_bounded_schema_allows() -> None:
@@ -221,7 +223,13 @@ def test_reply_chars_is_the_longest_reply_the_bounded_schema_allows() -> None:
     schema = output_json_schema(("user",), limits)
     longest = {
         "memories": [
-            {"key": "k" * 3, "value": "v" * 4, "confidence": -1.2345678901234567e-100, "scope": "user"}
+            {
+                "key": "k" * 3,
+                "value": "v" * 4,
+                "confidence": -1.2345678901234567e-100,
+                "scope": "user",
+                "evidence": [limits.max_integer] * limits.max_evidence,
+            }
         ]
         * 2
     }

@@ -420,7 +420,7 @@ def test_key_weight_by_default_counts_a_key_only_word_below_a_value_word() -> No
 
 
 def test_sqlite_bm25_expression_carries_the_key_weight() -> None:
-    assert bm25_expression(0.5) == "bm25(memories_fts, 0.0, 0.0, 0.0, 0.5, 1.0)"
+    assert bm25_expression(0.5) == "bm25(memories_fts, 0.0, 0.0, 0.0, 0.5, 1.0, 0.5)"
 
 
 @pytest.mark.parametrize(
