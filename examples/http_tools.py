@@ -57,7 +57,9 @@ def main() -> None:
     )
     print("memory_recall:", json.dumps(found))
     recalled = call("POST", "/v1/recall", {**CONTEXT, "query": "what do they like to eat", "limit": 5})
-    print("recall:", json.dumps([item["value"] for item in recalled["items"]]))
+    # one ranked list: reviewed facts (kind "memory") and earlier conversations' turns (kind "turn")
+    shown = [item["value"] if item["kind"] == "memory" else item["text"] for item in recalled["items"]]
+    print("recall:", json.dumps(shown))
 
 
 if __name__ == "__main__":

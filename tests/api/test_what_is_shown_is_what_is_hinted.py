@@ -25,6 +25,7 @@ from api.app import create_app
 from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
 from extraction.validate import validate_items
+from store.hint import KNOWN_HEADER
 from store.keys import is_invisible, storable_value
 from store.postgres import PostgresMemoryStore
 from store.types import NewMemory
@@ -118,7 +119,7 @@ async def _shown_and_hinted(app: Served, text: str) -> None:
         json={"user_id": str(uuid.uuid4()), "persona_id": str(persona), "team_id": str(TEAM_A)},
         headers={"Authorization": f"Bearer {app.key}"},
     )
-    assert hint.json()["hint"].splitlines() == [f"- {KEY}: {value}"]
+    assert hint.json()["hint"].splitlines() == [KNOWN_HEADER, f"- {KEY}: {value}"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

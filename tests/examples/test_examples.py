@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from api.auth import mint_jwt
+from store.tools import TOOL_NAMES
 from tests.api.conftest import SECRET
 from tests.api.serve_harness import Served, served_process
 from tests.api.worker_harness import WorkerNames, running_worker, wait_until
@@ -90,7 +91,7 @@ def test_publish_event_reaches_the_worker(
 def test_http_tools_with_the_standard_library(services: tuple[Served, WorkerNames]) -> None:
     served, _ = services
     out = run("http_tools.py", context_env(served))
-    assert "tools: memory_save, memory_recall, remember, recall, forget" in out
+    assert f"tools: {', '.join(TOOL_NAMES)}" in out
     lines = dict(line.split(": ", 1) for line in out.splitlines())
     assert json.loads(lines["memory_save"])["result"]["saved"] is True
     assert "Loves risotto" in lines["memory_recall"]
@@ -106,7 +107,7 @@ def test_http_tools_with_curl(services: tuple[Served, WorkerNames]) -> None:
     ]
     assert json.loads(out[1])["result"]["key"] == "pet"
     assert json.loads(out[2])["result"]["facts"][0]["value"] == "Has a cat named Miso"
-    assert "Has a cat named Miso" in [item["value"] for item in json.loads(out[3])["items"]]
+    assert "Has a cat named Miso" in [item.get("value") for item in json.loads(out[3])["items"]]
 
 
 @pytest.mark.parametrize("who", ["service", "person"])

@@ -88,7 +88,7 @@ def test_names_from_events_replace_ids_and_go_with_the_user(
     wait_until(lambda: pending_of_alice(database) > 0, "the worker to write Alice's memories")
     assert directory(database) == {"user": "Alice Martin", "persona": "Chef Remy", "team": "Acme support"}
     # something Alice told the persona (a tool save), so My memories has a persona group
-    alice = {"Authorization": f"Bearer {h.alice_token()}"}
+    alice = {"Authorization": f"Bearer {h.token(h.ALICE, 'user', (h.TEAM_A,), sign_in=False)}"}
     saved = httpx.post(
         f"{base_url}/v1/tools/call",
         json={
@@ -134,7 +134,7 @@ def test_names_from_events_replace_ids_and_go_with_the_user(
     # erasing the user removes their name; the team's and persona's stay
     erased = httpx.delete(
         f"{base_url}/v1/users/{h.ALICE}/memories",
-        headers={"Authorization": f"Bearer {h.admin_token()}"},
+        headers={"Authorization": f"Bearer {h.token(h.ADMIN, 'admin', sign_in=False)}"},
         timeout=10,
     )
     assert erased.status_code == 200, erased.text
