@@ -404,6 +404,7 @@ class MemoryTools:
             ctx.user_id, ctx.persona_id, args.query, args.max_results, team_id=ctx.team_id
         )
         return {"count": len(hits), "messages": [turn_view(h.turn, h.score) for h in hits]}
+
     async def _recall_hits(self, query: str, limit: int) -> list[RecallHit]:
         ctx = self.context
         return await recall_in_context(

@@ -150,7 +150,9 @@ def ground_candidates(
                 extra={"rejection": "ungrounded", "grounding": verdict.cause},
             )
         elif verdict.outcome == "partial":
-            kept.append(dataclasses.replace(candidate, confidence=candidate.confidence * verdict.confidence_factor))
+            kept.append(
+                dataclasses.replace(candidate, confidence=candidate.confidence * verdict.confidence_factor)
+            )
         else:
             kept.append(candidate)
     return tuple(kept), tuple(dropped)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx

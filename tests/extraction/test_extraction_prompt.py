@@ -257,6 +257,8 @@ def test_split_prompt_splits_a_single_message_at_sentences_then_stops() -> None:
         ExtractionRequest(messages=(TranscriptMessage(role="user", content="A"),), allowed_scopes=("user",))
     )[0]
     assert split_prompt(single_character) == []
+
+
 def test_messages_are_numbered_by_their_place_in_the_conversation() -> None:
     lines = transcript_lines(CONVERSATION)
     assert lines == [
