@@ -1,4 +1,4 @@
-"""Conversation history per agent and room (the bot plan's window)."""
+"""Conversation history per agent and room (a short-term window)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from store.types import (
 class ChatHistory(StoreBase):
     """Append and read chat messages."""
 
-    # -- history (bot plan §1) ------------------------------------------------------------------
+    # -- history ------------------------------------------------------------------
 
     async def append_message(self, agent_id: str, room_id: str, message: ChatMessage) -> None:
         """Persist one message of a room's conversation."""

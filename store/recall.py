@@ -48,7 +48,7 @@ STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 
 def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
-    """Owners a recall may read (seed §2): with a persona its three scopes, without it `user` only."""
+    """Owners a recall may read: with a persona its three scopes, without it `user` only."""
     if persona_id is None:
         return (OwnerRef(scope="user", owner_id=user_id),)
     return (
@@ -59,7 +59,7 @@ def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[Ow
 
 
 def writable_owner(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> OwnerRef:
-    """Where an explicit save by this user goes (seed §5.1): persona_user with a persona, else user."""
+    """Where an explicit save by this user goes: persona_user with a persona, else user."""
     if persona_id is None:
         return OwnerRef(scope="user", owner_id=user_id)
     return OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id)

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 table definitions: `memories` exactly as seed §3.1 (plus a generated tsvector), and
+"""SQLAlchemy 2 table definitions: `memories` with the platform's column contract (plus a generated tsvector), and
 beside it the audit trail, pending revisions, processed events, memory settings and chat history.
 
 The embedding dimension is a deployment setting (`PMEM_EMBEDDING_DIM`), so the tables are built by
@@ -60,7 +60,7 @@ TURN_TSV_SQL = f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text)"
 
 
 class TextUuid(TypeDecorator[uuid.UUID]):
-    """UUID stored as canonical dashed TEXT on SQLite (seed §3.1: "UUID / TEXT")."""
+    """UUID stored as canonical dashed TEXT on SQLite."""
 
     impl = Text
     cache_ok = True
@@ -149,7 +149,7 @@ def _vector_format(dim: int) -> str:
 
 
 def _real(dialect: Dialect_) -> TypeEngine[float]:
-    # seed §3.1 says REAL; SQLAlchemy's Float would be double precision on Postgres
+    # the column contract says REAL; SQLAlchemy's Float would be double precision on Postgres
     return Float() if dialect == "sqlite" else REAL()
 
 

@@ -317,7 +317,7 @@ class MemoryTools:
             raise ToolCallError(f"bad arguments for {name}: {problems}") from exc
         return await handler(args)
 
-    # -- seed §5 --------------------------------------------------------------------------------
+    # -- memory tools --------------------------------------------------------------------------------
 
     async def memory_save(self, key: str, value: str, confidence: float = 1.0) -> dict[str, Any]:
         """Save an explicit (active) fact about the user in the persona_user or user scope."""
@@ -335,7 +335,7 @@ class MemoryTools:
             "conversation_search", {"query": query, "max_results": max_results}
         )
 
-    # -- bot plan -------------------------------------------------------------------------------
+    # -- subject tools -------------------------------------------------------------------------------
 
     async def remember(self, subject: str, key: str, value: str) -> dict[str, Any]:
         """Save a fact about a subject (see the module docstring for the key mapping)."""

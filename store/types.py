@@ -36,7 +36,7 @@ class DirectoryEntry:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Memory:
-    """One row of the `memories` table (seed §3.1), embedding excluded."""
+    """One row of the `memories` table, embedding excluded."""
 
     id: uuid.UUID
     scope: Scope
@@ -198,7 +198,7 @@ class EventMemory:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatMessage:
-    """One message of a conversation window (bot plan §1)."""
+    """One message of a conversation window."""
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str

@@ -283,7 +283,7 @@ class DirectoryStore(Protocol):
 
 
 class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, SettingsStore, Protocol):
-    """The whole store contract (seed §4), implemented by the Postgres and SQLite stores."""
+    """The whole store contract, implemented by the Postgres and SQLite stores."""
 
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
@@ -317,7 +317,7 @@ class ControlPlaneStore(MemoryStore, KeyStore, DirectoryStore, SessionStore, Pro
 
 
 class HistoryStore(Protocol):
-    """Conversation history persistence (bot plan §1): per agent and room."""
+    """Conversation history persistence: per agent and room."""
 
     async def append_message(self, agent_id: str, room_id: str, message: ChatMessage) -> None: ...
 

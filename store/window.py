@@ -1,4 +1,4 @@
-"""The short-term conversation window of the bot plan (§1): the last N messages of a room, passed
+"""The short-term conversation window: the last N messages of a room, passed
 to the LLM as history. Pure and immutable; persistence is `HistoryStore` (append, last N)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 failure decisions) and one thin async shell, `process_event`, that runs them against the store,
 the extractor and the embedder.
 
-Order (issue 3, bounded by issue 9): policy → the few stored memories most relevant to the
+Order: policy → the few stored memories most relevant to the
 conversation (their keys go into the prompt; a fixed number, whatever the owner's size) →
 extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → grounding
 (`extraction.grounding`: a value its messages do not support is dropped as `ungrounded`) → allowed
@@ -59,7 +59,7 @@ T = TypeVar("T")
 
 def allowed_scopes(event: ConversationEnded, policy: MemorySettings) -> tuple[Scope, ...]:
     """Scopes this event may write: none when memory is disabled; `user` only without a persona;
-    with a persona `user` and `persona_user`, plus `persona` when persona learning is on (seed §8)."""
+    with a persona `user` and `persona_user`, plus `persona` when persona learning is on."""
     if not policy.enabled:
         return ()
     if event.persona_id is None:
@@ -70,7 +70,7 @@ def allowed_scopes(event: ConversationEnded, policy: MemorySettings) -> tuple[Sc
 
 
 def owner_for(scope: Scope, event: ConversationEnded) -> OwnerRef:
-    """Owner of a memory of `scope` from this event (seed §2). The LLM never chooses owner ids."""
+    """Owner of a memory of `scope` from this event. The LLM never chooses owner ids."""
     if scope == "user":
         return OwnerRef(scope="user", owner_id=event.user_id)
     if event.persona_id is None:

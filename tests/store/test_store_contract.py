@@ -528,7 +528,7 @@ async def test_put_settings_refuses_inconsistent_targets(store: Store) -> None:
         await store.put_settings(level="global", target_id=None, min_confidence=1.5)
 
 
-# -- history (bot plan §1) --------------------------------------------------------------------------
+# -- history ------------------------------------------------------------------------------------------
 
 
 async def test_history_returns_the_last_messages_of_one_room_oldest_first(store: Store) -> None:

@@ -349,5 +349,5 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
         print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")
     if not hits:
         print("  (no active memories)")
-    print("\nprompt hint (seed §6):")
+    print("\nprompt hint:")
     print("  " + build_memory_hint(hits).replace("\n", "\n  "))

@@ -1,4 +1,4 @@
-"""Initial schema: memories (seed §3.1/§3.2) + revisions, audit, processed events, settings, chat history.
+"""Initial schema: memories + revisions, audit, processed events, settings, chat history.
 
 Revision ID: 0001
 Revises:

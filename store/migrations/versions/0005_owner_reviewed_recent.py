@@ -8,7 +8,7 @@ The worker's read of a large owner under the owner lock ranks the rows made acti
 minutes (`store.neighbours.REVIEW_MARGIN`). Through `ix_memories_owner_recent`, which holds every
 status, that scan also stepped over the dead versions a frequently rewritten pending row leaves
 behind (a persona's pending fact restated by each of its users: thousands within a minute), under
-the lock the persona's other events wait for (bench/README.md, tenth session). Pending rows never
+the lock the persona's other events wait for (bench/README.md). Pending rows never
 enter this index, and approvals are rare, so it costs the worker's writes nothing.
 """
 
