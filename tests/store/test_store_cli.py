@@ -172,7 +172,8 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
     assert await pmem("recall", "--user-id", str(user), "--json", "Lisbon") == 0
     records = json.loads(capsys.readouterr().out)
     assert sorted(r["kind"] for r in records) == ["memory", "turn"]  # one list holds both kinds
-    assert records[1]["text"] == "I moved to Lisbon last spring" and records[1]["role"] == "user"
+    (turn,) = [r for r in records if r["kind"] == "turn"]
+    assert turn["text"] == "I moved to Lisbon last spring" and turn["role"] == "user"
     assert await pmem("recall", "--user-id", str(user), "--include", "turns", "--json", "Lisbon") == 0
     assert [r["kind"] for r in json.loads(capsys.readouterr().out)] == ["turn"]
     assert await pmem("recall", "--user-id", str(user), "--include", "turns", "Lisbon") == 0
