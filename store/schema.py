@@ -1,5 +1,6 @@
 """SQLAlchemy 2 table definitions: `memories` with the platform's column contract (plus a generated
-tsvector), and beside it the audit trail, pending revisions, processed events, memory settings and chat history.
+tsvector), and beside it the audit trail, pending revisions, processed events, memory settings and
+chat history.
 
 The embedding dimension is a deployment setting (`PMEM_EMBEDDING_DIM`), so the tables are built by
 `build_schema(dim, dialect)`. Postgres gets its schema from the alembic migrations (`store.migrate`);
