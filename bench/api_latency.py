@@ -7,7 +7,7 @@
    JWT while P memories are pending (default 10,000), one request at a time.
 
     python bench/api_latency.py                    # 100k memories, 20 clients, 10k pending
-    python bench/api_latency.py --json bench/results/api_latency.json
+    python bench/api_latency.py --json bench/results/api_latency_100k_YYYYMMDD.json
 
 The client runs in this process, the server in another, Postgres in a third, all on this machine.
 Not part of the test suite. Results: bench/README.md.

@@ -1,6 +1,6 @@
 """Side by side with mem0 (PyPI `mem0ai`, bench-only): every figure is a ratio measured in the same run.
 
-    python -m bench.compare_mem0 all --json-out bench/results/compare_mem0.json
+    python -m bench.compare_mem0 all --json-out bench/results/compare_mem0_all_YYYYMMDD.json
     python -m bench.compare_mem0 tokens            # or: throughput, recall-latency, locomo
 
 Parts (see bench/README.md, "Side by side with mem0", for the method and the latest figures):
@@ -243,7 +243,7 @@ def make_mem0(
     return memory
 
 
-# -- part 1: prompt tokens per LoCoMo session ------------------------------------------------------------
+# -- tokens: prompt tokens per LoCoMo session ---------------------------------------------------------
 
 
 def session_messages(conversation: Any) -> list[tuple[int, list[dict[str, str]]]]:
@@ -281,7 +281,7 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 
 async def run_tokens(services: Services, locomo: Path, max_conversations: int | None) -> dict[str, Any]:
-    """Part 1: prompt tokens per LoCoMo session, ours vs mem0, from the fake server's request log."""
+    """Prompt tokens per LoCoMo session, ours vs mem0, from the fake server's request log."""
     from extraction.llm import LLMConfig, LLMExtractor
     from extraction.prompt import default_instructions
     from extraction.types import ExtractionRequest, TranscriptMessage
@@ -491,7 +491,7 @@ def summarise_tokens(
     }
 
 
-# -- part 2: throughput -------------------------------------------------------------------------------
+# -- throughput ---------------------------------------------------------------------------------------
 
 FAKE_SERVER = textwrap.dedent(
     """
@@ -612,7 +612,7 @@ async def mem0_throughput(
 async def run_throughput(
     services: Services, events: int, concurrencies: Sequence[int], log_dir: Path, workers: int = 1
 ) -> dict[str, Any]:
-    """Part 2: our worker vs mem0 add at each concurrency, same events, same fake server settings.
+    """Throughput: our worker vs mem0 add at each concurrency, same events, same fake server settings.
     `workers` worker processes share our concurrency (1: one process each side)."""
     import psycopg
 
@@ -682,7 +682,7 @@ async def run_throughput(
     }
 
 
-# -- part 3: recall latency ----------------------------------------------------------------------------
+# -- recall latency -----------------------------------------------------------------------------------
 
 _MEM0_PAYLOAD_SQL = """
     jsonb_build_object(
@@ -966,7 +966,7 @@ async def run_recall_latency(
     large_budget_min: float,
     force_large: bool,
 ) -> dict[str, Any]:
-    """Part 3: at `memories`, then at `large_memories` if the extrapolated load fits the budget."""
+    """Recall latency at `memories`, then at `large_memories` if the extrapolated load fits the budget."""
     started = time.perf_counter()
     base = await recall_latency_at(
         services, memories=memories, owners=owners, queries=queries, limit=limit, seed=seed
@@ -1026,7 +1026,7 @@ async def run_recall_latency(
     return report
 
 
-# -- part 4: LoCoMo recall@k ---------------------------------------------------------------------------
+# -- LoCoMo recall@k ----------------------------------------------------------------------------------
 
 
 async def mem0_locomo_load(memory: Any, conversations: Sequence[Any]) -> tuple[list[Any], float]:
@@ -1085,7 +1085,7 @@ async def mem0_locomo_search(
 async def run_locomo(
     services: Services, locomo: Path, ks: Sequence[int], max_conversations: int | None
 ) -> dict[str, Any]:
-    """Part 4: LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
+    """LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
     from store.core.recall import RETRIEVERS
     from worker.commands import evaluate
@@ -1159,7 +1159,7 @@ async def run_locomo(
     }
 
 
-# -- command line ---------------------------------------------------------------------------------------
+# -- command line -------------------------------------------------------------------------------------
 
 
 def merge_json(path: Path, update: Mapping[str, Any]) -> None:

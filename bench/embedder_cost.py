@@ -4,7 +4,7 @@ For each model: stored texts in batches (`embed`, what the worker and `pmem reem
 text) and one query at a time (`embed_queries`, what recall waits for; p50 / p99 ms). The texts are
 LoCoMo's dialog turns and questions, read from the given file at run time.
 
-    python bench/embedder_cost.py ../shared/data/locomo/locomo10.json --json bench/results/x.json
+    python bench/embedder_cost.py locomo10.json --json bench/results/embedder_cost_locomo_YYYYMMDD.json
 
 Not part of the test suite. Results: bench/README.md ("Embedders").
 """

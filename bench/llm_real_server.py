@@ -10,7 +10,7 @@ SmolLM2-135M-Instruct on loopback (started here; or `--base-url` for a running s
 - `--out FILE` (JSON): seconds per call and per request (p50 / mean / max), calls per request,
   outcome counts. No conversation text.
 
-    .venv/bin/python bench/llm_real_server.py --out bench/results/llm_real_server_smollm2.json \\
+    python bench/llm_real_server.py --out bench/results/llm_real_server_smollm2_demo_YYYYMMDD.json \\
         --replies /tmp/replies_demo.jsonl
 """
 

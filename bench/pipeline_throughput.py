@@ -21,13 +21,14 @@ Measured:
     python bench/pipeline_throughput.py --concurrency 32 --workers 2   # 2 processes x 16
     python bench/pipeline_throughput.py --populated --events 1000 --concurrency 32 --workers 2
 
-`--populated` (issue 9): the same events twice, against an empty store and against a populated
-one: one persona (persona learning on) owning 100,000 memories and every user of the events owning
-2,000 (`--users`, default 20). Per-event latency p50/p99 (the workers' pmem_event_duration_seconds,
-interpolated in its buckets), peak RSS, prompt tokens per event (pmem_llm_tokens_total) and worker
-CPU per event are reported for both, with the populated/empty ratio. The fake LLM writes `user`
-and `persona_user` facts only; `--persona-facts` moves each persona event's last fact to the
-`persona` scope (the persona's near-duplicate read and lock on half the events).
+`--populated` (the work per event stays bounded whatever the owner's size): the same events twice,
+against an empty store and against a populated one: one persona (persona learning on) owning 100,000
+memories and every user of the events owning 2,000 (`--users`, default 20). Per-event latency
+p50/p99 (the workers' pmem_event_duration_seconds, interpolated in its buckets), peak RSS, prompt
+tokens per event (pmem_llm_tokens_total) and worker CPU per event are reported for both, with the
+populated/empty ratio. The fake LLM writes `user` and `persona_user` facts only; `--persona-facts`
+moves each persona event's last fact to the `persona` scope (the persona's near-duplicate read and
+lock on half the events).
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ WORDS = [
 ]
 
 
-# rows of the populated store (issue 9: a persona with 100,000, users with 2,000 each)
+# rows of the populated store: a persona with 100,000, users with 2,000 each
 ROWS = {"persona": 100_000, "user": 2000}
 LEARNING_ON = "INSERT INTO memory_settings (level, target_id, persona_learning) VALUES ('persona', %s, true)"
 
@@ -773,7 +774,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--populated",
         action="store_true",
-        help="run each concurrency against an empty and a populated store (issue 9)",
+        help="run each concurrency against an empty and a populated store",
     )
     parser.add_argument("--users", type=int, default=20, help="users of the events with --populated")
     parser.add_argument(

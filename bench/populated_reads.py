@@ -1,4 +1,4 @@
-"""The worker's two per-event reads on a populated store (issue 9), measured in the database.
+"""The worker's two per-event reads on a populated store, measured in the database.
 
     python bench/populated_reads.py --data-dir /tmp/popdb [--explain] [--repeat 30] [--check]
 

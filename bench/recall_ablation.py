@@ -25,7 +25,7 @@ from worker.commands.evaluate import (
     run_locomo,
 )
 
-_NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates (before 2026-12-01)
+_NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates, no floor
 VARIANTS: dict[str, ScoreFusion] = {
     "score fusion + BM25 only": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0, focus_share=None),
     "+ informative query words": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0),

@@ -2,7 +2,7 @@
 `test`): runs the real `pmem eval locomo` pipeline once per `ScoreFusion` setting, hybrid retriever.
 
     python bench/tune_fusion.py /path/to/locomo10.json [--unit observation] [--store sqlite]
-        [--json-out bench/results/tune_fusion.json]
+        [--json-out bench/results/tune_fusion_dev_YYYYMMDD.json]
 
 Embeddings are cached in .pmem/eval-cache, so a variant costs the recalls only."""
 
@@ -36,7 +36,7 @@ LEARNED_SQLITE_DEV = (
 BASE = ScoreFusion(
     vector_weight=0.5, time_boost=0.3, conversation_boost=0.2, focus_share=0.15, vector_floor_rank=None
 )
-# the 2026-11-30 defaults (before the vector floor of bench/tune_recall.py)
+# today's fusion weights without the vector floor (bench/tune_recall.py chose the floor)
 NOV30 = ScoreFusion(vector_floor_rank=None)
 V6 = replace(BASE, vector_weight=0.6)
 VARIANTS: dict[str, ScoreFusion] = {
@@ -58,7 +58,7 @@ VARIANTS: dict[str, ScoreFusion] = {
     "B: vw .6, conv .3, time .5": replace(V6, conversation_boost=0.3, time_boost=0.5),
     "C: vw .6, conv .3, focus .1": replace(V6, conversation_boost=0.3, focus_share=0.1),
     "D: A + conv .4": replace(NOV30, vector_weight=0.6, conversation_boost=0.4),
-    "E: A with vector weight .5 (the 11-30 defaults)": NOV30,
+    "E: A with vector weight .5 (the defaults, no floor)": NOV30,
     # fit by `python bench/fit_fusion.py locomo10.json --store sqlite` on dev (observations)
     "L: learned": replace(NOV30, learned=LEARNED_SQLITE_DEV),
 }

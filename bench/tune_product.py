@@ -9,7 +9,7 @@ product's own function, pure), so every fusion variant is scored by merging them
 constants, without a store:
 
     python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite] [--no-evidence]
-        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
+        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/locomo_product_postgres_YYYYMMDD.json]
 
 The variant with the best dev R@10 + A@10 is chosen; its dev, test and all figures are printed
 beside turns alone and memories alone. Embeddings are cached in .pmem/eval-cache."""

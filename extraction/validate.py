@@ -1,6 +1,6 @@
 """Parse and validate LLM output against the contract (pure).
 
-Contract (DESIGN.md "LLM output contract"):
+The contract:
 
     {"memories": [{"key": "home city", "value": "Lives in Lyon", "confidence": 0.9, "scope": "user",
                    "evidence": [3]}]}

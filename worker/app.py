@@ -906,7 +906,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     retries it on a fresh one. `plan_cache_mode = auto` (recall's force_custom_plan is not the
     worker's concern): the prepared claim and insert of every write then keep a generic plan
     instead of being planned on every event; Postgres keeps custom plans where it judges them
-    cheaper (the prompt and near-duplicate reads; bench/README.md, "Exact enough p99")."""
+    cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on")."""
     from store.factory import open_store
     from store.rules.urls import backend_of
 

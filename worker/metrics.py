@@ -13,7 +13,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 # Up to 300 s: a slow LLM under rate limiting can take minutes end to end. 50 ms steps over the
 # 0.25–0.5 s an event takes with a fast LLM and 100 ms steps up to 1 s, so that a p99 compares
 # between runs: interpolated inside 250 ms buckets, a p99 just past 0.5 s read as 0.68 s
-# (bench/README.md, "Exact enough p99"). Database operations get 25 ms steps up to 0.1 s.
+# (bench/README.md, "What the worker's design rests on"). Database operations get 25 ms steps up to 0.1 s.
 DURATION_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5,
     0.6, 0.7, 0.8, 0.9, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,

@@ -710,7 +710,8 @@ async def _storing_slot(deps: PipelineDeps) -> AsyncIterator[None]:
 
     Under load the LLM replies come back in bursts; a burst's events all interleaved on the event
     loop would finish together at its end and start their next LLM calls in step (bench/README.md,
-    "waves"). A few at a time finish one after another, and the next calls go out spread."""
+    "What the worker's design rests on"). A few at a time finish one after another, and the next
+    calls go out spread."""
     if deps.storing_slots is None:
         yield
         return

@@ -37,7 +37,8 @@ class Settings(BaseSettings):
     # arrival order; 0: no limit. Under load, events finish their LLM calls in bursts; a burst's
     # events all interleaved on the event loop finish together at its end (holding their owner
     # locks meanwhile) and the next burst starts in step. A few at a time finish one after another
-    # (bench/README.md, "waves"). Bounds a process to ~N / (embeddings latency + write) events/s.
+    # (bench/README.md, "What the worker's design rests on"). Bounds a process to
+    # ~N / (embeddings latency + write) events/s.
     writes_in_flight: int = Field(default=4, ge=0)
     max_deliver: int = Field(default=5, ge=1)
     # Everything one delivery of an event may take (policy, every LLM chunk and retry, embeddings,

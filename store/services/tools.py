@@ -1,7 +1,7 @@
 """LLM function tools over the memory store: OpenAI function-tool JSON schemas plus async handlers
 bound to one conversation's context (user, optional persona, store).
 
-Seed §5 tools:
+The tools:
 
 * `memory_save(key, value, confidence=1.0)` — an explicit save: `active` at once, or
   `pending_review` where the setting `review_tool_saves` is on (a model, not the user, decided to

@@ -143,7 +143,7 @@ def test_the_seed_indexes_exist(new_database: NewDatabase) -> None:
         }
     assert "(scope, owner_id, status)" in defs["ix_memories_scope_owner_status"]
     assert "WHERE (scope = 'persona_user'::text)" in defs["ix_memories_persona_user"]
-    # the seed's unique key, with the team added: a team's memory is its own row (team boundary)
+    # one row per scope, owner, user, team and key: a team's memory is its own row (team boundary)
     unique = defs["uq_memories_scope_owner_user_team_key"]
     assert "UNIQUE" in unique and "COALESCE(user_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
     assert "COALESCE(team_id, '00000000-0000-0000-0000-000000000000'::uuid)" in unique
@@ -207,7 +207,7 @@ async def test_upgrading_from_0003_keeps_the_rows_and_indexes_reviewed_memories_
 
 async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_database: NewDatabase) -> None:
     url = new_database()
-    migrate(url, 3072)  # the seed's column size
+    migrate(url, 3072)  # text-embedding-3-large's size, over pgvector's 2,000-dimension index limit
     with psycopg.connect(url) as conn:
         (definition,) = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_embedding_hnsw'"

@@ -43,7 +43,7 @@ def memories(draw: Any) -> NewMemory:
 def visible(
     memory_scope: str, owner: uuid.UUID, user: uuid.UUID | None, me: uuid.UUID, persona: uuid.UUID | None
 ) -> bool:
-    """The seed's visibility rule, written independently of the store."""
+    """Who may read a memory of this scope and owner, written independently of the store."""
     if memory_scope == "user":
         return owner == me
     if persona is None:

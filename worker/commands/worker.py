@@ -45,7 +45,7 @@ async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
 
 # Python's default (700) runs a young-generation collection every few events; each one also walks
 # everything the worker keeps. Objects of an event die by reference counting, so fewer, larger
-# collections cost little memory and about 2 ms of CPU less per event (bench/README.md).
+# collections cost little memory and about 1 ms of CPU less per event (bench/README.md).
 GC_YOUNG_THRESHOLD = 50_000
 
 

@@ -6,8 +6,8 @@ Revises: 0003
 Create Date: 2026-12-01
 
 The worker writes every fact as `pending_review`, and inserting a row into a large HNSW graph was
-most of the database's work per event on a populated store (bench/README.md, "HNSW for reviewed
-memories only"). Recall reads active memories only, so pending rows no longer enter the graph; a
+most of the database's work per event on a populated store (bench/README.md, "What the
+worker's design rests on"). Recall reads active memories only, so pending rows no longer enter the graph; a
 row is added when it is approved. The near-duplicate read of a large owner ranks its most recent
 pending rows exactly through `ix_memories_owner_pending`.
 
