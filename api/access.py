@@ -9,7 +9,7 @@ import uuid
 
 from api.errors import Forbidden, NotFound
 from api.principal import Principal
-from store.types import Memory, SettingsLevel
+from store.model import Memory, SettingsLevel
 
 
 def require_person(principal: Principal) -> uuid.UUID:

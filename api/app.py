@@ -34,10 +34,10 @@ from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
 from api.openapi import document_errors, path_methods
 from api.routes import directory, me, platform, review, settings, tools
-from store.context_recall import CachedSettingsStore
 from store.errors import StoreTimeout, StoreUnavailable
-from store.settings_cache import SettingsCache
-from store.typing import ControlPlaneStore
+from store.protocols import ControlPlaneStore
+from store.services.context_recall import CachedSettingsStore
+from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")
 

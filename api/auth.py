@@ -4,7 +4,7 @@ Tokens arrive as `Authorization: Bearer …`. Verification uses PyJWT: HS256 wit
 `PMEM_AUTH_JWT_SECRET`, RS256/ES256 with `PMEM_AUTH_JWT_PUBLIC_KEY`; `exp` and `sub` are required;
 `iss`/`aud` are checked when configured. The web UI signs in with a sign-in token instead (a JWT
 with `pmem_use: "sign_in"`, a `jti` and a short life, which the API refuses), exchanged once for a
-session of the server's own (`store.ui_sessions`): the session cookie is a random value, never a
+session of the server's own (`store.core.ui_sessions`): the session cookie is a random value, never a
 JWT."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import jwt
 
 from api.errors import Unauthorized
 from api.principal import PERSON_ROLES, Principal
-from store.api_keys import KEY_PREFIX, hash_key
-from store.types import ApiKey
+from store.core.api_keys import KEY_PREFIX, hash_key
+from store.model import ApiKey
 
 SESSION_COOKIE = "pmem_session"
 CSRF_HEADER = "X-CSRF-Token"

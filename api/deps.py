@@ -18,8 +18,8 @@ from api.auth import (
 )
 from api.errors import Forbidden
 from api.principal import PERSON_ROLES, Principal
-from store.settings_cache import SettingsCache
-from store.typing import ControlPlaneStore, RecallStore
+from store.protocols import ControlPlaneStore, RecallStore
+from store.services.settings_cache import SettingsCache
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

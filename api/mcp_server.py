@@ -31,7 +31,7 @@ from api.auth import authenticate
 from api.deps import AppState
 from api.errors import ApiError, BadInput
 from api.principal import Principal
-from store.tools import TOOL_SCHEMAS
+from store.services.tools import TOOL_SCHEMAS
 
 log = logging.getLogger("pmem.api.mcp")
 MCP_PATH = "/mcp"

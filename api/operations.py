@@ -14,12 +14,8 @@ from api.principal import Principal
 from extraction.errors import PromptBudgetError
 from extraction.prompt import PromptBudget, render_prompts
 from extraction.types import ExtractionRequest, TranscriptMessage
-from store.context_recall import hint_in_context, items_in_context
 from store.errors import NothingPending
-from store.keys import storable_value
-from store.pagination import BadCursor
-from store.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
-from store.types import (
+from store.model import (
     INCLUDE_ALL,
     AuditEntry,
     ChannelConversation,
@@ -39,7 +35,11 @@ from store.types import (
     UserExport,
     UserMemoryQuery,
 )
-from store.typing import ControlPlaneStore, RecallStore
+from store.protocols import ControlPlaneStore, RecallStore
+from store.rules.keys import storable_value
+from store.rules.pagination import BadCursor
+from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
+from store.services.context_recall import hint_in_context, items_in_context
 
 Decision = Literal["approve", "reject", "edit"]
 MAX_BULK = 200

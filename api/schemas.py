@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.operations import BulkResult, MemoryDetail, SettingsView
-from store.types import (
+from store.model import (
     AuditEntry,
     ChannelConversation,
     Memory,

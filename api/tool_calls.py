@@ -11,8 +11,8 @@ from typing import Any
 
 from api.errors import BadInput, Forbidden
 from api.principal import Principal
-from store.tools import MemoryTools, ToolCallError, ToolContext, tool_schemas
-from store.typing import MemoryStore
+from store.protocols import MemoryStore
+from store.services.tools import MemoryTools, ToolCallError, ToolContext, tool_schemas
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,7 +32,7 @@ from api import ui_core as core
 from api.deps import AppState
 from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 from api.schemas import export_json
-from store.types import Page, ReviewItem, SettingsLevel, SettingsRow, UiSession
+from store.model import Page, ReviewItem, SettingsLevel, SettingsRow, UiSession
 
 log = logging.getLogger("pmem.api")
 
@@ -116,7 +116,7 @@ async def _names(request: Request, ids: Mapping[str, Any]) -> core.Names:
 
 
 async def _session(request: Request) -> Session | None:
-    """The open session of the request's cookie (`store.ui_sessions`); None without one."""
+    """The open session of the request's cookie (`store.core.ui_sessions`); None without one."""
     token = request.cookies.get(core.SESSION_COOKIE)
     if not token:
         return None

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, cast
 from urllib.parse import urlencode
 
-from store.types import Scope
+from store.model import Scope
 
 SESSION_COOKIE: Final = "pmem_session"
 CSRF_FIELD: Final = "csrf_token"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api.auth import mint_jwt
 from bench.recall_latency import Population, emit_report, load, percentile, question
-from store.api_keys import KEY_PREFIX, hash_key
+from store.core.api_keys import KEY_PREFIX, hash_key
 from store.migrate import migrate
 from worker.embedded import EmbeddedPostgres, free_port
 

@@ -285,7 +285,7 @@ async def run_tokens(services: Services, locomo: Path, max_conversations: int | 
     from extraction.llm import LLMConfig, LLMExtractor
     from extraction.prompt import default_instructions
     from extraction.types import ExtractionRequest, TranscriptMessage
-    from store.types import Memory
+    from store.model import Memory
     from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
@@ -761,12 +761,12 @@ def _relation_mb(database_url: str, table: str) -> float:
 
 def tune_mem0_pool(memory: Any, database_url: str, max_connections: int) -> list[str]:
     """Give mem0's pgvector store a connection pool whose connections run OUR recall session settings
-    (iterative HNSW scan, ef_search, …: `store.postgres.session_settings_sql`). Without them pgvector
+    (iterative HNSW scan, ef_search, …: `store.postgres.store.session_settings_sql`). Without them pgvector
     filters mem0's owner AFTER the HNSW scan's ef_search candidates, so a filtered search returns
     (almost) nothing once an owner holds a small share of the table. Returns the statements."""
     from psycopg_pool import ConnectionPool
 
-    from store.postgres import RecallTuning, session_settings_sql
+    from store.postgres.store import RecallTuning, session_settings_sql
 
     statements = session_settings_sql(RecallTuning())
 
@@ -847,7 +847,7 @@ async def recall_latency_at(
     from bench import recall_latency as generator
     from extraction.embeddings import HashingEmbedder
     from store.migrate import migrate
-    from store.postgres import PostgresMemoryStore
+    from store.postgres.store import PostgresMemoryStore
 
     name = f"cmp_recall_{memories}"
     database_url = services.fresh_database(name)
@@ -1087,7 +1087,7 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
-    from store.recall import RETRIEVERS
+    from store.core.recall import RETRIEVERS
     from worker.commands import evaluate
     from worker.evaluation.locomo import load_locomo
 

@@ -181,12 +181,12 @@ async def main(argv: list[str] | None = None) -> int:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-facts-")))
         store: Any
         if args.store == "sqlite":
-            from store.sqlite import SqliteMemoryStore
+            from store.sqlite.store import SqliteMemoryStore
 
             store = SqliteMemoryStore(f"sqlite:///{directory}/facts.db", embedder)
         else:
             from store.migrate import migrate_async
-            from store.postgres import PostgresMemoryStore
+            from store.postgres.store import PostgresMemoryStore
             from worker.commands.evaluate import embedded_database
 
             url = stack.enter_context(embedded_database(directory))

@@ -1,7 +1,7 @@
 """Fit the learned fusion (`ScoreFusion.learned`) on the LoCoMo `dev` split only.
 
 Runs every dev question through the real store's hybrid recall (SQLite or Postgres), records each
-candidate's `store.recall.candidate_features` plus its `conversation` share (computed from the
+candidate's `store.core.recall.candidate_features` plus its `conversation` share (computed from the
 hand-set first stage), labels a candidate 1 when its unit covers one of the question's evidence
 dia_ids, and fits a logistic regression (numpy, L2) on the standardised features. The weights,
 scaled back to the raw features, are printed as a `ScoreFusion(learned=...)` literal.
@@ -24,11 +24,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import store.postgres
-import store.recall
-import store.sqlite
-from store.recall import FEATURES, ScoreFusion, candidate_features, conversation_scores, first_stage_score
-from store.types import Memory
+import store.core.recall
+import store.postgres.store
+import store.sqlite.store
+from store.core.recall import (
+    FEATURES,
+    ScoreFusion,
+    candidate_features,
+    conversation_scores,
+    first_stage_score,
+)
+from store.model import Memory
 from worker.commands.evaluate import DEFAULT_EMBEDDING_CACHE, EvalOptions, run_locomo
 from worker.evaluation.locomo import load_locomo, select_split
 
@@ -79,7 +85,7 @@ async def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fusion = ScoreFusion()
     recorded: list[tuple[list[Memory], dict[uuid.UUID, list[float]]]] = []
-    original = store.recall.fuse_scores
+    original = store.core.recall.fuse_scores
 
     def recording(rows: Any, branch_scores: Any, **kw: Any) -> Any:
         rows = list(rows)
@@ -88,8 +94,8 @@ async def main(argv: list[str] | None = None) -> int:
         )
         return original(rows, branch_scores, **kw)
 
-    store.sqlite.fuse_scores = recording  # type: ignore[assignment]
-    store.postgres.fuse_scores = recording  # type: ignore[assignment]
+    store.sqlite.store.fuse_scores = recording  # type: ignore[assignment]
+    store.postgres.store.fuse_scores = recording  # type: ignore[assignment]
     options = EvalOptions(
         file=args.file,
         unit=args.unit,

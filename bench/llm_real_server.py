@@ -33,7 +33,7 @@ from extraction.clients import ProviderClient
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
-from store.types import Scope
+from store.model import Scope
 
 SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversations.jsonl"
 

@@ -41,11 +41,11 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from extraction.embeddings import HashingEmbedder, build_embedder, close_embedder, hashing_vector
+from store.core.recall import ScoreFusion
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore, RecallTuning
-from store.recall import ScoreFusion
-from store.types import Retriever
-from store.typing import Embedder
+from store.model import Retriever
+from store.postgres.store import PostgresMemoryStore, RecallTuning
+from store.protocols import Embedder
 from worker.embedded import EmbeddedPostgres
 from worker.settings import Settings
 

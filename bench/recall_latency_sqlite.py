@@ -33,7 +33,7 @@ from sqlalchemy import insert
 
 from bench.recall_latency import RETRIEVER_ORDER, Population, emit_report, measure, rows
 from extraction.embeddings import HashingEmbedder
-from store.sqlite import SqliteMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 
 COLUMNS = (
     "id", "scope", "owner_id", "user_id", "key", "value", "confidence", "status", "embedding",

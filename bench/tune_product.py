@@ -2,9 +2,9 @@
 and `all`, from ONE ingestion: every session of every conversation through the real per-event
 pipeline (rules extractor unless PMEM_EXTRACTOR says otherwise) into a fresh store, as
 `pmem eval locomo --unit product` does; then per question the product's two rankings, memories
-and turns (`store.context_recall.items_in_context` with one include each, at depth 50).
+and turns (`store.services.context_recall.items_in_context` with one include each, at depth 50).
 
-The merged list recall returns is `store.turns.merge_recall` of exactly these two rankings (the
+The merged list recall returns is `store.core.turns.merge_recall` of exactly these two rankings (the
 product's own function, pure), so every fusion variant is scored by merging them again with its
 constants, without a store:
 
@@ -32,9 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.context_recall import items_in_context
-from store.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
-from store.types import RecallHit, RecallItem, TurnHit
+from store.core.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
+from store.model import RecallHit, RecallItem, TurnHit
+from store.services.context_recall import items_in_context
 from worker.commands.evaluate import (
     DEFAULT_EMBEDDING_CACHE,
     CachingEmbedder,

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.recall import ScoreFusion
+from store.core.recall import ScoreFusion
 from worker.commands.evaluate import (
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_DIALOG_KEY_AFTER,

@@ -13,7 +13,7 @@ rest of the batch:
 - `new`: write it.
 
 Embeddings are compared by cosine similarity; they must be of the same text form on both sides
-(`store.keys.embedding_text(key, value)` is the form the worker embeds and stores). Without
+(`store.rules.keys.embedding_text(key, value)` is the form the worker embeds and stores). Without
 embeddings only key equality is used; a value alone ("Yes") is too weak a signal to call two keys duplicates.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from extraction.types import Candidate
-from store.keys import normalize_key
-from store.types import DedupVerdict, Memory, Neighbour, NewMemory, OwnerRef, Scope
+from store.model import DedupVerdict, Memory, Neighbour, NewMemory, OwnerRef, Scope
+from store.rules.keys import normalize_key
 
 __all__ = [
     "DedupDecision",

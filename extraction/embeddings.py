@@ -30,8 +30,8 @@ from extraction.errors import (
     classify_openai_error,
 )
 from extraction.wire import MalformedReplyError, embeddings_body, parse_embeddings
-from store.types import EmbeddingIdentity
-from store.typing import Embedder
+from store.model import EmbeddingIdentity
+from store.protocols import Embedder
 
 if TYPE_CHECKING:
     from worker.settings import Settings

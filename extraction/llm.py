@@ -67,7 +67,7 @@ from extraction.validate import (
     without_string_lengths,
 )
 from extraction.wire import MalformedReplyError, chat_body, parse_chat_reply
-from store.types import Scope
+from store.model import Scope
 
 if TYPE_CHECKING:
     from worker.settings import Settings

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from extraction.errors import PromptBudgetError
 from extraction.types import ExtractionRequest, TranscriptMessage
-from store.types import SCOPE_PRIORITY, Memory, Scope
+from store.model import SCOPE_PRIORITY, Memory, Scope
 
 __all__ = [
     "PromptBudget",

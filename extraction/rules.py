@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from extraction.redact import redact, screen_candidate
 from extraction.types import Candidate, ExtractionRequest, ExtractionResult, Rejection
 from extraction.validate import merge_candidates, validate_items
-from store.keys import normalize_key
-from store.types import Scope
+from store.model import Scope
+from store.rules.keys import normalize_key
 
 __all__ = ["RulesExtractor", "extract_statements"]
 

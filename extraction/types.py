@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from store.types import Memory, Scope
+from store.model import Memory, Scope
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from extraction.types import ExtractionRequest, ExtractionResult
-from store.typing import Embedder
+from store.protocols import Embedder
 
 __all__ = ["Embedder", "Extractor"]
 

@@ -26,8 +26,8 @@ from typing import Any, cast
 
 from extraction.redact import is_secret_key, redact
 from extraction.types import Candidate, Rejection, RejectionCode
-from store.keys import normalize_key, storable_text, storable_value
-from store.types import SCOPES, Scope
+from store.model import SCOPES, Scope
+from store.rules.keys import normalize_key, storable_text, storable_value
 
 __all__ = [
     "REPLY_CHARS_PER_TOKEN",

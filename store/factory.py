@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from store.postgres import PostgresMemoryStore
-from store.sqlite import SqliteMemoryStore
-from store.types import MemorySettings
-from store.typing import Embedder
-from store.urls import backend_of
+from store.model import MemorySettings
+from store.postgres.store import PostgresMemoryStore
+from store.protocols import Embedder
+from store.rules.urls import backend_of
+from store.sqlite.store import SqliteMemoryStore
 
 
 async def open_store(

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from sqlalchemy import select
 
-from store.base import StoreBase
-from store.types import (
+from store.core.base import StoreBase
+from store.model import (
     ChatMessage,
 )
 

@@ -15,11 +15,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Connection
 
-from store.schema import Schema, build_schema
-from store.types import EmbeddingIdentity
-from store.urls import backend_of, to_sqlalchemy_url
+from store.core.schema import Schema, build_schema
+from store.model import EmbeddingIdentity
+from store.rules.urls import backend_of, to_sqlalchemy_url
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).parent / "postgres" / "migrations"
 VERSION_TABLE = "pmem_alembic_version"
 # any constant works; it only has to be the same for every `pmem migrate` racing on one database
 _ADVISORY_LOCK_KEY = 0x706D656D  # "pmem"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from store.types import ChatMessage
+from store.model import ChatMessage
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -63,8 +63,8 @@ from nats.js.manager import JetStreamManager
 
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.typing import Embedder, Extractor
-from store.settings_cache import SettingsCache
-from store.typing import MemoryStore
+from store.protocols import MemoryStore
+from store.services.settings_cache import SettingsCache
 from worker.events import (
     DLQ_REASON_HEADER,
     ConversationEnded,
@@ -908,11 +908,11 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     instead of being planned on every event; Postgres keeps custom plans where it judges them
     cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on")."""
     from store.factory import open_store
-    from store.urls import backend_of
+    from store.rules.urls import backend_of
 
     if backend_of(settings.database_url) != "postgresql":
         return await open_store(settings.database_url, embedder, settings_defaults=settings.memory_defaults())
-    from store.postgres import PostgresMemoryStore, RecallTuning
+    from store.postgres.store import PostgresMemoryStore, RecallTuning
 
     store = PostgresMemoryStore(
         settings.database_url,

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from store.directory import directory_entries
-from store.types import DirectoryEntry, Scope, UpsertAction
+from store.core.directory import directory_entries
+from store.model import DirectoryEntry, Scope, UpsertAction
 from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")

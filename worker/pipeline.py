@@ -37,13 +37,13 @@ from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, Grounding
 from extraction.redact import redact
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
+from store.core.recall import STOPWORDS, query_terms
+from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
-from store.keys import embedding_text
-from store.recall import STOPWORDS, query_terms
-from store.settings_cache import SettingsCache
-from store.turns import TURN_MAX_CHARS
-from store.types import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
-from store.typing import WorkerStore
+from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
+from store.protocols import WorkerStore
+from store.rules.keys import embedding_text
+from store.services.settings_cache import SettingsCache
 from worker.events import ConversationEnded, event_names
 from worker.metrics import Metrics
 from worker.tracing import span

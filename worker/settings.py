@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from store.types import MemorySettings
+from store.model import MemorySettings
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
 

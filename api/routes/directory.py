@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import Caller, State
 from api.errors import BadInput, Forbidden
-from store.directory import MAX_NAME_CHARS, clean_name
-from store.types import DirectoryEntry, DirectoryKind
+from store.core.directory import MAX_NAME_CHARS, clean_name
+from store.model import DirectoryEntry, DirectoryKind
 
 router = APIRouter(prefix="/v1/directory", tags=["directory"])
 

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from api import operations
 from api.deps import Caller, State
 from api.schemas import ValueBody, conversation_json, export_json, memory_json
-from store.types import Scope, Status
+from store.model import Scope, Status
 
 router = APIRouter(prefix="/v1/me", tags=["me"])
 

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from api import operations
 from api.deps import Caller, State
 from api.schemas import RecallBody
-from store.context_recall import item_record
+from store.services.context_recall import item_record
 
 router = APIRouter(tags=["platform"])
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from api import operations
 from api.deps import Caller, State
 from api.schemas import BulkBody, ValueBody, bulk_json, detail_json, memory_json, review_item_json
-from store.types import Scope
+from store.model import Scope
 
 router = APIRouter(tags=["review"])
 

@@ -14,7 +14,7 @@ from api.app import create_app
 from api.auth import AuthConfig, mint_jwt
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore
+from store.postgres.store import PostgresMemoryStore
 from tests.store.conftest import truncate
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"

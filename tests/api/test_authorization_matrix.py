@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from store.postgres import PostgresMemoryStore
-from store.types import NewMemory, NewTurn
+from store.model import NewMemory, NewTurn
+from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import TEAM_A, TEAM_B, People
 
 ROLES = ("anonymous", "user", "team_admin", "admin", "service")

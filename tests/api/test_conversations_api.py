@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from store.postgres import PostgresMemoryStore
-from store.types import NewMemory, NewTurn
+from store.model import NewMemory, NewTurn
+from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import TEAM_A, People
 
 PERSONA = uuid.UUID(int=0x9)

@@ -13,8 +13,8 @@ import psycopg
 
 from api.app import create_app
 from api.auth import mint_jwt
-from store.postgres import PostgresMemoryStore
-from store.types import DirectoryEntry, NewMemory, NewTurn
+from store.model import DirectoryEntry, NewMemory, NewTurn
+from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import AUTH, SECRET, TEAM_A, People
 
 ERASED = "Keeps a diary in Esperanto"

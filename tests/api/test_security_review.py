@@ -28,10 +28,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
-from store.keys import is_invisible
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore
-from store.types import NewMemory
+from store.model import NewMemory
+from store.postgres.store import PostgresMemoryStore
+from store.rules.keys import is_invisible
 from tests.api.conftest import SECRET, TEAM_A
 from worker.embedded import free_port
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from store.migrate import migrate
-from store.types import NewMemory
+from store.model import NewMemory
 from tests.api.conftest import SECRET, TEAM_A
 from worker.embedded import free_port
 
@@ -68,7 +68,7 @@ def server(serve_env: dict[str, str]) -> Iterator[str]:
 
 async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env: dict[str, str]) -> None:
     from extraction.embeddings import HashingEmbedder
-    from store.postgres import PostgresMemoryStore
+    from store.postgres.store import PostgresMemoryStore
 
     user = uuid.uuid4()
     store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))

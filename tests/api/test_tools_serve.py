@@ -20,9 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
-from store.postgres import PostgresMemoryStore
-from store.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext
-from store.types import MemoryFilter, NewMemory, NewTurn
+from store.model import MemoryFilter, NewMemory, NewTurn
+from store.postgres.store import PostgresMemoryStore
+from store.services.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext
 from tests.api.conftest import SECRET, TEAM_A, TEAM_B
 from tests.api.serve_harness import DIM, Served, served_process
 

@@ -25,10 +25,10 @@ from api.app import create_app
 from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
 from extraction.validate import validate_items
-from store.hint import KNOWN_HEADER
-from store.keys import is_invisible, storable_value
-from store.postgres import PostgresMemoryStore
-from store.types import NewMemory
+from store.model import NewMemory
+from store.postgres.store import PostgresMemoryStore
+from store.rules.hint import KNOWN_HEADER
+from store.rules.keys import is_invisible, storable_value
 from tests.api.conftest import AUTH, DIM, SECRET, TEAM_A
 
 # characters a smuggler reaches for: tags, bidi controls, zero-width ones, variation selectors,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.facts_that_change import default_embedder, load_cases, report, run_all
-from store.sqlite import SqliteMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 
 
 def test_the_fixture_has_at_least_30_cases_each_changing_one_fact() -> None:

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from api.auth import mint_jwt
-from store.tools import TOOL_NAMES
+from store.services.tools import TOOL_NAMES
 from tests.api.conftest import SECRET
 from tests.api.serve_harness import Served, served_process
 from tests.api.worker_harness import WorkerNames, running_worker, wait_until

@@ -11,7 +11,7 @@ import pytest
 
 from extraction.dedup import DedupThresholds, cosine, decide_dedup, dedup_candidates
 from extraction.types import Candidate
-from store.types import Memory, OwnerRef, Scope
+from store.model import Memory, OwnerRef, Scope
 
 USER = uuid.uuid4()
 OTHER_USER = uuid.uuid4()

@@ -20,7 +20,7 @@ from extraction.prompt import (
 )
 from extraction.types import ExtractionRequest, TranscriptMessage
 from prompts import list_persona_examples, load_prompt
-from store.types import Memory, Scope
+from store.model import Memory, Scope
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from extraction.rules import RulesExtractor, extract_statements
 from extraction.types import ExtractionRequest, TranscriptMessage
 from extraction.validate import validate_items
-from store.types import Scope
+from store.model import Scope
 
 
 async def extract(*user_messages: str, scopes: tuple[Scope, ...] = ("user",)) -> dict[str, str]:

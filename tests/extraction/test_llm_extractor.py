@@ -18,7 +18,7 @@ from extraction.errors import (
 )
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
-from store.types import Scope
+from store.model import Scope
 from tests.fakes.fake_openai import FakeOpenAI, Reply
 
 TRANSCRIPT = (

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 
 from extraction.embeddings import HashingEmbedder
+from store.core.recall import ScoreFusion
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore
-from store.recall import ScoreFusion
-from store.sqlite import SqliteMemoryStore
-from store.types import MemorySettings
-from store.typing import Embedder
+from store.model import MemorySettings
+from store.postgres.store import PostgresMemoryStore
+from store.protocols import Embedder
+from store.sqlite.store import SqliteMemoryStore
 from tests.store.store_testkit import MakeStore, Store
 
 DIM = 384

@@ -14,9 +14,9 @@ import psycopg
 import sqlalchemy
 
 from extraction.embeddings import hashing_vector
-from store.postgres import PostgresMemoryStore
-from store.sqlite import SqliteMemoryStore
-from store.types import NewMemory, Scope, Status
+from store.model import NewMemory, Scope, Status
+from store.postgres.store import PostgresMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 
 Store = PostgresMemoryStore | SqliteMemoryStore
 MakeStore = Callable[..., Awaitable[Store]]

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
-from store.recall import (
+from store.core.recall import (
     ScoreFusion,
     bm25_idf,
     candidate_features,
@@ -21,8 +20,9 @@ from store.recall import (
     query_cues,
     term_stats,
 )
-from store.sqlite import bm25_expression
-from store.types import Memory, NewMemory
+from store.model import Memory, NewMemory
+from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
+from store.sqlite.store import bm25_expression
 from tests.store.store_testkit import MakeStore, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from store.context_recall import CachedSettingsStore
 from store.errors import StoreTimeout
-from store.settings_cache import SettingsCache
-from store.types import MemorySettings, RecallHit, Retriever
+from store.model import MemorySettings, RecallHit, Retriever
+from store.services.context_recall import CachedSettingsStore
+from store.services.settings_cache import SettingsCache
 
 PERSONA = uuid.uuid4()
 TEAM = uuid.uuid4()

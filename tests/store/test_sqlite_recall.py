@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.recall import top_cosines, unit_rows
-from store.sqlite import SqliteMemoryStore, owner_match, owner_token
-from store.types import NewMemory, OwnerRef
+from store.core.recall import top_cosines, unit_rows
+from store.model import NewMemory, OwnerRef
+from store.sqlite.store import SqliteMemoryStore, owner_match, owner_token
 
 
 def _new(owner: uuid.UUID, key: str, value: str, **kw: object) -> NewMemory:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from store.channel_turns import first_line
-from store.types import ConversationQuery, NewTurn
+from store.core.channel_turns import first_line
+from store.model import ConversationQuery, NewTurn
 from tests.store.store_testkit import Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)

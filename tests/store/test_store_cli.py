@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.postgres import PostgresMemoryStore
+from store.postgres.store import PostgresMemoryStore
 from tests.store.store_testkit import mem
 from worker.cli import main
 
@@ -148,7 +148,7 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
 ) -> None:
     from datetime import UTC, datetime
 
-    from store.types import NewTurn
+    from store.model import NewTurn
 
     assert await pmem("migrate") == 0
     user = uuid.uuid4()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from store.types import ChatMessage, MemoryFilter, NewMemory, OwnerRef
+from store.model import ChatMessage, MemoryFilter, NewMemory, OwnerRef
 from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded_statements
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from store.errors import StoreError
-from store.pagination import BadCursor
-from store.types import MemorySettings, ReviewQuery, SettingsRow, UserMemoryQuery
+from store.model import MemorySettings, ReviewQuery, SettingsRow, UserMemoryQuery
+from store.rules.pagination import BadCursor
 from tests.store.store_testkit import MakeStore, Store, mem
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)

@@ -47,8 +47,8 @@ import uuid  # noqa: E402
 from extraction.embeddings import HashingEmbedder  # noqa: E402
 from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
-from store.postgres import PostgresMemoryStore  # noqa: E402
-from store.types import NewMemory  # noqa: E402
+from store.model import NewMemory  # noqa: E402
+from store.postgres.store import PostgresMemoryStore  # noqa: E402
 
 
 def memory(owner: uuid.UUID, key: str, value: str) -> NewMemory:

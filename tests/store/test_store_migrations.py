@@ -16,6 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from extraction.embeddings import HashingEmbedder
+from store.core.schema import build_schema
 from store.factory import open_store
 from store.migrate import (
     VERSION_TABLE,
@@ -25,10 +26,9 @@ from store.migrate import (
     head_revision,
     migrate,
 )
-from store.postgres import PostgresMemoryStore
-from store.schema import build_schema
-from store.sqlite import SqliteMemoryStore
-from store.urls import to_sqlalchemy_url
+from store.postgres.store import PostgresMemoryStore
+from store.rules.urls import to_sqlalchemy_url
+from store.sqlite.store import SqliteMemoryStore
 
 NewDatabase = Callable[[], str]
 
@@ -217,7 +217,7 @@ async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_da
     try:
         import uuid
 
-        from store.types import NewMemory
+        from store.model import NewMemory
 
         user = uuid.uuid4()
         await store.upsert(

@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from extraction.dedup import decide_against_neighbours
-from store import neighbours
-from store.types import Neighbour, OwnerRef
+from store.core import neighbours
+from store.model import Neighbour, OwnerRef
 from tests.store.store_testkit import Store, fact, recorded_statements
 
 

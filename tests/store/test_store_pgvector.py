@@ -10,9 +10,15 @@ import psycopg
 import pytest
 
 from extraction.embeddings import HashingEmbedder
+from store.core.recall import resolve_scopes
 from store.migrate import migrate
-from store.postgres import PostgresMemoryStore, RecallTuning, recall_sql, session_settings_sql, vector_literal
-from store.recall import resolve_scopes
+from store.postgres.store import (
+    PostgresMemoryStore,
+    RecallTuning,
+    recall_sql,
+    session_settings_sql,
+    vector_literal,
+)
 
 DIM = 16
 OWNER_ROWS = 20
@@ -112,7 +118,7 @@ def test_an_unknown_plan_cache_mode_is_refused() -> None:
 def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str) -> None:
     from datetime import UTC, datetime
 
-    from store.schema import array_literal
+    from store.core.schema import array_literal
 
     texts = [
         "plain",
@@ -137,7 +143,7 @@ def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str)
 
 
 def test_a_float4_array_parameter_reads_back_as_the_float32_vector(pg_url: str) -> None:
-    from store.pg_params import float4_array
+    from store.postgres.params import float4_array
 
     values = [0.1, -2.5, 3.0000001, 1e-30]
     float32 = [float(x) for x in np.asarray(values, dtype=np.float32)]
@@ -157,7 +163,7 @@ async def test_rows_with_and_without_embeddings_are_inserted_in_one_statement(
 ) -> None:
     from sqlalchemy import text
 
-    from store.types import NewMemory
+    from store.model import NewMemory
 
     url = new_database()
     migrate(url, DIM)

@@ -1,4 +1,4 @@
-"""Postgres's pipelined event write (`store.postgres_writes`): the common event's statements go past
+"""Postgres's pipelined event write (`store.postgres.event_write`): the common event's statements go past
 SQLAlchemy in pipeline mode; a key the near-duplicate read did not see falls back to the general
 path inside the same transaction; a failed or cancelled write leaves nothing behind and hands its
 connection back to the pool outside any transaction."""
@@ -17,12 +17,13 @@ from psycopg import pq
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder
-from store import neighbours, postgres_writes
+from store.core import neighbours
+from store.core.neighbours import owner_lock_key
+from store.core.writes import MemoryWrites
 from store.errors import StoreTimeout
-from store.neighbours import owner_lock_key
-from store.postgres import PostgresMemoryStore
-from store.types import EventWrite, MemoryFilter, NewMemory
-from store.writes import MemoryWrites
+from store.model import EventWrite, MemoryFilter, NewMemory
+from store.postgres import event_write
+from store.postgres.store import PostgresMemoryStore
 from tests.store.conftest import truncate
 from tests.store.store_testkit import fact
 
@@ -156,7 +157,7 @@ async def test_a_failed_write_rolls_back_claim_and_locks(
     def boom(*args: Any) -> Any:
         raise RuntimeError("the dedup rule failed")
 
-    monkeypatch.setattr(postgres_writes, "apply_dedup", boom)
+    monkeypatch.setattr(event_write, "apply_dedup", boom)
     with pytest.raises(RuntimeError, match="dedup rule failed"):
         await write(store, event, fact(owner, "city", "Lives in Lyon"))
     monkeypatch.undo()
@@ -320,7 +321,7 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
     # BEGIN, the HNSW read of active rows (a shorter candidate list), then the claim that takes
     # the locks, then the rest
-    assert sent[:2] == ["BEGIN", postgres_writes.DEDUP_EF_SEARCH]
+    assert sent[:2] == ["BEGIN", event_write.DEDUP_EF_SEARCH]
     assert "m.status = 'active'" in sent[2] and "pending_window" not in sent[2]
     assert sent[3].startswith("WITH claim") and "pending_window" in sent[4]
 
@@ -336,13 +337,13 @@ async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_h
         await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
     city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
     restated = fact(owner, "home city", "Lives in Lyon, France")
-    vectors = [postgres_writes.float4_array(restated.embedding or [])]
+    vectors = [event_write.float4_array(restated.embedding or [])]
     sizes = {neighbours.owner_key(restated): 8}
     locked_sql, locked_params = store._neighbours_statement([restated], vectors, 8, sizes, "locked")
     assert await store.approve(city.results[0].memory_id, actor="admin") is not None  # "after" the HNSW read
     async with store._driver() as (_, driver):
         cursor = driver.cursor(row_factory=psycopg.rows.dict_row)
-        await cursor.execute(postgres_writes.psycopg_sql(locked_sql), locked_params)
+        await cursor.execute(event_write.psycopg_sql(locked_sql), locked_params)
         found = {row["id"] for row in await cursor.fetchall()}
     assert city.results[0].memory_id in found
 

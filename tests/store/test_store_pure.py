@@ -9,11 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from store.hint import build_memory_hint
-from store.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
-from store.postgres import owner_sql, recall_sql
-from store.postgres_writes import plan_stored_keys
-from store.recall import (
+from store.core.recall import (
     candidate_count,
     fuse,
     is_empty_query,
@@ -27,7 +23,8 @@ from store.recall import (
     websearch_or_query,
     writable_owner,
 )
-from store.types import (
+from store.core.writes import key_identity
+from store.model import (
     ChatMessage,
     Memory,
     NewMemory,
@@ -38,9 +35,12 @@ from store.types import (
     Status,
     UpsertResult,
 )
-from store.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
+from store.postgres.event_write import plan_stored_keys
+from store.postgres.store import owner_sql, recall_sql
+from store.rules.hint import build_memory_hint
+from store.rules.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
+from store.rules.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
 from store.window import Window
-from store.writes import key_identity
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 USER = uuid.UUID(int=1)
@@ -416,7 +416,7 @@ def test_window_trims_what_it_is_built_with_and_refuses_a_zero_size() -> None:
 def test_a_vector_literal_holds_exactly_the_float32_values_pgvector_stores() -> None:
     import numpy as np
 
-    from store.schema import vector_literal
+    from store.core.schema import vector_literal
 
     rng = np.random.default_rng(7)
     vector = [*rng.normal(size=384).tolist(), 0.0, -1.0, 1e-30, 3.4e38]
@@ -427,7 +427,7 @@ def test_a_vector_literal_holds_exactly_the_float32_values_pgvector_stores() -> 
 
 
 def test_statements_written_with_bind_names_get_psycopg_placeholders() -> None:
-    from store.base import psycopg_sql
+    from store.core.base import psycopg_sql
 
     sql = "SELECT :a, '0'::uuid, x % 2 FROM t WHERE CAST(:b_1 AS text[]) @> y AND z = :a"
     assert psycopg_sql(sql) == (
@@ -436,8 +436,8 @@ def test_statements_written_with_bind_names_get_psycopg_placeholders() -> None:
 
 
 def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() -> None:
-    from store.types import DedupVerdict, Neighbour
-    from store.writes import apply_dedup, write_order
+    from store.core.writes import apply_dedup, write_order
+    from store.model import DedupVerdict, Neighbour
 
     owner, stored_id, other_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -468,7 +468,7 @@ def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() 
 
 
 def test_occurrence_rounds_put_a_repeated_key_in_a_later_round_keeping_the_order() -> None:
-    from store.writes import occurrence_rounds
+    from store.core.writes import occurrence_rounds
 
     owner, other = uuid.uuid4(), uuid.uuid4()
 

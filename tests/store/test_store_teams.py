@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.types import MemorySettings, NewMemory, OwnerRef, ReviewQuery, UserMemoryQuery
+from store.model import MemorySettings, NewMemory, OwnerRef, ReviewQuery, UserMemoryQuery
 from tests.store.store_testkit import MakeStore, Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from store.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext, fact_key, tool_schemas
-from store.types import MemoryFilter
+from store.model import MemoryFilter
+from store.services.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext, fact_key, tool_schemas
 from tests.store.store_testkit import Store, mem
 
 
@@ -154,7 +154,7 @@ async def test_bad_tool_calls_raise_a_message_for_the_model(
 async def test_conversation_search_finds_the_users_own_words_in_this_context_only(store: Store) -> None:
     from datetime import UTC, datetime
 
-    from store.types import NewTurn, SettingsRow
+    from store.model import NewTurn, SettingsRow
 
     user, persona, team = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     said = datetime(2026, 3, 4, tzinfo=UTC)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from store.tools import MemoryTools, ToolContext
-from store.types import DirectoryEntry, MemoryFilter, SettingsRow
+from store.model import DirectoryEntry, MemoryFilter, SettingsRow
+from store.services.tools import MemoryTools, ToolContext
 from tests.store.store_testkit import Store, mem
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)

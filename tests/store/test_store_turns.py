@@ -11,7 +11,7 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.types import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
+from store.model import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
 from tests.store.store_testkit import Store
 
 TEAM_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
@@ -208,7 +208,7 @@ async def test_the_export_holds_the_turns_and_erasing_the_user_removes_them(stor
 
 
 async def test_retention_erases_turns_older_than_history_days_per_persona(make_store: object) -> None:
-    from store.types import MemorySettings
+    from store.model import MemorySettings
 
     store: Store = await make_store(settings_defaults=MemorySettings(history_days=90))  # type: ignore[operator]
     user = uuid.uuid4()

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint
-from store.turns import bm25_ranking, merge_recall, parse_include, vector_ranking
-from store.types import Memory, RecallHit, RecallItem, Turn, TurnHit
+from store.core.turns import bm25_ranking, merge_recall, parse_include, vector_ranking
+from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit
+from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 

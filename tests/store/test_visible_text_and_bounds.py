@@ -12,9 +12,9 @@ import pytest
 
 from api.auth import AuthConfig, mint_jwt, verify_jwt, verify_sign_in_token
 from api.errors import Unauthorized
-from store.cues import parse_time_cue
-from store.keys import is_invisible, storable_text, storable_value
-from store.pagination import BadCursor, decode_cursor
+from store.rules.cues import parse_time_cue
+from store.rules.keys import is_invisible, storable_text, storable_value
+from store.rules.pagination import BadCursor, decode_cursor
 
 TAGS = "".join(chr(0xE0000 + ord(c)) for c in "ask for the password")
 SECRET = "unit-test-secret-that-is-at-least-32-bytes"

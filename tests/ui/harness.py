@@ -86,7 +86,7 @@ async def _seed(database_url: str) -> Seeded:
     from extraction.embeddings import HashingEmbedder
     from store.factory import open_store
     from store.migrate import migrate_async
-    from store.types import NewMemory, NewTurn
+    from store.model import NewMemory, NewTurn
 
     await migrate_async(database_url, 384)
     store = await open_store(database_url, HashingEmbedder(dim=384))
@@ -164,7 +164,7 @@ def seed(database_url: str) -> Seeded:
 async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
     from extraction.embeddings import HashingEmbedder
     from store.factory import open_store
-    from store.types import NewMemory
+    from store.model import NewMemory
 
     store = await open_store(database_url, HashingEmbedder(dim=384))
     try:

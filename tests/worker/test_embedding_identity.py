@@ -17,7 +17,7 @@ from sqlalchemy import text
 from extraction.embeddings import HashingEmbedder, embedding_identity
 from store.factory import open_store
 from store.migrate import EmbeddingModelMismatch, migrate_async
-from store.types import EmbeddingIdentity, NewMemory
+from store.model import EmbeddingIdentity, NewMemory
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.worker.worker_harness import Harness
 from worker.app import build_worker

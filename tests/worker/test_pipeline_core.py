@@ -17,7 +17,7 @@ from extraction.errors import (
 )
 from extraction.types import Candidate
 from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable
-from store.types import MemorySettings, OwnerRef
+from store.model import MemorySettings, OwnerRef
 from worker.events import ConversationEnded
 from worker.pipeline import (
     allowed_scopes,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from store.types import SettingsRow
+from store.model import SettingsRow
 from tests.worker.test_worker_e2e import _outcome, _settled, processed_at_least
 from tests.worker.worker_harness import Harness, conversation, wait_for
 

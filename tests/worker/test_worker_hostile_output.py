@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.postgres import PostgresMemoryStore
-from store.types import NewMemory
+from store.model import NewMemory
+from store.postgres.store import PostgresMemoryStore
 from tests.worker.worker_harness import Harness, conversation, wait_for
 
 pytestmark = pytest.mark.asyncio

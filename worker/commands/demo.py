@@ -300,7 +300,7 @@ def _label(names: dict[str, str], owner: uuid.UUID | None) -> str:
 
 
 async def _print_pending(store: Any, names: dict[str, str]) -> None:
-    from store.types import MemoryFilter
+    from store.model import MemoryFilter
 
     print("memories per owner (extracted as pending_review; active once approved):")
     by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -322,9 +322,9 @@ async def _print_pending(store: Any, names: dict[str, str]) -> None:
 
 
 async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict[str, Any]) -> None:
-    from store.context_recall import recall_in_context
-    from store.hint import build_memory_hint
-    from store.types import MemoryFilter
+    from store.model import MemoryFilter
+    from store.rules.hint import build_memory_hint
+    from store.services.context_recall import recall_in_context
 
     alice = next(uuid.UUID(k) for k, v in names.items() if v == "alice")
     chef = uuid.UUID(catalogue["persona_learning"][0])

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from store.errors import StoreTimeout, StoreUnavailable
 from store.migrate import SchemaError
-from store.urls import DatabaseUrlError
+from store.rules.urls import DatabaseUrlError
 
 EXIT_FAILED = 1
 EXIT_CONFIGURATION = 2

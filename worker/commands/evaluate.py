@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from store.core.recall import RETRIEVERS, ScoreFusion, mean_direction
 from store.migrate import SchemaError, migrate_async
-from store.recall import RETRIEVERS, ScoreFusion, mean_direction
-from store.types import NewMemory, Retriever
-from store.typing import Embedder
+from store.model import NewMemory, Retriever
+from store.protocols import Embedder
 from worker.evaluation import product_run
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from worker.evaluation.locomo import (
@@ -742,7 +742,7 @@ async def _evaluate_extracted(
 ) -> tuple[dict[str, list[QuestionResult]], list[dict[str, int]]]:
     """Run the conversation's sessions through the pipeline into a fresh owner, approve what it
     proposed (as a reviewer would), then ask every question."""
-    from store.types import MemoryFilter
+    from store.model import MemoryFilter
     from worker.pipeline import process_event
 
     owner = uuid.uuid4()
@@ -884,7 +884,7 @@ def _cache_file(options: EvalOptions, provider: str, model: str, dim: int) -> Pa
 async def _open_store(options: EvalOptions, embedder: CachingEmbedder, stack: AsyncExitStack) -> Any:
     """A fresh store of the chosen kind; closed (and a temporary database removed) by `stack`."""
     if options.store == "sqlite":
-        from store.sqlite import SqliteMemoryStore
+        from store.sqlite.store import SqliteMemoryStore
 
         directory = options.data_dir
         if directory is None:
@@ -895,7 +895,7 @@ async def _open_store(options: EvalOptions, embedder: CachingEmbedder, stack: As
         stack.push_async_callback(sqlite_store.close)
         await sqlite_store.check_schema()
         return sqlite_store
-    from store.postgres import PostgresMemoryStore
+    from store.postgres.store import PostgresMemoryStore
 
     database_url = options.database_url
     if database_url is None:

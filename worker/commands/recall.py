@@ -11,11 +11,11 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from store.context_recall import item_record, items_in_context
+from store.core.recall import RETRIEVERS
+from store.core.turns import parse_include
 from store.factory import open_store
-from store.recall import RETRIEVERS
-from store.turns import parse_include
-from store.types import INCLUDE_ALL, RecallInclude, RecallItem, Retriever
+from store.model import INCLUDE_ALL, RecallInclude, RecallItem, Retriever
+from store.services.context_recall import item_record, items_in_context
 from worker.commands.errors import run_reporting_database_errors
 from worker.settings import Settings, load_settings
 

@@ -12,9 +12,9 @@ import uuid
 from typing import Any
 
 from store.factory import open_store
-from store.postgres import PostgresMemoryStore
-from store.sqlite import SqliteMemoryStore
-from store.types import SCOPES, STATUSES, Memory, MemoryFilter, Revision
+from store.model import SCOPES, STATUSES, Memory, MemoryFilter, Revision
+from store.postgres.store import PostgresMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.recall import uuid_arg
 from worker.settings import Settings, load_settings

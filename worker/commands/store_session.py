@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from store.factory import open_store
-from store.postgres import PostgresMemoryStore
-from store.sqlite import SqliteMemoryStore
+from store.postgres.store import PostgresMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 from worker.settings import Settings
 
 Store = PostgresMemoryStore | SqliteMemoryStore

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from store.types import RecallInclude
+from store.model import RecallInclude
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, Question, QuestionResult
 

@@ -3,7 +3,7 @@ product as a user runs it. Its sessions go through the worker's per-event pipeli
 `conversation.ended` events (each speaker in turn as the user, default settings, the configured
 extractor) for a fresh owner; a reviewer approves what the pipeline proposes, as for `--unit
 extracted`; every question then goes through the recall `POST /v1/recall` uses
-(`store.context_recall.items_in_context`) and is scored by `worker.evaluation.product`."""
+(`store.services.context_recall.items_in_context`) and is scored by `worker.evaluation.product`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from store.context_recall import items_in_context
-from store.types import RecallItem
+from store.model import RecallItem
+from store.services.context_recall import items_in_context
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
 from worker.evaluation.product import (

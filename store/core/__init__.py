@@ -1,0 +1,1 @@
+"""What both backends share through SQLAlchemy Core: schema, writes, review, listing, erasure, recall."""

@@ -1,0 +1,476 @@
+"""The base every store module builds on: engine, schema, transactions, row conversion, embeddings,
+locked reads and the audit trail. Backends override the hooks (`_now`, `_transaction`, `_reading`)."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import TextClause
+
+from store.core.schema import NIL_UUID_SQL, Schema, array_literal
+from store.errors import StoreError, translating_errors
+from store.model import (
+    NIL_UUID,
+    AuditAction,
+    AuditEntry,
+    Memory,
+    MemorySettings,
+    NewMemory,
+    OwnerRef,
+    Revision,
+)
+from store.protocols import Embedder
+from store.rules.keys import embedding_text
+from store.rules.pagination import decode_cursor
+from store.rules.policy import (
+    storable_confidence,
+)
+
+# audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
+AuditRows = list[dict[str, Any]]
+
+
+def _nil(schema: Schema) -> Any:
+    return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
+
+
+# a `:name` bind parameter, not a `::type` cast
+_BIND_NAME = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=256)
+def psycopg_sql(sql: str) -> str:
+    """A statement written with `:name` parameters (as for `cached_text`) in psycopg's
+    `%(name)s` style, for the paths that skip SQLAlchemy; literal `%` doubled."""
+    return _BIND_NAME.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+@functools.lru_cache(maxsize=256)
+def cached_text(sql: str) -> TextClause:
+    """`text(sql)`, built once per distinct statement: parsing its bind names costs on every call,
+    and the worker sends the same few statement shapes for every event."""
+    return text(sql)
+
+
+def _vector(value: Any) -> builtins.list[float] | None:
+    if value is None:
+        return None
+    return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
+
+
+# the audit columns `_audit_values` fills, but `at`, with their Postgres types
+_AUDIT_COLUMNS = (
+    ("memory_id", "uuid"),
+    ("action", "text"),
+    ("scope", "text"),
+    ("owner_id", "uuid"),
+    ("user_id", "uuid"),
+    ("key", "text"),
+    ("old_value", "text"),
+    ("new_value", "text"),
+    ("actor", "text"),
+    ("event_id", "uuid"),
+    ("revision_id", "uuid"),
+    ("team_id", "uuid"),
+)
+
+
+@functools.lru_cache(maxsize=4)
+def audit_insert_sql(table: str) -> str:
+    """Postgres: audit rows from column arrays (`:name` parameters), inserted in array order, so
+    their ids follow the order they were collected in."""
+    names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
+    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
+    return (
+        f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
+        f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
+    )
+
+
+def audit_params(rows: AuditRows) -> dict[str, str]:
+    """Postgres: `audit_insert_sql`'s column arrays for audit rows collected by `_audit`."""
+    return {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
+
+
+class StoreBase:
+    """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        schema: Schema,
+        embedder: Embedder,
+        settings_defaults: MemorySettings | None = None,
+    ) -> None:
+        self._engine = engine
+        self._schema = schema
+        self._embedder = embedder
+        # what the settings merge starts from (the deployment's PMEM_* defaults)
+        self._settings_defaults = settings_defaults or MemorySettings()
+        m = schema.memories
+        self._memory_columns = [
+            m.c.id,
+            m.c.scope,
+            m.c.owner_id,
+            m.c.user_id,
+            m.c.key,
+            m.c.value,
+            m.c.source_channel_id,
+            m.c.confidence,
+            m.c.status,
+            m.c.created_at,
+            m.c.updated_at,
+            m.c.team_id,
+            m.c.evidence,
+            m.c.observed_at,
+        ]
+        self._key_index = [
+            m.c.scope,
+            m.c.owner_id,
+            func.coalesce(m.c.user_id, _nil(schema)),
+            func.coalesce(m.c.team_id, _nil(schema)),
+            m.c.key,
+        ]
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder this store embeds values and queries with."""
+        return self._embedder
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy async engine (for tests and tools that need raw access)."""
+        return self._engine
+
+    # -- hooks the backends override ------------------------------------------------------------
+
+    def _now(self) -> Any:
+        """The timestamp written on changes."""
+        return datetime.now(UTC)
+
+    def _insert(self, table: Any) -> Any:
+        dialect = postgresql if self._schema.dialect == "postgresql" else sqlite
+        return dialect.insert(table)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with translating_errors(), self._engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        async with translating_errors(), self._engine.connect() as conn:
+            yield conn
+
+    async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
+        """Run one read statement (`:name` parameters) outside a transaction; its rows as mappings."""
+        async with self._reading() as conn:
+            return [row._mapping for row in (await conn.execute(cached_text(sql), params)).all()]
+
+    # -- row conversion -------------------------------------------------------------------------
+
+    @staticmethod
+    def _memory(row: Any) -> Memory:
+        """A `Memory` from a result row (or mapping) holding the memory columns."""
+        data: Any = row._mapping if isinstance(row, Row) else row
+        return Memory(
+            id=data["id"],
+            scope=data["scope"],
+            owner_id=data["owner_id"],
+            user_id=data["user_id"],
+            key=data["key"],
+            value=data["value"],
+            source_channel_id=data["source_channel_id"],
+            confidence=storable_confidence(data["confidence"]),
+            status=data["status"],
+            created_at=data["created_at"],
+            updated_at=data["updated_at"],
+            team_id=data.get("team_id"),
+            evidence=data.get("evidence"),
+            observed_at=data.get("observed_at"),
+        )
+
+    @staticmethod
+    def _revision(row: Any) -> Revision:
+        """A `Revision` from a result row (or mapping) holding the revision columns."""
+        data: Any = row._mapping if isinstance(row, Row) else row
+        return Revision(
+            id=data["id"],
+            memory_id=data["memory_id"],
+            old_value=data["old_value"],
+            new_value=data["new_value"],
+            confidence=storable_confidence(data["confidence"]),
+            source_event_id=data["source_event_id"],
+            status=data["status"],
+            created_at=data["created_at"],
+            evidence=data.get("evidence"),
+            observed_at=data.get("observed_at"),
+        )
+
+    def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:
+        """SQL for "belongs to one of these owners"; an empty list matches nothing."""
+        t = self._schema.memories if table is None else table
+        clauses: list[ColumnElement[bool]] = []
+        for owner in owners:
+            parts = [t.c.scope == owner.scope, t.c.owner_id == owner.owner_id]
+            if owner.scope == "persona_user":
+                if owner.user_id is None:
+                    raise ValueError("a persona_user owner needs user_id")
+                parts.append(t.c.user_id == owner.user_id)
+            clauses.append(and_(*parts))
+        return or_(*clauses) if clauses else false()
+
+    def _about_user(self, user_id: uuid.UUID) -> ColumnElement[bool]:
+        """Memories about one person: their `user` scope and their `persona_user` rows."""
+        m = self._schema.memories
+        return or_(
+            and_(m.c.scope == "user", m.c.owner_id == user_id),
+            and_(m.c.scope == "persona_user", m.c.user_id == user_id),
+        )
+
+    @staticmethod
+    def _after(column_at: Any, column_id: Any, cursor: str | None) -> builtins.list[ColumnElement[bool]]:
+        if cursor is None:
+            return []
+        at, item_id = decode_cursor(cursor)
+        return [or_(column_at < at, and_(column_at == at, column_id < item_id))]
+
+    def _team_clause(self, team_id: uuid.UUID | None, table: Any = None) -> ColumnElement[bool]:
+        """SQL for "visible in this team's context": rows of no team, or of `team_id`."""
+        t = self._schema.memories if table is None else table
+        if team_id is None:
+            return cast(ColumnElement[bool], t.c.team_id.is_(None))
+        return or_(t.c.team_id.is_(None), t.c.team_id == team_id)
+
+    # -- embeddings -----------------------------------------------------------------------------
+
+    def _check_dim(self, vector: Sequence[float], what: str) -> builtins.list[float]:
+        if len(vector) != self._schema.embedding_dim:
+            raise StoreError(
+                f"{what} has {len(vector)} dimensions but the store is configured for "
+                f"{self._schema.embedding_dim} (PMEM_EMBEDDING_DIM); use the same embedding model for "
+                "writing and recall"
+            )
+        if type(vector) is list and set(map(type, vector)) == {float}:
+            return vector  # what the embedders return: no copy (a tenth of the time)
+        return [float(x) for x in vector]
+
+    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> builtins.list[builtins.list[float]]:
+        """The given embeddings, computing the missing ones in one batch."""
+        missing = [i for i, m in enumerate(memories) if m.embedding is None]
+        computed: dict[int, builtins.list[float]] = {}
+        if missing:
+            texts = [embedding_text(memories[i].key, memories[i].value) for i in missing]
+            vectors = await self._embedder.embed(texts)
+            computed = dict(zip(missing, vectors, strict=True))
+        result: builtins.list[builtins.list[float]] = []
+        for i, memory in enumerate(memories):
+            vector = memory.embedding if memory.embedding is not None else computed[i]
+            result.append(self._check_dim(vector, f"embedding of {memory.key!r}"))
+        return result
+
+    async def embed_queries(self, queries: Sequence[str]) -> builtins.list[builtins.list[float]]:
+        """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
+        role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
+        through it; any other embeds queries as it embeds memories."""
+        embed_queries = getattr(self._embedder, "embed_queries", None)
+        if embed_queries is not None:
+            vectors: builtins.list[builtins.list[float]] = await embed_queries(list(queries))
+        else:
+            vectors = await self._embedder.embed(list(queries))
+        return [self._check_dim(vector, "query embedding") for vector in vectors]
+
+    async def embed_memory(self, key: str, value: str) -> builtins.list[float]:
+        """The embedding a memory with this key and value is stored with (the document role)."""
+        (vector,) = await self._embedder.embed([embedding_text(key, value)])
+        return self._check_dim(vector, f"embedding of {key!r}")
+
+    # -- locked reads inside a transaction ------------------------------------------------------
+
+    async def _locked_memory(self, conn: AsyncConnection, memory_id: uuid.UUID) -> Memory | None:
+        m = self._schema.memories
+        stmt = select(*self._memory_columns).where(m.c.id == memory_id).with_for_update()
+        row = (await conn.execute(stmt)).first()
+        return None if row is None else self._memory(row)
+
+    async def _open_revision(
+        self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool
+    ) -> tuple[Revision, builtins.list[float] | None] | None:
+        r = self._schema.revisions
+        stmt: Select[Any] = select(r).where(r.c.memory_id == memory_id, r.c.status == "pending")
+        if lock:
+            stmt = stmt.with_for_update()
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return self._revision(row), _vector(row._mapping["embedding"])
+
+    # -- audit ----------------------------------------------------------------------------------
+
+    async def _set_archived(
+        self, conn: AsyncConnection, memory: Memory, *, action: AuditAction, actor: str
+    ) -> None:
+        """Archive `memory` and audit it as `action` (an archive, or the rejection of a pending one)."""
+        m = self._schema.memories
+        await conn.execute(
+            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
+        )
+        await self._audit(
+            conn,
+            action,
+            memory=memory,
+            memory_id=memory.id,
+            old_value=memory.value,
+            new_value=None,
+            actor=actor,
+        )
+
+    async def _audit(
+        self,
+        conn: AsyncConnection,
+        action: AuditAction,
+        *,
+        memory: Memory | NewMemory,
+        memory_id: uuid.UUID,
+        old_value: str | None,
+        new_value: str | None,
+        actor: str,
+        event_id: uuid.UUID | None = None,
+        revision_id: uuid.UUID | None = None,
+        into: AuditRows | None = None,
+    ) -> None:
+        """Write one audit row now, or append it to `into` for `_flush_audits` (one statement for
+        all of a transaction's rows, in order)."""
+        values = self._audit_values(
+            action,
+            memory=memory,
+            memory_id=memory_id,
+            old_value=old_value,
+            new_value=new_value,
+            actor=actor,
+            event_id=event_id,
+            revision_id=revision_id,
+        )
+        if into is not None:
+            into.append(values)
+            return
+        await conn.execute(self._insert(self._schema.audit).values(values))
+
+    async def _flush_audits(self, conn: AsyncConnection, rows: AuditRows) -> None:
+        """Insert the audit rows `_audit(into=rows)` collected, in one statement, and forget them."""
+        if not rows:
+            return
+        if self._schema.dialect == "postgresql":
+            # a statement of fixed text over column arrays: SQLAlchemy compiles a multi-row VALUES
+            # afresh for every call (its cache keys on the row count). `at` is the server's now()
+            # on Postgres (`PostgresMemoryStore._now`), as in the statement.
+            await conn.execute(cached_text(audit_insert_sql(self._schema.audit.name)), audit_params(rows))
+        else:
+            await conn.execute(self._insert(self._schema.audit).values(list(rows)))
+        rows.clear()
+
+    def _audit_values(
+        self,
+        action: AuditAction,
+        *,
+        memory: Memory | NewMemory,
+        memory_id: uuid.UUID,
+        old_value: str | None,
+        new_value: str | None,
+        actor: str,
+        event_id: uuid.UUID | None = None,
+        revision_id: uuid.UUID | None = None,
+    ) -> dict[str, Any]:
+        """One audit row's columns (for one INSERT or a multi-row one)."""
+        return {
+            "memory_id": memory_id,
+            "action": action,
+            "scope": memory.scope,
+            "owner_id": memory.owner_id,
+            "user_id": memory.user_id,
+            "key": memory.key,
+            "old_value": old_value,
+            "new_value": new_value,
+            "actor": actor,
+            "event_id": event_id,
+            "revision_id": revision_id,
+            "team_id": memory.team_id,
+            "at": self._now(),
+        }
+
+    async def _close_revision(
+        self,
+        conn: AsyncConnection,
+        revision: Revision,
+        memory: Memory,
+        *,
+        status: str,
+        actor: str,
+        audit: bool,
+        audits_into: AuditRows | None = None,
+    ) -> None:
+        r = self._schema.revisions
+        await conn.execute(
+            update(r)
+            .where(r.c.id == revision.id)
+            .values(status=status, decided_by=actor, decided_at=self._now())
+        )
+        if audit:
+            await self._audit(
+                conn,
+                "approve" if status == "approved" else "reject",
+                memory=memory,
+                memory_id=memory.id,
+                old_value=memory.value,
+                new_value=revision.new_value,
+                actor=actor,
+                revision_id=revision.id,
+                into=audits_into,
+            )
+
+    async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
+        """One memory by id, any status."""
+        m = self._schema.memories
+        async with self._reading() as conn:
+            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
+        return None if row is None else self._memory(row)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Raise if the database is unreachable."""
+        async with self._reading() as conn:
+            await conn.execute(select(1))
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()
+
+
+def audit_entry(row: Row[Any]) -> AuditEntry:
+    """An `AuditEntry` from a `memory_audit` row."""
+    return AuditEntry(
+        id=row.id,
+        memory_id=row.memory_id,
+        action=row.action,
+        old_value=row.old_value,
+        new_value=row.new_value,
+        actor=row.actor,
+        event_id=row.event_id,
+        at=row.at,
+        scope=row.scope,
+        key=row.key,
+        revision_id=row.revision_id,
+    )

@@ -1,0 +1,103 @@
+"""Display names of teams, personas and users: the latest name the platform gave each id (from an
+event's `team_name` / `persona_name` / `user_name`, or `PUT /v1/directory/...`). The web UI shows
+them instead of UUIDs; a user's name is erased with the user."""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import delete, select
+
+from store.core.base import StoreBase
+from store.model import DirectoryEntry, DirectoryKind
+
+MAX_NAME_CHARS = 200
+
+log = logging.getLogger("pmem.store.directory")
+
+
+def clean_name(name: str | None) -> str | None:
+    """A display name as stored: whitespace folded, control characters dropped, capped; None when
+    nothing printable is left (such a name is ignored, never an error)."""
+    if name is None:
+        return None
+    printable = "".join(ch for ch in name if ch.isprintable() or ch in " \t\n")
+    folded = " ".join(printable.split())
+    if not folded:
+        return None
+    if len(folded) > MAX_NAME_CHARS:
+        log.info("display name cut to %d characters (was %d)", MAX_NAME_CHARS, len(folded))
+        folded = folded[:MAX_NAME_CHARS].rstrip()
+    return folded
+
+
+def directory_entries(
+    *,
+    team: tuple[uuid.UUID | None, str | None],
+    persona: tuple[uuid.UUID | None, str | None],
+    user: tuple[uuid.UUID | None, str | None],
+) -> list[DirectoryEntry]:
+    """The entries an event's (id, name) pairs give: one per id that has a usable name."""
+    entries: list[DirectoryEntry] = []
+    pairs: tuple[tuple[DirectoryKind, tuple[uuid.UUID | None, str | None]], ...] = (
+        ("team", team),
+        ("persona", persona),
+        ("user", user),
+    )
+    for kind, (item_id, raw) in pairs:
+        name = clean_name(raw)
+        if item_id is not None and name is not None:
+            entries.append(DirectoryEntry(kind=kind, id=item_id, name=name))
+    return entries
+
+
+class DirectoryNames(StoreBase):
+    """Read and write display names."""
+
+    async def set_names(self, entries: Sequence[DirectoryEntry]) -> None:
+        """Store each entry's name (the latest write wins)."""
+        if not entries:
+            return
+        d = self._schema.directory
+        async with self._transaction() as conn:
+            for entry in entries:
+                stmt = self._insert(d).values(
+                    kind=entry.kind, id=entry.id, name=entry.name, updated_at=self._now()
+                )
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=[d.c.kind, d.c.id],
+                    set_={"name": stmt.excluded.name, "updated_at": stmt.excluded.updated_at},
+                )
+                await conn.execute(stmt)
+
+    async def names(self, kind: DirectoryKind, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The known names of these ids (ids without a name are absent)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        d = self._schema.directory
+        async with self._reading() as conn:
+            rows = (
+                await conn.execute(select(d.c.id, d.c.name).where(d.c.kind == kind, d.c.id.in_(wanted)))
+            ).all()
+        return {row.id: row.name for row in rows}
+
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]:
+        """Every known entry of a kind, by name (for pickers)."""
+        d = self._schema.directory
+        async with self._reading() as conn:
+            rows = (
+                await conn.execute(
+                    select(d.c.id, d.c.name).where(d.c.kind == kind).order_by(d.c.name, d.c.id).limit(limit)
+                )
+            ).all()
+        return [DirectoryEntry(kind=kind, id=row.id, name=row.name) for row in rows]
+
+    async def forget_name(self, kind: DirectoryKind, item_id: uuid.UUID) -> None:
+        """Remove one id's name."""
+        d = self._schema.directory
+        async with self._transaction() as conn:
+            await conn.execute(delete(d).where(d.c.kind == kind, d.c.id == item_id))

@@ -1,0 +1,279 @@
+"""Removing memories: archive (soft), erasure of one memory or of everything about a person, and
+retention (pending memories rejected, archived ones erased after the configured days).
+
+Erasure removes the row, its revisions and embedding, and the key and value text from its audit
+rows; a content-free tombstone (action `erase`, ids, actor, time) stays, so the trail still shows
+that something was erased, by whom and when, without saying what."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.core.turns import ConversationTurns
+from store.model import Memory, MemorySettings, RetentionReport
+from store.rules.policy import merge_settings
+
+# rows per transaction in bulk erasure and retention: short locks, bounded memory
+ERASE_BATCH = 500
+Progress = Callable[[int], None]
+
+
+class MemoryErasure(ConversationTurns):
+    """Archive, erase, erase everything about a user, retention."""
+
+    async def _erase_rows(self, conn: AsyncConnection, memories: Sequence[Memory], *, actor: str) -> None:
+        """Delete rows and revisions, strip their audit rows' text, leave one tombstone each."""
+        if not memories:
+            return
+        m, r, a = self._schema.memories, self._schema.revisions, self._schema.audit
+        ids = [memory.id for memory in memories]
+        await conn.execute(delete(r).where(r.c.memory_id.in_(ids)))
+        await conn.execute(delete(m).where(m.c.id.in_(ids)))
+        await conn.execute(
+            update(a).where(a.c.memory_id.in_(ids)).values(key=None, old_value=None, new_value=None)
+        )
+        now = datetime.now(UTC)  # a value, not the backend's now(): executemany binds every row
+        await conn.execute(
+            self._insert(a),
+            [
+                {
+                    "memory_id": memory.id,
+                    "action": "erase",
+                    "scope": memory.scope,
+                    "owner_id": memory.owner_id,
+                    "user_id": memory.user_id,
+                    "team_id": memory.team_id,
+                    "key": None,
+                    "old_value": None,
+                    "new_value": None,
+                    "actor": actor,
+                    "event_id": None,
+                    "revision_id": None,
+                    "at": now,
+                }
+                for memory in memories
+            ],
+        )
+
+    async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
+        """Erase one memory (see the module docstring); False when there is no such memory."""
+        async with self._transaction() as conn:
+            memory = await self._locked_memory(conn, memory_id)
+            if memory is None:
+                return False
+            await self._erase_rows(conn, [memory], actor=actor)
+        return True
+
+    async def delete(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
+        """Hard delete: an erasure (nothing of the memory's text stays, not even in the audit trail)."""
+        return await self.erase(memory_id, actor=actor)
+
+    async def erase_user(
+        self,
+        user_id: uuid.UUID,
+        *,
+        actor: str,
+        teams: frozenset[uuid.UUID] | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Erase every memory about a person (their `user` rows and `persona_user` rows about them),
+        and every conversation turn of theirs, in batches; `teams` limits it to memories and turns of
+        those teams. Returns how many memories were erased."""
+        m = self._schema.memories
+        conditions: builtins.list[ColumnElement[bool]] = [self._about_user(user_id)]
+        if teams is not None:
+            conditions.append(m.c.team_id.in_(sorted(teams)))
+        erased = 0
+        while True:
+            async with self._transaction() as conn:
+                rows = (
+                    await conn.execute(
+                        select(*self._memory_columns).where(*conditions).limit(ERASE_BATCH).with_for_update()
+                    )
+                ).all()
+                batch = [self._memory(row) for row in rows]
+                await self._erase_rows(conn, batch, actor=actor)
+            erased += len(batch)
+            if progress is not None and batch:
+                progress(erased)
+            if len(batch) < ERASE_BATCH:
+                break
+        # the person's conversation turns go with their memories (they are about nobody else)
+        await self.delete_conversations(user_id, teams=teams)
+        if teams is None:
+            await self._strip_audit_about(user_id)
+            await self._forget_user_name(user_id)
+        return erased
+
+    async def _forget_user_name(self, user_id: uuid.UUID) -> None:
+        """The person's display name goes with them."""
+        d = self._schema.directory
+        async with self._transaction() as conn:
+            await conn.execute(delete(d).where(d.c.kind == "user", d.c.id == user_id))
+
+    async def _strip_audit_about(self, user_id: uuid.UUID) -> None:
+        """Text left in audit rows about the person (memories erased or deleted before)."""
+        a = self._schema.audit
+        about = or_(
+            and_(a.c.scope == "user", a.c.owner_id == user_id),
+            and_(a.c.scope == "persona_user", a.c.user_id == user_id),
+        )
+        stmt = (
+            update(a)
+            .where(about, or_(a.c.key.is_not(None), a.c.old_value.is_not(None), a.c.new_value.is_not(None)))
+            .values(key=None, old_value=None, new_value=None)
+        )
+        async with self._transaction() as conn:
+            await conn.execute(stmt)
+
+    async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
+        """Soft delete (status → archived); False when there is no such memory."""
+        async with self._transaction() as conn:
+            memory = await self._locked_memory(conn, memory_id)
+            if memory is None:
+                return False
+            if memory.status == "archived":
+                return True
+            await self._set_archived(conn, memory, action="archive", actor=actor)
+            open_rev = await self._open_revision(conn, memory_id, lock=True)
+            if open_rev is not None:
+                # a proposal for an archived memory would resurrect it on approval
+                await self._close_revision(
+                    conn, open_rev[0], memory, status="rejected", actor=actor, audit=False
+                )
+        return True
+
+    # -- retention ------------------------------------------------------------------------------
+
+    async def _contexts(self, status: str) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+        """Distinct (team, persona) contexts among memories of one status (persona: None for `user`)."""
+        m = self._schema.memories
+        stmt = select(m.c.team_id, m.c.scope, m.c.owner_id).where(m.c.status == status).distinct()
+        async with self._reading() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return sorted(
+            {(row.team_id, None if row.scope == "user" else row.owner_id) for row in rows},
+            key=lambda pair: (str(pair[0]), str(pair[1])),
+        )
+
+    def _in_context(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> ColumnElement[bool]:
+        m = self._schema.memories
+        team = m.c.team_id.is_(None) if team_id is None else m.c.team_id == team_id
+        if persona_id is None:
+            return and_(team, m.c.scope == "user")
+        return and_(team, m.c.scope.in_(("persona", "persona_user")), m.c.owner_id == persona_id)
+
+    async def _expire(
+        self,
+        *,
+        status: str,
+        days_of: Callable[[MemorySettings], int | None],
+        rows_older_than: Callable[[ColumnElement[bool], datetime], Select[Any]],
+        act: Callable[[AsyncConnection, Sequence[Row[Any]]], Awaitable[None]],
+        now: datetime,
+        tick: Progress,
+    ) -> int:
+        """For each (team, persona) context of memories in `status`: select rows older than that
+        context's retention, in batches, and `act` on each batch in its own transaction."""
+        total = 0
+        for team_id, persona_id in await self._contexts(status):
+            days = days_of(
+                merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
+            )
+            if days is None:
+                continue
+            stmt = rows_older_than(self._in_context(team_id, persona_id), now - timedelta(days=days))
+            while True:
+                async with self._transaction() as conn:
+                    rows = (await conn.execute(stmt.limit(ERASE_BATCH).with_for_update())).all()
+                    await act(conn, rows)
+                total += len(rows)
+                tick(len(rows))
+                if len(rows) < ERASE_BATCH:
+                    break
+        return total
+
+    async def retention(
+        self, *, now: datetime, actor: str = "retention", progress: Progress | None = None
+    ) -> RetentionReport:
+        """Reject pending memories and open revisions older than `pending_days`, erase archived
+        memories older than `archived_days` and conversation turns said more than `history_days`
+        ago (each per the team and persona settings).
+        Batched and audited; running it again right away does nothing."""
+        m, r = self._schema.memories, self._schema.revisions
+        done = 0
+
+        def tick(count: int) -> None:
+            nonlocal done
+            done += count
+            if progress is not None and count:
+                progress(done)
+
+        def pending_days(policy: MemorySettings) -> int | None:
+            return policy.pending_days
+
+        async def reject_memories(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
+            for row in rows:
+                await self._set_archived(conn, self._memory(row), action="reject", actor=actor)
+
+        async def reject_revisions(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
+            for row in rows:
+                memory = self._memory(row)
+                open_rev = await self._open_revision(conn, memory.id, lock=True)
+                if open_rev is not None:
+                    await self._close_revision(
+                        conn, open_rev[0], memory, status="rejected", actor=actor, audit=True
+                    )
+
+        async def erase_rows(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
+            await self._erase_rows(conn, [self._memory(row) for row in rows], actor=actor)
+
+        # erase first, so what this run rejects gets its whole archived period
+        erased = await self._expire(
+            status="archived",
+            days_of=lambda policy: policy.archived_days,
+            rows_older_than=lambda context, cutoff: select(*self._memory_columns).where(
+                m.c.status == "archived", context, m.c.updated_at < cutoff
+            ),
+            act=erase_rows,
+            now=now,
+            tick=tick,
+        )
+        rejected = await self._expire(
+            status="pending_review",
+            days_of=pending_days,
+            rows_older_than=lambda context, cutoff: select(*self._memory_columns).where(
+                m.c.status == "pending_review", context, m.c.updated_at < cutoff
+            ),
+            act=reject_memories,
+            now=now,
+            tick=tick,
+        )
+        revisions = await self._expire(
+            status="active",
+            days_of=pending_days,
+            rows_older_than=lambda context, cutoff: (
+                select(*self._memory_columns)
+                .join(r, r.c.memory_id == m.c.id)
+                .where(r.c.status == "pending", context, r.c.created_at < cutoff)
+            ),
+            act=reject_revisions,
+            now=now,
+            tick=tick,
+        )
+        turns = await self.expire_turns(now=now)
+        tick(turns)
+        return RetentionReport(
+            rejected_memories=rejected,
+            rejected_revisions=revisions,
+            erased_memories=erased,
+            erased_turns=turns,
+        )

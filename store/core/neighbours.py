@@ -1,0 +1,466 @@
+"""Near-duplicate lookups in the database, bounded by k per new memory whatever the owner's size:
+
+- `_neighbours_in`: for every new memory of an event, its k nearest stored memories of the same
+  owner (active or pending, visible in its team context) plus any stored row under the same key,
+  in ONE statement (Postgres: per memory, an exact ranking of a small owner's rows, or for a large
+  owner an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones;
+  UNION ALL; the owner's size, which picks the shape, comes from a cache or is counted). SQLite
+  has no vector index: it reads the owner's embeddings and ranks them with numpy in a worker
+  thread.
+- `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
+  of one owner check and write one after the other (SQLite serialises writers already).
+- `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
+  its words within each owner's most recent memories: a bounded index scan), for the extraction
+  prompt's existing keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.core.base import StoreBase, cached_text
+from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
+from store.model import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
+from store.postgres.params import Float4Array, float4_array
+
+_COLUMN_NAMES = (
+    "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
+    "status", "created_at", "updated_at", "team_id",
+)  # fmt: skip
+
+
+def _columns(alias: str) -> str:
+    """The memory columns the neighbour reads return, qualified by a table alias."""
+    return ", ".join(f"{alias}.{name}" for name in _COLUMN_NAMES)
+
+
+_COLUMNS = _columns("m")
+# Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
+# huge owner: an index scan of this many rows, whatever the owner's size)
+PROMPT_WINDOW = 200
+# Owners with at most this many memories are ranked exactly instead of through HNSW
+EXACT_OWNER_ROWS = 3000
+# A larger owner's pending memories (not in the HNSW index, which holds reviewed ones) are ranked
+# exactly among its this many most recent pending ones
+PENDING_WINDOW = 3000
+# How long a review (pending -> active) may have run before committing behind a write's HNSW read
+# taken outside the owner lock: the write's locked read ranks the rows made active this recently
+REVIEW_MARGIN = "5 minutes"
+
+# The near-duplicate read whole (one statement), or split for a write: "hnsw", large owners'
+# reviewed rows through HNSW, read before the owner locks (no worker write changes an active row:
+# a write makes pending rows and pending revisions); "locked", the rest, read under the locks,
+# plus a large owner's rows made active since the "hnsw" read
+ReadShape = Literal["whole", "hnsw", "locked"]
+_WINDOW_COLUMNS = _columns("w") + ", w.embedding"
+
+
+def owner_lock_key(memory: NewMemory) -> str:
+    """The advisory-lock name of a memory's owner (scope, owner, user)."""
+    return f"pmem:{memory.scope}:{memory.owner_id}:{memory.user_id or ''}"
+
+
+# How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
+# exact ranking and HNSW, and a few rows more or less do not change that choice
+OWNER_SIZE_TTL_S = 60.0
+OwnerKey = tuple[str, uuid.UUID, uuid.UUID]  # scope, owner, user (nil for none)
+
+
+def owner_key(memory: NewMemory) -> OwnerKey:
+    """An owner as the size cache knows it: (scope, owner_id, user_id or the nil uuid)."""
+    return (memory.scope, memory.owner_id, memory.user_id or NIL_UUID)
+
+
+@dataclass(kw_only=True)
+class OwnerSizes:
+    """Owners' row counts capped at `cap`, each remembered for `ttl_s`, at most `max_entries`
+    (then forgotten all at once: simple and bounded). Counting an owner's rows in every write
+    transaction cost as much as ranking them (bench/README.md)."""
+
+    cap: int
+    ttl_s: float = OWNER_SIZE_TTL_S
+    max_entries: int = 100_000
+    clock: Callable[[], float] = time.monotonic
+    _sizes: dict[OwnerKey, tuple[float, int]] = field(default_factory=dict)
+
+    def get(self, key: OwnerKey) -> int | None:
+        """The remembered size, or None when unknown or expired."""
+        entry = self._sizes.get(key)
+        if entry is None or entry[0] <= self.clock():
+            return None
+        return entry[1]
+
+    def put(self, key: OwnerKey, size: int) -> None:
+        """Remember `size` (capped) for `ttl_s`."""
+        if len(self._sizes) >= self.max_entries:
+            self._sizes.clear()
+        self._sizes[key] = (self.clock() + self.ttl_s, min(size, self.cap))
+
+
+def _owner_size_sql(scope: str, owner: str, user: str) -> str:
+    """An owner's row count up to `:cap` (a scan that stops after `:cap` rows, whatever its size)."""
+    return (
+        f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
+        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT :cap) x)"
+    )
+
+
+def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, Any]]:
+    """Postgres: one statement of `(idx, size)` rows, each owner's size capped at
+    EXACT_OWNER_ROWS + 1."""
+    parts = []
+    params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
+    for i, (scope, owner, user) in enumerate(missing):
+        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':u{i}')} AS n")
+        params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
+    return " UNION ALL ".join(parts), params
+
+
+class NearDuplicates(StoreBase):
+    """Near-duplicate lookups and per-owner write serialisation (see the module docstring)."""
+
+    _owner_sizes: OwnerSizes | None = None
+
+    @property
+    def _size_cache(self) -> OwnerSizes:
+        if self._owner_sizes is None:
+            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
+        return self._owner_sizes
+
+    def _cached_sizes(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
+        """The owners' remembered sizes, and the owners the cache does not know (in order)."""
+        known: dict[OwnerKey, int] = {}
+        missing: list[OwnerKey] = []
+        for key in dict.fromkeys(owners):
+            size = self._size_cache.get(key)
+            if size is None:
+                missing.append(key)
+            else:
+                known[key] = size
+        return known, missing
+
+    def _remember_sizes(self, counted: Mapping[OwnerKey, int]) -> None:
+        """Cache owners' sizes (capped at EXACT_OWNER_ROWS + 1)."""
+        for key, size in counted.items():
+            self._size_cache.put(key, size)
+
+    async def _owner_row_counts(
+        self, conn: AsyncConnection, owners: Sequence[OwnerKey]
+    ) -> dict[OwnerKey, int]:
+        """Each owner's row count, capped at EXACT_OWNER_ROWS + 1, from the cache or, for those
+        it lacks, one statement for all of them."""
+        known, missing = self._cached_sizes(owners)
+        if missing:
+            sql, params = owner_count_statement(missing)
+            counted = {
+                missing[row.idx]: int(row.n) for row in (await conn.execute(cached_text(sql), params)).all()
+            }
+            self._remember_sizes(counted)
+            known.update(counted)
+        return known
+
+    async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
+        if self._schema.dialect != "postgresql":
+            return  # SQLite: BEGIN IMMEDIATE already serialises every writer
+        # one statement, the locks taken in one (sorted) order: no deadlock between two events
+        names = sorted({owner_lock_key(m) for m in memories})
+        lock = text(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+            "FROM unnest(CAST(:names AS text[])) AS t(n)"  # array (sorted) order
+        )
+        await conn.execute(lock, {"names": array_literal(names)})
+
+    async def _neighbours_in(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        """Per new memory: its k nearest stored memories of the same owner in its team context,
+        plus a stored row under the same key, best first (one statement on Postgres)."""
+        if not memories:
+            return []
+        if self._schema.dialect != "postgresql":
+            return await self._neighbours_sqlite(conn, memories, embeddings, k)
+        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
+        sql, params = self._neighbours_statement(memories, [float4_array(v) for v in embeddings], k, sizes)
+        rows = (await conn.execute(cached_text(sql), params)).all()
+        return self._neighbours_from_rows([row._mapping for row in rows], len(memories))
+
+    def _neighbours_statement(
+        self,
+        memories: Sequence[NewMemory],
+        vectors: Sequence[Float4Array],
+        k: int,
+        sizes: Mapping[OwnerKey, int],
+        shape: ReadShape = "whole",
+    ) -> tuple[str, dict[str, Any]]:
+        """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
+        memories' embeddings as `float4_array`s and the owners' capped sizes where known
+        (`_cached_sizes`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
+        write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives
+        an empty statement when no known owner is large."""
+        if len(vectors) != len(memories):
+            raise ValueError(f"{len(memories)} memories but {len(vectors)} embeddings")
+        dim = self._schema.embedding_dim
+        hnsw = hnsw_expression(dim)
+        halfvec = hnsw is not None and hnsw[0] != "embedding"
+
+        def distance(i: int) -> str:
+            query_vector = f"CAST(CAST(:v{i} AS real[]) AS vector({dim}))"
+            if halfvec:
+                return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
+            return f"m.embedding <=> {query_vector}"
+
+        def owner_filter(i: int, memory: NewMemory) -> str:
+            owner = f"m.scope = :s{i} AND m.owner_id = :o{i}"
+            owner += f" AND m.user_id = :u{i}" if memory.user_id is not None else " AND m.user_id IS NULL"
+            return f"{owner} AND {team_filter(i, memory)}"
+
+        def team_filter(i: int, memory: NewMemory) -> str:
+            if memory.team_id is None:
+                return "m.team_id IS NULL"
+            return f"(m.team_id IS NULL OR m.team_id = :t{i})"
+
+        def select(i: int, similarity: str) -> str:
+            return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
+
+        def recent_window(i: int, memory: NewMemory, condition: str) -> str:
+            # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
+            # (ix_memories_owner_reviewed / _pending), ranked exactly
+            window = (
+                f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
+                f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
+                f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
+                "ORDER BY w.updated_at DESC LIMIT :pending_window"
+            )
+            return (
+                f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
+            )
+
+        parts: list[str] = []
+        ctes: list[str] = []
+        params: dict[str, Any] = {"k": k}
+        # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
+        unknown: dict[OwnerKey, tuple[int, int]] = {}
+        # A small owner is ranked exactly (its rows through the owner index: a few ms); the HNSW
+        # index with such a selective filter would walk far more of the graph than the owner has
+        # rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps the planner
+        # off it. Several new memories of one small owner (and team context) share one read of
+        # its rows: each row's distances to all of them, kept in a CTE, then each one's k nearest
+        # (the owner's rows are read once instead of once per memory; bench/README.md).
+        # A large owner's reviewed rows go through HNSW (iterative scan), which holds active rows
+        # only; its pending rows are ranked exactly within its PENDING_WINDOW most recent ones
+        # (ix_memories_owner_pending: bounded work).
+        # An owner the size cache does not know is read in the small owners' shape behind a
+        # one-time filter on its size (counted once, before any scan): no rows when it is large,
+        # and the caller, which counted it beside this read, reads it again.
+        small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
+        for i, memory in enumerate(memories):
+            size = sizes.get(owner_key(memory))
+            if size is None or size <= EXACT_OWNER_ROWS:
+                small_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
+        for (key, _team), members in small_groups.items() if shape != "hnsw" else ():
+            first = members[0]
+            small = ""
+            if sizes.get(key) is None:
+                j = unknown.setdefault(key, (len(unknown), first))[0]
+                small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= :exact_rows "
+            where = (
+                f"WHERE {owner_filter(first, memories[first])} AND m.status IN ('active', 'pending_review') "
+                f"AND m.embedding IS NOT NULL {small}"
+            )
+            if len(members) == 1:
+                parts.append(
+                    f"({select(first, f'1 - ({distance(first)})')} FROM memories m "
+                    f"{where}ORDER BY ({distance(first)}) + 0 LIMIT :k)"
+                )
+                continue
+            group = f"g{len(ctes)}"
+            distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+            ctes.append(f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM memories m {where})")
+            for i in members:
+                parts.append(
+                    f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
+                    f"ORDER BY g.d{i} LIMIT :k) n JOIN memories m ON m.id = n.id)"
+                )
+        for i, memory in enumerate(memories):
+            size = sizes.get(owner_key(memory))
+            large = size is not None and size > EXACT_OWNER_ROWS
+            if large and shape != "locked":
+                parts.append(
+                    f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
+                    f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
+                    f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT :k)"
+                )
+            params.update(
+                {
+                    f"v{i}": vectors[i],
+                    f"s{i}": memory.scope,
+                    f"o{i}": memory.owner_id,
+                    f"u{i}": memory.user_id,
+                    f"t{i}": memory.team_id,
+                    f"un{i}": memory.user_id or NIL_UUID,
+                    f"tn{i}": memory.team_id or NIL_UUID,
+                    f"k{i}": memory.key,
+                }
+            )
+            if shape == "hnsw":
+                continue
+            if large and shape == "locked":
+                # rows made active since the HNSW read's snapshot (a review: approve sets
+                # updated_at); that read ran in this transaction, after its start, so a review
+                # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
+                parts.append(
+                    recent_window(
+                        i,
+                        memory,
+                        "w.status = 'active' AND w.updated_at >= now() - CAST(:review_margin AS interval)",
+                    )
+                )
+                params["review_margin"] = REVIEW_MARGIN
+            if large:
+                parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
+                params["pending_window"] = PENDING_WINDOW
+            # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
+            nil = NIL_UUID_SQL
+            parts.append(
+                f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
+                f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
+                f"AND coalesce(m.user_id, {nil}) = :un{i} "
+                f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
+                f"AND m.key = :k{i} AND m.status IN ('active', 'pending_review'))"
+            )
+        sql = " UNION ALL ".join(parts)
+        if unknown:
+            counts = " UNION ALL ".join(
+                f"SELECT {j} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':un{i}')} AS n"
+                for j, i in unknown.values()
+            )
+            ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
+            params.update(cap=EXACT_OWNER_ROWS + 1, exact_rows=EXACT_OWNER_ROWS)
+        if ctes:
+            sql = f"WITH {', '.join(ctes)} {sql}"
+        return sql, params
+
+    def _neighbours_from_rows(
+        self, rows: Sequence[Mapping[Any, Any]], count: int
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        """The rows of `_neighbours_statement` as each of the `count` new memories' neighbours,
+        best first."""
+        found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]
+        for data in rows:
+            similarity = float(data["similarity"]) if data["similarity"] is not None else float("-inf")
+            found[data["idx"]][data["id"]] = Neighbour(memory=self._memory(data), similarity=similarity)
+        return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
+
+    async def _neighbours_sqlite(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        m = self._schema.memories
+        result: list[list[Neighbour]] = []
+        cache: dict[tuple[Any, ...], tuple[list[Memory], Any]] = {}
+        for memory, vector in zip(memories, embeddings, strict=True):
+            owner = OwnerRef(scope=memory.scope, owner_id=memory.owner_id, user_id=memory.user_id)
+            slot = (owner, memory.team_id)
+            if slot not in cache:
+                stmt = select(*self._memory_columns, m.c.embedding).where(
+                    self._owner_clause([owner]),
+                    self._team_clause(memory.team_id),
+                    m.c.status.in_(("active", "pending_review")),
+                )
+                rows = (await conn.execute(stmt)).all()
+                stored = [self._memory(row) for row in rows]
+                matrix = [row._mapping["embedding"] for row in rows]
+                cache[slot] = (stored, matrix)
+            stored, matrix = cache[slot]
+            scores = await asyncio.to_thread(_cosines, matrix, vector)
+            order = sorted(range(len(stored)), key=lambda j: -scores[j])[:k]
+            near = {stored[j].id: Neighbour(memory=stored[j], similarity=scores[j]) for j in order}
+            for j, other in enumerate(stored):
+                if other.key == memory.key:
+                    near[other.id] = Neighbour(memory=other, similarity=scores[j])
+            result.append(sorted(near.values(), key=lambda n: -n.similarity))
+        return result
+
+    async def prompt_memories(
+        self,
+        owners: Sequence[OwnerRef],
+        *,
+        team_id: uuid.UUID | None,
+        words: Sequence[str],
+        limit: int,
+    ) -> builtins.list[Memory]:
+        """At most `limit` active or pending memories of these owners in the team context that
+        are the most relevant to `words` (a conversation's informative words): on Postgres, the
+        full-text matches first (by rank) among each owner's `PROMPT_WINDOW` most recent memories,
+        then the most recent; on SQLite the most recent."""
+        if not owners or limit <= 0:
+            return []
+        if self._schema.dialect != "postgresql":
+            m = self._schema.memories
+            where = [
+                self._owner_clause(owners),
+                self._team_clause(team_id),
+                m.c.status.in_(("active", "pending_review")),
+            ]
+            stmt = select(*self._memory_columns).where(*where).order_by(m.c.updated_at.desc()).limit(limit)
+            async with self._reading() as conn:
+                return [self._memory(row) for row in (await conn.execute(stmt)).all()]
+        nil = NIL_UUID_SQL
+        parts: list[str] = []
+        params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
+        for i, owner in enumerate(owners):
+            team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = :team)"
+            # the owner's most recent memories, read in index order (ix_memories_owner_recent)
+            parts.append(
+                f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = :s{i} "
+                f"AND m.owner_id = :o{i} AND coalesce(m.user_id, {nil}) = :u{i} AND {team} "
+                "AND m.status IN ('active', 'pending_review') "
+                "ORDER BY m.updated_at DESC LIMIT :window)"
+            )
+            params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
+        params["team"] = team_id
+        sql = (
+            "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
+            f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS query) "
+            "SELECT r.id, r.scope, r.owner_id, r.user_id, r.key, r.value, r.source_channel_id, "
+            "r.confidence, r.status, r.created_at, r.updated_at, r.team_id FROM recent r, q "
+            "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
+            "r.updated_at DESC LIMIT :limit"
+        )
+        return [self._memory(row) for row in await self._read_rows(sql, params)]
+
+
+def _cosines(matrix: Sequence[Any], vector: Sequence[float]) -> builtins.list[float]:
+    """Cosine similarity of `vector` to each row (rows without an embedding: -inf)."""
+    if not matrix:
+        return []
+    q = np.asarray(vector, dtype=np.float32)
+    q_norm = float(np.linalg.norm(q)) or 1.0
+    present = [i for i, row in enumerate(matrix) if row is not None]
+    out = [float("-inf")] * len(matrix)
+    if present:
+        rows = np.asarray([matrix[i] for i in present], dtype=np.float32)
+        norms = np.linalg.norm(rows, axis=1)
+        norms[norms == 0] = 1.0
+        sims = rows @ q / (norms * q_norm)
+        for i, s in zip(present, sims.tolist(), strict=True):
+            out[i] = float(s)
+    return out

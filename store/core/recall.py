@@ -1,0 +1,602 @@
+"""Pure recall logic shared by both stores: scope resolution, query terms and cues, BM25 statistics,
+reciprocal rank and score fusion, merging the same key across scopes, and the vector scoring the
+SQLite store does in numpy. No I/O: the Postgres and SQLite stores only fetch candidates and call
+these functions, so both rank the same way.
+
+Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
+rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
+folded) are one result: the most specific scope's row is shown (persona_user > persona > user),
+with the best score of the group and the union of its sources, so an override is never shadowed
+by the row it overrides.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from store.model import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
+from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
+from store.rules.keys import embedding_text as embedding_text  # re-exported; store.rules.keys is the one home
+from store.rules.keys import normalize_key as normalize_key
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+RETRIEVERS: tuple[Retriever, ...] = ("hybrid", "vector", "keyword")
+RRF_K = 60
+DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "text": 1.0, "top": 1.0}
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Postgres' english configuration drops these; the SQLite LIKE fallback drops them too so that
+# "what does he like" does not match every row containing "he".
+_STOPWORDS_TEXT = """
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she
+should so some such than that the their theirs them themselves then there these they this those
+through to too under until up very was we were what when where which while who whom why will with
+would you your yours yourself yourselves
+"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+
+def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
+    """Owners a recall may read: with a persona its three scopes, without it `user` only."""
+    if persona_id is None:
+        return (OwnerRef(scope="user", owner_id=user_id),)
+    return (
+        OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id),
+        OwnerRef(scope="persona", owner_id=persona_id),
+        OwnerRef(scope="user", owner_id=user_id),
+    )
+
+
+def writable_owner(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> OwnerRef:
+    """Where an explicit save by this user goes: persona_user with a persona, else user."""
+    if persona_id is None:
+        return OwnerRef(scope="user", owner_id=user_id)
+    return OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id)
+
+
+def query_terms(query: str) -> list[str]:
+    """Lower-cased word tokens of a query, first occurrence order, without duplicates."""
+    seen: dict[str, None] = {}
+    for token in _WORD.findall(query.lower()):
+        seen.setdefault(token, None)
+    return list(seen)
+
+
+def keyword_terms(query: str) -> list[str]:
+    """Terms worth matching as substrings (stop words and 1-character tokens removed)."""
+    return [t for t in query_terms(query) if t not in STOPWORDS and len(t) > 1]
+
+
+def is_empty_query(query: str | None) -> bool:
+    """True when the query has no word at all: recall then returns the top memories."""
+    return not query or not query_terms(query)
+
+
+def websearch_or_query(query: str) -> str | None:
+    """Input for Postgres `websearch_to_tsquery` that ORs every term (None when there is none).
+
+    Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
+    terms = [t for t in query_terms(query) if t != "or"]
+    return " or ".join(terms) if terms else None
+
+
+def candidate_count(limit: int) -> int:
+    """How many rows each retriever fetches for `limit` results (merging may drop some)."""
+    return max(limit * 3, 30)
+
+
+def rrf_scores(
+    rankings: Mapping[str, Sequence[uuid.UUID]],
+    *,
+    weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+    k: int = RRF_K,
+) -> dict[uuid.UUID, tuple[float, tuple[str, ...]]]:
+    """Reciprocal rank fusion: id → (sum of weight/(k+rank), names of the rankings it appears in)."""
+    scores: dict[uuid.UUID, float] = {}
+    sources: dict[uuid.UUID, list[str]] = {}
+    for name, ranking in rankings.items():
+        weight = weights.get(name, 1.0)
+        for rank, memory_id in enumerate(ranking, start=1):
+            scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + rank)
+            sources.setdefault(memory_id, []).append(name)
+    return {mid: (scores[mid], tuple(sources[mid])) for mid in scores}
+
+
+_SOURCE_ORDER = {"vector": 0, "text": 1, "top": 2}
+
+
+def _winner_order(memory: Memory) -> tuple[int, float, timedelta, uuid.UUID]:
+    # most specific scope, then most confident, then most recent (epoch minus time sorts newest first)
+    return (SCOPE_PRIORITY[memory.scope], -memory.confidence, _EPOCH - memory.updated_at, memory.id)
+
+
+def fuse(
+    rows: Iterable[Memory],
+    rankings: Mapping[str, Sequence[uuid.UUID]],
+    *,
+    limit: int,
+    weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+    k: int = RRF_K,
+) -> list[RecallHit]:
+    """Fuse rankings by reciprocal rank into at most `limit` hits, one per key, most specific scope shown.
+
+    `rows` must contain every ranked id plus any same-key rows of other scopes (for overrides);
+    rows that share no key with a ranked row are ignored."""
+    return merge_by_key(rows, rrf_scores(rankings, weights=weights, k=k), limit=limit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScoreFusion:
+    """How score fusion weighs the branches and the query's cues (measured in bench/README.md)."""
+
+    # defaults chosen on the LoCoMo dev split only (bench/README.md, `bench/tune_fusion.py`)
+    vector_weight: float = 0.5  # the rest goes to full text
+    time_boost: float = 0.5  # added when a memory's created_at falls in the query's time window
+    time_slack: timedelta = timedelta(days=3)
+    conversation_boost: float = 0.3  # share of the strong hits coming from the memory's conversation
+    conversation_top: int = 10
+    # query words found in more than this share of the owner's memories (the user's own name) are
+    # dropped from a second query embedding averaged with the first; None: embed the query as is
+    focus_share: float | None = 0.1
+    # the question rewritten as a statement ("When did Ana move to Porto?" -> "Ana move to Porto")
+    # is embedded too and averaged in: memories are statements, not questions
+    rewrite_questions: bool = False
+    # added × the share of the query's names (capitalised words inside the sentence) a memory contains
+    entity_boost: float = 0.0
+    # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
+    # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
+    learned: tuple[tuple[str, float], ...] | None = None
+    # the cosine min-max runs from the best candidate down to the one at this rank (those below
+    # score 0), so the vector side's scale does not depend on how many candidates were fetched
+    # (`candidate_count`: 3 per result asked); None: down to the last candidate
+    vector_floor_rank: int | None = 60
+    # full text: how much a query word found only in a memory's key counts beside one found in its
+    # value (1: key and value are one text). A key carrying context (the turns around a reply)
+    # matches the neighbours' words; the value's own words are the stronger evidence
+    key_weight: float = 0.75
+    # added when the query asks "When …?" and the memory's value names a time ("yesterday", "last
+    # week", a month, a year: `store.rules.cues.mentions_time`); the answer to a when-question is a time,
+    # and a memory telling when something happened says so in words like these
+    when_boost: float = 0.2
+
+
+FEATURES: tuple[str, ...] = (
+    "vector",
+    "text",
+    "cosine",
+    "vector_rank",
+    "text_rank",
+    "both",
+    "time",
+    "entity",
+    "when",
+)
+
+
+def candidate_features(
+    by_id: Mapping[uuid.UUID, Memory],
+    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    *,
+    fusion: ScoreFusion,
+    time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
+    when: bool = False,
+) -> dict[uuid.UUID, dict[str, float]]:
+    """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
+    over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
+    `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
+    both branches found it, `time` 1 when its created_at is in the query's time window
+    (± `time_slack`), `entity` the share of the query's names it contains, `when` 1 when the query
+    asks "When …?" (`when`) and its value names a time (`store.rules.cues.mentions_time`)."""
+    features: dict[uuid.UUID, dict[str, float]] = {}
+    for name, scores in branch_scores.items():
+        if not scores or name not in ("vector", "text"):
+            continue
+        if name == "vector":
+            normalised = _normalise(scores, min_max=True, floor_rank=fusion.vector_floor_rank)
+        else:
+            normalised = _normalise(scores, min_max=False)
+        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], mid))
+        for rank, memory_id in enumerate(ranked, start=1):
+            entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
+            entry[name] = normalised[memory_id]
+            entry[f"{name}_rank"] = 1.0 / rank
+            if name == "vector":
+                entry["cosine"] = float(scores[memory_id])
+    window = time_window.widened(fusion.time_slack) if time_window is not None else None
+    for memory_id, entry in features.items():
+        entry["both"] = 1.0 if entry["vector_rank"] and entry["text_rank"] else 0.0
+        memory = by_id.get(memory_id)
+        if memory is None:
+            continue
+        if window is not None and window.contains(memory.created_at):
+            entry["time"] = 1.0
+        if entities:
+            entry["entity"] = entity_share(entities, memory)
+        if when and mentions_time(memory.value):
+            entry["when"] = 1.0
+    return features
+
+
+def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
+    """A candidate's score before the conversation cue: the learned linear model when
+    `fusion.learned` is set, else `vector_weight` mixing plus the time, entity and when boosts."""
+    if fusion.learned is not None:
+        return sum(weight * entry.get(name, 0.0) for name, weight in fusion.learned if name != "conversation")
+    vector_weight = 1.0 if branches == 1 else fusion.vector_weight
+    text_weight = 1.0 if branches == 1 else 1.0 - fusion.vector_weight
+    return (
+        vector_weight * entry["vector"]
+        + text_weight * entry["text"]
+        + fusion.time_boost * entry["time"]
+        + fusion.entity_boost * entry["entity"]
+        + fusion.when_boost * entry["when"]
+    )
+
+
+def conversation_scores(
+    by_id: Mapping[uuid.UUID, Memory], scores: Mapping[uuid.UUID, float], top: int
+) -> dict[uuid.UUID, float]:
+    """Per candidate, the summed score of the `top` strongest candidates from its conversation,
+    relative to the best conversation's (0 when it has no conversation or none of them is there)."""
+    strongest = sorted(scores, key=lambda mid: (-scores[mid], mid))[:top]
+    per_conversation: dict[uuid.UUID, float] = {}
+    for memory_id in strongest:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel is not None:
+            per_conversation[channel] = per_conversation.get(channel, 0.0) + scores[memory_id]
+    if not per_conversation:
+        return {}
+    best = max(per_conversation.values()) or 1.0
+    out: dict[uuid.UUID, float] = {}
+    for memory_id in scores:
+        channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
+        if channel in per_conversation:
+            out[memory_id] = per_conversation[channel] / best
+    return out
+
+
+def fuse_scores(
+    rows: Iterable[Memory],
+    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    *,
+    limit: int,
+    fusion: ScoreFusion = ScoreFusion(),
+    time_window: TimeWindow | None = None,
+    entities: Sequence[str] = (),
+    when: bool = False,
+) -> list[RecallHit]:
+    """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
+
+    Vector scores are min-max normalised over the candidates, text scores divided by the best one,
+    then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
+    memories naming the query's `entities` get `entity_boost` × the share they name; when the query
+    asks "When …?" (`when`), memories whose value names a time get `when_boost`; then
+    memories from the same conversation as the strongest hits get up to `conversation_boost`
+    (facts told together tend to be asked together). With `fusion.learned`, a linear model over
+    `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
+    `fuse`."""
+    by_id = {m.id: m for m in rows}
+    branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
+    features = candidate_features(
+        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities, when=when
+    )
+    combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
+    conversation_weight = (
+        dict(fusion.learned).get("conversation", 0.0)
+        if fusion.learned is not None
+        else fusion.conversation_boost
+    )
+    if conversation_weight and combined:
+        for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
+            combined[memory_id] += conversation_weight * share
+    sources = {
+        mid: tuple(name for name in ("vector", "text") if entry[f"{name}_rank"])
+        for mid, entry in features.items()
+    }
+    scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
+    return merge_by_key(by_id.values(), scored, limit=limit)
+
+
+def _normalise(
+    scores: Mapping[uuid.UUID, float], *, min_max: bool, floor_rank: int | None = None
+) -> dict[uuid.UUID, float]:
+    """Scores over the best one (`min_max` False), or min-max scaled from the best down to the
+    lowest, or down to the `floor_rank`-th best when given (lower ones clip to 0)."""
+    values = sorted((v for v in scores.values() if math.isfinite(v)), reverse=True)
+    if not values:
+        return {}
+    high = values[0]
+    low = 0.0
+    if min_max:
+        low = values[-1] if floor_rank is None else values[min(len(values), max(floor_rank, 1)) - 1]
+    span = high - low
+    if span <= 0.0:
+        return {mid: 1.0 if v >= high else 0.0 for mid, v in scores.items() if math.isfinite(v)}
+    return {mid: max(0.0, (v - low) / span) for mid, v in scores.items() if math.isfinite(v)}
+
+
+def merge_by_key(
+    rows: Iterable[Memory],
+    scored: Mapping[uuid.UUID, tuple[float, tuple[str, ...]]],
+    *,
+    limit: int,
+) -> list[RecallHit]:
+    """One hit per key (most specific scope shown, best score of the group), best first."""
+    groups: dict[str, list[Memory]] = {}
+    for memory in rows:
+        groups.setdefault(normalize_key(memory.key), []).append(memory)
+    fused: list[tuple[float, tuple[int, float, timedelta, uuid.UUID], Memory, set[str]]] = []
+    for members in groups.values():
+        best = 0.0
+        names: set[str] = set()
+        for m in members:
+            entry = scored.get(m.id)
+            if entry is not None:
+                best = max(best, entry[0])
+                names.update(entry[1])
+        if not names:
+            continue
+        winner = members[0] if len(members) == 1 else min(members, key=_winner_order)
+        fused.append((-best, _winner_order(winner), winner, names))
+    fused.sort(key=lambda item: (item[0], item[1]))
+    return [
+        RecallHit(
+            memory=winner,
+            score=-negative_score,
+            sources=tuple(sorted(names, key=lambda n: (_SOURCE_ORDER.get(n, 3), n))),
+        )
+        for negative_score, _, winner, names in fused[:limit]
+    ]
+
+
+def bm25_idf(documents: int, containing: int) -> float:
+    """BM25 inverse document frequency (always positive) of a term in `containing` of `documents`."""
+    return math.log(1.0 + (documents - containing + 0.5) / (containing + 0.5))
+
+
+def top_order(memories: Iterable[Memory]) -> list[Memory]:
+    """Empty-query order: confidence descending, then most recently updated first."""
+    return sorted(memories, key=lambda m: (-m.confidence, _EPOCH - m.updated_at, m.id))
+
+
+def vector_ranking(
+    query_vector: Sequence[float],
+    candidates: Iterable[tuple[uuid.UUID, Sequence[float] | None]],
+    *,
+    limit: int,
+) -> list[uuid.UUID]:
+    """Ids by cosine similarity to the query, best first (rows without a usable embedding skipped)."""
+    query = np.asarray(query_vector, dtype=np.float64)
+    q_norm = float(np.linalg.norm(query))
+    usable = [(mid, vec) for mid, vec in candidates if vec is not None and len(vec) == len(query)]
+    if q_norm == 0.0 or not usable:
+        return []
+    matrix = np.asarray([vec for _, vec in usable], dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosines = (matrix @ query) / (norms * q_norm)
+    scored = sorted(
+        (-float(cos), str(mid), mid)
+        for (mid, _), cos in zip(usable, cosines, strict=True)
+        if _finite(float(cos))
+    )
+    return [memory_id for _, _, memory_id in scored[:limit]]
+
+
+def _finite(cosine: float) -> bool:
+    # a zero-length stored vector gives NaN
+    return not math.isnan(cosine)
+
+
+def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit: int) -> list[uuid.UUID]:
+    """Ids of memories containing any term (substring, case-insensitive), most distinct terms first."""
+    scored: list[tuple[int, float, str, uuid.UUID]] = []
+    for memory in candidates:
+        haystack = f"{memory.key} {memory.value}".lower()
+        matched = sum(1 for term in terms if term in haystack)
+        if matched:
+            scored.append((-matched, -memory.confidence, str(memory.id), memory.id))
+    scored.sort()
+    return [memory_id for *_, memory_id in scored[:limit]]
+
+
+# -- query cues and term statistics (both stores) -----------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueryCues:
+    """What recall matches for a query: its text without the words naming a time, and that time;
+    the names it mentions; whether it asks "When …?"."""
+
+    text: str
+    time_window: TimeWindow | None
+    entities: tuple[str, ...] = ()
+    when: bool = False
+
+
+def query_cues(query: str, *, now: datetime) -> QueryCues:
+    """The query's time cue (if any), the text left to match (the whole query when the time words
+    were all it had), the names it mentions and whether it asks "When …?"."""
+    cue = parse_time_cue(query, now=now)
+    entities = tuple(query_entities(query))
+    when = asks_when(query)
+    if cue is None or is_empty_query(cue.remaining_query):
+        window = cue.window if cue is not None else None
+        return QueryCues(text=query, time_window=window, entities=entities, when=when)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities, when=when)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bm25:
+    """Full-text scoring: BM25 with idf from the owner's own memories (Postgres: binary term frequency;
+    SQLite: FTS5's `bm25()` with these k1 and b)."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    stats_sample: int = 5000  # memories read to estimate document frequencies
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TermStats:
+    """Document frequencies of a query's words among the recalled owners' active memories."""
+
+    documents: int
+    mean_length: float
+    idf: dict[str, float]  # lexeme -> BM25 idf
+    word_share: dict[str, float]  # query word -> fraction of memories containing it
+
+
+def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
+    """`TermStats` from rows of (word, lexeme, containing, documents, mean length)."""
+    if not rows:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    documents, mean_length = int(rows[0][3]), float(rows[0][4])
+    idf: dict[str, float] = {}
+    word_share: dict[str, float] = {}
+    for word, lexeme, containing, *_ in rows:
+        idf[lexeme] = bm25_idf(documents, int(containing))
+        share = int(containing) / documents if documents else 0.0
+        word_share[word] = max(word_share.get(word, 0.0), share)
+    return TermStats(documents=documents, mean_length=mean_length, idf=idf, word_share=word_share)
+
+
+def embedding_queries(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> list[str]:
+    """The texts whose embeddings' mean direction is the query vector: the query itself, the query
+    without the words most of the owner's memories contain (`focus_share`), and the question
+    rewritten as a statement (`rewrite_questions`), each only when it differs."""
+    texts = [text]
+    if fusion.focus_share is not None:
+        texts.append(informative_query(text, word_share, max_share=fusion.focus_share))
+    if fusion.rewrite_questions:
+        texts.append(statement_form(texts[-1]))
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+_QUESTION_LEAD = frozenset(
+    [
+        "what",
+        "when",
+        "where",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "why",
+        "how",
+        "did",
+        "does",
+        "do",
+        "is",
+        "are",
+        "was",
+        "were",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "might",
+        "may",
+    ]
+)
+
+
+def statement_form(question: str) -> str:
+    """A question without its leading question and auxiliary words and its question mark
+    ("When did Ana move to Porto?" -> "Ana move to Porto"); the text itself when nothing is left."""
+    words = question.replace("?", " ").split()
+    start = 0
+    while start < len(words) and words[start].lower().strip(",") in _QUESTION_LEAD:
+        start += 1
+    rest = " ".join(words[start:])
+    return rest if rest else question
+
+
+_NAME = re.compile(r"\b[A-Z][\w'’-]*")
+
+
+def query_entities(query: str) -> list[str]:
+    """Lower-cased names in a query: capitalised words that do not start it, are not stop or question
+    words and are at least two letters ("What did Caroline tell Mel?" -> caroline, mel)."""
+    names: dict[str, None] = {}
+    for match in _NAME.finditer(query):
+        before = query[: match.start()].rstrip()
+        if not before or before[-1] in ".!?":
+            continue  # sentence start: capitalised anyway
+        word = match.group(0).lower().rstrip("'’s").rstrip("'’")
+        if len(word) > 1 and word not in STOPWORDS and word not in _QUESTION_LEAD:
+            names.setdefault(word, None)
+    return list(names)
+
+
+def entity_share(entities: Sequence[str], memory: Memory) -> float:
+    """The share of `entities` found among the memory's words (key and value)."""
+    if not entities:
+        return 0.0
+    words = set(query_terms(f"{memory.key} {memory.value}"))
+    return sum(1 for e in entities if e in words) / len(entities)
+
+
+def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
+    """The unit-length mean of unit vectors (the direction between them)."""
+    summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
+    norm = float(np.linalg.norm(summed))
+    return [float(x) for x in (summed / norm if norm > 0 else summed)]
+
+
+def fts5_match(text: str) -> str | None:
+    """An SQLite FTS5 MATCH expression ORing the query's informative words (each a quoted string, so
+    user text cannot inject FTS5 syntax); None when there is none."""
+    terms = [t for t in keyword_terms(text) if t != "or"]
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+# -- vectors in numpy (SQLite) ---------------------------------------------------------------------
+
+
+def unit_rows(matrix: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Rows scaled to unit length (zero rows stay zero, so they score 0 against any query)."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    scaled: np.ndarray[Any, np.dtype[np.float32]] = (matrix / norms).astype(np.float32, copy=False)
+    return scaled
+
+
+def top_cosines(
+    unit_matrix: np.ndarray[Any, np.dtype[np.float32]],
+    usable: np.ndarray[Any, np.dtype[np.bool_]],
+    query_vector: Sequence[float],
+    k: int,
+) -> list[tuple[int, float]]:
+    """(row index, cosine) of the `k` rows most similar to the query, best first; rows not `usable`
+    (no embedding) are skipped, ties go to the lower index."""
+    query = np.asarray(query_vector, dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    if norm == 0.0 or unit_matrix.shape[0] == 0 or unit_matrix.shape[1] != query.shape[0]:
+        return []
+    cosines = unit_matrix @ (query / norm)
+    cosines = np.where(usable, cosines, -np.inf)
+    take = min(k, int(usable.sum()))
+    if take <= 0:
+        return []
+    if take < cosines.shape[0]:
+        part = np.argpartition(-cosines, take - 1)[:take]
+    else:
+        part = np.arange(cosines.shape[0])
+    order = part[np.lexsort((part, -cosines[part]))]
+    return [(int(i), float(cosines[i])) for i in order]

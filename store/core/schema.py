@@ -1,0 +1,579 @@
+"""SQLAlchemy 2 table definitions: `memories` with the platform's column contract (plus a generated
+tsvector), and beside it the audit trail, pending revisions, processed events, memory settings and
+chat history.
+
+The embedding dimension is a deployment setting (`PMEM_EMBEDDING_DIM`), so the tables are built by
+`build_schema(dim, dialect)`. Postgres gets its schema from the alembic migrations (`store.migrate`);
+these definitions are what the stores query and what SQLite creates directly. A test checks that
+the migrated Postgres database and these definitions do not drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+from pgvector.sqlalchemy import VECTOR
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Computed,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    TypeDecorator,
+    Uuid,
+    func,
+    literal_column,
+    text,
+)
+from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
+from sqlalchemy.types import Float, TypeEngine
+
+Dialect_ = Literal["postgresql", "sqlite"]
+
+NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
+# pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
+HNSW_VECTOR_MAX_DIM = 2000
+HNSW_HALFVEC_MAX_DIM = 4000
+TEXT_SEARCH_CONFIG = "english"
+# what full text searches in a memory: its key and value (weight A) and its evidence (weight B,
+# so a match in what was said counts, but less than one in the fact itself)
+MEMORY_TSV_SQL = (
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(evidence, '')), 'B')"
+)
+TURN_TSV_SQL = f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text)"
+
+
+class TextUuid(TypeDecorator[uuid.UUID]):
+    """UUID stored as canonical dashed TEXT on SQLite."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        """UUID (or its string) → dashed text."""
+        return None if value is None else str(uuid.UUID(str(value)))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
+        """Dashed text → UUID."""
+        return None if value is None else uuid.UUID(str(value))
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both backends (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Normalise to UTC; SQLite gets it naive because it cannot store an offset."""
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected datetime, got {type(value).__name__}")
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        utc = aware.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """Attach UTC to naive values read back from SQLite."""
+        if value is None:
+            return None
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+class JsonVector(TypeDecorator[list[float]]):
+    """An embedding as a JSON array in TEXT (SQLite has no vector type)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        """List of floats → compact JSON."""
+        return None if value is None else json.dumps([float(x) for x in value], separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[float] | None:
+        """JSON → list of floats."""
+        return None if value is None else [float(x) for x in json.loads(value)]
+
+
+def _guid(dialect: Dialect_) -> TypeEngine[uuid.UUID]:
+    return TextUuid() if dialect == "sqlite" else Uuid(as_uuid=True)
+
+
+def array_literal(values: Sequence[object]) -> str:
+    """Postgres's text form of a one-dimensional array, `{"a","b",NULL}`, for a parameter cast in
+    SQL (`CAST(:keys AS text[])`): None is NULL, every other element is quoted as its `str` (a
+    datetime in ISO form), with `"` and `\\` escaped. The worker's statements carry a dozen short
+    arrays per event; the driver's generic list adaptation (element types looked up and dumped
+    one by one) cost about a quarter of its write's client CPU, this one string a fraction."""
+    return "{" + ",".join(map(_array_element, values)) + "}"
+
+
+def _array_element(value: object) -> str:
+    if value is None:
+        return "NULL"
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector, `[x,y,…]` (what `CAST(... AS vector(D))` reads): the
+    float32 values pgvector stores, each in the nine significant digits that give it back exactly.
+    40 % less text than `repr` of the doubles, in half the time (it runs for every memory written
+    and every recall query)."""
+    values = tuple(np.asarray(vector, dtype=np.float32).tolist())
+    return _vector_format(len(values)) % values
+
+
+@functools.lru_cache(maxsize=8)
+def _vector_format(dim: int) -> str:
+    # one %-format of the whole tuple: a fifth faster than formatting each value and joining
+    return "[" + ",".join(["%.9g"] * dim) + "]"
+
+
+def _real(dialect: Dialect_) -> TypeEngine[float]:
+    # the column contract says REAL; SQLAlchemy's Float would be double precision on Postgres
+    return Float() if dialect == "sqlite" else REAL()
+
+
+def _embedding_type(dim: int, dialect: Dialect_) -> TypeEngine[Any]:
+    return JsonVector() if dialect == "sqlite" else VECTOR(dim)
+
+
+def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:
+    """(indexed expression, operator class) of the HNSW index for a dimension; None above 4000."""
+    if embedding_dim <= HNSW_VECTOR_MAX_DIM:
+        return "embedding", "vector_cosine_ops"
+    if embedding_dim <= HNSW_HALFVEC_MAX_DIM:
+        return f"(embedding::halfvec({embedding_dim}))", "halfvec_cosine_ops"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schema:
+    """All tables of the store for one dialect and embedding dimension."""
+
+    metadata: MetaData
+    memories: Table
+    revisions: Table
+    audit: Table
+    processed_events: Table
+    settings: Table
+    chat_messages: Table
+    turns: Table
+    api_keys: Table
+    ui_sessions: Table
+    embedding_config: Table
+    directory: Table
+    embedding_dim: int
+    dialect: Dialect_
+
+
+def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
+    guid = _guid(dialect)
+    embedding_type = _embedding_type(dim, dialect)
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    columns: list[Any] = [
+        Column(
+            "id",
+            guid,
+            primary_key=True,
+            server_default=func.gen_random_uuid() if dialect == "postgresql" else None,
+        ),
+        Column("scope", Text, nullable=False),
+        Column("owner_id", guid, nullable=False),
+        Column("user_id", guid, nullable=True),
+        Column("key", Text, nullable=False),
+        Column("value", Text, nullable=False),
+        Column("source_channel_id", guid, nullable=True),
+        Column("confidence", _real(dialect), nullable=False, server_default=text("1.0")),
+        Column("status", Text, nullable=False, server_default=text("'pending_review'")),
+        Column("embedding", embedding_type, nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        # the team of the conversation that wrote it: recalled, listed and merged only in that team
+        Column("team_id", guid, nullable=True),
+        # what was said that it comes from (redacted, with speaker roles, capped) and when
+        Column("evidence", Text, nullable=True),
+        Column("observed_at", UtcDateTime(), nullable=True),
+        CheckConstraint("scope IN ('user', 'persona', 'persona_user')", name="ck_memories_scope"),
+        CheckConstraint("status IN ('active', 'pending_review', 'archived')", name="ck_memories_status"),
+        CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
+        CheckConstraint("(scope = 'persona_user') = (user_id IS NOT NULL)", name="ck_memories_user_id"),
+    ]
+    if dialect == "postgresql":
+        columns.append(
+            Column(
+                "search_tsv",
+                TSVECTOR,
+                Computed(MEMORY_TSV_SQL, persisted=True),
+            )
+        )
+    table = Table("memories", md, *columns)
+    Index("ix_memories_scope_owner_status", table.c.scope, table.c.owner_id, table.c.status)
+    Index(
+        "ix_memories_persona_user",
+        table.c.owner_id,
+        table.c.user_id,
+        postgresql_where=text("scope = 'persona_user'"),
+        sqlite_where=text("scope = 'persona_user'"),
+    )
+    Index(
+        "uq_memories_scope_owner_user_team_key",
+        table.c.scope,
+        table.c.owner_id,
+        func.coalesce(table.c.user_id, literal_column(nil)),
+        func.coalesce(table.c.team_id, literal_column(nil)),
+        table.c.key,
+        unique=True,
+    )
+    Index(
+        "ix_memories_pending_created",
+        table.c.created_at.desc(),
+        table.c.id.desc(),
+        postgresql_where=text("status = 'pending_review'"),
+        sqlite_where=text("status = 'pending_review'"),
+    )
+    Index(
+        "ix_memories_user_id",
+        table.c.user_id,
+        postgresql_where=text("scope = 'persona_user'"),
+        sqlite_where=text("scope = 'persona_user'"),
+    )
+    Index(
+        "ix_memories_team_id",
+        table.c.team_id,
+        postgresql_where=text("team_id IS NOT NULL"),
+        sqlite_where=text("team_id IS NOT NULL"),
+    )
+    Index("ix_memories_source_channel_id", table.c.source_channel_id)
+    # an owner's most recently updated memories without sorting all of them (the prompt's keys)
+    Index(
+        "ix_memories_owner_recent",
+        table.c.scope,
+        table.c.owner_id,
+        func.coalesce(table.c.user_id, literal_column(nil)),
+        table.c.updated_at.desc(),
+    )
+    if dialect == "postgresql":
+        Index("ix_memories_search_tsv", table.c.search_tsv, postgresql_using="gin")
+        hnsw = hnsw_expression(dim)
+        if hnsw is not None:
+            expression, opclass = hnsw
+            target: Any = table.c.embedding if expression == "embedding" else text(expression)
+            # reviewed memories only: the worker writes pending rows, and an HNSW insert into a
+            # large graph costs ~20× a row's other indexes (bench/README.md); a row enters the
+            # graph when it is approved. Recall reads active rows only; the near-duplicate read
+            # ranks a large owner's pending rows exactly (ix_memories_owner_pending)
+            Index(
+                "ix_memories_embedding_hnsw",
+                target,
+                postgresql_using="hnsw",
+                postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
+                postgresql_where=text("status = 'active'"),
+            )
+        # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
+        # read's bounded window), and reviewed ones (the read under the owner lock: rows made
+        # active since its HNSW read, without the dead versions a rewritten pending row leaves)
+        for name, status in (
+            ("ix_memories_owner_pending", "pending_review"),
+            ("ix_memories_owner_reviewed", "active"),
+        ):
+            Index(
+                name,
+                table.c.scope,
+                table.c.owner_id,
+                func.coalesce(table.c.user_id, literal_column(nil)),
+                table.c.updated_at.desc(),
+                postgresql_where=text(f"status = '{status}'"),
+            )
+    return table
+
+
+def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
+    """`conversation_turns`: the messages of past conversations (conversation memory), each
+    recalled only in its own context (user, persona or none, team or none)."""
+    guid = _guid(dialect)
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    columns: list[Any] = [
+        Column("id", guid, primary_key=True),
+        Column("channel_id", guid, nullable=False),
+        Column("event_id", guid, nullable=False),
+        Column("user_id", guid, nullable=False),
+        Column("persona_id", guid, nullable=True),
+        Column("team_id", guid, nullable=True),
+        Column("role", Text, nullable=False),
+        Column("text", Text, nullable=False),
+        Column("at", UtcDateTime(), nullable=False),
+        Column("position", Integer, nullable=False),
+        # the turn embedded with its neighbouring turns
+        Column("embedding", _embedding_type(dim, dialect), nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("role IN ('user', 'assistant')", name="ck_conversation_turns_role"),
+        CheckConstraint("position >= 1", name="ck_conversation_turns_position"),
+    ]
+    if dialect == "postgresql":
+        columns.append(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
+    table = Table("conversation_turns", md, *columns)
+    # one row per message of an event: a redelivered event cannot store its turns twice
+    Index("uq_conversation_turns_event_position", table.c.event_id, table.c.position, unique=True)
+    # a context's turns, newest first: recall's exact vector scan, listing, retention
+    Index(
+        "ix_conversation_turns_context",
+        table.c.user_id,
+        func.coalesce(table.c.persona_id, literal_column(nil)),
+        func.coalesce(table.c.team_id, literal_column(nil)),
+        table.c.at.desc(),
+    )
+    Index("ix_conversation_turns_at", table.c.at)
+    if dialect == "postgresql":
+        Index("ix_conversation_turns_search_tsv", table.c.search_tsv, postgresql_using="gin")
+    # no HNSW index: every event writes a dozen turns, and an HNSW insert into a large graph
+    # costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most recent
+    # turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
+    return table
+
+
+def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema:
+    """Tables for one dialect and embedding dimension (a fresh MetaData each call)."""
+    if embedding_dim < 1:
+        raise ValueError(f"embedding dimension must be positive, got {embedding_dim}")
+    md = MetaData()
+    guid = _guid(dialect)
+    real = _real(dialect)
+    serial: TypeEngine[int] = Integer() if dialect == "sqlite" else BigInteger()
+    identity: list[Any] = [] if dialect == "sqlite" else [Identity()]
+    memories = _memories(md, embedding_dim, dialect)
+
+    revisions = Table(
+        "memory_revisions",
+        md,
+        Column("id", guid, primary_key=True),
+        Column("memory_id", guid, ForeignKey("memories.id", ondelete="CASCADE"), nullable=False),
+        Column("old_value", Text, nullable=False),
+        Column("new_value", Text, nullable=False),
+        Column("confidence", real, nullable=False),
+        # the proposal's embedding, so approving needs no embedding call inside the transaction
+        Column("embedding", _embedding_type(embedding_dim, dialect), nullable=True),
+        Column("source_channel_id", guid, nullable=True),
+        Column("source_event_id", guid, nullable=True),
+        Column("status", Text, nullable=False, server_default=text("'pending'")),
+        Column("proposed_by", Text, nullable=False),
+        Column("decided_by", Text, nullable=True),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("decided_at", UtcDateTime(), nullable=True),
+        # the proposed value's evidence and time (as on memories); approval carries them over
+        Column("evidence", Text, nullable=True),
+        Column("observed_at", UtcDateTime(), nullable=True),
+        CheckConstraint("status IN ('pending', 'approved', 'rejected')", name="ck_memory_revisions_status"),
+    )
+    # one open proposal per memory: a newer extraction replaces the older proposal
+    Index(
+        "ix_memory_revisions_pending_created",
+        revisions.c.created_at.desc(),
+        revisions.c.id.desc(),
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    )
+    Index(
+        "uq_memory_revisions_pending",
+        revisions.c.memory_id,
+        unique=True,
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    )
+
+    audit = Table(
+        "memory_audit",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        # no foreign key: the trail must outlive a hard delete
+        Column("memory_id", guid, nullable=True),
+        Column("action", Text, nullable=False),
+        Column("scope", Text, nullable=True),
+        Column("owner_id", guid, nullable=True),
+        Column("user_id", guid, nullable=True),
+        Column("key", Text, nullable=True),
+        Column("old_value", Text, nullable=True),
+        Column("new_value", Text, nullable=True),
+        Column("actor", Text, nullable=False),
+        Column("event_id", guid, nullable=True),
+        Column("revision_id", guid, nullable=True),
+        Column("at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("team_id", guid, nullable=True),
+        CheckConstraint(
+            "action IN ('add', 'update', 'propose', 'approve', 'reject', 'edit', 'archive', 'delete', "
+            "'erase')",
+            name="ck_memory_audit_action",
+        ),
+    )
+    Index("ix_memory_audit_owner_id", audit.c.owner_id)
+    Index(
+        "ix_memory_audit_user_id",
+        audit.c.user_id,
+        postgresql_where=text("user_id IS NOT NULL"),
+        sqlite_where=text("user_id IS NOT NULL"),
+    )
+    Index("ix_memory_audit_memory_id", audit.c.memory_id, audit.c.id)
+    Index("ix_memory_audit_event_id", audit.c.event_id)
+
+    processed_events = Table(
+        "processed_events",
+        md,
+        Column("event_id", guid, primary_key=True),
+        Column("processed_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("memory_count", Integer, nullable=False, server_default=text("0")),
+        Column("actor", Text, nullable=False, server_default=text("'worker'")),
+    )
+
+    settings = Table(
+        "memory_settings",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        Column("level", Text, nullable=False),
+        Column("target_id", guid, nullable=True),
+        Column("enabled", Boolean, nullable=True),
+        Column("persona_learning", Boolean, nullable=True),
+        Column("extraction_prompt", Text, nullable=True),
+        Column("min_confidence", real, nullable=True),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("pending_days", Integer, nullable=True),
+        Column("archived_days", Integer, nullable=True),
+        Column("history", Boolean, nullable=True),
+        Column("history_days", Integer, nullable=True),
+        Column("review_tool_saves", Boolean, nullable=True),
+        CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
+        CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
+        CheckConstraint(
+            "min_confidence IS NULL OR (min_confidence >= 0 AND min_confidence <= 1)",
+            name="ck_memory_settings_min_confidence",
+        ),
+        CheckConstraint(
+            "(pending_days IS NULL OR pending_days >= 1) AND (archived_days IS NULL OR archived_days >= 1)",
+            name="ck_memory_settings_retention",
+        ),
+        CheckConstraint("history_days IS NULL OR history_days >= 1", name="ck_memory_settings_history_days"),
+    )
+    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    Index(
+        "uq_memory_settings_level_target",
+        settings.c.level,
+        func.coalesce(settings.c.target_id, literal_column(nil)),
+        unique=True,
+    )
+
+    chat_messages = Table(
+        "chat_messages",
+        md,
+        Column("id", serial, *identity, primary_key=True),
+        Column("agent_id", Text, nullable=False),
+        Column("room_id", Text, nullable=False),
+        Column("role", Text, nullable=False),
+        Column("content", Text, nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="ck_chat_messages_role"),
+    )
+    Index(
+        "ix_chat_messages_agent_room", chat_messages.c.agent_id, chat_messages.c.room_id, chat_messages.c.id
+    )
+
+    api_keys = Table(
+        "api_keys",
+        md,
+        Column("id", guid, primary_key=True),
+        Column("name", Text, nullable=False),
+        # SHA-256 of the whole key: keys are 256-bit random, so a fast hash is enough
+        Column("key_hash", Text, nullable=False),
+        Column("prefix", Text, nullable=False),
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("last_used_at", UtcDateTime(), nullable=True),
+        Column("revoked_at", UtcDateTime(), nullable=True),
+    )
+    Index("uq_api_keys_key_hash", api_keys.c.key_hash, unique=True)
+    Index(
+        "uq_api_keys_active_name",
+        api_keys.c.name,
+        unique=True,
+        postgresql_where=text("revoked_at IS NULL"),
+        sqlite_where=text("revoked_at IS NULL"),
+    )
+
+    # web-UI sessions: the cookie's SHA-256 (the cookie is 256 random bits) and who signed in. The
+    # digest of the sign-in token's `jti` is unique, so a sign-in link opens one session only; an
+    # ended session keeps its row (`ended_at`) until both it and its sign-in token have expired.
+    ui_sessions = Table(
+        "ui_sessions",
+        md,
+        Column("digest", Text, primary_key=True),
+        Column("sign_in_id", Text, nullable=False),
+        Column("subject", guid, nullable=False),
+        Column("role", Text, nullable=False),
+        Column("teams", Text, nullable=False),  # a JSON list of team UUIDs
+        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        Column("expires_at", UtcDateTime(), nullable=False),
+        Column("sign_in_expires_at", UtcDateTime(), nullable=False),
+        Column("ended_at", UtcDateTime(), nullable=True),
+    )
+    Index("uq_ui_sessions_sign_in_id", ui_sessions.c.sign_in_id, unique=True)
+
+    # the embedding provider, model and dimension the stored vectors were made with (one row,
+    # written by `pmem migrate`); `reembed_*` is the checkpoint of a running `pmem reembed`
+    embedding_config = Table(
+        "pmem_embedding",
+        md,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+        Column("provider", Text, nullable=False),
+        Column("model", Text, nullable=False),
+        Column("dim", Integer, nullable=False),
+        Column("reembed_provider", Text, nullable=True),
+        Column("reembed_model", Text, nullable=True),
+        Column("reembed_after", guid, nullable=True),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("id = 1", name="ck_pmem_embedding_one_row"),
+    )
+
+    # the latest display name of each team, persona and user (the UI shows names, not UUIDs)
+    directory = Table(
+        "directory",
+        md,
+        Column("kind", Text, primary_key=True),
+        Column("id", guid, primary_key=True),
+        Column("name", Text, nullable=False),
+        Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
+        CheckConstraint("kind IN ('team', 'persona', 'user')", name="ck_directory_kind"),
+    )
+
+    return Schema(
+        metadata=md,
+        directory=directory,
+        api_keys=api_keys,
+        ui_sessions=ui_sessions,
+        embedding_config=embedding_config,
+        memories=memories,
+        revisions=revisions,
+        audit=audit,
+        processed_events=processed_events,
+        settings=settings,
+        chat_messages=chat_messages,
+        turns=_turns(md, embedding_dim, dialect),
+        embedding_dim=embedding_dim,
+        dialect=dialect,
+    )

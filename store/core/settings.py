@@ -1,0 +1,144 @@
+"""Memory settings rows (global / team / persona) and their merge into the effective policy."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, or_, select
+
+from store.core.base import StoreBase, _nil
+from store.model import MemorySettings, SettingsLevel, SettingsRow
+from store.rules.policy import check_settings_row, merge_settings, storable_confidence
+
+_SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
+_APPLYING_SETTINGS_SQL = (
+    "SELECT * FROM memory_settings WHERE level = 'global' "
+    "OR (level = 'team' AND target_id = :team) OR (level = 'persona' AND target_id = :persona)"
+)
+
+
+class SettingsRows(StoreBase):
+    """Read and write settings rows."""
+
+    # -- settings -------------------------------------------------------------------------------
+
+    async def settings_rows(
+        self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+    ) -> builtins.list[dict[str, Any]]:
+        """The global, team and persona rows that apply, least specific first."""
+        if self._schema.dialect == "postgresql":
+            # the worker reads these for every event: one statement on the driver, no SQLAlchemy
+            # (an absent team or persona is NULL, which matches no row)
+            found = await self._read_rows(_APPLYING_SETTINGS_SQL, {"team": team_id, "persona": persona_id})
+            return sorted((dict(row) for row in found), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]])
+        s = self._schema.settings
+        levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
+        if team_id is not None:
+            levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
+        if persona_id is not None:
+            levels.append(and_(s.c.level == "persona", s.c.target_id == persona_id))
+        async with self._reading() as conn:
+            rows = (await conn.execute(select(s).where(or_(*levels)))).all()
+        ordered = sorted(
+            (dict(row._mapping) for row in rows), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]]
+        )
+        return ordered
+
+    async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
+        """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
+        return merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
+
+    async def put_settings(
+        self,
+        *,
+        level: SettingsLevel,
+        target_id: uuid.UUID | None,
+        enabled: bool | None = None,
+        persona_learning: bool | None = None,
+        extraction_prompt: str | None = None,
+        min_confidence: float | None = None,
+    ) -> None:
+        """Set fields of one settings row (created if missing); None leaves a field as it is."""
+        if level not in _SETTINGS_LEVEL_ORDER:
+            raise ValueError(f"settings level must be global, team or persona, got {level!r}")
+        if (level == "global") != (target_id is None):
+            raise ValueError(
+                "global settings take no target_id; team and persona settings need the team or persona id"
+            )
+        if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be within 0..1, got {min_confidence}")
+        s = self._schema.settings
+        values = {
+            "enabled": enabled,
+            "persona_learning": persona_learning,
+            "extraction_prompt": extraction_prompt,
+            "min_confidence": None if min_confidence is None else storable_confidence(min_confidence),
+        }
+        stmt = self._insert(s).values(level=level, target_id=target_id, updated_at=self._now(), **values)
+        excluded = stmt.excluded
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            set_={
+                **{name: func.coalesce(getattr(excluded, name), getattr(s.c, name)) for name in values},
+                "updated_at": excluded.updated_at,
+            },
+        )
+        async with self._transaction() as conn:
+            await conn.execute(stmt)
+
+    @property
+    def settings_defaults(self) -> MemorySettings:
+        """What the merge starts from: the deployment's defaults (PMEM_MIN_CONFIDENCE, retention)."""
+        return self._settings_defaults
+
+    async def settings_row(self, level: SettingsLevel, target_id: uuid.UUID | None) -> SettingsRow:
+        """One level's own row (every field None when the level has no row: all inherited)."""
+        s = self._schema.settings
+        target = s.c.target_id.is_(None) if target_id is None else s.c.target_id == target_id
+        async with self._reading() as conn:
+            row = (await conn.execute(select(s).where(s.c.level == level, target))).first()
+        if row is None:
+            return SettingsRow(level=level, target_id=target_id)
+        data = row._mapping
+        return SettingsRow(
+            level=level,
+            target_id=target_id,
+            enabled=data["enabled"],
+            persona_learning=data["persona_learning"],
+            extraction_prompt=data["extraction_prompt"],
+            min_confidence=None
+            if data["min_confidence"] is None
+            else storable_confidence(data["min_confidence"]),
+            pending_days=data["pending_days"],
+            archived_days=data["archived_days"],
+            history=data.get("history"),
+            history_days=data.get("history_days"),
+            review_tool_saves=data["review_tool_saves"],
+        )
+
+    async def replace_settings(self, row: SettingsRow) -> None:
+        """Write one level's row exactly as given: a None field inherits from the level above."""
+        check_settings_row(row)
+        s = self._schema.settings
+        values = {
+            "enabled": row.enabled,
+            "persona_learning": row.persona_learning,
+            "extraction_prompt": row.extraction_prompt,
+            "min_confidence": None if row.min_confidence is None else storable_confidence(row.min_confidence),
+            "pending_days": row.pending_days,
+            "archived_days": row.archived_days,
+            "history": row.history,
+            "history_days": row.history_days,
+            "review_tool_saves": row.review_tool_saves,
+        }
+        stmt = self._insert(s).values(
+            level=row.level, target_id=row.target_id, updated_at=self._now(), **values
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            set_={**values, "updated_at": stmt.excluded.updated_at},
+        )
+        async with self._transaction() as conn:
+            await conn.execute(stmt)

@@ -1,0 +1,642 @@
+"""Conversation memory: the turns of past conversations, written with their event, recalled only in
+the context they were said in, listed, deleted and erased for the person they belong to.
+
+A turn's context is (user, persona or none, team or none), matched exactly: a turn said to one
+persona is never recalled for another persona or for none, one said in a team never outside it, and
+no turn is ever recalled for another user or in `persona` scope. Recall ranks the context's most
+recent `TURN_WINDOW` turns (vector and full text, through `ix_conversation_turns_context`), so a
+recall for a user with a hundred thousand turns reads what one for a user with a few thousand reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+from sqlalchemy import ColumnElement, String, and_, delete, func, or_, select, type_coerce
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.core.base import _nil, cached_text
+from store.core.recall import keyword_terms, query_terms, rrf_scores, unit_rows, websearch_or_query
+from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, vector_literal
+from store.core.settings import SettingsRows
+from store.model import (
+    NIL_UUID,
+    Conversation,
+    ConversationQuery,
+    NewTurn,
+    Page,
+    RecallHit,
+    RecallInclude,
+    RecallItem,
+    Turn,
+    TurnHit,
+)
+from store.postgres.params import float4_array
+from store.rules.pagination import newest_first_page
+from store.rules.policy import merge_settings
+
+if TYPE_CHECKING:
+    from store.protocols import RecallStore
+
+# how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
+# size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
+TURN_WINDOW = 4000
+# a turn's text as stored (after redaction): a message longer than this keeps its beginning
+TURN_MAX_CHARS = 4000
+# reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
+# extractor (bench/tune_product.py, bench/README.md): any fact placed among the first turns cost
+# evidence and answer recall there, so a memory's first rank scores as a turn's twelfth and facts
+# follow the best turns (facts never cost recall); rerun the tuning for an LLM extractor's facts
+ITEM_RRF_K = 10
+MEMORY_ITEM_WEIGHT = 0.5
+TURN_ITEM_WEIGHT = 1.0
+# BM25 parameters of the SQLite text ranking over the window
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+
+_TURN_COLUMNS = (
+    "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, t.position"
+)
+# the context: same user, same persona (or none), same team (or none), through the context index
+_CONTEXT_SQL = (
+    f"t.user_id = CAST(:user_id AS uuid) AND coalesce(t.persona_id, {NIL_UUID_SQL}) = CAST(:persona AS uuid) "
+    f"AND coalesce(t.team_id, {NIL_UUID_SQL}) = CAST(:team AS uuid)"
+)
+
+_INSERT_TURNS_SQL = (
+    "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, "
+    "position, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, "
+    "role, text, at, position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:channels AS uuid[]), CAST(:users AS uuid[]), "
+    "CAST(:personas AS uuid[]), CAST(:teams AS uuid[]), CAST(:roles AS text[]), CAST(:texts AS text[]), "
+    "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:starts AS int[])) "
+    "AS n(id, channel_id, user_id, persona_id, team_id, role, text, at, position, start) "
+    "ON CONFLICT (event_id, position) DO NOTHING"
+)
+
+
+def turns_insert_statement(
+    table: str, event_id: uuid.UUID, turns: Sequence[NewTurn], dim: int
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: one statement of fixed text (`:name` parameters, columns as arrays) inserting an
+    event's turns; a turn already stored for (event, position) is left as it is."""
+    starts: list[int | None] = []
+    stored = 0
+    for turn in turns:
+        starts.append(None if turn.embedding is None else 1 + stored * dim)
+        stored += turn.embedding is not None
+    params = {
+        "event_id": event_id,
+        "ids": array_literal([uuid.uuid4() for _ in turns]),
+        "channels": array_literal([t.channel_id for t in turns]),
+        "users": array_literal([t.user_id for t in turns]),
+        "personas": array_literal([t.persona_id for t in turns]),
+        "teams": array_literal([t.team_id for t in turns]),
+        "roles": array_literal([t.role for t in turns]),
+        "texts": array_literal([t.text for t in turns]),
+        "ats": array_literal([t.at for t in turns]),
+        "positions": array_literal([t.position for t in turns]),
+        "starts": array_literal(starts),
+        # a dozen turns' vectors: one array conversion, not one Python float at a time
+        "embeddings": float4_array(
+            np.asarray([t.embedding for t in turns if t.embedding is not None], dtype=np.float32).ravel()
+        ),
+    }
+    return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
+
+
+def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
+    """Postgres: the context's most recent `:window` turns ranked by vector distance (`:qv`) and by
+    full text (`:tq`), each its best `:k`; rows of turn columns plus `source`, `rank`."""
+    ctes = [
+        "w AS MATERIALIZED (SELECT t.id, t.embedding, t.search_tsv FROM conversation_turns t "
+        f"WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT :window)"
+    ]
+    ranked: list[str] = []
+    if vector:
+        ctes.append(
+            f"vec AS (SELECT w.id, w.embedding <=> CAST(:qv AS vector({dim})) AS distance FROM w "
+            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT :k)"
+        )
+        ranked.append(
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank FROM vec"
+        )
+    if text:
+        ctes.append(
+            "txt AS (SELECT w.id, ts_rank(w.search_tsv, q.query) AS relevance FROM w, "
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS q(query) WHERE w.search_tsv @@ q.query "
+            "ORDER BY relevance DESC, w.id LIMIT :k)"
+        )
+        ranked.append(
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank FROM txt"
+        )
+    ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
+    return (
+        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank FROM ranked r "
+        "JOIN conversation_turns t ON t.id = r.id"
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnWindow:
+    """A context's most recent turns prepared for ranking: the turns, each one's words and word
+    count, and their embeddings as unit rows (zero rows for turns without one)."""
+
+    turns: dict[uuid.UUID, Turn]
+    words: dict[uuid.UUID, frozenset[str]]
+    lengths: dict[uuid.UUID, int]
+    ids: tuple[uuid.UUID, ...]
+    matrix: np.ndarray[Any, np.dtype[np.float32]]
+    stamp: tuple[int, int] = (0, 0)
+
+
+def turn_window(
+    turns: Sequence[Turn], embeddings: Sequence[str | None], dim: int, stamp: tuple[int, int] = (0, 0)
+) -> TurnWindow:
+    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go); a missing or
+    wrong-sized embedding is a zero row, which matches nothing."""
+    present = [i for i, raw in enumerate(embeddings) if raw is not None]
+    matrix = np.zeros((len(turns), dim), dtype=np.float32)
+    if present:
+        parsed = json.loads("[" + ",".join(str(embeddings[i]) for i in present) + "]")
+        for i, vector in zip(present, parsed, strict=True):
+            if len(vector) == dim:
+                matrix[i] = vector
+    words = {t.id: tuple(query_terms(t.text)) for t in turns}
+    return TurnWindow(
+        turns={t.id: t for t in turns},
+        words={tid: frozenset(found) for tid, found in words.items()},
+        lengths={tid: max(1, len(found)) for tid, found in words.items()},
+        ids=tuple(t.id for t in turns),
+        matrix=unit_rows(matrix),
+        stamp=stamp,
+    )
+
+
+def window_rankings(
+    window: TurnWindow, query: str, query_vector: Sequence[float], k: int
+) -> dict[str, list[uuid.UUID]]:
+    """The window's `vector` (cosine) and `text` (BM25) rankings for a query, each its best `k`."""
+    rankings: dict[str, list[uuid.UUID]] = {}
+    if window.ids:
+        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
+        order = np.argsort(-cosines, kind="stable")[:k]
+        usable = [window.ids[i] for i in order if np.any(window.matrix[i])]
+        if usable:
+            rankings["vector"] = usable
+    text = bm25_scores(query, window.words, window.lengths, k)
+    if text:
+        rankings["text"] = text
+    return rankings
+
+
+def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins.list[uuid.UUID]:
+    """Ids of the `k` texts best matching the query's informative words (BM25 over these texts
+    alone, binary term frequency), best first; texts matching none are left out."""
+    words = {tid: frozenset(query_terms(text)) for tid, text in texts.items()}
+    lengths = {tid: max(1, len(query_terms(text))) for tid, text in texts.items()}
+    return bm25_scores(query, words, lengths, k)
+
+
+def bm25_scores(
+    query: str, words: Mapping[uuid.UUID, frozenset[str]], lengths: Mapping[uuid.UUID, int], k: int
+) -> builtins.list[uuid.UUID]:
+    """`bm25_ranking` over texts already split into words (and their word counts)."""
+    terms = [t for t in keyword_terms(query) if t != "or"]
+    if not terms or not words:
+        return []
+    mean_length = sum(lengths.values()) / len(lengths)
+    count = len(words)
+    idf = {}
+    for term in terms:
+        containing = sum(1 for found in words.values() if term in found)
+        idf[term] = math.log(1 + (count - containing + 0.5) / (containing + 0.5))
+    scores: dict[uuid.UUID, float] = {}
+    for tid, found in words.items():
+        matched = [term for term in terms if term in found]
+        if not matched:
+            continue
+        norm = 1 - _BM25_B + _BM25_B * lengths[tid] / mean_length
+        scores[tid] = sum(idf[t] for t in matched) * (_BM25_K1 + 1) / (1 + _BM25_K1 * norm)
+    return sorted(scores, key=lambda tid: (-scores[tid], str(tid)))[:k]
+
+
+def vector_ranking(
+    vectors: Mapping[uuid.UUID, Sequence[float]], query_vector: Sequence[float], k: int
+) -> builtins.list[uuid.UUID]:
+    """Ids of the `k` vectors nearest the query by cosine, best first (ties by id)."""
+    if not vectors:
+        return []
+    ids = list(vectors)
+    matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = 1.0
+    query = np.asarray(query_vector, dtype=np.float32)
+    qnorm = float(np.linalg.norm(query)) or 1.0
+    cosines = (matrix @ query) / (norms * qnorm)
+    order = sorted(range(len(ids)), key=lambda i: (-float(cosines[i]), str(ids[i])))
+    return [ids[i] for i in order[:k]]
+
+
+def fuse_turns(
+    turns: Mapping[uuid.UUID, Turn], rankings: Mapping[str, Sequence[uuid.UUID]], limit: int
+) -> builtins.list[TurnHit]:
+    """Reciprocal-rank fusion of a turn recall's rankings (`vector`, `text`) into hits, best first."""
+    fused = rrf_scores(rankings)
+    ordered = sorted(fused, key=lambda tid: (-fused[tid][0], str(tid)))
+    return [
+        TurnHit(turn=turns[tid], score=fused[tid][0], sources=fused[tid][1])
+        for tid in ordered[:limit]
+        if tid in turns
+    ]
+
+
+def merge_recall(
+    memories: Sequence[RecallHit],
+    turns: Sequence[TurnHit],
+    limit: int,
+    *,
+    memory_weight: float = MEMORY_ITEM_WEIGHT,
+    turn_weight: float = TURN_ITEM_WEIGHT,
+    k: int = ITEM_RRF_K,
+) -> builtins.list[RecallItem]:
+    """Memories and turns in one ranked list: each scored `weight / (k + rank in its own list)`;
+    with the defaults the best turns come first and facts interleave after them."""
+    items = [
+        RecallItem(kind="memory", score=memory_weight / (k + rank), memory=hit.memory, sources=hit.sources)
+        for rank, hit in enumerate(memories, start=1)
+    ] + [
+        RecallItem(kind="turn", score=turn_weight / (k + rank), turn=hit.turn, sources=hit.sources)
+        for rank, hit in enumerate(turns, start=1)
+    ]
+    # stable: at equal score a memory stays before a turn
+    items.sort(key=lambda item: -item.score)
+    return items[:limit]
+
+
+def parse_include(values: Sequence[str] | None) -> tuple[RecallInclude, ...]:
+    """The `include` of a recall request: `memories`, `turns` or both (None or empty: both);
+    raises ValueError naming an unknown value."""
+    if not values:
+        return ("memories", "turns")
+    chosen: list[RecallInclude] = []
+    for value in values:
+        kind: RecallInclude
+        if value == "memories":
+            kind = "memories"
+        elif value == "turns":
+            kind = "turns"
+        else:
+            raise ValueError(f"include takes memories and/or turns, got {value!r}")
+        if kind not in chosen:
+            chosen.append(kind)
+    return tuple(chosen)
+
+
+class ConversationTurns(SettingsRows):
+    """Writing, recalling, listing, deleting and erasing conversation turns (both backends)."""
+
+    # -- writes (inside `write_event`'s transaction) --------------------------------------------
+
+    def _turn_values(self, event_id: uuid.UUID, turns: Sequence[NewTurn]) -> builtins.list[dict[str, Any]]:
+        return [
+            {
+                "id": uuid.uuid4(),
+                "channel_id": t.channel_id,
+                "event_id": event_id,
+                "user_id": t.user_id,
+                "persona_id": t.persona_id,
+                "team_id": t.team_id,
+                "role": t.role,
+                "text": t.text,
+                "at": t.at,
+                "position": t.position,
+                "embedding": None
+                if t.embedding is None
+                else self._check_dim(t.embedding, f"embedding of turn {t.position}"),
+                "created_at": self._now(),
+            }
+            for t in turns
+        ]
+
+    async def _insert_turns(
+        self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
+    ) -> None:
+        """Store an event's turns in the caller's transaction; a turn already stored is kept."""
+        if not turns:
+            return
+        if self._schema.dialect == "postgresql":
+            sql, params = turns_insert_statement(
+                self._schema.turns.name, event_id, turns, self._schema.embedding_dim
+            )
+            await conn.execute(cached_text(sql), params)
+            return
+        t = self._schema.turns
+        stmt = (
+            self._insert(t)
+            .values(self._turn_values(event_id, turns))
+            .on_conflict_do_nothing(index_elements=[t.c.event_id, t.c.position])
+        )
+        await conn.execute(stmt)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _turn(row: Any) -> Turn:
+        data: Any = row._mapping if hasattr(row, "_mapping") else row
+        return Turn(
+            id=data["id"],
+            channel_id=data["channel_id"],
+            event_id=data["event_id"],
+            user_id=data["user_id"],
+            persona_id=data["persona_id"],
+            team_id=data["team_id"],
+            role=data["role"],
+            text=data["text"],
+            at=data["at"],
+            position=data["position"],
+        )
+
+    def _turn_columns(self) -> builtins.list[Any]:
+        t = self._schema.turns
+        return [
+            t.c.id,
+            t.c.channel_id,
+            t.c.event_id,
+            t.c.user_id,
+            t.c.persona_id,
+            t.c.team_id,
+            t.c.role,
+            t.c.text,
+            t.c.at,
+            t.c.position,
+        ]
+
+    def _in_turn_context(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> builtins.list[ColumnElement[bool]]:
+        """SQL for "said in this context" (the exact user, persona or none, team or none), in the
+        context index's expressions."""
+        t = self._schema.turns
+        nil = _nil(self._schema)
+        return [
+            t.c.user_id == user_id,
+            func.coalesce(t.c.persona_id, nil) == (persona_id or NIL_UUID),
+            func.coalesce(t.c.team_id, nil) == (team_id or NIL_UUID),
+        ]
+
+    async def recall_turns(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 10,
+        *,
+        team_id: uuid.UUID | None = None,
+        query_embedding: Sequence[float] | None = None,
+    ) -> builtins.list[TurnHit]:
+        """The turns said in this context (the same user, persona or none, team or none) that best
+        match the query, among the context's most recent `TURN_WINDOW`; an empty query finds none."""
+        if limit <= 0 or not query_terms(query):
+            return []
+        k = max(limit * 3, 30)
+        vector = (
+            self._check_dim(query_embedding, "query embedding")
+            if query_embedding is not None
+            else (await self.embed_queries([query]))[0]
+        )
+        if self._schema.dialect == "postgresql":
+            return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
+        window = await self._turn_window(user_id, persona_id, team_id)
+        rankings = await asyncio.to_thread(window_rankings, window, query, vector, k)
+        return fuse_turns(window.turns, rankings, limit)
+
+    async def _turn_window(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> TurnWindow:
+        """SQLite: the context's most recent `TURN_WINDOW` turns, read and prepared (the SQLite
+        store keeps them until anything is written)."""
+        async with self._reading() as conn:
+            return await self._read_turn_window(conn, user_id, persona_id, team_id, (0, 0))
+
+    async def _read_turn_window(
+        self,
+        conn: AsyncConnection,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        stamp: tuple[int, int],
+    ) -> TurnWindow:
+        t = self._schema.turns
+        stmt = (
+            select(*self._turn_columns(), type_coerce(t.c.embedding, String))
+            .where(*self._in_turn_context(user_id, persona_id, team_id))
+            .order_by(t.c.at.desc())
+            .limit(TURN_WINDOW)
+        )
+        rows = (await conn.execute(stmt)).all()
+        turns = [self._turn(row) for row in rows]
+        return await asyncio.to_thread(
+            turn_window, turns, [row[-1] for row in rows], self._schema.embedding_dim, stamp
+        )
+
+    async def _recall_turns_postgres(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        query: str,
+        vector: Sequence[float],
+        k: int,
+        limit: int,
+    ) -> builtins.list[TurnHit]:
+        tq = websearch_or_query(query)
+        sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=tq is not None)
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "persona": persona_id or NIL_UUID,
+            "team": team_id or NIL_UUID,
+            "window": TURN_WINDOW,
+            "k": k,
+            "qv": vector_literal(vector),
+            "tq": tq,
+        }
+        rows = await self._read_rows(sql, params)
+        turns: dict[uuid.UUID, Turn] = {}
+        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
+        for row in rows:
+            turn = self._turn(row)
+            turns[turn.id] = turn
+            ranks.setdefault(row["source"], []).append((int(row["rank"]), turn.id))
+        rankings = {source: [tid for _, tid in sorted(pairs)] for source, pairs in ranks.items()}
+        return fuse_turns(turns, rankings, limit)
+
+    async def recall_items(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        team_id: uuid.UUID | None = None,
+        include: Sequence[RecallInclude] = ("memories", "turns"),
+    ) -> builtins.list[RecallItem]:
+        """Memories and turns of this context in one ranked list (`merge_recall`), each `kind`
+        only when `include` names it. Settings (memory enabled, history on) are the caller's
+        concern (`store.services.context_recall`)."""
+        recall = cast("RecallStore", self).recall  # each backend's own memory recall
+
+        async def memories() -> builtins.list[RecallHit]:
+            if "memories" not in include:
+                return []
+            return await recall(user_id, persona_id, query, limit, team_id=team_id)
+
+        async def turns() -> builtins.list[TurnHit]:
+            if "turns" not in include:
+                return []
+            return await self.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+
+        found_memories, found_turns = await asyncio.gather(memories(), turns())
+        return merge_recall(found_memories, found_turns, limit)
+
+    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
+        """The turns of one of this user's remembered conversations, in order (empty: none of theirs)."""
+        t = self._schema.turns
+        stmt = (
+            select(*self._turn_columns())
+            .where(t.c.user_id == user_id, t.c.event_id == event_id)
+            .order_by(t.c.position)
+        )
+        async with self._reading() as conn:
+            return [self._turn(row) for row in (await conn.execute(stmt)).all()]
+
+    async def list_conversations(self, query: ConversationQuery) -> Page[Conversation]:
+        """A person's remembered conversations (one per event), newest first, one page: when it
+        started, persona, team, its first turn's text and how many turns are kept."""
+        t = self._schema.turns
+        conditions: builtins.list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
+        if query.persona_id is not None:
+            conditions.append(t.c.persona_id == query.persona_id)
+        if query.team_id is not None:
+            conditions.append(t.c.team_id == query.team_id)
+        started = func.min(t.c.at).label("started_at")
+        groups = (
+            select(
+                t.c.event_id,
+                func.min(t.c.position).label("first_position"),
+                started,
+                func.count().label("turn_count"),
+            )
+            .where(*conditions)
+            .group_by(t.c.event_id)
+            .subquery()
+        )
+        stmt = select(groups).order_by(groups.c.started_at.desc(), groups.c.event_id.desc())
+        stmt = stmt.where(*self._after(groups.c.started_at, groups.c.event_id, query.cursor))
+        stmt = stmt.limit(query.limit + 1)
+        async with self._reading() as conn:
+            heads = (await conn.execute(stmt)).all()
+            firsts: dict[uuid.UUID, Turn] = {}
+            if heads:
+                pairs = [and_(t.c.event_id == h.event_id, t.c.position == h.first_position) for h in heads]
+                first_rows = (await conn.execute(select(*self._turn_columns()).where(or_(*pairs)))).all()
+                firsts = {row.event_id: self._turn(row) for row in first_rows}
+        entries = []
+        for head in heads:
+            first = firsts.get(head.event_id)
+            if first is None:
+                continue  # deleted between the two reads
+            entries.append(
+                (
+                    head.started_at,
+                    head.event_id,
+                    Conversation(
+                        event_id=head.event_id,
+                        channel_id=first.channel_id,
+                        persona_id=first.persona_id,
+                        team_id=first.team_id,
+                        started_at=head.started_at,
+                        first_line=first.text.strip().splitlines()[0] if first.text.strip() else "",
+                        turn_count=int(head.turn_count),
+                    ),
+                )
+            )
+        items, cursor = newest_first_page(entries, query.limit)
+        return Page(items=items, next_cursor=cursor)
+
+    # -- deletion, erasure, retention -----------------------------------------------------------
+
+    async def delete_conversation(
+        self, user_id: uuid.UUID, event_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+    ) -> int:
+        """Erase the turns of one of this user's conversations (of `teams` only, when given);
+        how many were erased (0: none of theirs)."""
+        t = self._schema.turns
+        conditions = [t.c.user_id == user_id, t.c.event_id == event_id]
+        if teams is not None:
+            conditions.append(t.c.team_id.in_(sorted(teams)))
+        async with self._transaction() as conn:
+            result = await conn.execute(delete(t).where(*conditions))
+        return int(result.rowcount or 0)
+
+    async def delete_conversations(
+        self, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+    ) -> int:
+        """Erase every remembered conversation of this user (of `teams` only, when given); how
+        many turns were erased."""
+        t = self._schema.turns
+        conditions = [t.c.user_id == user_id]
+        if teams is not None:
+            conditions.append(t.c.team_id.in_(sorted(teams)))
+        async with self._transaction() as conn:
+            result = await conn.execute(delete(t).where(*conditions))
+        return int(result.rowcount or 0)
+
+    async def export_turns(self, user_id: uuid.UUID) -> tuple[Turn, ...]:
+        """Every stored turn of this user, oldest first (for the export)."""
+        t = self._schema.turns
+        stmt = (
+            select(*self._turn_columns())
+            .where(t.c.user_id == user_id)
+            .order_by(t.c.at, t.c.event_id, t.c.position)
+        )
+        async with self._reading() as conn:
+            return tuple(self._turn(row) for row in (await conn.execute(stmt)).all())
+
+    async def _turn_contexts(self) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+        """Distinct (team, persona) pairs among stored turns: each has its own `history_days`."""
+        t = self._schema.turns
+        async with self._reading() as conn:
+            rows = (await conn.execute(select(t.c.team_id, t.c.persona_id).distinct())).all()
+        return sorted({(row.team_id, row.persona_id) for row in rows}, key=lambda p: (str(p[0]), str(p[1])))
+
+    async def expire_turns(self, *, now: datetime, batch: int = 5000) -> int:
+        """Erase turns said more than `history_days` before `now` (per team and persona settings),
+        in batches; how many were erased."""
+        t = self._schema.turns
+        erased = 0
+        for team_id, persona_id in await self._turn_contexts():
+            policy = merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
+            if policy.history_days is None:
+                continue
+            cutoff = now - timedelta(days=policy.history_days)
+            team = t.c.team_id.is_(None) if team_id is None else t.c.team_id == team_id
+            persona = t.c.persona_id.is_(None) if persona_id is None else t.c.persona_id == persona_id
+            while True:
+                ids = select(t.c.id).where(team, persona, t.c.at < cutoff).limit(batch).scalar_subquery()
+                async with self._transaction() as conn:
+                    result = await conn.execute(delete(t).where(t.c.id.in_(ids)))
+                count = int(result.rowcount or 0)
+                erased += count
+                if count < batch:
+                    break
+        return erased

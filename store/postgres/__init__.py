@@ -1,0 +1,1 @@
+"""The Postgres + pgvector store: the store, its pipelined event write, raw SQL parameters, migrations."""

@@ -1,0 +1,548 @@
+"""Postgres: the worker's one write per event (`write_event` with near-duplicate dedup), pipelined.
+
+The statements and decisions are those of `store.core.writes` (the same claim, near-duplicate read,
+insert and upserts), sent on the pooled connection's psycopg driver in pipeline mode, inside an
+explicit BEGIN ... COMMIT on an autocommit connection:
+
+1. BEGIN, a known large owner's reviewed rows through HNSW (before the locks: no write of the
+   worker changes an active row), the processed-event claim with the owners' advisory locks, the
+   rest of the near-duplicate read (with the count of an owner whose size the cache lacks), and
+   the stored rows of the event's keys with their open revisions, locked: one round trip. The
+   server still runs them in order, each with its own snapshot, so the read under the locks sees
+   every write committed by the lock's previous holder.
+2. Then, as `store.rules.policy.plan_upsert` decides for each stored key (each once in the event,
+   extracted as pending): the new rows with their audit rows, the pending rows updated, the
+   revisions proposed, their audit rows, and COMMIT: one round trip. A key dedup respelled to a
+   stored one has its row locked first (one round trip more); a stored row gone meanwhile retries
+   the write. A key stored where the lock did not see it (a writer that does not take the owner
+   lock) fails the insert; the transaction is rolled back and the whole write runs again on the
+   general path of `store.core.writes`, in a transaction of its own.
+3. Otherwise (a key twice in one event, an explicit status) the general path of `store.core.writes`,
+   statement by statement on the same connection and transaction, then COMMIT.
+
+A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
+processing: each round trip costs the worker more CPU and event-loop waiting than the work it
+carries (bench/README.md, "Pipeline throughput"). Round trips under an owner's lock are what
+other events of that owner wait for: a persona that learns from all its users takes one lock.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, NamedTuple
+
+from psycopg import AsyncConnection as DriverConnection
+from psycopg import AsyncCursor
+from psycopg.errors import UniqueViolation
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from store.core import neighbours
+from store.core.base import AuditRows, audit_insert_sql, audit_params, psycopg_sql
+from store.core.neighbours import owner_count_statement, owner_key, owner_lock_key
+from store.core.schema import array_literal
+from store.core.turns import turns_insert_statement
+from store.core.writes import (
+    LOCK_BY_KEYS_SQL,
+    LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
+    MemoryWrites,
+    apply_dedup,
+    key_identity,
+    key_identity_params,
+    unchanged_result,
+    write_order,
+)
+from store.errors import StoreConflict, translating_errors
+from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
+from store.postgres.params import float4_array
+from store.rules.policy import plan_upsert, storable_confidence
+
+# The HNSW candidate list of the write's read of a large owner (this transaction only; recall keeps
+# the session's): dedup needs the near duplicates (cosine >= 0.80 / 0.95), not an exact top k, and
+# with real MiniLM embeddings 40 found every one that 100 found (bench/dedup_recall.py)
+DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
+
+# stored pending rows given a newer extraction (`plan_upsert`'s "update"), from column arrays; the
+# embeddings one after another in one `real[]`, `:starts` where each row's begins
+_UPDATE_PENDING_SQL = (
+    "UPDATE {memories} AS m SET value = u.value, confidence = u.confidence, status = u.status, "
+    "embedding = CAST((CAST(:embeddings AS real[]))[u.start:u.start + {dim} - 1] AS vector({dim})), "
+    "updated_at = now(), source_channel_id = coalesce(u.channel, m.source_channel_id), "
+    "evidence = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.evidence ELSE u.evidence END, "
+    "observed_at = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.observed_at "
+    "ELSE u.observed_at END "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:values AS text[]), CAST(:confidences AS float8[]), "
+    "CAST(:statuses AS text[]), CAST(:starts AS int[]), CAST(:channels AS uuid[]), "
+    "CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "AS u(id, value, confidence, status, start, channel, evidence, observed_at) WHERE m.id = u.id"
+)
+# proposals for reviewed rows (`plan_upsert`'s "propose"): a new pending revision, or the open one
+# (locked, its id given) replaced
+_PROPOSE_SQL = (
+    "INSERT INTO {revisions} (id, memory_id, old_value, new_value, confidence, embedding, "
+    "source_channel_id, source_event_id, proposed_by, created_at, status, evidence, observed_at) "
+    "SELECT id, memory_id, old_value, new_value, confidence, "
+    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
+    "CAST(:event_id AS uuid), :actor, now(), 'pending', evidence, observed_at "
+    "FROM unnest(CAST(:ids AS uuid[]), CAST(:memory_ids AS uuid[]), CAST(:old_values AS text[]), "
+    "CAST(:new_values AS text[]), CAST(:confidences AS float8[]), CAST(:starts AS int[]), "
+    "CAST(:channels AS uuid[]), CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "AS p(id, memory_id, old_value, new_value, confidence, start, channel, evidence, observed_at) "
+    "ON CONFLICT (id) DO UPDATE SET old_value = EXCLUDED.old_value, new_value = EXCLUDED.new_value, "
+    "confidence = EXCLUDED.confidence, embedding = EXCLUDED.embedding, "
+    "source_channel_id = EXCLUDED.source_channel_id, source_event_id = EXCLUDED.source_event_id, "
+    "proposed_by = EXCLUDED.proposed_by, created_at = EXCLUDED.created_at, "
+    "evidence = EXCLUDED.evidence, observed_at = EXCLUDED.observed_at"
+)
+
+
+def claim_statement(
+    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: insert the processed-event row unless it exists and take the owners' advisory
+    locks (see `store.core.neighbours`), in one statement whose `claimed` is 1 when this transaction
+    claimed the event."""
+    sql = (
+        f"WITH claim AS (INSERT INTO {table} "
+        "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
+        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
+        "SELECT (SELECT count(*) FROM claim) AS claimed, "
+        "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+        "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
+    )
+    params = {
+        "event_id": event_id,
+        "count": len(memories),
+        "actor": actor,
+        "names": array_literal(sorted({owner_lock_key(m) for m in memories})),
+    }
+    return sql, params
+
+
+class PipelinedEventWrites(MemoryWrites):
+    """`write_event` with dedup through psycopg's pipeline mode (see the module docstring)."""
+
+    # the store's engine in autocommit: a read runs without BEGIN/ROLLBACK; a write sends its own
+    _read_engine: AsyncEngine
+
+    # autocommit connections kept checked out between uses (set by the store: half its pool)
+    _idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]]
+    _idle_limit: int
+
+    @asynccontextmanager
+    async def _driver(self) -> AsyncIterator[tuple[AsyncConnection, DriverConnection[Any]]]:
+        """A pooled connection in autocommit and its psycopg driver connection; database errors
+        leave as the store's own (`store.errors`).
+
+        A connection that ends a use cleanly (no transaction open) is kept for the next use, up
+        to `_idle_limit`: checking it out of SQLAlchemy's pool and back (its queue, the autocommit
+        switch and the reset) costs three turns of the event loop, which under load are the
+        larger part of a short read's time. The rest of the pool stays for the other paths."""
+        idle = self._idle
+        if idle:
+            conn, driver = idle.pop()
+        else:
+            async with translating_errors():
+                conn = await self._read_engine.connect()
+                raw = (await conn.get_raw_connection()).driver_connection
+                if raw is None:
+                    await conn.close()
+                    raise RuntimeError("the pooled connection has no psycopg driver connection")
+                driver = raw
+        kept = False
+        try:
+            async with translating_errors():
+                yield conn, driver
+            if (
+                len(idle) < self._idle_limit
+                and not driver.closed
+                and driver.info.transaction_status == TransactionStatus.IDLE
+            ):
+                if conn.in_transaction():  # SQLAlchemy's own bookkeeping (autocommit: no SQL)
+                    await conn.rollback()
+                idle.append((conn, driver))
+                kept = True
+        finally:
+            if not kept:
+                async with translating_errors():
+                    await conn.close()
+
+    async def close(self) -> None:
+        """Close the kept connections, then the pool."""
+        idle = self._idle
+        while idle:
+            conn, _ = idle.pop()
+            await conn.close()
+        await super().close()
+
+    async def _write_event_once(
+        self,
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule | None,
+        neighbours: int,
+        turns: Sequence[NewTurn] = (),
+    ) -> EventWrite:
+        """`MemoryWrites._write_event_once`, pipelined when it dedups (the worker's write)."""
+        if dedup is None or not memories:
+            return await super()._write_event_once(
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
+            )
+        # a failed or cancelled write is rolled back (or its connection discarded) by the pool's
+        # reset on return, as for any other transaction
+        async with self._driver() as (conn, driver):
+            written = await self._write_event_pipelined(
+                conn,
+                driver,
+                event_id,
+                memories,
+                embeddings,
+                actor=actor,
+                dedup=dedup,
+                k=neighbours,
+                turns=turns,
+            )
+        if written is None:  # a key stored behind the read's back: all of it again, statement by statement
+            return await super()._write_event_once(
+                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
+            )
+        return written
+
+    async def _write_event_pipelined(
+        self,
+        conn: AsyncConnection,
+        driver: DriverConnection[Any],
+        event_id: uuid.UUID,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[builtins.list[float]],
+        *,
+        actor: str,
+        dedup: DedupRule,
+        k: int,
+        turns: Sequence[NewTurn] = (),
+    ) -> EventWrite | None:
+        """The write (see the module docstring), or None, rolled back, when the insert of the new
+        rows met a key neither the near-duplicate read nor the row lock saw."""
+        # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
+        # the read, which ranks it as a small one unless the count says otherwise: a large owner
+        # new to the cache (a persona, once a minute) is then read again in its own shape.
+        sizes, missing = self._cached_sizes([owner_key(m) for m in memories])
+        vectors = [float4_array(vector) for vector in embeddings]  # once for both reads
+        # a known large owner's reviewed rows are read through HNSW before the owner locks (the
+        # costliest part of the read: persona learning puts every user's events of a persona on
+        # one lock); the rest under the locks (`neighbours.ReadShape`)
+        early_sql, early_params = self._neighbours_statement(memories, vectors, k, sizes, "hnsw")
+        near_sql, near_params = self._neighbours_statement(
+            memories, vectors, k, sizes, "locked" if early_sql else "whole"
+        )
+        claim_sql, claim_params = claim_statement(
+            self._schema.processed_events.name, event_id, memories, actor=actor
+        )
+        async with driver.pipeline():
+            await driver.execute("BEGIN")
+            if early_sql:
+                await driver.execute(DEDUP_EF_SEARCH)
+                early = driver.cursor(row_factory=dict_row)
+                await early.execute(psycopg_sql(early_sql), early_params)
+            claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
+            near = driver.cursor(row_factory=dict_row)
+            await near.execute(psycopg_sql(near_sql), near_params)
+            if missing:
+                count_sql, count_params = owner_count_statement(missing)
+                counts = await driver.execute(psycopg_sql(count_sql), count_params)
+            # the stored rows of the event's keys and their open revisions, locked now: most
+            # events restate a stored key, and its write then needs no round trip of its own
+            # under the owner lock, which other events of the owner wait for
+            key_locks = await _send_key_locks(driver, list(dict.fromkeys(map(key_identity, memories))))
+            early_rows: Sequence[Mapping[str, Any]] = await early.fetchall() if early_sql else []
+            claimed_row = await claim.fetchone()
+            near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
+            counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
+            locked = self._locked_rows(*[await cursor.fetchall() for cursor in key_locks])
+        self._remember_sizes(counted)
+        if claimed_row is None or not claimed_row[0]:
+            await driver.execute("ROLLBACK")
+            return EventWrite(duplicate=True)
+        if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
+            # an owner new to the size cache is large: read everything again, under the locks
+            near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes | counted)
+            await near.execute(psycopg_sql(near_sql), near_params)
+            near_rows = await near.fetchall()
+
+        rows = list(memories)
+        results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
+        pending = [i for i in write_order(memories) if i not in results]
+        # a key the read did not see may still be stored (an archived row): the lock found it
+        stored_by_key, _ = locked
+        taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in stored_by_key]
+        fresh = [i for i in pending if i not in taken]
+        identities = [key_identity(rows[i]) for i in taken]
+        if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
+            if not await self._write_and_commit(
+                driver,
+                rows,
+                embeddings,
+                fresh,
+                taken,
+                results,
+                locked,
+                actor=actor,
+                event_id=event_id,
+                turns=turns,
+            ):
+                return None
+            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
+
+        inserted = await self._insert_new(
+            conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
+        )
+        for i, done in zip(fresh, inserted, strict=True):
+            if done is not None:
+                results[i] = done
+        taken = [i for i in pending if i not in results]
+        await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
+        await self._insert_turns(conn, event_id, turns)
+        await driver.execute("COMMIT")
+        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
+
+    def _locked_rows(
+        self, stored_rows: Sequence[Mapping[str, Any]], revision_rows: Sequence[Mapping[str, Any]]
+    ) -> _LockedRows:
+        """The rows of `LOCK_BY_KEYS_SQL` by `key_identity`, and of the open revisions' statement
+        by memory id."""
+        return (
+            {key_identity(memory): memory for memory in map(self._memory, stored_rows)},
+            {revision.memory_id: revision for revision in map(self._revision, revision_rows)},
+        )
+
+    async def _write_and_commit(
+        self,
+        driver: DriverConnection[Any],
+        rows: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        fresh: Sequence[int],
+        taken: Sequence[int],
+        results: dict[int, UpsertResult],
+        locked: _LockedRows,
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+        turns: Sequence[NewTurn] = (),
+    ) -> bool:
+        """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
+        key once, all pending_review) as `plan_upsert` says, and commit: one round trip when the
+        stored rows are among those `locked` with the read, two when dedup respelled a key. False,
+        rolled back, when one of the `fresh` keys is stored after all (rare: a writer that does
+        not take the owner lock; no savepoint is paid for it on every event); `StoreConflict`,
+        rolled back, when a stored row is gone since the read (the write is retried)."""
+        new_ids = [uuid.uuid4() for _ in fresh]
+        insert = (
+            self._insert_new_statement(
+                new_ids,
+                [rows[i] for i in fresh],
+                [embeddings[i] for i in fresh],
+                actor=actor,
+                event_id=event_id,
+                skip_stored_keys=False,
+            )
+            if fresh
+            else None
+        )
+        try:
+            by_key, open_revisions = locked
+            if not all(key_identity(rows[i]) in by_key for i in taken):
+                # a key dedup respelled to a stored one: its row is locked now
+                async with driver.pipeline():
+                    if insert is not None:
+                        await driver.execute(psycopg_sql(insert[0]), insert[1])
+                        insert = None
+                    key_locks = await _send_key_locks(driver, [key_identity(rows[i]) for i in taken])
+                    by_key, open_revisions = self._locked_rows(
+                        *[await cursor.fetchall() for cursor in key_locks]
+                    )
+            if not all(key_identity(rows[i]) in by_key for i in taken):
+                await driver.execute("ROLLBACK")
+                raise StoreConflict("a stored memory was deleted concurrently")
+            await self._write_planned_and_commit(
+                driver,
+                rows,
+                embeddings,
+                taken,
+                results,
+                insert,
+                by_key,
+                open_revisions,
+                actor=actor,
+                event_id=event_id,
+                turns=turns,
+            )
+        except UniqueViolation:
+            await driver.execute("ROLLBACK")
+            return False
+        for i, new_id in zip(fresh, new_ids, strict=True):
+            results[i] = UpsertResult(memory_id=new_id, action="created")
+        return True
+
+    async def _write_planned_and_commit(
+        self,
+        driver: DriverConnection[Any],
+        rows: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        taken: Sequence[int],
+        results: dict[int, UpsertResult],
+        insert: tuple[str, dict[str, Any]] | None,
+        by_key: Mapping[tuple[Any, ...], Memory],
+        open_revisions: Mapping[uuid.UUID, Revision],
+        *,
+        actor: str,
+        event_id: uuid.UUID,
+        turns: Sequence[NewTurn] = (),
+    ) -> None:
+        """`plan_upsert` for each row `taken` against its locked stored row, then `insert` (the
+        new rows, if not sent yet), the updates, proposals and audit rows, and COMMIT, in one round
+        trip; outcomes into `results`."""
+        planned = plan_stored_keys(rows, embeddings, taken, by_key, open_revisions, results)
+        updates = [p for p in planned if p.revision_id is None]
+        proposals = [p for p in planned if p.revision_id is not None]
+        audits: AuditRows = [
+            self._audit_values(
+                "update" if p.revision_id is None else "propose",
+                memory=p.existing,
+                memory_id=p.existing.id,
+                old_value=p.existing.value,
+                new_value=p.new.value,
+                actor=actor,
+                event_id=event_id,
+                revision_id=p.revision_id,
+            )
+            for p in planned
+        ]
+        dim = self._schema.embedding_dim
+        async with driver.pipeline():
+            if insert is not None:
+                await driver.execute(psycopg_sql(insert[0]), insert[1])
+            if updates:
+                update_sql = _UPDATE_PENDING_SQL.format(memories=self._schema.memories.name, dim=dim)
+                await driver.execute(psycopg_sql(update_sql), _update_params(updates, dim))
+            if proposals:
+                propose_sql = _PROPOSE_SQL.format(revisions=self._schema.revisions.name, dim=dim)
+                params = _propose_params(proposals, dim, actor=actor, event_id=event_id)
+                await driver.execute(psycopg_sql(propose_sql), params)
+            if audits:
+                await driver.execute(
+                    psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
+                )
+            if turns:
+                turns_sql, turns_params = turns_insert_statement(
+                    self._schema.turns.name, event_id, turns, dim
+                )
+                await driver.execute(psycopg_sql(turns_sql), turns_params)
+            await driver.execute("COMMIT")
+
+
+# stored rows locked by `key_identity`, and their open revisions by memory id
+_LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
+
+
+async def _send_key_locks(
+    driver: DriverConnection[Any], identities: Sequence[tuple[Any, ...]]
+) -> tuple[AsyncCursor[dict[str, Any]], AsyncCursor[dict[str, Any]]]:
+    """Send (in the open pipeline) the locks of the stored rows of these `key_identity` tuples and
+    of their open revisions; their cursors, for `_locked_rows` once fetched."""
+    keys = key_identity_params(identities)
+    stored = driver.cursor(row_factory=dict_row)
+    await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
+    revisions = driver.cursor(row_factory=dict_row)
+    await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+    return stored, revisions
+
+
+class PlannedWrite(NamedTuple):
+    """A stored row's change: `new` over the pending row `existing`, or (with `revision_id`, new
+    or of its open revision) proposed for the reviewed row `existing`."""
+
+    existing: Memory
+    new: NewMemory
+    vector: Sequence[float]
+    revision_id: uuid.UUID | None
+
+
+def plan_stored_keys(
+    rows: Sequence[NewMemory],
+    embeddings: Sequence[Sequence[float]],
+    taken: Sequence[int],
+    by_key: Mapping[tuple[Any, ...], Memory],
+    open_revisions: Mapping[uuid.UUID, Revision],
+    results: dict[int, UpsertResult],
+) -> builtins.list[PlannedWrite]:
+    """`plan_upsert` for each row `taken` (by index, extracted as pending) against its stored row
+    (by `key_identity`) and that row's open revision: the changes to write, in order, and each
+    row's outcome into `results`."""
+    planned: list[PlannedWrite] = []
+    for i in taken:
+        new = rows[i]
+        existing = by_key[key_identity(new)]
+        revision = open_revisions.get(existing.id)
+        plan = plan_upsert(existing, revision, new)
+        if plan.kind == "unchanged":
+            results[i] = unchanged_result(existing, revision, new)
+        elif plan.kind == "propose":
+            revision_id = revision.id if revision is not None else uuid.uuid4()
+            planned.append(PlannedWrite(existing, new, embeddings[i], revision_id))
+            results[i] = UpsertResult(
+                memory_id=existing.id, action="revision_proposed", revision_id=revision_id
+            )
+        else:  # "update" of a pending row (an extraction is never an explicit write)
+            planned.append(PlannedWrite(existing, new, embeddings[i], None))
+            results[i] = UpsertResult(memory_id=existing.id, action="updated")
+    return planned
+
+
+def _update_params(updates: Sequence[PlannedWrite], dim: int) -> dict[str, Any]:
+    """`_UPDATE_PENDING_SQL`'s parameters."""
+    return {
+        "ids": array_literal([u.existing.id for u in updates]),
+        "values": array_literal([u.new.value for u in updates]),
+        "confidences": array_literal([storable_confidence(u.new.confidence) for u in updates]),
+        "statuses": array_literal([u.new.status for u in updates]),
+        "channels": array_literal([u.new.source_channel_id for u in updates]),
+        "evidences": array_literal([u.new.evidence for u in updates]),
+        "observed": array_literal([u.new.observed_at for u in updates]),
+        **_stacked_vectors([u.vector for u in updates], dim),
+    }
+
+
+def _propose_params(
+    proposals: Sequence[PlannedWrite], dim: int, *, actor: str, event_id: uuid.UUID
+) -> dict[str, Any]:
+    """`_PROPOSE_SQL`'s parameters."""
+    return {
+        "ids": array_literal([p.revision_id for p in proposals]),
+        "memory_ids": array_literal([p.existing.id for p in proposals]),
+        "old_values": array_literal([p.existing.value for p in proposals]),
+        "new_values": array_literal([p.new.value for p in proposals]),
+        "confidences": array_literal([storable_confidence(p.new.confidence) for p in proposals]),
+        "channels": array_literal([p.new.source_channel_id for p in proposals]),
+        "evidences": array_literal([p.new.evidence for p in proposals]),
+        "observed": array_literal([p.new.observed_at for p in proposals]),
+        "event_id": event_id,
+        "actor": actor,
+        **_stacked_vectors([p.vector for p in proposals], dim),
+    }
+
+
+def _stacked_vectors(vectors: Sequence[Sequence[float]], dim: int) -> dict[str, Any]:
+    """`:embeddings` (the vectors one after another, one `real[]`) and `:starts` (where each
+    begins, 1-based) for the statements that slice them."""
+    return {
+        "embeddings": float4_array(itertools.chain.from_iterable(vectors)),
+        "starts": array_literal([1 + n * dim for n in range(len(vectors))]),
+    }

@@ -1,0 +1,110 @@
+"""The memory hint injected into the system prompt: one bullet per memory, highest priority first,
+capped at about 1500 tokens (~6000 characters) without cutting a bullet; with conversation memory,
+a second section of the few most relevant earlier turns (`build_hint`). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Turn
+
+DEFAULT_MAX_CHARS = 6000
+
+
+def _one_line(text: str) -> str:
+    # a value with newlines would break the bullet list the model reads
+    return " ".join(text.split())
+
+
+def bullet(memory: Memory) -> str:
+    """`- key: value` on one line."""
+    return f"- {_one_line(memory.key)}: {_one_line(memory.value)}"
+
+
+def _ranked(items: Sequence[RecallHit | Memory]) -> list[Memory]:
+    hits = [item for item in items if isinstance(item, RecallHit)]
+    memories = [item for item in items if isinstance(item, Memory)]
+    # recall hits carry their rank as a score; bare memories rank by scope, then confidence, then recency
+    ordered_hits = sorted(hits, key=lambda h: -h.score)
+    ordered_memories = sorted(
+        memories,
+        key=lambda m: (SCOPE_PRIORITY[m.scope], -m.confidence, -m.updated_at.timestamp()),
+    )
+    return [h.memory for h in ordered_hits] + ordered_memories
+
+
+def build_memory_hint(items: Sequence[RecallHit | Memory], max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """Bullets for the given recall hits or memories within `max_chars`; "" when there are none.
+
+    A bullet that does not fit is skipped whole, and later (smaller) ones may still fit."""
+    lines: list[str] = []
+    used = 0
+    seen: set[str] = set()
+    for memory in _ranked(items):
+        line = bullet(memory)
+        if line in seen:
+            continue
+        cost = len(line) + (1 if lines else 0)  # the newline joining it to the previous bullet
+        if used + cost > max_chars:
+            continue
+        lines.append(line)
+        seen.add(line)
+        used += cost
+    return "\n".join(lines)
+
+
+# the hint's two sections: what is known (facts), and what was said before (turns)
+KNOWN_HEADER = "What is known:"
+EARLIER_HEADER = "From earlier conversations:"
+# at most this many turns, each at most this long, within at most this share of the budget
+HINT_TURNS = 5
+HINT_TURN_CHARS = 300
+HINT_TURN_SHARE = 0.35
+
+
+def dated_bullet(memory: Memory) -> str:
+    """`- key: value (said YYYY-MM-DD)`: the date it was said, when known (what a question about
+    "when" or "lately" needs)."""
+    line = bullet(memory)
+    return f"{line} (said {memory.observed_at.date().isoformat()})" if memory.observed_at else line
+
+
+def turn_bullet(turn: Turn) -> str:
+    """`- [YYYY-MM-DD] role: text` on one line, the text clipped to `HINT_TURN_CHARS`."""
+    text = _one_line(turn.text)
+    if len(text) > HINT_TURN_CHARS:
+        text = text[: HINT_TURN_CHARS - 1].rstrip() + "…"
+    return f"- [{turn.at.date().isoformat()}] {turn.role}: {text}"
+
+
+def _fit(lines: Sequence[str], budget: int) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line in dict.fromkeys(lines):
+        cost = len(line) + 1
+        if used + cost <= budget:
+            kept.append(line)
+            used += cost
+    return kept
+
+
+def build_hint(items: Sequence[RecallItem], max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """The prompt hint of a recall over memories and turns, within `max_chars`: "What is known"
+    (facts, best first, dated when known) and "From earlier conversations" (the few best turns,
+    dated, given at most `HINT_TURN_SHARE` of the budget; what they leave goes to the facts).
+    A line that does not fit is skipped whole; "" when nothing was recalled."""
+    memories = [item.memory for item in items if item.kind == "memory" and item.memory is not None]
+    turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
+    turn_lines: list[str] = []
+    if turns:
+        budget = int(max_chars * HINT_TURN_SHARE) - len(EARLIER_HEADER) - 2
+        turn_lines = _fit([turn_bullet(t) for t in turns[:HINT_TURNS]], max(0, budget))
+    turn_cost = len(EARLIER_HEADER) + 2 + sum(len(line) + 1 for line in turn_lines) if turn_lines else 0
+    fact_budget = max_chars - turn_cost - len(KNOWN_HEADER) - 1
+    fact_lines = _fit([dated_bullet(m) for m in memories], max(0, fact_budget))
+    sections = []
+    if fact_lines:
+        sections.append("\n".join([KNOWN_HEADER, *fact_lines]))
+    if turn_lines:
+        sections.append("\n".join([EARLIER_HEADER, *turn_lines]))
+    return "\n\n".join(sections)
