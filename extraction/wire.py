@@ -5,7 +5,8 @@ The shells (`extraction.llm`, `extraction.embeddings`) send these bodies through
 client's own transport (`client.post(..., cast_to=httpx2.Response)`: its auth, base URL, timeouts
 and status-code errors) and parse the raw reply here. The client's typed layer walks every request
 parameter against its TypedDict annotations and builds pydantic models of every reply; skipping
-it halves the worker's CPU per LLM call (bench/README.md, "worker CPU per event").
+it more than halves the client's CPU (7.5 → 3.3 ms per chat completion and embeddings pair
+against bench/fake_openai.py).
 """
 
 from __future__ import annotations

@@ -958,7 +958,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="--unit dialog: embed each turn as the mean direction of its own text's embedding and "
         "that of the turn with up to N turns before it in the session (default "
-        f"{DEFAULT_DIALOG_CONTEXT}; 0: the turn alone, the representation before 2026-12-01)",
+        f"{DEFAULT_DIALOG_CONTEXT}; 0: the turn alone)",
     )
     locomo.add_argument(
         "--observation-context",
