@@ -107,8 +107,8 @@ async def test_worker_close_is_bounded_when_the_consumer_watch_swallows_its_canc
 async def test_worker_close_ends_cleanly_when_nats_is_gone_first(
     harness: Harness, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # a Ctrl-C in the demo's terminal reaches its nats-server too, which exits first: close()
-    # used to raise ConnectionReconnectingError from the drain, skipping the store's close
+    # a Ctrl-C in the demo's terminal reaches its nats-server too, which exits first: the drain then
+    # raises ConnectionReconnectingError, and close() must still close the store
     nats = EmbeddedNats(store_dir=tmp_path / "nats").start()
     try:
         async with harness.worker(nats_url=nats.url) as worker:
