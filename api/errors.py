@@ -41,9 +41,3 @@ class BadInput(ApiError):
     """A request that can never succeed as sent; the message names the field."""
 
     status = 422
-
-
-class TooLarge(ApiError):
-    """A request body over the configured limit."""
-
-    status = 413

@@ -1,10 +1,10 @@
-"""Fit the learned fusion (`ScoreFusion.learned`) on the LoCoMo `dev` split only.
+"""Fit the learned fusion (`FusionKnobs.learned`, bench/fusion_knobs.py) on the LoCoMo `dev` split only.
 
 Runs every dev question through the real store's hybrid recall (SQLite or Postgres), records each
-candidate's `store.core.recall.candidate_features` plus its `conversation` share (computed from the
+candidate's features (`bench.fusion_knobs.knob_features`) plus its `conversation` share (computed from the
 hand-set first stage), labels a candidate 1 when its unit covers one of the question's evidence
 dia_ids, and fits a logistic regression (numpy, L2) on the standardised features. The weights,
-scaled back to the raw features, are printed as a `ScoreFusion(learned=...)` literal.
+scaled back to the raw features, are printed as a `FusionKnobs(learned=...)` literal.
 
     python bench/fit_fusion.py /path/to/locomo10.json [--store sqlite] [--unit observation]"""
 
@@ -24,21 +24,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import store.core.recall
-import store.postgres.store
-import store.sqlite.store
-from store.core.recall import (
-    FEATURES,
-    ScoreFusion,
-    candidate_features,
-    conversation_scores,
-    first_stage_score,
+from bench.fusion_knobs import (
+    KNOB_FEATURES,
+    FusionKnobs,
+    knob_features,
+    knob_first_stage,
+    knobs_applied,
 )
+from store.core.recall import ScoreFusion, conversation_scores
 from store.model import Memory
 from worker.commands.evaluate import DEFAULT_EMBEDDING_CACHE, EvalOptions, run_locomo
 from worker.evaluation.locomo import load_locomo, select_split
 
-NAMES = (*FEATURES, "conversation")
+NAMES = (*KNOB_FEATURES, "conversation")
 
 
 def features_of(
@@ -46,18 +44,21 @@ def features_of(
     branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
     fusion: ScoreFusion,
     time_window: Any,
+    when: bool,
     entities: Sequence[str],
 ) -> dict[uuid.UUID, list[float]]:
     """Feature vectors (`NAMES` order) of one recall's candidates."""
     by_id = {m.id: m for m in rows}
-    features = candidate_features(
-        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities
+    features = knob_features(
+        by_id, branch_scores, fusion=fusion, time_window=time_window, when=when, entities=entities
     )
     branches = sum(1 for name, s in branch_scores.items() if s and name in ("vector", "text"))
-    first = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
+    plain = FusionKnobs()
+    first = {mid: knob_first_stage(entry, fusion, plain, branches) for mid, entry in features.items()}
     conversation = conversation_scores(by_id, first, fusion.conversation_top)
     return {
-        mid: [entry[n] for n in FEATURES] + [conversation.get(mid, 0.0)] for mid, entry in features.items()
+        mid: [entry[n] for n in KNOB_FEATURES] + [conversation.get(mid, 0.0)]
+        for mid, entry in features.items()
     }
 
 
@@ -85,32 +86,29 @@ async def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fusion = ScoreFusion()
     recorded: list[tuple[list[Memory], dict[uuid.UUID, list[float]]]] = []
-    original = store.core.recall.fuse_scores
 
-    def recording(rows: Any, branch_scores: Any, **kw: Any) -> Any:
-        rows = list(rows)
-        recorded.append(
-            (rows, features_of(rows, branch_scores, fusion, kw.get("time_window"), kw.get("entities", ())))
+    def record(rows: list[Memory], branch_scores: Any, kw: Mapping[str, Any], names: tuple[str, ...]) -> None:
+        features = features_of(
+            rows, branch_scores, fusion, kw.get("time_window"), kw.get("when", False), names
         )
-        return original(rows, branch_scores, **kw)
+        recorded.append((rows, features))
 
-    store.sqlite.store.fuse_scores = recording  # type: ignore[assignment]
-    store.postgres.store.fuse_scores = recording  # type: ignore[assignment]
-    options = EvalOptions(
-        file=args.file,
-        unit=args.unit,
-        ks=(10,),
-        retrievers=("hybrid",),
-        embedding_provider="local",
-        database_url=None,
-        data_dir=None,
-        concurrency=1,  # recalls in question order, so the recordings line up with the questions
-        fusion=fusion,
-        split="dev",
-        store=args.store,
-        embedding_cache=DEFAULT_EMBEDDING_CACHE,
-    )
-    await run_locomo(options, progress_stream=io.StringIO())
+    with knobs_applied(FusionKnobs(), observe=record):
+        options = EvalOptions(
+            file=args.file,
+            unit=args.unit,
+            ks=(10,),
+            retrievers=("hybrid",),
+            embedding_provider="local",
+            database_url=None,
+            data_dir=None,
+            concurrency=1,  # recalls in question order, so the recordings line up with the questions
+            fusion=fusion,
+            split="dev",
+            store=args.store,
+            embedding_cache=DEFAULT_EMBEDDING_CACHE,
+        )
+        await run_locomo(options, progress_stream=io.StringIO())
     questions = [q for c in select_split(load_locomo(args.file), "dev") for q in c.questions]
     units = {
         u.text: set(u.dia_ids)

@@ -2,7 +2,7 @@
 `test`): runs the real `pmem eval locomo` pipeline once per `ScoreFusion` setting, hybrid retriever.
 
     python bench/tune_fusion.py /path/to/locomo10.json [--unit observation] [--store sqlite]
-        [--json-out bench/results/tune_fusion_dev_YYYYMMDD.json]
+        [--json-out bench/results/tune_fusion.json]
 
 Embeddings are cached in .pmem/eval-cache, so a variant costs the recalls only."""
 
@@ -19,6 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.fusion_knobs import FusionKnobs, knobs_applied
 from store.core.recall import ScoreFusion
 from worker.commands.evaluate import (
     DEFAULT_EMBEDDING_CACHE,
@@ -39,28 +40,29 @@ BASE = ScoreFusion(
 # today's fusion weights without the vector floor (bench/tune_recall.py chose the floor)
 NOV30 = ScoreFusion(vector_floor_rank=None)
 V6 = replace(BASE, vector_weight=0.6)
-VARIANTS: dict[str, ScoreFusion] = {
-    "before": BASE,
-    "rewrite questions": replace(BASE, rewrite_questions=True),
-    "entity boost 0.1": replace(BASE, entity_boost=0.1),
-    "entity boost 0.2": replace(BASE, entity_boost=0.2),
-    "vector weight 0.6": V6,
-    "vector weight 0.4": replace(BASE, vector_weight=0.4),
-    "vw .6, vector weight 0.7": replace(V6, vector_weight=0.7),
-    "vw .6, conversation boost 0.3": replace(V6, conversation_boost=0.3),
-    "vw .6, conversation boost 0.1": replace(V6, conversation_boost=0.1),
-    "vw .6, conversation top 5": replace(V6, conversation_top=5),
-    "vw .6, conversation top 20": replace(V6, conversation_top=20),
-    "vw .6, time boost 0.5": replace(V6, time_boost=0.5),
-    "vw .6, focus share 0.1": replace(V6, focus_share=0.1),
-    "vw .6, entity boost 0.05": replace(V6, entity_boost=0.05),
-    "A: vw .6, conv .3, time .5, focus .1": replace(NOV30, vector_weight=0.6),
-    "B: vw .6, conv .3, time .5": replace(V6, conversation_boost=0.3, time_boost=0.5),
-    "C: vw .6, conv .3, focus .1": replace(V6, conversation_boost=0.3, focus_share=0.1),
-    "D: A + conv .4": replace(NOV30, vector_weight=0.6, conversation_boost=0.4),
-    "E: A with vector weight .5 (the defaults, no floor)": NOV30,
+# a variant: the product's fusion settings and the experimental knobs (bench/fusion_knobs.py)
+VARIANTS: dict[str, tuple[ScoreFusion, FusionKnobs]] = {
+    "before": (BASE, FusionKnobs()),
+    "rewrite questions": (BASE, FusionKnobs(rewrite_questions=True)),
+    "entity boost 0.1": (BASE, FusionKnobs(entity_boost=0.1)),
+    "entity boost 0.2": (BASE, FusionKnobs(entity_boost=0.2)),
+    "vector weight 0.6": (V6, FusionKnobs()),
+    "vector weight 0.4": (replace(BASE, vector_weight=0.4), FusionKnobs()),
+    "vw .6, vector weight 0.7": (replace(V6, vector_weight=0.7), FusionKnobs()),
+    "vw .6, conversation boost 0.3": (replace(V6, conversation_boost=0.3), FusionKnobs()),
+    "vw .6, conversation boost 0.1": (replace(V6, conversation_boost=0.1), FusionKnobs()),
+    "vw .6, conversation top 5": (replace(V6, conversation_top=5), FusionKnobs()),
+    "vw .6, conversation top 20": (replace(V6, conversation_top=20), FusionKnobs()),
+    "vw .6, time boost 0.5": (replace(V6, time_boost=0.5), FusionKnobs()),
+    "vw .6, focus share 0.1": (replace(V6, focus_share=0.1), FusionKnobs()),
+    "vw .6, entity boost 0.05": (V6, FusionKnobs(entity_boost=0.05)),
+    "A: vw .6, conv .3, time .5, focus .1": (replace(NOV30, vector_weight=0.6), FusionKnobs()),
+    "B: vw .6, conv .3, time .5": (replace(V6, conversation_boost=0.3, time_boost=0.5), FusionKnobs()),
+    "C: vw .6, conv .3, focus .1": (replace(V6, conversation_boost=0.3, focus_share=0.1), FusionKnobs()),
+    "D: A + conv .4": (replace(NOV30, vector_weight=0.6, conversation_boost=0.4), FusionKnobs()),
+    "E: A with vector weight .5 (the 11-30 defaults)": (NOV30, FusionKnobs()),
     # fit by `python bench/fit_fusion.py locomo10.json --store sqlite` on dev (observations)
-    "L: learned": replace(NOV30, learned=LEARNED_SQLITE_DEV),
+    "L: learned": (NOV30, FusionKnobs(learned=LEARNED_SQLITE_DEV)),
 }
 
 
@@ -76,7 +78,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
-    for name, fusion in VARIANTS.items():
+    for name, (fusion, knobs) in VARIANTS.items():
         if args.variant and name not in args.variant:
             continue
         options = EvalOptions(
@@ -92,7 +94,8 @@ async def main(argv: list[str] | None = None) -> int:
             store=args.store,
             embedding_cache=DEFAULT_EMBEDDING_CACHE,
         )
-        report = await run_locomo(options, progress_stream=io.StringIO())
+        with knobs_applied(knobs):
+            report = await run_locomo(options, progress_stream=io.StringIO())
         hybrid = report["retrievers"]["hybrid"]
         results[name] = {
             **{k: round(v, 4) for k, v in hybrid.items() if k.startswith("recall@")},

@@ -196,15 +196,6 @@ class EventMemory:
     key: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChatMessage:
-    """One message of a conversation window."""
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
-    at: datetime | None = None
-
-
 ReviewKind = Literal["memory", "revision"]
 T = TypeVar("T")
 

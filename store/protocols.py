@@ -12,7 +12,6 @@ from store.model import (
     ApiKey,
     AuditEntry,
     ChannelConversation,
-    ChatMessage,
     Conversation,
     ConversationQuery,
     DedupRule,
@@ -99,14 +98,6 @@ class WorkerStore(Protocol):
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> MemorySettings: ...
-
-    async def existing_memories(
-        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
-    ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
-        """Active and pending memories (with embeddings) of the given (scope, owner, user) triples,
-        visible in the team context (rows of no team, or of `team_id`). Unbounded: the worker
-        uses `prompt_memories` and `write_event(dedup=…)` instead."""
-        ...
 
     async def prompt_memories(
         self,
@@ -314,11 +305,3 @@ class ControlPlaneStore(MemoryStore, KeyStore, DirectoryStore, SessionStore, Pro
     display names and web-UI sessions."""
 
     async def ping(self) -> None: ...
-
-
-class HistoryStore(Protocol):
-    """Conversation history persistence: per agent and room."""
-
-    async def append_message(self, agent_id: str, room_id: str, message: ChatMessage) -> None: ...
-
-    async def last_messages(self, agent_id: str, room_id: str, limit: int) -> list[ChatMessage]: ...

@@ -23,7 +23,6 @@ from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")
 
-EVENT_TYPE = "conversation.ended"
 DLQ_REASON_HEADER = "Pmem-Dlq-Reason"
 
 Role = Literal["user", "assistant", "system", "tool"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # Up to 300 s: a slow LLM under rate limiting can take minutes end to end. 50 ms steps over the
 # 0.25–0.5 s an event takes with a fast LLM and 100 ms steps up to 1 s, so that a p99 compares
@@ -24,8 +23,6 @@ OUTCOMES: tuple[str, ...] = ("processed", "duplicate", "disabled", "retried", "d
 
 # `kind` label values of pmem_publish_failures_total (bounded; exported as zeros from the start).
 PUBLISH_KINDS: tuple[str, ...] = ("extracted", "dlq")
-
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 @dataclass(kw_only=True)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.core.base import _vector, audit_entry
+from store.core.base import audit_entry
 from store.core.turns import ConversationTurns
-from store.model import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
+from store.model import Memory, MemoryFilter, Page, Scope, UserExport, UserMemoryQuery
 from store.rules.pagination import newest_first_page
 
 
@@ -55,27 +54,6 @@ class MemoryListing(ConversationTurns):
         )
         async with self._reading() as conn:
             return int((await conn.execute(stmt)).scalar_one())
-
-    async def existing_memories(
-        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None = None
-    ) -> builtins.list[tuple[Memory, builtins.list[float] | None]]:
-        """Active and pending memories (with embeddings) of the given owners visible in the team
-        context (rows of no team, or of `team_id`), for de-duplication."""
-        if not owners:
-            return []
-        m = self._schema.memories
-        stmt = (
-            select(*self._memory_columns, m.c.embedding)
-            .where(
-                self._owner_clause(owners),
-                self._team_clause(team_id),
-                m.c.status.in_(("active", "pending_review")),
-            )
-            .order_by(m.c.updated_at.desc(), m.c.id)
-        )
-        async with self._reading() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [(self._memory(row), _vector(row._mapping["embedding"])) for row in rows]
 
     async def list_for_user(self, query: UserMemoryQuery) -> Page[Memory]:
         """A person's own memories (every status), newest first, one page."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.base import StoreBase, cached_text
@@ -68,6 +68,18 @@ _WINDOW_COLUMNS = _columns("w") + ", w.embedding"
 def owner_lock_key(memory: NewMemory) -> str:
     """The advisory-lock name of a memory's owner (scope, owner, user)."""
     return f"pmem:{memory.scope}:{memory.owner_id}:{memory.user_id or ''}"
+
+
+# the owners' transaction-scoped advisory locks, named in `:names` (a sorted text[], see
+# `owner_lock_names`): taken in the array's order, so two events never deadlock on them
+OWNER_LOCKS_SQL = (
+    "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) FROM unnest(CAST(:names AS text[])) AS t(n)"
+)
+
+
+def owner_lock_names(memories: Sequence[NewMemory]) -> str:
+    """`OWNER_LOCKS_SQL`'s `:names`: the memories' owners' lock names, sorted, as one text[]."""
+    return array_literal(sorted({owner_lock_key(m) for m in memories}))
 
 
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
@@ -172,13 +184,7 @@ class NearDuplicates(StoreBase):
     async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
         if self._schema.dialect != "postgresql":
             return  # SQLite: BEGIN IMMEDIATE already serialises every writer
-        # one statement, the locks taken in one (sorted) order: no deadlock between two events
-        names = sorted({owner_lock_key(m) for m in memories})
-        lock = text(
-            "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-            "FROM unnest(CAST(:names AS text[])) AS t(n)"  # array (sorted) order
-        )
-        await conn.execute(lock, {"names": array_literal(names)})
+        await conn.execute(cached_text(OWNER_LOCKS_SQL), {"names": owner_lock_names(memories)})
 
     async def _neighbours_in(
         self,

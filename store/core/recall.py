@@ -149,14 +149,6 @@ class ScoreFusion:
     # query words found in more than this share of the owner's memories (the user's own name) are
     # dropped from a second query embedding averaged with the first; None: embed the query as is
     focus_share: float | None = 0.1
-    # the question rewritten as a statement ("When did Ana move to Porto?" -> "Ana move to Porto")
-    # is embedded too and averaged in: memories are statements, not questions
-    rewrite_questions: bool = False
-    # added × the share of the query's names (capitalised words inside the sentence) a memory contains
-    entity_boost: float = 0.0
-    # a linear model over `FEATURES` plus "conversation" (name, weight) replacing the hand-set mix
-    # above (vector_weight, time_boost, entity_boost, conversation_boost); fit by bench/fit_fusion.py
-    learned: tuple[tuple[str, float], ...] | None = None
     # the cosine min-max runs from the best candidate down to the one at this rank (those below
     # score 0), so the vector side's scale does not depend on how many candidates were fetched
     # (`candidate_count`: 3 per result asked); None: down to the last candidate
@@ -179,7 +171,6 @@ FEATURES: tuple[str, ...] = (
     "text_rank",
     "both",
     "time",
-    "entity",
     "when",
 )
 
@@ -190,15 +181,14 @@ def candidate_features(
     *,
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
-    entities: Sequence[str] = (),
     when: bool = False,
 ) -> dict[uuid.UUID, dict[str, float]]:
     """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
     over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
     `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
     both branches found it, `time` 1 when its created_at is in the query's time window
-    (± `time_slack`), `entity` the share of the query's names it contains, `when` 1 when the query
-    asks "When …?" (`when`) and its value names a time (`store.rules.cues.mentions_time`)."""
+    (± `time_slack`), `when` 1 when the query asks "When …?" (`when`) and its value names a time
+    (`store.rules.cues.mentions_time`)."""
     features: dict[uuid.UUID, dict[str, float]] = {}
     for name, scores in branch_scores.items():
         if not scores or name not in ("vector", "text"):
@@ -222,25 +212,20 @@ def candidate_features(
             continue
         if window is not None and window.contains(memory.created_at):
             entry["time"] = 1.0
-        if entities:
-            entry["entity"] = entity_share(entities, memory)
         if when and mentions_time(memory.value):
             entry["when"] = 1.0
     return features
 
 
 def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
-    """A candidate's score before the conversation cue: the learned linear model when
-    `fusion.learned` is set, else `vector_weight` mixing plus the time, entity and when boosts."""
-    if fusion.learned is not None:
-        return sum(weight * entry.get(name, 0.0) for name, weight in fusion.learned if name != "conversation")
+    """A candidate's score before the conversation cue: `vector_weight` mixing plus the time and
+    when boosts."""
     vector_weight = 1.0 if branches == 1 else fusion.vector_weight
     text_weight = 1.0 if branches == 1 else 1.0 - fusion.vector_weight
     return (
         vector_weight * entry["vector"]
         + text_weight * entry["text"]
         + fusion.time_boost * entry["time"]
-        + fusion.entity_boost * entry["entity"]
         + fusion.when_boost * entry["when"]
     )
 
@@ -274,30 +259,20 @@ def fuse_scores(
     limit: int,
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
-    entities: Sequence[str] = (),
     when: bool = False,
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
-    then mixed by `vector_weight`. Memories from the query's time window get `time_boost`;
-    memories naming the query's `entities` get `entity_boost` × the share they name; when the query
+    then mixed by `vector_weight`. Memories from the query's time window get `time_boost`; when the query
     asks "When …?" (`when`), memories whose value names a time get `when_boost`; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
-    (facts told together tend to be asked together). With `fusion.learned`, a linear model over
-    `candidate_features` (plus `conversation`) replaces the hand-set mix. Same-key rows merge as in
-    `fuse`."""
+    (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
     by_id = {m.id: m for m in rows}
     branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
-    features = candidate_features(
-        by_id, branch_scores, fusion=fusion, time_window=time_window, entities=entities, when=when
-    )
+    features = candidate_features(by_id, branch_scores, fusion=fusion, time_window=time_window, when=when)
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
-    conversation_weight = (
-        dict(fusion.learned).get("conversation", 0.0)
-        if fusion.learned is not None
-        else fusion.conversation_boost
-    )
+    conversation_weight = fusion.conversation_boost
     if conversation_weight and combined:
         for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
             combined[memory_id] += conversation_weight * share
@@ -371,71 +346,28 @@ def top_order(memories: Iterable[Memory]) -> list[Memory]:
     return sorted(memories, key=lambda m: (-m.confidence, _EPOCH - m.updated_at, m.id))
 
 
-def vector_ranking(
-    query_vector: Sequence[float],
-    candidates: Iterable[tuple[uuid.UUID, Sequence[float] | None]],
-    *,
-    limit: int,
-) -> list[uuid.UUID]:
-    """Ids by cosine similarity to the query, best first (rows without a usable embedding skipped)."""
-    query = np.asarray(query_vector, dtype=np.float64)
-    q_norm = float(np.linalg.norm(query))
-    usable = [(mid, vec) for mid, vec in candidates if vec is not None and len(vec) == len(query)]
-    if q_norm == 0.0 or not usable:
-        return []
-    matrix = np.asarray([vec for _, vec in usable], dtype=np.float64)
-    norms = np.linalg.norm(matrix, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cosines = (matrix @ query) / (norms * q_norm)
-    scored = sorted(
-        (-float(cos), str(mid), mid)
-        for (mid, _), cos in zip(usable, cosines, strict=True)
-        if _finite(float(cos))
-    )
-    return [memory_id for _, _, memory_id in scored[:limit]]
-
-
-def _finite(cosine: float) -> bool:
-    # a zero-length stored vector gives NaN
-    return not math.isnan(cosine)
-
-
-def keyword_ranking(terms: Sequence[str], candidates: Iterable[Memory], *, limit: int) -> list[uuid.UUID]:
-    """Ids of memories containing any term (substring, case-insensitive), most distinct terms first."""
-    scored: list[tuple[int, float, str, uuid.UUID]] = []
-    for memory in candidates:
-        haystack = f"{memory.key} {memory.value}".lower()
-        matched = sum(1 for term in terms if term in haystack)
-        if matched:
-            scored.append((-matched, -memory.confidence, str(memory.id), memory.id))
-    scored.sort()
-    return [memory_id for *_, memory_id in scored[:limit]]
-
-
 # -- query cues and term statistics (both stores) -----------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QueryCues:
     """What recall matches for a query: its text without the words naming a time, and that time;
-    the names it mentions; whether it asks "When …?"."""
+    whether it asks "When …?"."""
 
     text: str
     time_window: TimeWindow | None
-    entities: tuple[str, ...] = ()
     when: bool = False
 
 
 def query_cues(query: str, *, now: datetime) -> QueryCues:
     """The query's time cue (if any), the text left to match (the whole query when the time words
-    were all it had), the names it mentions and whether it asks "When …?"."""
+    were all it had) and whether it asks "When …?"."""
     cue = parse_time_cue(query, now=now)
-    entities = tuple(query_entities(query))
     when = asks_when(query)
     if cue is None or is_empty_query(cue.remaining_query):
         window = cue.window if cue is not None else None
-        return QueryCues(text=query, time_window=window, entities=entities, when=when)
-    return QueryCues(text=cue.remaining_query, time_window=cue.window, entities=entities, when=when)
+        return QueryCues(text=query, time_window=window, when=when)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, when=when)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -474,82 +406,12 @@ def term_stats(rows: Sequence[tuple[Any, ...]]) -> TermStats:
 
 def embedding_queries(text: str, word_share: Mapping[str, float], fusion: ScoreFusion) -> list[str]:
     """The texts whose embeddings' mean direction is the query vector: the query itself, the query
-    without the words most of the owner's memories contain (`focus_share`), and the question
-    rewritten as a statement (`rewrite_questions`), each only when it differs."""
+    without the words most of the owner's memories contain (`focus_share`), each only when it
+    differs."""
     texts = [text]
     if fusion.focus_share is not None:
         texts.append(informative_query(text, word_share, max_share=fusion.focus_share))
-    if fusion.rewrite_questions:
-        texts.append(statement_form(texts[-1]))
     return list(dict.fromkeys(t for t in texts if t.strip()))
-
-
-_QUESTION_LEAD = frozenset(
-    [
-        "what",
-        "when",
-        "where",
-        "who",
-        "whom",
-        "whose",
-        "which",
-        "why",
-        "how",
-        "did",
-        "does",
-        "do",
-        "is",
-        "are",
-        "was",
-        "were",
-        "has",
-        "have",
-        "had",
-        "can",
-        "could",
-        "would",
-        "will",
-        "should",
-        "might",
-        "may",
-    ]
-)
-
-
-def statement_form(question: str) -> str:
-    """A question without its leading question and auxiliary words and its question mark
-    ("When did Ana move to Porto?" -> "Ana move to Porto"); the text itself when nothing is left."""
-    words = question.replace("?", " ").split()
-    start = 0
-    while start < len(words) and words[start].lower().strip(",") in _QUESTION_LEAD:
-        start += 1
-    rest = " ".join(words[start:])
-    return rest if rest else question
-
-
-_NAME = re.compile(r"\b[A-Z][\w'’-]*")
-
-
-def query_entities(query: str) -> list[str]:
-    """Lower-cased names in a query: capitalised words that do not start it, are not stop or question
-    words and are at least two letters ("What did Caroline tell Mel?" -> caroline, mel)."""
-    names: dict[str, None] = {}
-    for match in _NAME.finditer(query):
-        before = query[: match.start()].rstrip()
-        if not before or before[-1] in ".!?":
-            continue  # sentence start: capitalised anyway
-        word = match.group(0).lower().rstrip("'’s").rstrip("'’")
-        if len(word) > 1 and word not in STOPWORDS and word not in _QUESTION_LEAD:
-            names.setdefault(word, None)
-    return list(names)
-
-
-def entity_share(entities: Sequence[str], memory: Memory) -> float:
-    """The share of `entities` found among the memory's words (key and value)."""
-    if not entities:
-        return 0.0
-    words = set(query_terms(f"{memory.key} {memory.value}"))
-    return sum(1 for e in entities if e in words) / len(entities)
 
 
 def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:

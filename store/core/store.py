@@ -1,9 +1,9 @@
 """The part of the store both backends share, in SQLAlchemy Core, assembled from one module per
-role: writes (`store.core.writes`), review (`store.core.review`), listing (`store.core.listing`), erasure and
-retention (`store.core.erasure`), settings (`store.core.settings`), API keys
-(`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`), chat history (`store.history`)
-and conversation turns (`store.core.turns`, through the writes; by channel, `store.core.channel_turns`).
-Recall lives in each backend.
+role: writes (`store.core.writes`), review (`store.core.review`), listing (`store.core.listing`),
+erasure and retention (`store.core.erasure`), settings (`store.core.settings`), API keys
+(`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`) and conversation turns
+(`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Recall lives in
+each backend.
 
 Decisions come from pure modules (`store.rules.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -22,7 +22,6 @@ from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
 from store.core.ui_sessions import UiSessions
 from store.core.writes import MemoryWrites
-from store.history import ChatHistory
 
 
 class CoreStore(
@@ -34,7 +33,6 @@ class CoreStore(
     SettingsRows,
     ApiKeys,
     UiSessions,
-    ChatHistory,
     EmbeddingModels,
     DirectoryNames,
 ):

@@ -10,15 +10,16 @@ explicit BEGIN ... COMMIT on an autocommit connection:
    the stored rows of the event's keys with their open revisions, locked: one round trip. The
    server still runs them in order, each with its own snapshot, so the read under the locks sees
    every write committed by the lock's previous holder.
-2. Then, as `store.rules.policy.plan_upsert` decides for each stored key (each once in the event,
-   extracted as pending): the new rows with their audit rows, the pending rows updated, the
-   revisions proposed, their audit rows, and COMMIT: one round trip. A key dedup respelled to a
-   stored one has its row locked first (one round trip more); a stored row gone meanwhile retries
-   the write. A key stored where the lock did not see it (a writer that does not take the owner
-   lock) fails the insert; the transaction is rolled back and the whole write runs again on the
-   general path of `store.core.writes`, in a transaction of its own.
-3. Otherwise (a key twice in one event, an explicit status) the general path of `store.core.writes`,
-   statement by statement on the same connection and transaction, then COMMIT.
+2. Then, as `store.rules.policy.plan_upsert` decides for each stored key: the new rows with their
+   audit rows, the pending rows updated, the revisions proposed, their audit rows, and COMMIT: one
+   round trip. A key dedup respelled to a stored one has its row locked first (one round trip
+   more); a key given twice in one event writes its first occurrence, locks its row again in the
+   same pipeline and writes the second in one more round; a stored row gone meanwhile retries the
+   write. A key stored where the lock did not see it (a writer that does not take the owner lock)
+   fails the insert; the transaction is rolled back and the write runs again, its locks now
+   finding that row.
+
+Writes without dedup, or with an explicit status, take the shared path of `store.core.writes`.
 
 A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
 processing: each round trip costs the worker more CPU and event-loop waiting than the work it
@@ -44,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.core import neighbours
 from store.core.base import AuditRows, audit_insert_sql, audit_params, psycopg_sql
-from store.core.neighbours import owner_count_statement, owner_key, owner_lock_key
+from store.core.neighbours import OWNER_LOCKS_SQL, owner_count_statement, owner_key, owner_lock_names
 from store.core.schema import array_literal
 from store.core.turns import turns_insert_statement
 from store.core.writes import (
@@ -111,15 +112,13 @@ def claim_statement(
         f"WITH claim AS (INSERT INTO {table} "
         "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
         "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
-        "SELECT (SELECT count(*) FROM claim) AS claimed, "
-        "(SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-        "FROM unnest(CAST(:names AS text[])) AS t(n)) AS locked"  # array (sorted) order
+        f"SELECT (SELECT count(*) FROM claim) AS claimed, ({OWNER_LOCKS_SQL}) AS locked"
     )
     params = {
         "event_id": event_id,
         "count": len(memories),
         "actor": actor,
-        "names": array_literal(sorted({owner_lock_key(m) for m in memories})),
+        "names": owner_lock_names(memories),
     }
     return sql, params
 
@@ -191,34 +190,34 @@ class PipelinedEventWrites(MemoryWrites):
         neighbours: int,
         turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
-        """`MemoryWrites._write_event_once`, pipelined when it dedups (the worker's write)."""
-        if dedup is None or not memories:
+        """`MemoryWrites._write_event_once`, pipelined when it dedups extracted (pending) memories,
+        the worker's write; explicit statuses and writes without dedup take the shared path."""
+        if dedup is None or not memories or any(m.status != "pending_review" for m in memories):
             return await super()._write_event_once(
                 event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
             )
-        # a failed or cancelled write is rolled back (or its connection discarded) by the pool's
-        # reset on return, as for any other transaction
-        async with self._driver() as (conn, driver):
-            written = await self._write_event_pipelined(
-                conn,
-                driver,
-                event_id,
-                memories,
-                embeddings,
-                actor=actor,
-                dedup=dedup,
-                k=neighbours,
-                turns=turns,
-            )
-        if written is None:  # a key stored behind the read's back: all of it again, statement by statement
-            return await super()._write_event_once(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
-            )
-        return written
+        # a key stored behind the locks' back (a writer that takes no owner lock) fails the
+        # insert: the write runs again, and its locks now find that key's row
+        for _ in range(2):
+            # a failed or cancelled write is rolled back (or its connection discarded) by the
+            # pool's reset on return, as for any other transaction
+            async with self._driver() as (_conn, driver):
+                written = await self._write_event_pipelined(
+                    driver,
+                    event_id,
+                    memories,
+                    embeddings,
+                    actor=actor,
+                    dedup=dedup,
+                    k=neighbours,
+                    turns=turns,
+                )
+            if written is not None:
+                return written
+        raise StoreConflict("a key of the event was stored concurrently, twice")
 
     async def _write_event_pipelined(
         self,
-        conn: AsyncConnection,
         driver: DriverConnection[Any],
         event_id: uuid.UUID,
         memories: Sequence[NewMemory],
@@ -280,13 +279,17 @@ class PipelinedEventWrites(MemoryWrites):
         rows = list(memories)
         results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
         pending = [i for i in write_order(memories) if i not in results]
-        # a key the read did not see may still be stored (an archived row): the lock found it
-        stored_by_key, _ = locked
-        taken = [i for i in pending if i in stored_key or key_identity(rows[i]) in stored_by_key]
-        fresh = [i for i in pending if i not in taken]
-        identities = [key_identity(rows[i]) for i in taken]
-        if len(set(identities)) == len(identities) and all(rows[i].status == "pending_review" for i in taken):
-            if not await self._write_and_commit(
+        # a key given twice in one event: its second row must see what the first one wrote, so
+        # it goes in the next round, whose rows are locked in the pipeline of the round before
+        rounds = key_rounds(rows, pending) or [[]]  # nothing to write: the turns and COMMIT
+        for n, batch in enumerate(rounds):
+            later = rounds[n + 1] if n + 1 < len(rounds) else None
+            # a key the read did not see may still be stored (an archived row): the lock found it;
+            # from the second round on, every key was written by an earlier round
+            stored_by_key = locked[0]
+            taken = [i for i in batch if n or i in stored_key or key_identity(rows[i]) in stored_by_key]
+            fresh = [i for i in batch if i not in taken]
+            next_locked = await self._write_round(
                 driver,
                 rows,
                 embeddings,
@@ -296,21 +299,12 @@ class PipelinedEventWrites(MemoryWrites):
                 locked,
                 actor=actor,
                 event_id=event_id,
-                turns=turns,
-            ):
+                turns=turns if later is None else (),
+                lock_next=None if later is None else [key_identity(rows[i]) for i in later],
+            )
+            if next_locked is None:
                 return None
-            return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
-
-        inserted = await self._insert_new(
-            conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
-        )
-        for i, done in zip(fresh, inserted, strict=True):
-            if done is not None:
-                results[i] = done
-        taken = [i for i in pending if i not in results]
-        await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
-        await self._insert_turns(conn, event_id, turns)
-        await driver.execute("COMMIT")
+            locked = next_locked
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
     def _locked_rows(
@@ -323,7 +317,7 @@ class PipelinedEventWrites(MemoryWrites):
             {revision.memory_id: revision for revision in map(self._revision, revision_rows)},
         )
 
-    async def _write_and_commit(
+    async def _write_round(
         self,
         driver: DriverConnection[Any],
         rows: Sequence[NewMemory],
@@ -335,14 +329,17 @@ class PipelinedEventWrites(MemoryWrites):
         *,
         actor: str,
         event_id: uuid.UUID,
-        turns: Sequence[NewTurn] = (),
-    ) -> bool:
+        turns: Sequence[NewTurn],
+        lock_next: Sequence[tuple[Any, ...]] | None,
+    ) -> _LockedRows | None:
         """Insert the rows `fresh` (by index), write the rows `taken` over their stored keys (each
-        key once, all pending_review) as `plan_upsert` says, and commit: one round trip when the
-        stored rows are among those `locked` with the read, two when dedup respelled a key. False,
-        rolled back, when one of the `fresh` keys is stored after all (rare: a writer that does
-        not take the owner lock; no savepoint is paid for it on every event); `StoreConflict`,
-        rolled back, when a stored row is gone since the read (the write is retried)."""
+        key once, all pending_review) as `plan_upsert` says, then lock `lock_next`'s keys (the next
+        round's) or, in the last round, write the turns and commit: one round trip when the stored
+        rows are among those `locked`, two when dedup respelled a key. The next round's locked
+        rows (empty after the commit); None, rolled back, when one of the `fresh` keys is stored
+        after all (rare: a writer that does not take the owner lock; no savepoint is paid for it
+        on every event); `StoreConflict`, rolled back, when a stored row is gone since the read
+        (the write is retried)."""
         new_ids = [uuid.uuid4() for _ in fresh]
         insert = (
             self._insert_new_statement(
@@ -371,7 +368,7 @@ class PipelinedEventWrites(MemoryWrites):
             if not all(key_identity(rows[i]) in by_key for i in taken):
                 await driver.execute("ROLLBACK")
                 raise StoreConflict("a stored memory was deleted concurrently")
-            await self._write_planned_and_commit(
+            next_locked = await self._write_planned(
                 driver,
                 rows,
                 embeddings,
@@ -383,15 +380,16 @@ class PipelinedEventWrites(MemoryWrites):
                 actor=actor,
                 event_id=event_id,
                 turns=turns,
+                lock_next=lock_next,
             )
         except UniqueViolation:
             await driver.execute("ROLLBACK")
-            return False
+            return None
         for i, new_id in zip(fresh, new_ids, strict=True):
             results[i] = UpsertResult(memory_id=new_id, action="created")
-        return True
+        return next_locked
 
-    async def _write_planned_and_commit(
+    async def _write_planned(
         self,
         driver: DriverConnection[Any],
         rows: Sequence[NewMemory],
@@ -404,11 +402,13 @@ class PipelinedEventWrites(MemoryWrites):
         *,
         actor: str,
         event_id: uuid.UUID,
-        turns: Sequence[NewTurn] = (),
-    ) -> None:
+        turns: Sequence[NewTurn],
+        lock_next: Sequence[tuple[Any, ...]] | None,
+    ) -> _LockedRows:
         """`plan_upsert` for each row `taken` against its locked stored row, then `insert` (the
-        new rows, if not sent yet), the updates, proposals and audit rows, and COMMIT, in one round
-        trip; outcomes into `results`."""
+        new rows, if not sent yet), the updates, proposals and audit rows, and the locks of
+        `lock_next`'s keys (their rows returned) or the turns and COMMIT, in one round trip;
+        outcomes into `results`."""
         planned = plan_stored_keys(rows, embeddings, taken, by_key, open_revisions, results)
         updates = [p for p in planned if p.revision_id is None]
         proposals = [p for p in planned if p.revision_id is not None]
@@ -440,16 +440,35 @@ class PipelinedEventWrites(MemoryWrites):
                 await driver.execute(
                     psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
                 )
+            if lock_next is not None:
+                key_locks = await _send_key_locks(driver, lock_next)
+                return self._locked_rows(*[await cursor.fetchall() for cursor in key_locks])
             if turns:
                 turns_sql, turns_params = turns_insert_statement(
                     self._schema.turns.name, event_id, turns, dim
                 )
                 await driver.execute(psycopg_sql(turns_sql), turns_params)
             await driver.execute("COMMIT")
+        return {}, {}
 
 
 # stored rows locked by `key_identity`, and their open revisions by memory id
 _LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
+
+
+def key_rounds(rows: Sequence[NewMemory], indexes: Sequence[int]) -> builtins.list[builtins.list[int]]:
+    """`indexes` split into rounds in which each `key_identity` appears at most once: the first
+    occurrences, then the second ones, …, each in the given order."""
+    rounds: builtins.list[builtins.list[int]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for i in indexes:
+        identity = key_identity(rows[i])
+        occurrence = seen.get(identity, 0)
+        seen[identity] = occurrence + 1
+        if occurrence == len(rounds):
+            rounds.append([])
+        rounds[occurrence].append(i)
+    return rounds
 
 
 async def _send_key_locks(

@@ -1,5 +1,5 @@
-"""`PostgresMemoryStore`: the MemoryStore and HistoryStore on Postgres + pgvector (SQLAlchemy 2 async
-engine, psycopg 3). Writes, review and history come from `store.core.store`; this module adds recall.
+"""`PostgresMemoryStore`: the MemoryStore on Postgres + pgvector (SQLAlchemy 2 async
+engine, psycopg 3). Writes and review come from `store.core.store`; this module adds recall.
 
 Recall takes two round trips. The first reads the query words' document frequencies among the
 owners' active memories (`term_stats_sql`); the second is one statement with a vector branch (cosine
@@ -96,7 +96,6 @@ class RecallPlan:
     sql: str
     params: dict[str, Any]
     time_window: TimeWindow | None
-    entities: tuple[str, ...] = ()
     when: bool = False  # the query asks "When …?"
 
 
@@ -260,7 +259,7 @@ def postgres_connect_args(
 
 
 class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
-    """MemoryStore + HistoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
+    """MemoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
 
     def __init__(
         self,
@@ -409,7 +408,6 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             sql=sql,
             params=params,
             time_window=cues.time_window,
-            entities=cues.entities,
             when=cues.when,
         )
 
@@ -510,7 +508,6 @@ class PostgresMemoryStore(PipelinedEventWrites, CoreStore):
             limit=limit,
             fusion=self._fusion,
             time_window=plan.time_window,
-            entities=plan.entities,
             when=plan.when,
         )
 

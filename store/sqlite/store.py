@@ -1,4 +1,4 @@
-"""`SqliteMemoryStore`: the same MemoryStore and HistoryStore contract on SQLite (aiosqlite), for a
+"""`SqliteMemoryStore`: the same MemoryStore contract on SQLite (aiosqlite), for a
 single process without Postgres.
 
 Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
@@ -202,7 +202,7 @@ def owner_index(
 
 
 class SqliteMemoryStore(CoreStore):
-    """MemoryStore + HistoryStore on SQLite; `database_url` is `sqlite:///path.db` (or `:memory:`)."""
+    """MemoryStore on SQLite; `database_url` is `sqlite:///path.db` (or `:memory:`)."""
 
     def __init__(
         self,
@@ -357,7 +357,6 @@ class SqliteMemoryStore(CoreStore):
             limit=limit,
             fusion=self._fusion,
             time_window=cues.time_window,
-            entities=cues.entities,
             when=cues.when,
         )
 

@@ -271,44 +271,13 @@ def test_candidate_features_describe_each_branch_and_cue() -> None:
         {"vector": {a.id: 0.9, b.id: 0.3}, "text": {b.id: 4.0}},
         fusion=ScoreFusion(),
         time_window=window,
-        entities=["maria"],
     )
     assert features[a.id] == {
         "vector": 1.0, "text": 0.0, "cosine": 0.9, "vector_rank": 1.0, "text_rank": 0.0, "both": 0.0,
-        "time": 1.0, "entity": 0.0, "when": 0.0,
+        "time": 1.0, "when": 0.0,
     }  # fmt: skip
-    assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0 and features[b.id]["entity"] == 1.0
+    assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0
     assert features[b.id]["vector_rank"] == 0.5
-
-
-def test_learned_fusion_ranks_by_its_weights_and_replaces_the_hand_set_mix() -> None:
-    a, b, c = _memory("a k"), _memory("b k"), _memory("c k")
-    scores = {"vector": {a.id: 0.9, b.id: 0.5, c.id: 0.1}, "text": {c.id: 6.0, b.id: 8.0}}
-    text_only = ScoreFusion(learned=(("text", 1.0),))
-    vector_only = ScoreFusion(learned=(("vector", 1.0), ("text", 0.0)))
-    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=text_only)][:2] == [
-        b.id,
-        c.id,
-    ]
-    assert [h.memory.id for h in fuse_scores([a, b, c], scores, limit=3, fusion=vector_only)] == [
-        a.id,
-        b.id,
-        c.id,
-    ]
-
-
-def test_learned_conversation_weight_lifts_siblings_of_the_strongest_hits() -> None:
-    talk = uuid.uuid4()
-    strong, sibling = _memory("strong", channel=talk), _memory("sibling", channel=talk)
-    stranger = _memory("stranger", channel=uuid.uuid4())
-    scores = {"vector": {strong.id: 1.0, stranger.id: 0.5, sibling.id: 0.45, uuid.uuid4(): 0.0}}
-    plain = ScoreFusion(learned=(("vector", 1.0),))
-    with_conversation = ScoreFusion(learned=(("vector", 1.0), ("conversation", 0.2)))
-    rows = [strong, sibling, stranger]
-    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=plain)][1] == stranger.id
-    assert [h.memory.id for h in fuse_scores(rows, scores, limit=3, fusion=with_conversation)][
-        1
-    ] == sibling.id
 
 
 def test_vector_floor_rank_scales_cosines_down_to_that_rank() -> None:

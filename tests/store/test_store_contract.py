@@ -1,15 +1,14 @@
-"""The MemoryStore + HistoryStore contract, run against Postgres and SQLite alike."""
+"""The MemoryStore contract, run against Postgres and SQLite alike."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from store.model import ChatMessage, MemoryFilter, NewMemory, OwnerRef
+from store.model import MemoryFilter, NewMemory, OwnerRef
 from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded_statements
 
 
@@ -466,7 +465,7 @@ async def test_count_by_owner_counts_active_and_pending_only(store: Store) -> No
     assert await store.count_by_owner("persona", user) == 0
 
 
-async def test_existing_memories_returns_active_and_pending_of_those_owners_with_embeddings(
+async def test_prompt_memories_returns_active_and_pending_of_those_owners(
     store: Store,
 ) -> None:
     user, other, persona = new_id(), new_id(), new_id()
@@ -477,15 +476,13 @@ async def test_existing_memories_returns_active_and_pending_of_those_owners_with
     await store.upsert(mem(owner=other, key="d", value="4"))
     await store.upsert(mem(scope="persona_user", owner=persona, user=other, key="e", value="5"))
     await store.upsert(mem(scope="persona_user", owner=persona, user=user, key="f", value="6"))
-    found = await store.existing_memories(
-        [
-            OwnerRef(scope="user", owner_id=user),
-            OwnerRef(scope="persona_user", owner_id=persona, user_id=user),
-        ]
-    )
-    assert sorted(m.key for m, _ in found) == ["a", "b", "f"]
-    assert all(vector is not None and len(vector) == store.embedder.dim for _, vector in found)
-    assert await store.existing_memories([]) == []
+    owners = [
+        OwnerRef(scope="user", owner_id=user),
+        OwnerRef(scope="persona_user", owner_id=persona, user_id=user),
+    ]
+    found = await store.prompt_memories(owners, team_id=None, words=[], limit=100)
+    assert sorted(m.key for m in found) == ["a", "b", "f"]
+    assert await store.prompt_memories([], team_id=None, words=[], limit=100) == []
 
 
 # -- settings ---------------------------------------------------------------------------------------
@@ -526,26 +523,6 @@ async def test_put_settings_refuses_inconsistent_targets(store: Store) -> None:
         await store.put_settings(level="team", target_id=None, enabled=True)
     with pytest.raises(ValueError, match="min_confidence"):
         await store.put_settings(level="global", target_id=None, min_confidence=1.5)
-
-
-# -- history ------------------------------------------------------------------------------------------
-
-
-async def test_history_returns_the_last_messages_of_one_room_oldest_first(store: Store) -> None:
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    for i in range(5):
-        role = "user" if i % 2 == 0 else "assistant"
-        await store.append_message(
-            "bot", "room-1", ChatMessage(role=role, content=f"m{i}", at=start + timedelta(i))
-        )
-    await store.append_message("bot", "room-2", ChatMessage(role="user", content="elsewhere"))
-    await store.append_message("other-bot", "room-1", ChatMessage(role="user", content="other agent"))
-    last = await store.last_messages("bot", "room-1", 3)
-    assert [m.content for m in last] == ["m2", "m3", "m4"]
-    assert [m.role for m in last] == ["user", "assistant", "user"]
-    assert last[0].at == start + timedelta(2)
-    assert [m.content for m in await store.last_messages("bot", "room-2", 10)] == ["elsewhere"]
-    assert await store.last_messages("bot", "room-1", 0) == []
 
 
 async def test_ping_succeeds_on_a_reachable_database(store: Store) -> None:

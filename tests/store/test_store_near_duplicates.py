@@ -18,8 +18,10 @@ from tests.store.store_testkit import Store, fact, recorded_statements
 
 
 async def keys(store: Store, owner: uuid.UUID) -> list[str]:
-    rows = await store.existing_memories([OwnerRef(scope="user", owner_id=owner)])
-    return sorted(m.key for m, _ in rows)
+    rows = await store.prompt_memories(
+        [OwnerRef(scope="user", owner_id=owner)], team_id=None, words=[], limit=100
+    )
+    return sorted(m.key for m in rows)
 
 
 async def test_a_restated_fact_under_another_key_is_not_written(store: Store) -> None:

@@ -107,9 +107,15 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
     # an archived memory is not among the near-duplicate read's rows, but its key is taken. The
     # row lock of the event's keys finds it, and the write updates it; a key stored where the lock
     # did not see it (a writer that takes no owner lock) fails the insert, the transaction is
-    # rolled back and the general path writes it all
-    if locked == "hidden from the lock":
-        monkeypatch.setattr(store, "_locked_rows", lambda stored, revisions: ({}, {}))
+    # rolled back and the write runs again, its lock finding the row this time
+    real_locked_rows = store._locked_rows
+    hide = [False]  # armed for the event's first lock only
+
+    def hiding_once(stored: Any, revisions: Any) -> Any:
+        hidden, hide[0] = hide[0], False
+        return ({}, {}) if hidden else real_locked_rows(stored, revisions)
+
+    monkeypatch.setattr(store, "_locked_rows", hiding_once)
     results: dict[str, EventWrite] = {}
     rollbacks: list[str] = []
     real = psycopg.AsyncConnection.execute
@@ -128,6 +134,7 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
         new = [fact(owner, "city", "Lives in Porto"), fact(owner, "pet", "Has a dog")]
         if path == "general":  # the store as if it had no pipelined write
             monkeypatch.setattr(store, "_write_event_once", MethodType(MemoryWrites._write_event_once, store))
+        hide[0] = locked == "hidden from the lock"
         results[path] = await write(store, event, *new)
         assert await store.is_processed(event)
         assert results[path].results[0].memory_id == old.memory_id
@@ -372,6 +379,13 @@ STORED_KEYS_EVENT = (
     ("hobby", "Plays the violin"),  # unchanged
     ("food", "Eats no meat at all"),  # a new key
 )
+# the same with keys given twice: each second occurrence must see what its first one wrote
+REPEATED_KEYS_EVENT = (
+    *STORED_KEYS_EVENT,
+    ("city", "Moved on to Braga this winter"),
+    ("food", "Eats no meat and no fish"),
+    ("pet", "Adopted a second parrot, Lima"),
+)
 
 
 async def test_an_event_over_stored_keys_is_sent_in_two_pipelined_round_trips_past_sqlalchemy(
@@ -447,17 +461,43 @@ def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | 
     return [(key, vector, proposed) for key, vector, proposed in rows]
 
 
+@pytest.mark.parametrize(("facts", "pipelines"), [(STORED_KEYS_EVENT, 2), (REPEATED_KEYS_EVENT, 3)])
 async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
-    store: PostgresMemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    store: PostgresMemoryStore,
+    pg_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    facts: tuple[tuple[str, str], ...],
+    pipelines: int,
 ) -> None:
+    # a key given twice costs one pipelined round more, and nothing goes through SQLAlchemy
     left: dict[str, Any] = {}
+    round_trips = 0
+    real_pipeline = psycopg.AsyncConnection.pipeline
+
+    def pipeline(conn: Any) -> Any:
+        nonlocal round_trips
+        round_trips += 1
+        return real_pipeline(conn)
+
+    through_sqlalchemy: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        through_sqlalchemy.append(statement)
+
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
         await stored_keys_scene(store, owner)
         if path == "general":  # the store as if it had no pipelined write
             monkeypatch.setattr(store, "_write_event_once", MethodType(MemoryWrites._write_event_once, store))
         event = uuid.uuid4()
-        written = await write(store, event, *(fact(owner, k, v) for k, v in STORED_KEYS_EVENT))
+        if path == "pipelined":
+            sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+            monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline)
+        written = await write(store, event, *(fact(owner, k, v) for k, v in facts))
+        if path == "pipelined":
+            sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+            monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", real_pipeline)
+            assert (round_trips, through_sqlalchemy) == (pipelines, [])
         assert await store.is_processed(event)
         memories = sorted(await store.list(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key)
         revisions = {r.memory_id: r for r in await store.pending_revisions()}
@@ -495,6 +535,9 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
             ),
         }
     assert left["pipelined"] == left["general"]
+    if facts is REPEATED_KEYS_EVENT:
+        assert [r[0] for r in left["pipelined"]["results"]][5:] == ["updated", "updated", "revision_proposed"]
+        return
     assert [
         (key, value, status, proposed) for key, value, status, _, proposed in left["pipelined"]["memories"]
     ] == [

@@ -1,5 +1,5 @@
 """Unit tests of the pure store modules: URLs, recall (scopes, terms, fusion, merging), write policy,
-hint and conversation window. No I/O."""
+and hint. No I/O."""
 
 from __future__ import annotations
 
@@ -13,19 +13,16 @@ from store.core.recall import (
     candidate_count,
     fuse,
     is_empty_query,
-    keyword_ranking,
     keyword_terms,
     normalize_key,
     resolve_scopes,
     rrf_scores,
     top_order,
-    vector_ranking,
     websearch_or_query,
     writable_owner,
 )
 from store.core.writes import key_identity
 from store.model import (
-    ChatMessage,
     Memory,
     NewMemory,
     OwnerRef,
@@ -40,7 +37,6 @@ from store.postgres.store import owner_sql, recall_sql
 from store.rules.hint import build_memory_hint
 from store.rules.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
 from store.rules.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
-from store.window import Window
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 USER = uuid.UUID(int=1)
@@ -230,22 +226,6 @@ def test_top_order_is_confidence_then_recency() -> None:
     assert [m.key for m in top_order(rows)] == ["new-high", "old-high", "low"]
 
 
-def test_vector_ranking_orders_by_cosine_and_skips_unusable_vectors() -> None:
-    a, b, c, d = (uuid.UUID(int=i) for i in range(1, 5))
-    ranking = vector_ranking(
-        [1.0, 0.0], [(a, [0.0, 1.0]), (b, [2.0, 0.1]), (c, None), (d, [0.0, 0.0])], limit=5
-    )
-    assert ranking == [b, a]
-    assert vector_ranking([0.0, 0.0], [(a, [1.0, 0.0])], limit=5) == []
-
-
-def test_keyword_ranking_prefers_rows_matching_more_terms() -> None:
-    one = memory("pet", value="Has a dog")
-    two = memory("pet walk", value="Walks the dog in the park")
-    none = memory("city", value="Lisbon")
-    assert keyword_ranking(["dog", "park"], [one, two, none], limit=5) == [two.id, one.id]
-
-
 # -- SQL shape (pure strings) -----------------------------------------------------------------------
 
 
@@ -375,42 +355,6 @@ def test_hint_of_bare_memories_ranks_specific_scopes_then_confidence() -> None:
         memory("d", scope="user", confidence=0.5),
     ]
     assert [line[2] for line in build_memory_hint(rows).split("\n")] == ["b", "c", "a", "d"]
-
-
-# -- window -----------------------------------------------------------------------------------------
-
-
-def msg(i: int) -> ChatMessage:
-    return ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
-
-
-def test_window_keeps_the_last_max_size_messages() -> None:
-    window = Window(room_id="r", max_size=3)
-    for i in range(5):
-        window = window.append(msg(i))
-    assert [m.content for m in window.messages] == ["m2", "m3", "m4"]
-    assert window.extend([msg(5), msg(6)]).to_llm_messages() == [
-        {"role": "user", "content": "m4"},
-        {"role": "assistant", "content": "m5"},
-        {"role": "user", "content": "m6"},
-    ]
-
-
-def test_window_append_does_not_change_the_original() -> None:
-    window = Window(room_id="r", messages=(msg(0),), max_size=2)
-    grown = window.append(msg(1))
-    assert len(window.messages) == 1 and len(grown.messages) == 2 and grown.room_id == "r"
-
-
-def test_window_trims_what_it_is_built_with_and_refuses_a_zero_size() -> None:
-    assert [
-        m.content for m in Window(room_id="r", messages=[msg(i) for i in range(4)], max_size=2).messages
-    ] == [
-        "m2",
-        "m3",
-    ]
-    with pytest.raises(ValueError, match="at least 1"):
-        Window(room_id="r", max_size=0)
 
 
 def test_a_vector_literal_holds_exactly_the_float32_values_pgvector_stores() -> None:

@@ -47,13 +47,15 @@ async def test_the_same_key_in_two_teams_is_two_rows_never_a_revision(store: Sto
     assert memory is not None and memory.value == "Works at Acme" and memory.team_id == TEAM_A
 
 
-async def test_existing_memories_for_dedup_stay_inside_the_team(store: Store) -> None:
+async def test_memories_for_dedup_stay_inside_the_team(store: Store) -> None:
     user = uuid.uuid4()
     await store.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
     await store.upsert(team_memory(user, "pet", "Has a cat", None))
     owners = [OwnerRef(scope="user", owner_id=user)]
-    assert {m.key for m, _ in await store.existing_memories(owners, team_id=TEAM_B)} == {"pet"}
-    assert {m.key for m, _ in await store.existing_memories(owners, team_id=TEAM_A)} == {"employer", "pet"}
+    in_b = await store.prompt_memories(owners, team_id=TEAM_B, words=[], limit=100)
+    in_a = await store.prompt_memories(owners, team_id=TEAM_A, words=[], limit=100)
+    assert {m.key for m in in_b} == {"pet"}
+    assert {m.key for m in in_a} == {"employer", "pet"}
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -76,8 +78,10 @@ async def test_recall_and_dedup_never_cross_a_team_boundary(
     # the oracle: a plain filter over what this example wrote
     visible = {mid for mid, team in written.items() if team is None or team == context}
     recalled = await store.recall(user, None, "", 50, team_id=context)
-    existing = await store.existing_memories([OwnerRef(scope="user", owner_id=user)], team_id=context)
-    assert {m.id for m, _ in existing} == visible
+    existing = await store.prompt_memories(
+        [OwnerRef(scope="user", owner_id=user)], team_id=context, words=[], limit=100
+    )
+    assert {m.id for m in existing} == visible
     assert {h.memory.id for h in recalled} <= visible
     assert all(h.memory.team_id in (None, context) for h in recalled)
 
