@@ -51,7 +51,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import mem0_setup  # noqa: E402
-from bench.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
+from worker.testing.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
 
 PARTS = ("tokens", "throughput", "recall-latency", "locomo")
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -137,7 +137,7 @@ class Services:
     def fake(self) -> Any:
         """An in-process FakeOpenAI (no latency) answering mem0 in mem0's shape and us in ours."""
         if self._fake is None:
-            from bench.fake_openai import FakeOpenAI
+            from worker.testing.fake_openai import FakeOpenAI
 
             self._fake = FakeOpenAI(chat_responder=dispatch_responder)
             self._fake.start()
@@ -169,7 +169,7 @@ class Services:
 
 def dispatch_responder(body: dict[str, Any]) -> str:
     """Chat answers for both systems: mem0's extraction call gets mem0's shape, ours our contract."""
-    from bench.fake_openai import rules_responder
+    from worker.testing.fake_openai import rules_responder
 
     return mem0_setup.mem0_responder(body) if mem0_setup.is_mem0_request(body) else rules_responder(body)
 
@@ -497,8 +497,8 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[1])
-    from bench.mem0_setup import is_mem0_request, mem0_responder
-    from bench.fake_openai import FakeOpenAI, rules_responder
+    from worker.testing.mem0_setup import is_mem0_request, mem0_responder
+    from worker.testing.fake_openai import FakeOpenAI, rules_responder
 
     def respond(body):
         return mem0_responder(body) if is_mem0_request(body) else rules_responder(body)

@@ -28,12 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.llama_server import LlamaServer, find_llama_server, find_model
 from extraction.clients import ProviderClient
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.types import Scope
+from worker.testing.llama_server import LlamaServer, find_llama_server, find_model
 
 SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversations.jsonl"
 
