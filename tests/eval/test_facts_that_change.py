@@ -1,6 +1,7 @@
-"""Facts that change across sessions (worker/evaluation/data/facts_that_change.json): every case driven through the
-worker's pipeline with scripted LLM output must end with a pending revision of the reviewed memory,
-the current value recalled first once approved, and the old value only in the audit history."""
+"""Facts that change across sessions (worker/evaluation/data/facts_that_change.json): every case
+driven through the worker's pipeline with scripted LLM output must end with a pending revision of
+the reviewed memory, the current value recalled first once approved, and the old value only in the
+audit history."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The pure parts of worker/testing/mem0_setup.py (mem0 itself is a bench-only dependency and not imported)."""
+"""The pure parts of worker/testing/mem0_setup.py (mem0 itself is a bench-only dependency and not
+imported)."""
 
 from __future__ import annotations
 

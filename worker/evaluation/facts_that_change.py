@@ -1,5 +1,6 @@
 """Facts that change: a fixture of multi-session cases (`data/facts_that_change.json` beside this
-module, written for this project) driven through the worker's pipeline (`worker.pipeline.process_event`) with the real
+module, written for this project) driven through the worker's pipeline
+(`worker.pipeline.process_event`) with the real
 `LLMExtractor` talking to the fake OpenAI-compatible server, which answers each session with the
 case's scripted extraction.
 
