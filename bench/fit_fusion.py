@@ -29,8 +29,9 @@ import store.recall
 import store.sqlite
 from store.recall import FEATURES, ScoreFusion, candidate_features, conversation_scores, first_stage_score
 from store.types import Memory
-from worker.commands.evaluate import DEFAULT_EMBEDDING_CACHE, EvalOptions, run_locomo
 from worker.evaluation.locomo import load_locomo, select_split
+from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE, EvalOptions
+from worker.evaluation.runner import run_locomo
 
 NAMES = (*FEATURES, "conversation")
 

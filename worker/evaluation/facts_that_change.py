@@ -58,7 +58,7 @@ class CaseResult:
 
 def default_embedder(provider: str | None = None) -> Any:
     """The offline MiniLM when it is installed (or asked for), else the hashing embedder."""
-    from worker.commands.evaluate import local_embedder_available
+    from worker.evaluation.options import local_embedder_available
 
     if provider == "hashing" or (provider is None and not local_embedder_available()):
         return HashingEmbedder(dim=384)
@@ -186,7 +186,7 @@ async def main(argv: list[str] | None = None) -> int:
         else:
             from store.migrate import migrate_async
             from store.postgres import PostgresMemoryStore
-            from worker.commands.evaluate import embedded_database
+            from worker.evaluation.stores import embedded_database
 
             url = stack.enter_context(embedded_database(directory))
             await migrate_async(url, embedder.dim)
