@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import mem0_setup  # noqa: E402
+from worker.testing import mem0_setup  # noqa: E402
 from worker.testing.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
 
 PARTS = ("tokens", "throughput", "recall-latency", "locomo")
@@ -1088,14 +1088,15 @@ async def run_locomo(
     """Part 4: LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
     from store.recall import RETRIEVERS
-    from worker.commands import evaluate
+    from worker.evaluation import options as evaluate_options
+    from worker.evaluation import runner
     from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     started = time.perf_counter()
     log("locomo: ours (pmem eval locomo's code, local MiniLM)")
-    ours = await evaluate.run_locomo(
-        evaluate.EvalOptions(
+    ours = await runner.run_locomo(
+        evaluate_options.EvalOptions(
             file=locomo,
             unit="observation",
             ks=tuple(ks),
