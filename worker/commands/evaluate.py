@@ -1,11 +1,10 @@
 """`pmem eval locomo FILE`: recall quality on LoCoMo through the real store and the real recall.
 
-Each conversation's units (observations or dialog turns) become active `user`-scope memories of a
-fresh owner, or (`--unit extracted`) its sessions go through the worker's extraction pipeline and a
-reviewer approves what it proposes; every QA question then goes through `recall` at max(k) and is
-scored the official way, plus answer recall (see `worker.evaluation.locomo`). `--split` selects the
-held-out half (`dev` to tune on, `test` to report); `--store` Postgres or SQLite.
+The command line only: it parses the options into `EvalOptions`, runs `worker.evaluation.runner`
+and prints the report (`worker.evaluation.report`) as a table or JSON.
 """
+
+from __future__ import annotations
 
 import argparse
 import asyncio

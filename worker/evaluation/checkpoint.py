@@ -60,6 +60,7 @@ def save_checkpoint(
     results: Mapping[str, Mapping[str, Sequence[QuestionResult]]],
     usage: Mapping[str, Sequence[Mapping[str, int]]],
 ) -> None:
+    """Write finished conversations' results and extraction usage to `path` (atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "results": {

@@ -78,4 +78,5 @@ def format_table(report: Mapping[str, Any], ks: Sequence[int]) -> str:
 
 
 def has_questions(per_retriever: Mapping[str, Mapping[str, Any]]) -> bool:
+    """True when any retriever's summary counts a question (an empty split reports nothing)."""
     return any(summary["questions"] for summary in per_retriever.values())

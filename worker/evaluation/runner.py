@@ -47,6 +47,8 @@ async def evaluate_units(
     options: EvalOptions,
     progress: Progress,
 ) -> dict[str, list[QuestionResult]]:
+    """Write the conversation's units as memories of a fresh owner, then ask every question through
+    each retriever; the results by retriever."""
     owner = uuid.uuid4()
     if options.unit == "extracted" or options.unit == "product":
         raise EvalError(f"{options.unit} memories go through the extraction pipeline, not unit loading")
@@ -257,6 +259,8 @@ def work_steps(conversation: Conversation, options: EvalOptions) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ExtractionPipeline:
+    """The worker's pipeline dependencies for a run, and the metrics that count its LLM calls."""
+
     deps: Any  # worker.pipeline.PipelineDeps
     metrics: Any  # worker.metrics.Metrics
 
