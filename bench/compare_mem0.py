@@ -50,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import mem0_setup  # noqa: E402
-from bench.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
+from worker.testing import mem0_setup  # noqa: E402
+from worker.testing.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
 
 PARTS = ("tokens", "throughput", "recall-latency", "locomo")
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -137,7 +137,7 @@ class Services:
     def fake(self) -> Any:
         """An in-process FakeOpenAI (no latency) answering mem0 in mem0's shape and us in ours."""
         if self._fake is None:
-            from bench.fake_openai import FakeOpenAI
+            from worker.testing.fake_openai import FakeOpenAI
 
             self._fake = FakeOpenAI(chat_responder=dispatch_responder)
             self._fake.start()
@@ -169,7 +169,7 @@ class Services:
 
 def dispatch_responder(body: dict[str, Any]) -> str:
     """Chat answers for both systems: mem0's extraction call gets mem0's shape, ours our contract."""
-    from bench.fake_openai import rules_responder
+    from worker.testing.fake_openai import rules_responder
 
     return mem0_setup.mem0_responder(body) if mem0_setup.is_mem0_request(body) else rules_responder(body)
 
@@ -497,8 +497,8 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[1])
-    from bench.mem0_setup import is_mem0_request, mem0_responder
-    from bench.fake_openai import FakeOpenAI, rules_responder
+    from worker.testing.mem0_setup import is_mem0_request, mem0_responder
+    from worker.testing.fake_openai import FakeOpenAI, rules_responder
 
     def respond(body):
         return mem0_responder(body) if is_mem0_request(body) else rules_responder(body)
@@ -1088,14 +1088,15 @@ async def run_locomo(
     """LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
     from store.core.recall import RETRIEVERS
-    from worker.commands import evaluate
+    from worker.evaluation import options as evaluate_options
+    from worker.evaluation import runner
     from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     started = time.perf_counter()
     log("locomo: ours (pmem eval locomo's code, local MiniLM)")
-    ours = await evaluate.run_locomo(
-        evaluate.EvalOptions(
+    ours = await runner.run_locomo(
+        evaluate_options.EvalOptions(
             file=locomo,
             unit="observation",
             ks=tuple(ks),

@@ -11,7 +11,7 @@ a near duplicate (1 % Gaussian noise, cosine ≈ 0.98) and an unrelated vector, 
 found, the recall@8 of both kinds of query, and the mean time of the HNSW read.
 
     python bench/dedup_recall.py --data-dir /tmp/popdb \\
-        --embedding-cache /tmp/evalcache/local-default-384.pickle
+        --embedding-cache /tmp/evalcache/local-all-MiniLM-L6-v2-384.npz
 
 With `--embedding-cache` (the cache `pmem eval locomo --embedding-cache DIR` writes: ~24,500
 LoCoMo turns and observations embedded by all-MiniLM-L6-v2) the persona is made of those REAL
@@ -115,14 +115,14 @@ REAL_PERSONA = "00000000-0000-0000-0000-0000000be5a1"
 def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> None:
     """The check on a persona of real MiniLM embeddings (see the module docstring)."""
     import asyncio
-    import pickle
     import uuid
 
     from pgvector.psycopg import register_vector
 
     from extraction.embeddings import LocalEmbedder
+    from worker.evaluation.cache import load_vectors
 
-    cache = pickle.loads(args.embedding_cache.read_bytes())["vectors"]
+    cache = load_vectors(args.embedding_cache)
     texts = sorted(cache)
     url = postgres.url_for(args.database)
     try:

@@ -33,8 +33,9 @@ from bench.fusion_knobs import (
 )
 from store.core.recall import ScoreFusion, conversation_scores
 from store.model import Memory
-from worker.commands.evaluate import DEFAULT_EMBEDDING_CACHE, EvalOptions, run_locomo
 from worker.evaluation.locomo import load_locomo, select_split
+from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE, EvalOptions
+from worker.evaluation.runner import run_locomo
 
 NAMES = (*KNOB_FEATURES, "conversation")
 

@@ -1,7 +1,7 @@
 """Client CPU per OpenAI-compatible POST: `extraction.clients.ProviderClient` against the openai
 SDK's own client on its aiohttp transport (what the worker used before).
 
-The fake OpenAI-compatible server (bench/fake_openai.py) runs in its own process, so only the
+The fake OpenAI-compatible server (worker/testing/fake_openai.py) runs in its own process, so only the
 client's CPU is counted. Each round sends N embeddings requests (3 inputs, base64 reply) with 32
 in flight, once per client, alternating, and reports the client process's CPU per request.
 
@@ -33,7 +33,7 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[1])
-    from bench.fake_openai import FakeOpenAI
+    from worker.testing.fake_openai import FakeOpenAI
     fake = FakeOpenAI()
     print(fake.start(), flush=True)
     sys.stdin.read()  # until the parent closes our stdin

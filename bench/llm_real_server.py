@@ -10,7 +10,7 @@ SmolLM2-135M-Instruct on loopback (started here; or `--base-url` for a running s
 - `--out FILE` (JSON): seconds per call and per request (p50 / mean / max), calls per request,
   outcome counts. No conversation text.
 
-    python bench/llm_real_server.py --out bench/results/llm_real_server_smollm2_demo_YYYYMMDD.json \\
+    .venv/bin/python bench/llm_real_server.py --out bench/results/llm_real_server_smollm2.json \\
         --replies /tmp/replies_demo.jsonl
 """
 
@@ -28,12 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.llama_server import LlamaServer, find_llama_server, find_model
 from extraction.clients import ProviderClient
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.model import Scope
+from worker.testing.llama_server import LlamaServer, find_llama_server, find_model
 
 SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversations.jsonl"
 

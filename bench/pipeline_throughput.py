@@ -1,7 +1,7 @@
 """Pipeline throughput: conversations per second of one `pmem worker` process against a fake LLM.
 
 Setup (all real except the LLM): an embedded nats-server and Postgres + pgvector in a temporary
-directory; the fake OpenAI-compatible server (bench/fake_openai.py) in its own process, with
+directory; the fake OpenAI-compatible server (worker/testing/fake_openai.py) in its own process, with
 300 ms per chat completion and 20 ms per embeddings call; the worker as a subprocess
 (`python -m worker.cli worker`), exactly as deployed. For each concurrency: a fresh database and
 fresh stream/consumer, N events published up front (the backlog), then the worker is started.
@@ -68,7 +68,7 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, sys.argv[1])
-    from bench.fake_openai import FakeOpenAI, persona_learning_responder
+    from worker.testing.fake_openai import FakeOpenAI, persona_learning_responder
     fake = FakeOpenAI(
         chat_latency_s=float(sys.argv[2]),
         embedding_latency_s=float(sys.argv[3]),

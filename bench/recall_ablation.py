@@ -18,14 +18,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store.core.recall import ScoreFusion
-from worker.commands.evaluate import (
-    EvalOptions,
-    local_embedder_available,
-    resolve_embedding_provider,
-    run_locomo,
-)
+from worker.evaluation.options import EvalOptions, local_embedder_available, resolve_embedding_provider
+from worker.evaluation.runner import run_locomo
 
-_NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates, no floor
+_NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates (before 2026-12-01)
 VARIANTS: dict[str, ScoreFusion] = {
     "score fusion + BM25 only": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0, focus_share=None),
     "+ informative query words": replace(_NO_FLOOR, time_boost=0.0, conversation_boost=0.0),

@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fusion_knobs import FusionKnobs, knobs_applied
 from store.core.recall import ScoreFusion
-from worker.commands.evaluate import (
+from worker.evaluation.options import (
     DEFAULT_EMBEDDING_CACHE,
     EvalOptions,
     local_embedder_available,
     resolve_embedding_provider,
-    run_locomo,
 )
+from worker.evaluation.runner import run_locomo
 
 LEARNED_SQLITE_DEV = (
     ("vector", 0.831), ("text", 0.7852), ("cosine", 1.0), ("vector_rank", 0.0463), ("text_rank", 0.6075),

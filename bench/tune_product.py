@@ -2,14 +2,14 @@
 and `all`, from ONE ingestion: every session of every conversation through the real per-event
 pipeline (rules extractor unless PMEM_EXTRACTOR says otherwise) into a fresh store, as
 `pmem eval locomo --unit product` does; then per question the product's two rankings, memories
-and turns (`store.services.context_recall.items_in_context` with one include each, at depth 50).
+and turns (`store.context_recall.items_in_context` with one include each, at depth 50).
 
-The merged list recall returns is `store.core.turns.merge_recall` of exactly these two rankings (the
+The merged list recall returns is `store.turns.merge_recall` of exactly these two rankings (the
 product's own function, pure), so every fusion variant is scored by merging them again with its
 constants, without a store:
 
     python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite] [--no-evidence]
-        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/locomo_product_postgres_YYYYMMDD.json]
+        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
 
 The variant with the best dev R@10 + A@10 is chosen; its dev, test and all figures are printed
 beside turns alone and memories alone. Embeddings are cached in .pmem/eval-cache."""
@@ -35,19 +35,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from store.core.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
 from store.model import RecallHit, RecallItem, TurnHit
 from store.services.context_recall import items_in_context
-from worker.commands.evaluate import (
+from worker.evaluation import product_run
+from worker.evaluation.cache import CachingEmbedder, cache_file
+from worker.evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
+from worker.evaluation.options import (
     DEFAULT_EMBEDDING_CACHE,
-    CachingEmbedder,
     EvalOptions,
-    _cache_file,
-    _extraction_pipeline,
-    _open_store,
     local_embedder_available,
     resolve_embedding_provider,
 )
-from worker.evaluation import product_run
-from worker.evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
 from worker.evaluation.product import question_result, session_index
+from worker.evaluation.runner import extraction_pipeline
+from worker.evaluation.stores import open_store
 
 KS = (5, 10, 25, 50)
 DEPTH = max(KS)
@@ -143,7 +142,7 @@ def line(label: str, summary: dict[str, Any]) -> str:
 
 async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Split], dict[str, Any]]:
     """Ingest every conversation, then ask every question for both rankings."""
-    from extraction.embeddings import build_embedder, close_embedder
+    from extraction.embeddings import build_embedder, close_embedder, embedding_identity
     from worker.settings import load_settings
 
     provider = resolve_embedding_provider(None, os.environ, local_embedder_available())
@@ -162,15 +161,16 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
     split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
     settings = load_settings(embedding_provider=provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
-    if cache_file is not None:
-        embedder.load(cache_file)
+    identity = embedding_identity(settings)
+    cached = cache_file(options, identity.provider, identity.model, embedder.dim)
+    if cached is not None:
+        embedder.load(cached)
     asked: list[Asked] = []
     usage: list[dict[str, int]] = []
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_embedder, embedder.inner)
-        opened = await _open_store(options, embedder, stack)
-        pipeline = _extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
+        opened = await open_store(options, embedder, stack)
+        pipeline = extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
         semaphore = asyncio.Semaphore(args.concurrency)
         wanted = everything
         if args.conversations:
@@ -180,8 +180,8 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
             start = time.monotonic()
             owner = uuid.uuid4()
             usage.extend(await product_run.ingest(opened, pipeline.deps, conversation, owner))
-            if cache_file is not None:
-                embedder.save(cache_file)
+            if cached is not None:
+                embedder.save(cached)
 
             async def both(query: str, owner: uuid.UUID = owner) -> tuple[list[RecallItem], list[RecallItem]]:
                 async with semaphore:

@@ -29,23 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store.core.recall import ScoreFusion
-from worker.commands.evaluate import (
-    DEFAULT_DIALOG_CONTEXT,
-    DEFAULT_DIALOG_KEY_AFTER,
-    DEFAULT_EMBEDDING_CACHE,
-    DEFAULT_KEY_CONTEXT,
-    DEFAULT_OBSERVATION_CONTEXT,
-    DEFAULT_SOURCE_CONTEXT,
-    CachingEmbedder,
-    EvalOptions,
-    _cache_file,
-    _open_store,
-    local_embedder_available,
-    resolve_embedding_provider,
-    unit_key_contexts,
-    unit_memories,
-    unit_vectors,
-)
+from worker.evaluation.cache import CachingEmbedder, cache_file
 from worker.evaluation.locomo import (
     OBSERVATION_CONTEXTS,
     QuestionResult,
@@ -53,6 +37,19 @@ from worker.evaluation.locomo import (
     select_split,
     summarise,
 )
+from worker.evaluation.options import (
+    DEFAULT_DIALOG_CONTEXT,
+    DEFAULT_DIALOG_KEY_AFTER,
+    DEFAULT_EMBEDDING_CACHE,
+    DEFAULT_KEY_CONTEXT,
+    DEFAULT_OBSERVATION_CONTEXT,
+    DEFAULT_SOURCE_CONTEXT,
+    EvalOptions,
+    local_embedder_available,
+    resolve_embedding_provider,
+)
+from worker.evaluation.stores import open_store
+from worker.evaluation.units import unit_key_contexts, unit_memories, unit_vectors
 
 _FIELDS = {f.name for f in fields(ScoreFusion)}
 
@@ -113,13 +110,13 @@ async def main(argv: list[str] | None = None) -> int:
     settings = load_settings(embedding_provider=options.embedding_provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
     identity = embedding_identity(settings)  # PMEM_EMBEDDING_MODEL picks the local model
-    cache_file = _cache_file(options, identity.provider, identity.model, embedder.dim)
-    assert cache_file is not None
-    embedder.load(cache_file)
+    cached = cache_file(options, identity.provider, identity.model, embedder.dim)
+    assert cached is not None
+    embedder.load(cached)
     conversations = select_split(load_locomo(options.file), options.split)
     results: dict[str, Any] = {}
     async with AsyncExitStack() as stack:
-        store = await _open_store(options, embedder, stack)
+        store = await open_store(options, embedder, stack)
         loaded = []
         for conversation in conversations:
             owner = uuid.uuid4()
@@ -135,7 +132,7 @@ async def main(argv: list[str] | None = None) -> int:
                     dia_ids[result.memory_id] = unit.dia_ids
             await embedder.embed_queries([q.question for q in conversation.questions])
             loaded.append((owner, conversation, dia_ids))
-        embedder.save(cache_file)
+        embedder.save(cached)
         for name, fusion in variants:
             store._fusion = fusion
             started = time.monotonic()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 from worker.embedded import EmbeddedNats, EmbeddedPostgres
+from worker.testing.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 
 _database_counter = itertools.count()
 

@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from tests.deploy.deploy_files import DASHBOARDS, prometheus_tool
-from tests.fakes.fake_openai import FakeOpenAI, Reply
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import base_settings, conversation
 from worker.embedded import EmbeddedNats, free_port
+from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.slow
 

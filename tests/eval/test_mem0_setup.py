@@ -1,11 +1,12 @@
-"""The pure parts of bench/mem0_setup.py (mem0 itself is a bench-only dependency and not imported)."""
+"""The pure parts of worker/testing/mem0_setup.py (mem0 itself is a bench-only dependency and not
+imported)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.mem0_setup import is_mem0_request, mem0_config, mem0_responder
+from worker.testing.mem0_setup import is_mem0_request, mem0_config, mem0_responder
 
 
 def _mem0_body(new_messages: str) -> dict[str, object]:

@@ -13,9 +13,10 @@ import pytest
 
 from extraction.types import Candidate, ExtractionResult
 from worker.cli import build_parser, main
-from worker.commands.evaluate import options_from_args, parse_includes
+from worker.commands.evaluate import options_from_args
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import load_locomo
+from worker.evaluation.options import parse_includes
 from worker.evaluation.product import (
     Quote,
     Recalled,

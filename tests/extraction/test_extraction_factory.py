@@ -8,8 +8,8 @@ from extraction.factory import build_extractor
 from extraction.llm import LLMExtractor
 from extraction.rules import RulesExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
-from tests.fakes.fake_openai import FakeOpenAI
 from worker.settings import Settings
+from worker.testing.fake_openai import FakeOpenAI
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from extraction.embeddings import (
     supports_dimensions,
 )
 from extraction.errors import PermanentEmbeddingError, RetryPolicy, TransientEmbeddingError
-from tests.fakes.fake_openai import FakeOpenAI, Reply
 from worker.settings import Settings
+from worker.testing.fake_openai import FakeOpenAI, Reply
 
 
 def embedder(fake: FakeOpenAI, retry: RetryPolicy, **overrides: Any) -> OpenAIEmbedder:

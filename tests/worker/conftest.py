@@ -8,10 +8,10 @@ import nats
 import pytest
 
 from store.migrate import migrate_async
-from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import Harness, base_settings
 from worker.embedded import EmbeddedNats
+from worker.testing.fake_openai import FakeOpenAI
 
 
 @pytest.fixture

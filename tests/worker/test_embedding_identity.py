@@ -18,10 +18,10 @@ from extraction.embeddings import HashingEmbedder, embedding_identity
 from store.factory import open_store
 from store.migrate import EmbeddingModelMismatch, migrate_async
 from store.model import EmbeddingIdentity, NewMemory
-from tests.fakes.fake_openai import FakeOpenAI
 from tests.worker.worker_harness import Harness
 from worker.app import build_worker
 from worker.settings import load_settings
+from worker.testing.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.asyncio
 REPO = Path(__file__).resolve().parents[2]

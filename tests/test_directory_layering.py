@@ -1,0 +1,50 @@
+"""Which top-level directory may import which: tests/ never import bench/ (what both need lives in
+`worker.testing` or `worker.evaluation`), and the service's packages never import `worker.testing`."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVICE = ("api", "extraction", "prompts", "store", "worker")
+
+
+def imported_modules(path: Path) -> Iterator[str]:
+    """Every module an `import` or `from … import` in `path` names (relative imports skipped)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def importers(directories: tuple[str, ...], banned: str, *, skip: tuple[str, ...] = ()) -> list[str]:
+    """`file: module` for every import of `banned` (or a module under it) in `directories`."""
+    found = []
+    for directory in directories:
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(skip):
+                continue
+            found.extend(
+                f"{relative}: {module}"
+                for module in imported_modules(path)
+                if module == banned or module.startswith(banned + ".")
+            )
+    return found
+
+
+def test_tests_never_import_bench() -> None:
+    assert importers(("tests",), "bench") == []
+
+
+def test_the_service_never_imports_the_testing_helpers() -> None:
+    assert importers(SERVICE, "worker.testing", skip=("worker/testing/", "worker/evaluation/")) == []
+
+
+def test_the_check_sees_an_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nfrom bench.fake import thing\nimport bench\nfrom . import near\n")
+    assert list(imported_modules(probe)) == ["os", "bench.fake", "bench"]
