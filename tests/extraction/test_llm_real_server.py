@@ -11,12 +11,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 import pytest
 
 from bench.llama_server import LlamaServer
-from extraction.clients import status_error
+from extraction.clients import provider_client
 from extraction.errors import PermanentExtractionError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor, is_over_context
 from extraction.types import ExtractionRequest, ExtractionResult, TranscriptMessage
@@ -119,20 +118,17 @@ async def test_the_servers_answer_to_a_prompt_over_its_context_is_recognised(
     llama_server: LlamaServer,
 ) -> None:
     too_long = "I keep bees in my garden. " * (llama_server.slot_context // 3)
-    status, reply = post(
-        llama_server,
-        {"model": "smollm2", "messages": [{"role": "user", "content": too_long}], "max_tokens": 8},
-    )
-    assert status == 400
-    error = status_error(
-        httpx2.Response(
-            status,
-            content=json.dumps(reply).encode(),
-            request=httpx2.Request("POST", llama_server.base_url),
-        )
-    )
-    assert isinstance(error, openai.BadRequestError)
-    assert is_over_context(error)
+    client = provider_client(base_url=llama_server.base_url, api_key=None, timeout_s=120.0, missing_key="")
+    try:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.post(
+                "/chat/completions",
+                {"model": "smollm2", "messages": [{"role": "user", "content": too_long}], "max_tokens": 8},
+            )
+    finally:
+        await client.close()
+    assert caught.value.status_code == 400
+    assert is_over_context(caught.value)
 
 
 async def test_a_conversation_over_the_servers_context_is_split_never_refused(
