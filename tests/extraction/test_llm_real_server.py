@@ -23,6 +23,8 @@ from extraction.validate import DEFAULT_LIMITS, output_json_schema
 
 SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples" / "conversations.jsonl"
 RETRY = RetryPolicy(max_retries=2, wait_initial_s=0.05, wait_max_s=0.2, retry_after_cap_s=1.0)
+# how long a starting server may take to load its model (LlamaServer.start waits as long)
+LOAD_DEADLINE_S = 120.0
 
 
 def sample_requests() -> list[ExtractionRequest]:
@@ -177,7 +179,11 @@ async def test_a_server_still_loading_its_model_is_waited_for(
     tmp_path: Path, llama_server: LlamaServer
 ) -> None:
     loading = LlamaServer(
-        binary=llama_server.binary, model=llama_server.model, log_path=tmp_path / "server.log", ctx_size=2048
+        binary=llama_server.binary,
+        model=llama_server.model,
+        log_path=tmp_path / "server.log",
+        ctx_size=2048,
+        threads=llama_server.threads,
     )
     loading.launch()
     reasons: list[str] = []
@@ -186,7 +192,10 @@ async def test_a_server_still_loading_its_model_is_waited_for(
             model="smollm2",
             base_url=loading.base_url,
             timeout_s=60.0,
-            retry=RetryPolicy(max_retries=60, wait_initial_s=0.1, wait_max_s=0.25),
+            # retried until the model is loaded, for as long as a server is given to start
+            retry=RetryPolicy(
+                max_retries=10_000, wait_initial_s=0.1, wait_max_s=0.25, deadline_s=LOAD_DEADLINE_S
+            ),
             max_output_tokens=512,
             max_input_tokens=900,
         )
