@@ -1,5 +1,6 @@
-"""Client CPU per OpenAI-compatible POST: `extraction.clients.ProviderClient` against the openai
-SDK's own client on its aiohttp transport (what the worker used before).
+"""Client CPU per OpenAI-compatible POST through `extraction.clients.ProviderClient` (the openai
+SDK's client, raw replies), on the SDK's aiohttp transport (`openai.DefaultAioHttpClient`, what
+`provider_client` uses) and on its default httpx2 transport.
 
 The fake OpenAI-compatible server (worker/testing/fake_openai.py) runs in its own process, so only the
 client's CPU is counted. Each round sends N embeddings requests (3 inputs, base64 reply) with 32
@@ -24,10 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import httpx2  # noqa: E402
 import openai  # noqa: E402
 
-from extraction.clients import ProviderClient  # noqa: E402
+from extraction.clients import ProviderClient, provider_client  # noqa: E402
 
 FAKE_SERVER = textwrap.dedent(
     """
@@ -78,30 +78,30 @@ def start_fake() -> tuple[subprocess.Popen[str], str]:
 
 
 async def main(base_url: str, requests: int, rounds: int, in_flight: int) -> None:
-    ours = ProviderClient(base_url=base_url, api_key="k", timeout_s=30)
-    sdk = openai.AsyncOpenAI(
-        base_url=base_url, api_key="k", max_retries=0, http_client=openai.DefaultAioHttpClient(timeout=30)
-    )
+    clients = {
+        "SDK client, aiohttp transport (ours)": provider_client(
+            base_url=base_url, api_key="k", timeout_s=30, missing_key=""
+        ),
+        "SDK client, httpx2 transport": ProviderClient(
+            lambda: openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0, timeout=30),
+            timeout_s=30,
+        ),
+    }
 
-    async def via_sdk() -> bytes:
-        response = await sdk.post("/embeddings", body=BODY, cast_to=httpx2.Response)
-        return response.content
+    def poster(client: ProviderClient) -> Callable[[], Awaitable[bytes]]:
+        return lambda: client.post("/embeddings", BODY)
 
-    async def via_ours() -> bytes:
-        return await ours.post("/embeddings", BODY)
-
-    clients = {"openai SDK client (aiohttp transport)": via_sdk, "ProviderClient": via_ours}
     figures: dict[str, list[float]] = {name: [] for name in clients}
     try:
-        for post in clients.values():  # warm-up: connections, imports
-            await cpu_ms_per_request(post, 100, in_flight)
+        for client in clients.values():  # warm-up: connections, imports
+            await cpu_ms_per_request(poster(client), 100, in_flight)
         for round_ in range(1, rounds + 1):
-            for name, post in clients.items():
-                figures[name].append(await cpu_ms_per_request(post, requests, in_flight))
+            for name, client in clients.items():
+                figures[name].append(await cpu_ms_per_request(poster(client), requests, in_flight))
             print(f"round {round_}/{rounds}: " + ", ".join(f"{n} {f[-1]:.2f} ms" for n, f in figures.items()))
     finally:
-        await ours.close()
-        await sdk.close()
+        for client in clients.values():
+            await client.close()
     for name, values in figures.items():
         print(f"{name:40s} median {statistics.median(values):.2f} ms CPU per request ({requests} x {rounds})")
 

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from extraction.clients import ProviderClient
+from extraction.clients import ProviderClient, sdk_client
 from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
@@ -41,8 +41,10 @@ SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversa
 class RecordingClient(ProviderClient):
     """A `ProviderClient` that keeps every chat reply's raw body and its wall-clock seconds."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, base_url: str, timeout_s: float) -> None:
+        super().__init__(
+            lambda: sdk_client(base_url=base_url, api_key="unused", timeout_s=timeout_s), timeout_s=timeout_s
+        )
         self.calls: list[dict[str, Any]] = []
 
     async def post(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> bytes:
@@ -108,7 +110,7 @@ def locomo_requests(path: Path, conversation: int) -> list[tuple[str, Extraction
 
 async def run(args: argparse.Namespace, base_url: str, context: int) -> dict[str, Any]:
     """Extract every request once; write the replies file; return the timing summary."""
-    client = RecordingClient(base_url=base_url, api_key="unused", timeout_s=args.timeout)
+    client = RecordingClient(base_url=base_url, timeout_s=args.timeout)
     config = LLMConfig(
         model="smollm2",
         base_url=base_url,

@@ -29,6 +29,12 @@ tokens per event (pmem_llm_tokens_total) and worker CPU per event are reported f
 populated/empty ratio. The fake LLM writes `user` and `persona_user` facts only; `--persona-facts`
 moves each persona event's last fact to the `persona` scope (the persona's near-duplicate read and
 lock on half the events).
+`--user-turns N` also gives every user of the populated run N remembered conversation turns (with
+embeddings, in the contexts its events use), e.g. to compare `--worker-env PMEM_HISTORY=true` and
+`=false` on users with a long history:
+
+    python bench/pipeline_throughput.py --populated --events 300 --concurrency 8 --messages 20 \
+        --users 2 --user-turns 100000 --worker-env PMEM_HISTORY=true
 """
 
 from __future__ import annotations
@@ -258,8 +264,8 @@ WORDS = [
 ]
 
 
-# rows of the populated store: a persona with 100,000, users with 2,000 each
-ROWS = {"persona": 100_000, "user": 2000}
+# rows of the populated store: a persona with 100,000, users with 2,000 each, turns per user
+ROWS = {"persona": 100_000, "user": 2000, "turns": 0}
 LEARNING_ON = "INSERT INTO memory_settings (level, target_id, persona_learning) VALUES ('persona', %s, true)"
 
 
@@ -330,6 +336,74 @@ async def populate(
         await conn.execute(found[0])
         await conn.execute(LEARNING_ON, (persona,))
         await conn.execute("ANALYZE memories")
+    return time.monotonic() - started
+
+
+# remembered turns per conversation when the store is seeded with history (--user-turns)
+TURNS_PER_CONVERSATION = 10
+
+
+async def populate_turns(
+    database_url: str, *, contexts: dict[uuid.UUID, list[uuid.UUID | None]], per_user: int
+) -> float:
+    """Seed `per_user` remembered conversation turns for each user of `contexts`, spread evenly
+    over the user's contexts (its events' personas, None for none), in conversations of
+    `TURNS_PER_CONVERSATION` turns, one second apart, newest now; random unit vectors and text
+    from the shared vocabulary. Binary COPY with the table's secondary indexes dropped and rebuilt
+    after, exactly as the migrations defined them. Returns the seconds it took."""
+    from datetime import UTC, datetime
+
+    import numpy as np
+    from pgvector.psycopg import register_vector_async
+
+    started = time.monotonic()
+    rng = np.random.default_rng(11)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await register_vector_async(conn)
+        indexes = await (
+            await conn.execute(
+                "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = 'conversation_turns' "
+                "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+            )
+        ).fetchall()
+        for name, _ in indexes:
+            await conn.execute(f'DROP INDEX "{name}"')
+        columns = "id, channel_id, event_id, user_id, persona_id, role, text, at, position, embedding"
+        types = ["uuid", "uuid", "uuid", "uuid", "uuid", "text", "text", "timestamptz", "int4", "vector"]
+        now = time.time()
+        copy_sql = f"COPY conversation_turns ({columns}) FROM STDIN WITH (FORMAT BINARY)"
+        async with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            copy.set_types(types)
+            for user, personas in contexts.items():
+                vectors = rng.standard_normal((per_user, 384)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                picks = rng.integers(0, len(WORDS), size=(per_user, 4))
+                channel = event = uuid.uuid4()
+                for i in range(per_user):
+                    position = i % TURNS_PER_CONVERSATION + 1
+                    if position == 1:
+                        channel, event = uuid.uuid4(), uuid.uuid4()
+                    # whole conversations per context: the context changes between conversations
+                    persona = personas[(i // TURNS_PER_CONVERSATION) % len(personas)]
+                    words = [WORDS[j] for j in picks[i]]
+                    await copy.write_row(
+                        (
+                            uuid.uuid4(),
+                            channel,
+                            event,
+                            user,
+                            persona,
+                            "user" if position % 2 else "assistant",
+                            f"We talked about {words[0]}, {words[1]} and {words[2]} on the {words[3]}",
+                            datetime.fromtimestamp(now - (per_user - i), UTC),
+                            position,
+                            vectors[i],
+                        )
+                    )
+        await conn.execute("SET maintenance_work_mem = '512MB'")
+        for _, definition in indexes:
+            await conn.execute(definition)
+        await conn.execute("ANALYZE conversation_turns")
     return time.monotonic() - started
 
 
@@ -519,6 +593,18 @@ async def run_one(
                 f"x {ROWS['user']:,} in {took:.0f}s",
                 flush=True,
             )
+            if ROWS["turns"]:
+                contexts: dict[uuid.UUID, list[uuid.UUID | None]] = {}
+                for e in events:
+                    seen = contexts.setdefault(uuid.UUID(e["user_id"]), [])
+                    context = uuid.UUID(e["persona_id"]) if e["persona_id"] else None
+                    if context not in seen:
+                        seen.append(context)
+                took = await populate_turns(database_url, contexts=contexts, per_user=ROWS["turns"])
+                print(
+                    f"populated: {len(users)} users x {ROWS['turns']:,} conversation turns in {took:.0f}s",
+                    flush=True,
+                )
         else:  # persona learning on in both runs
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
                 await conn.execute(LEARNING_ON, (persona,))
@@ -783,6 +869,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--persona-rows", type=int, default=100_000, help="persona memories with --populated")
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument(
+        "--user-turns",
+        type=int,
+        default=0,
+        help="remembered conversation turns per user of the events with --populated (default 0), "
+        "e.g. 100000 to measure PMEM_HISTORY on a user with a long history",
+    )
+    parser.add_argument(
         "--llm-jitter",
         type=float,
         default=0.0,
@@ -819,7 +912,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     options = parse_args()
-    ROWS.update(persona=options.persona_rows, user=options.user_rows)
+    ROWS.update(persona=options.persona_rows, user=options.user_rows, turns=options.user_turns)
     EVENT_SHAPE.update(messages=options.messages)
     figures = main(options)
     print()

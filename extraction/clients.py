@@ -1,152 +1,138 @@
-"""The one place that talks HTTP to OpenAI-compatible APIs (chat completions and embeddings).
+"""The one place that builds clients of OpenAI-compatible APIs (chat completions and embeddings).
 
-`ProviderClient` POSTs a JSON body over one aiohttp session and returns the raw reply for
-`extraction.wire` to parse. Its failures are the `openai` SDK's exception types
-(`APIConnectionError`, `APITimeoutError`, `APIStatusError` and its per-status subclasses), so
-`extraction.errors.classify_openai_error` and callers see the same taxonomy as with the SDK's
-client. The SDK's own request stack (request options, httpx2 models, its aiohttp adapter) cost
-about a millisecond of CPU per call for headers we do not need (bench/README.md, "The HTTP calls
-without the SDK's request stack").
+`provider_client` makes an `openai.AsyncOpenAI` (an `openai.AsyncAzureOpenAI` for an Azure OpenAI
+endpoint): its authentication, base URL, organisation and project headers, proxies from the
+environment, Azure deployment paths, and its status-code exceptions. `max_retries=0`:
+`extraction.errors.RetryPolicy` owns the retries, so nothing is retried twice.
+
+The transport is the SDK's aiohttp one (`openai.DefaultAioHttpClient`): it costs about half the
+client CPU per call of the SDK's default httpx2 transport, whose connection pool polls every idle
+connection on each request (bench/http_client_cpu.py; about 1.4 ms per event of two calls).
+
+`ProviderClient.post` sends a JSON body through the SDK's `post(..., cast_to=httpx2.Response)` and
+returns the raw reply for `extraction.wire` to parse: the SDK's typed layer (walking each request
+against its TypedDicts and building pydantic models of each reply) is skipped, not its transport.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import asyncio
 import os
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import httpx2
 import openai
-import yarl
 
-__all__ = ["ProviderClient", "env_proxy", "provider_client", "status_error"]
+__all__ = ["ProviderClient", "provider_client", "sdk_client"]
 
 # Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) accept any key; api.openai.com needs one.
 PLACEHOLDER_KEY = "unused"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
+# The API version an Azure OpenAI endpoint is called with unless OPENAI_API_VERSION says otherwise.
+AZURE_API_VERSION = "2024-10-21"
 
 
 class ProviderClient:
-    """POSTs JSON to one OpenAI-compatible base URL; one aiohttp session, made on first use."""
+    """POSTs JSON to one OpenAI-compatible API through an `openai` SDK client (a new one made by
+    `make_sdk` after `close`)."""
 
-    def __init__(self, *, base_url: str, api_key: str, timeout_s: float) -> None:
-        """`timeout_s` bounds each request as a whole (connect, send, wait and read)."""
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, make_sdk: Callable[[], openai.AsyncOpenAI], *, timeout_s: float) -> None:
+        """`make_sdk()` must give a client that does not retry by itself (`max_retries=0`);
+        `timeout_s` bounds each request as a whole (connect, send, wait and read), which the
+        SDK's per-phase timeouts alone do not."""
+        self._make_sdk = make_sdk
+        self._sdk: openai.AsyncOpenAI | None = make_sdk()
+        self.base_url = str(self._sdk.base_url).rstrip("/")
         self.timeout_s = timeout_s
-        self._headers = {
-            "Authorization": f"Bearer {api_key}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": "persona-memory",
-        }
-        # read from the environment as the SDK's client does
-        for header, variable in (
-            ("OpenAI-Organization", "OPENAI_ORG_ID"),
-            ("OpenAI-Project", "OPENAI_PROJECT_ID"),
-        ):
-            if os.environ.get(variable):
-                self._headers[header] = os.environ[variable]
-        self._proxy = env_proxy(self.base_url)
-        self._session: aiohttp.ClientSession | None = None
-        self._urls: dict[str, yarl.URL] = {}
-        self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
+
+    @property
+    def sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client the requests go through (made now if there is none open)."""
+        if self._sdk is None or self._sdk.is_closed():
+            self._sdk = self._make_sdk()
+        return self._sdk
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the SDK client is open (not closed since it was made)."""
+        return self._sdk is not None and not self._sdk.is_closed()
 
     async def post(self, path: str, body: dict[str, Any], *, timeout_s: float | None = None) -> bytes:
-        """POST `body` as JSON to `path`; the reply body of a 2xx answer. Raises the openai SDK's
+        """POST `body` as JSON to `path`; the reply body of a 2xx answer. Raises the SDK's
         `APITimeoutError`, `APIConnectionError` or `APIStatusError` (by status) otherwise."""
-        url = self.base_url + path
         total = self.timeout_s if timeout_s is None else timeout_s
-        # parsed once: aiohttp parses a str URL on every request (a few percent of its CPU here)
-        target = self._urls.get(url) or self._urls.setdefault(url, yarl.URL(url))
-        timeout = self._timeouts.get(total) or self._timeouts.setdefault(
-            total, aiohttp.ClientTimeout(total=total)
-        )
         try:
-            async with self._open().post(
-                target,
-                data=json.dumps(body).encode(),
-                headers=self._headers,
-                timeout=timeout,
-                proxy=self._proxy,
-            ) as response:
-                content = await response.read()
-                if response.status < 300:
-                    return content
-                headers = list(response.headers.items())
-                status = response.status
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise openai.APITimeoutError(request=httpx2.Request("POST", url)) from exc
-        except aiohttp.ClientError as exc:
-            raise openai.APIConnectionError(
-                message=f"Connection error: {type(exc).__name__}: {exc}", request=httpx2.Request("POST", url)
-            ) from exc
-        raise status_error(
-            httpx2.Response(status, headers=headers, content=content, request=httpx2.Request("POST", url))
-        )
-
-    def _open(self) -> aiohttp.ClientSession:
-        # made inside the running loop (aiohttp requires it); not `trust_env`, which reads the
-        # environment and ~/.netrc (in a thread) on every request: the proxy is resolved once
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
+            async with asyncio.timeout(total):
+                response = await self.sdk.post(
+                    path, body=body, cast_to=httpx2.Response, options={"timeout": total}
+                )
+                return await response.aread()
+        except TimeoutError as exc:
+            raise openai.APITimeoutError(request=httpx2.Request("POST", self.base_url + path)) from exc
+        except openai.APITimeoutError as exc:
+            if _dropped_connection(exc):
+                raise openai.APIConnectionError(
+                    message=f"Connection error: {exc.__cause__!r}", request=exc.request
+                ) from exc
+            raise
 
     async def close(self) -> None:
-        """Close the session (a later `post` opens a new one)."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the SDK client's connections (a later `post` makes a new client)."""
+        if self._sdk is not None:
+            await self._sdk.close()
+            self._sdk = None
 
 
-def env_proxy(base_url: str) -> str | None:
-    """The proxy that HTTP(S)_PROXY / NO_PROXY give for `base_url`, as the SDK's client would use."""
-    url = urllib.parse.urlsplit(base_url)
-    if urllib.request.proxy_bypass(url.hostname or ""):
-        return None
-    return urllib.request.getproxies().get(url.scheme)
+def _dropped_connection(exc: BaseException) -> bool:
+    """True when a "timeout" is really a dropped or refused connection: the aiohttp transport
+    reports every `aiohttp.ClientConnectionError` (a server hanging up included) as a connect
+    timeout; its real timeouts are `ServerTimeoutError` / `SocketTimeoutError`."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
+            cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
-def status_error(response: httpx2.Response) -> openai.APIStatusError:
-    """The openai SDK's exception for a non-2xx `response`, with the provider's message, as the
-    SDK's client raises it ("Error code: 429 - Rate limit reached")."""
-    message = f"Error code: {response.status_code}"
-    text = response.text.strip()
-    body: object = text
-    with contextlib.suppress(ValueError):
-        body = json.loads(text)
-    error = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
-        message += f" - {error['message']}"
-    kind = _STATUS_ERRORS.get(response.status_code)
-    if kind is None:
-        kind = openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
-    return kind(message, response=response, body=error)
+def _is_azure(base_url: str) -> bool:
+    host = urllib.parse.urlsplit(base_url).hostname or ""
+    return host.endswith((".openai.azure.com", ".cognitiveservices.azure.com"))
+
+
+def sdk_client(*, base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
+    """The SDK's client for `base_url` on the aiohttp transport, without retries of its own: an
+    `AsyncAzureOpenAI` for an Azure OpenAI endpoint (`OPENAI_API_VERSION` or a recent version)."""
+    transport = openai.DefaultAioHttpClient(timeout=timeout_s)
+    if _is_azure(base_url):
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=base_url,
+            api_key=api_key,
+            api_version=os.environ.get("OPENAI_API_VERSION") or AZURE_API_VERSION,
+            timeout=timeout_s,
+            max_retries=0,
+            http_client=transport,
+        )
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=transport
+    )
 
 
 def provider_client(
     *, base_url: str | None, api_key: str | None, timeout_s: float, missing_key: str
 ) -> ProviderClient:
-    """A `ProviderClient` for `base_url` (None: `OPENAI_BASE_URL` or api.openai.com). Raises
-    ValueError with `missing_key` (the fix) when api.openai.com is the target and there is no key."""
+    """A `ProviderClient` on `sdk_client` for `base_url` (None: `OPENAI_BASE_URL` or
+    api.openai.com). Raises ValueError with `missing_key` (the fix) when api.openai.com is the
+    target and there is no key."""
     key = api_key or (PLACEHOLDER_KEY if base_url else None)
     if key is None:
         raise ValueError(missing_key)
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
     return ProviderClient(
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL,
-        api_key=key,
-        timeout_s=timeout_s,
+        lambda: sdk_client(base_url=url, api_key=key, timeout_s=timeout_s), timeout_s=timeout_s
     )

@@ -148,7 +148,8 @@ class OpenAIEmbedderConfig:
             ),
             batch_size=settings.embedding_batch_size,
             timeout_s=settings.llm_timeout_s,
-            retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+            retry=retry
+            or RetryPolicy(max_retries=settings.llm_max_retries, deadline_s=settings.event_timeout_s),
             query_timeout_s=settings.query_embedding_timeout_s,
         )
 

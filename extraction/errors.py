@@ -9,8 +9,8 @@
   wrong dimension). The worker dead-letters the event at once with the message as the reason.
 
 `classify_openai_error` maps the `openai` client's exceptions onto these; `RetryPolicy` is the
-in-process retry schedule that both the LLM extractor and the OpenAI embedder use before giving up
-and raising one of these.
+in-process retry schedule (a tenacity `AsyncRetrying`) that both the LLM extractor and the OpenAI
+embedder use before giving up and raising one of these.
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+)
+from tenacity.stop import stop_base
 
 from extraction.types import TokenUsage
 
@@ -148,7 +157,7 @@ def classify_openai_error(
     """
     import openai  # a core dependency; imported here so this module stays cheap to import
 
-    if isinstance(exc, openai.APITimeoutError) and not _dropped_connection(exc):
+    if isinstance(exc, openai.APITimeoutError):
         return transient(
             f"{what} timed out; raise the timeout if the provider is just slow", reason="timeout"
         )
@@ -177,24 +186,6 @@ def classify_openai_error(
     return permanent(f"{what} failed: {type(exc).__name__}: {_short(str(exc))}")
 
 
-def _dropped_connection(exc: BaseException) -> bool:
-    """True when a "timeout" is really a dropped or refused connection: the aiohttp transport
-    reports every `aiohttp.ClientConnectionError` (a server hanging up included) as a connect
-    timeout; its real timeouts are `ServerTimeoutError`/`SocketTimeoutError`."""
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - aiohttp comes with openai[aiohttp]
-        return False
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
-            cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
-        ):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
 def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -205,13 +196,16 @@ class RetryPolicy:
 
     `max_retries` counts retries after the first attempt. A Retry-After longer than
     `retry_after_cap_s` is not slept on here: the call gives up at once so the worker can nack the
-    event with that delay instead of holding a slot.
+    event with that delay instead of holding a slot. `deadline_s` bounds the attempts and pauses
+    together: no attempt starts after it, and no pause would end past it (the worker sets it to
+    `PMEM_EVENT_TIMEOUT_S`, beyond which the event is abandoned anyway).
     """
 
     max_retries: int = 3
     wait_initial_s: float = 0.5
     wait_max_s: float = 20.0
     retry_after_cap_s: float = 30.0
+    deadline_s: float | None = None
 
     def wait_for(self, attempt_number: int, retry_after_s: float | None) -> float:
         """Seconds to sleep after failed attempt `attempt_number` (1-based)."""
@@ -221,6 +215,39 @@ class RetryPolicy:
         # Full jitter on the upper half keeps many workers from retrying in lock-step.
         return float(backoff / 2 + random.uniform(0, backoff / 2))
 
+    def retrying(
+        self,
+        *,
+        retry_on: tuple[type[BaseException], ...],
+        sleep: Callable[[float], Awaitable[None]],
+        before_sleep: Callable[[BaseException], None] | None = None,
+    ) -> AsyncRetrying:
+        """A tenacity `AsyncRetrying` on this schedule: it retries `retry_on` failures, calls
+        `before_sleep(failure)` before each pause, and re-raises the last failure when it stops."""
+
+        def wait(state: RetryCallState) -> float:
+            return self.wait_for(state.attempt_number, _retry_after_of(state))
+
+        stop: stop_base = stop_after_attempt(self.max_retries + 1) | _StopOnLongRetryAfter(
+            self.retry_after_cap_s
+        )
+        if self.deadline_s is not None:
+            stop = stop | stop_before_delay(self.deadline_s)
+
+        def notify(state: RetryCallState) -> None:
+            failure = state.outcome.exception() if state.outcome is not None else None
+            if before_sleep is not None and failure is not None:
+                before_sleep(failure)
+
+        return AsyncRetrying(
+            stop=stop,
+            wait=wait,
+            retry=retry_if_exception_type(retry_on),
+            sleep=sleep,
+            reraise=True,
+            before_sleep=notify,
+        )
+
     async def call(
         self,
         attempt: Callable[[], Awaitable[_R]],
@@ -229,20 +256,26 @@ class RetryPolicy:
         sleep: Callable[[float], Awaitable[None]],
         before_sleep: Callable[[BaseException], None] | None = None,
     ) -> _R:
-        """`attempt()`'s result, calling it again after a `retry_on` failure up to `max_retries`
-        times (`wait_for`'s pause before each, `before_sleep(failure)` before that pause); the last
-        failure is raised, at once when a Retry-After exceeds `retry_after_cap_s`. A plain loop:
-        a retrying library's per-call bookkeeping cost ~0.1 ms for every call that succeeds."""
-        number = 1
-        while True:
-            try:
-                return await attempt()
-            except retry_on as failure:
-                retry_after = failure.retry_after_s if isinstance(failure, TransientError) else None
-                too_long = retry_after is not None and retry_after > self.retry_after_cap_s
-                if number > self.max_retries or too_long:
-                    raise
-                if before_sleep is not None:
-                    before_sleep(failure)
-                await sleep(self.wait_for(number, retry_after))
-                number += 1
+        """`attempt()`'s result, retried on this schedule (`retrying`); the last failure is
+        raised, at once when a Retry-After exceeds `retry_after_cap_s`."""
+        retrying = self.retrying(retry_on=retry_on, sleep=sleep, before_sleep=before_sleep)
+        return await retrying(attempt)
+
+
+class _StopOnLongRetryAfter(stop_base):
+    """Stop when the provider asks for a longer wait than we are willing to sleep in-process."""
+
+    def __init__(self, cap_s: float) -> None:
+        self._cap_s = cap_s
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        retry_after = _retry_after_of(retry_state)
+        return retry_after is not None and retry_after > self._cap_s
+
+
+def _retry_after_of(state: RetryCallState) -> float | None:
+    outcome = state.outcome
+    if outcome is None or not outcome.failed:
+        return None
+    exc = outcome.exception()
+    return exc.retry_after_s if isinstance(exc, TransientError) else None

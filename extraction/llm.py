@@ -99,7 +99,8 @@ class LLMConfig:
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key,
             timeout_s=settings.llm_timeout_s,
-            retry=retry or RetryPolicy(max_retries=settings.llm_max_retries),
+            retry=retry
+            or RetryPolicy(max_retries=settings.llm_max_retries, deadline_s=settings.event_timeout_s),
             max_input_tokens=settings.llm_max_input_tokens,
             max_output_tokens=settings.llm_max_output_tokens,
         )

@@ -65,7 +65,12 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         if os.environ.get("PMEM_REQUIRE_REAL_LLM") == "1":
             pytest.fail(f"PMEM_REQUIRE_REAL_LLM=1 but {exc}")
         pytest.skip(str(exc))
-    server = LlamaServer(binary=binary, model=model, log_path=tmp_path_factory.mktemp("llama") / "server.log")
+    # one thread: llama.cpp's threads wait for each other at every step, so on a machine busier
+    # than its cores two threads run 30-70x slower than one (a 1024-token reply then outlasts
+    # any timeout); one thread of a 135M model is fast enough anywhere
+    server = LlamaServer(
+        binary=binary, model=model, log_path=tmp_path_factory.mktemp("llama") / "server.log", threads=1
+    )
     server.start()
     yield server
     server.stop()

@@ -1,20 +1,20 @@
-"""ProviderClient, the HTTP client of the LLM extractor and the openai embedder, against the fake
-OpenAI-compatible server: what it sends, and which of the openai SDK's exceptions it raises."""
+"""ProviderClient (the openai SDK's client, raw replies), the HTTP client of the LLM extractor and
+the openai embedder, against the fake OpenAI-compatible server: what it sends, and which of the
+SDK's exceptions it raises."""
 
 from __future__ import annotations
 
 import socket
 
-import httpx2
 import openai
 import pytest
 
-from extraction.clients import ProviderClient, env_proxy, provider_client, status_error
+from extraction.clients import ProviderClient, provider_client
 from worker.testing.fake_openai import FakeOpenAI, Reply
 
 
 def client_for(fake: FakeOpenAI, *, key: str = "k", timeout_s: float = 5.0) -> ProviderClient:
-    return ProviderClient(base_url=fake.base_url, api_key=key, timeout_s=timeout_s)
+    return provider_client(base_url=fake.base_url, api_key=key, timeout_s=timeout_s, missing_key="")
 
 
 async def test_posts_the_body_as_json_with_the_key_and_returns_the_raw_reply() -> None:
@@ -61,14 +61,14 @@ async def test_a_status_is_the_sdks_exception_with_the_providers_message_and_hea
     assert isinstance(caught.value.body, dict) and caught.value.body["message"] == "slow down, please"
 
 
-def test_a_status_error_without_a_json_body_keeps_the_text() -> None:
-    response = httpx2.Response(
-        502, content=b"<html>bad gateway</html>", request=httpx2.Request("POST", "http://x")
-    )
-    error = status_error(response)
-    assert isinstance(error, openai.InternalServerError)
-    assert error.message == "Error code: 502"
-    assert error.body == "<html>bad gateway</html>"
+async def test_a_status_error_without_a_json_body_keeps_the_text(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script_chat(Reply.raw(502, b"<html>bad gateway</html>", content_type="text/html"))
+    client = client_for(fake_openai)
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.post("/chat/completions", {"model": "m", "messages": []})
+    await client.close()
+    assert caught.value.message == "Error code: 502"
+    assert caught.value.body == "<html>bad gateway</html>"
 
 
 async def test_a_reply_slower_than_the_timeout_is_the_sdks_timeout(fake_openai: FakeOpenAI) -> None:
@@ -92,7 +92,9 @@ async def test_a_hang_up_and_a_closed_port_are_connection_errors_not_timeouts(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    closed = ProviderClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout_s=5.0)
+    closed = provider_client(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout_s=5.0, missing_key=""
+    )
     with pytest.raises(openai.APIConnectionError) as refused:
         await closed.post("/embeddings", {"model": "m", "input": ["a"]})
     await closed.close()
@@ -108,17 +110,41 @@ async def test_a_closed_client_opens_a_new_session_on_the_next_post(fake_openai:
     assert len(fake_openai.embedding_requests()) == 2
 
 
-def test_the_proxy_comes_from_the_environment_unless_no_proxy_covers_the_host(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_the_proxy_comes_from_the_environment_unless_no_proxy_covers_the_host(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"):
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert env_proxy("https://api.openai.com/v1") is None
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
-    assert env_proxy("https://api.openai.com/v1") == "http://proxy.internal:3128"
-    assert env_proxy("http://llm.internal:8000/v1") is None  # no HTTP_PROXY
-    monkeypatch.setenv("NO_PROXY", "api.openai.com")
-    assert env_proxy("https://api.openai.com/v1") is None
+    # the fake server stands in for the proxy: a host that does not resolve is reached through it
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{fake_openai.port}")
+    monkeypatch.setenv("NO_PROXY", "")
+    proxied = provider_client(base_url="http://llm.invalid/v1", api_key="k", timeout_s=5.0, missing_key="")
+    await proxied.post("/embeddings", {"model": "m", "input": ["a"]})
+    await proxied.close()
+    assert fake_openai.requests[-1].path.startswith("http://llm.invalid/v1/embeddings")
+
+    monkeypatch.setenv("NO_PROXY", "llm.invalid")
+    direct = provider_client(base_url="http://llm.invalid/v1", api_key="k", timeout_s=5.0, missing_key="")
+    with pytest.raises(openai.APIConnectionError):
+        await direct.post("/embeddings", {"model": "m", "input": ["b"]})
+    await direct.close()
+    assert len(fake_openai.embedding_requests()) == 1
+
+
+def test_an_azure_endpoint_gets_the_sdks_azure_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_VERSION", raising=False)
+    made = provider_client(
+        base_url="https://team.openai.azure.com", api_key="k", timeout_s=1.0, missing_key="fix"
+    )
+    assert isinstance(made.sdk, openai.AsyncAzureOpenAI)
+    assert made.base_url == "https://team.openai.azure.com/openai"
+    assert not isinstance(
+        client_like_openai := provider_client(
+            base_url="http://llm.internal/v1", api_key="k", timeout_s=1.0, missing_key="fix"
+        ).sdk,
+        openai.AsyncAzureOpenAI,
+    )
+    assert client_like_openai.max_retries == 0 and made.sdk.max_retries == 0
 
 
 def test_without_a_base_url_the_client_targets_openai_base_url_or_api_openai_com(

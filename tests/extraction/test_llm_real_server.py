@@ -11,11 +11,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import openai
 import pytest
 
-from extraction.clients import status_error
+from extraction.clients import provider_client
 from extraction.errors import PermanentExtractionError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor, is_over_context
 from extraction.types import ExtractionRequest, ExtractionResult, TranscriptMessage
@@ -24,6 +23,8 @@ from worker.testing.llama_server import LlamaServer
 
 SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples" / "conversations.jsonl"
 RETRY = RetryPolicy(max_retries=2, wait_initial_s=0.05, wait_max_s=0.2, retry_after_cap_s=1.0)
+# how long a starting server may take to load its model (LlamaServer.start waits as long)
+LOAD_DEADLINE_S = 120.0
 
 
 def sample_requests() -> list[ExtractionRequest]:
@@ -119,20 +120,17 @@ async def test_the_servers_answer_to_a_prompt_over_its_context_is_recognised(
     llama_server: LlamaServer,
 ) -> None:
     too_long = "I keep bees in my garden. " * (llama_server.slot_context // 3)
-    status, reply = post(
-        llama_server,
-        {"model": "smollm2", "messages": [{"role": "user", "content": too_long}], "max_tokens": 8},
-    )
-    assert status == 400
-    error = status_error(
-        httpx2.Response(
-            status,
-            content=json.dumps(reply).encode(),
-            request=httpx2.Request("POST", llama_server.base_url),
-        )
-    )
-    assert isinstance(error, openai.BadRequestError)
-    assert is_over_context(error)
+    client = provider_client(base_url=llama_server.base_url, api_key=None, timeout_s=120.0, missing_key="")
+    try:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.post(
+                "/chat/completions",
+                {"model": "smollm2", "messages": [{"role": "user", "content": too_long}], "max_tokens": 8},
+            )
+    finally:
+        await client.close()
+    assert caught.value.status_code == 400
+    assert is_over_context(caught.value)
 
 
 async def test_a_conversation_over_the_servers_context_is_split_never_refused(
@@ -181,7 +179,11 @@ async def test_a_server_still_loading_its_model_is_waited_for(
     tmp_path: Path, llama_server: LlamaServer
 ) -> None:
     loading = LlamaServer(
-        binary=llama_server.binary, model=llama_server.model, log_path=tmp_path / "server.log", ctx_size=2048
+        binary=llama_server.binary,
+        model=llama_server.model,
+        log_path=tmp_path / "server.log",
+        ctx_size=2048,
+        threads=llama_server.threads,
     )
     loading.launch()
     reasons: list[str] = []
@@ -190,7 +192,10 @@ async def test_a_server_still_loading_its_model_is_waited_for(
             model="smollm2",
             base_url=loading.base_url,
             timeout_s=60.0,
-            retry=RetryPolicy(max_retries=60, wait_initial_s=0.1, wait_max_s=0.25),
+            # retried until the model is loaded, for as long as a server is given to start
+            retry=RetryPolicy(
+                max_retries=10_000, wait_initial_s=0.1, wait_max_s=0.25, deadline_s=LOAD_DEADLINE_S
+            ),
             max_output_tokens=512,
             max_input_tokens=900,
         )

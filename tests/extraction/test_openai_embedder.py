@@ -171,8 +171,8 @@ async def test_close_embedder_closes_an_http_embedders_session_and_skips_one_wit
 ) -> None:
     emb = embedder(fake_openai, fast_retry)
     await emb.embed(["a b"])
-    session = emb._client._session
-    assert session is not None and not session.closed
+    client = emb._client
+    assert client.is_open
     await close_embedder(emb)
-    assert session.closed
+    assert not client.is_open
     await close_embedder(HashingEmbedder(dim=8))  # nothing to release, no error
