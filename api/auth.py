@@ -25,6 +25,7 @@ from api.errors import Unauthorized
 from api.principal import PERSON_ROLES, Principal
 from store.core.api_keys import KEY_PREFIX, hash_key
 from store.model import ApiKey
+from store.services.ttl_cache import TtlCache
 
 SESSION_COOKIE = "pmem_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -206,20 +207,11 @@ class ApiKeyCache:
         self, verify: Callable[[str], Awaitable[ApiKey | None]], ttl_s: float = API_KEY_CACHE_S
     ) -> None:
         self._verify = verify
-        self._ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, ApiKey | None]] = {}
+        self._cache: TtlCache[str, ApiKey | None] = TtlCache(ttl_s=ttl_s)
 
     async def principal(self, key: str) -> Principal:
         """The service a key belongs to; Unauthorized when unknown or revoked."""
-        digest = hash_key(key)
-        now = time.monotonic()
-        cached = self._entries.get(digest)
-        if cached is None or cached[0] < now:
-            if len(self._entries) > 10_000:
-                self._entries.clear()
-            cached = (now + self._ttl_s, await self._verify(key))
-            self._entries[digest] = cached
-        record = cached[1]
+        record = await self._cache.get_or_load(hash_key(key), lambda: self._verify(key))
         if record is None:
             raise Unauthorized("the API key is unknown or revoked")
         return Principal(role="service", service_name=record.name)

@@ -46,11 +46,6 @@ class AppState:
         role = next(r for r in PERSON_ROLES if r == session.role)
         return Principal(role=role, subject=session.subject, teams=frozenset(session.teams))
 
-    def settings_changed(self) -> None:
-        """A settings write went through this app: its recall sees it at once (other processes
-        within PMEM_SETTINGS_CACHE_S)."""
-        self.settings_cache.forget()
-
 
 def app_state(request: Request) -> AppState:
     """The app's state."""

@@ -40,6 +40,7 @@ from store.rules.keys import storable_value
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.services.context_recall import hint_in_context, items_in_context
+from store.services.settings_cache import SettingsCache
 
 Decision = Literal["approve", "reject", "edit"]
 MAX_BULK = 200
@@ -352,8 +353,11 @@ async def put_settings(
     values: SettingsRow,
     *,
     max_input_tokens: int,
+    settings_cache: SettingsCache,
 ) -> SettingsView:
-    """Replace a level's row (null fields inherit) after validating it."""
+    """Replace a level's row (null fields inherit) after validating it; this process's
+    `settings_cache` forgets what it kept, so its recall sees the change at once (other processes
+    within PMEM_SETTINGS_CACHE_S)."""
     access.check_settings_access(principal, level, target, write=True)
     row = replace(values, level=level, target_id=target)
     try:
@@ -363,6 +367,7 @@ async def put_settings(
     if row.extraction_prompt is not None and row.extraction_prompt.strip():
         check_prompt_override(row.extraction_prompt, max_input_tokens=max_input_tokens)
     await store.replace_settings(row)
+    settings_cache.forget()
     return await settings_view(store, principal, level, target)
 
 

@@ -1012,8 +1012,8 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
                 target,
                 SettingsRow(level=level, target_id=target, **values),
                 max_input_tokens=_state(request).max_input_tokens,
+                settings_cache=_state(request).settings_cache,
             )
-            _state(request).settings_changed()
         except (Forbidden, NotFound) as exc:
             return await _refuse(request, session, exc)
         except BadInput as exc:

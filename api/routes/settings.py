@@ -23,9 +23,14 @@ async def get_global(principal: Caller, state: State) -> dict[str, object]:
 async def put_global(body: SettingsBody, principal: Caller, state: State) -> dict[str, object]:
     """Replace the global settings (admins)."""
     view = await operations.put_settings(
-        state.store, principal, "global", None, body.row(), max_input_tokens=state.max_input_tokens
+        state.store,
+        principal,
+        "global",
+        None,
+        body.row(),
+        max_input_tokens=state.max_input_tokens,
+        settings_cache=state.settings_cache,
     )
-    state.settings_changed()
     return settings_json(view)
 
 
@@ -41,9 +46,14 @@ async def put_team(
 ) -> dict[str, object]:
     """Replace a team's settings (admins, that team's admins)."""
     view = await operations.put_settings(
-        state.store, principal, "team", team_id, body.row(), max_input_tokens=state.max_input_tokens
+        state.store,
+        principal,
+        "team",
+        team_id,
+        body.row(),
+        max_input_tokens=state.max_input_tokens,
+        settings_cache=state.settings_cache,
     )
-    state.settings_changed()
     return settings_json(view)
 
 
@@ -59,7 +69,12 @@ async def put_persona(
 ) -> dict[str, object]:
     """Replace a persona's settings (admins: a persona's settings apply in every team)."""
     view = await operations.put_settings(
-        state.store, principal, "persona", persona_id, body.row(), max_input_tokens=state.max_input_tokens
+        state.store,
+        principal,
+        "persona",
+        persona_id,
+        body.row(),
+        max_input_tokens=state.max_input_tokens,
+        settings_cache=state.settings_cache,
     )
-    state.settings_changed()
     return settings_json(view)

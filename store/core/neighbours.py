@@ -32,6 +32,7 @@ from store.core.base import StoreBase, cached_text
 from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
 from store.model import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 from store.postgres.params import Float4Array, float4_array
+from store.services.ttl_cache import TtlCache
 
 _COLUMN_NAMES = (
     "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
@@ -103,20 +104,19 @@ class OwnerSizes:
     ttl_s: float = OWNER_SIZE_TTL_S
     max_entries: int = 100_000
     clock: Callable[[], float] = time.monotonic
-    _sizes: dict[OwnerKey, tuple[float, int]] = field(default_factory=dict)
+    _cache: TtlCache[OwnerKey, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._cache = TtlCache(ttl_s=self.ttl_s, max_entries=self.max_entries, clock=self.clock)
 
     def get(self, key: OwnerKey) -> int | None:
         """The remembered size, or None when unknown or expired."""
-        entry = self._sizes.get(key)
-        if entry is None or entry[0] <= self.clock():
-            return None
-        return entry[1]
+        found = self._cache.get(key)
+        return None if found is None else found[0]
 
     def put(self, key: OwnerKey, size: int) -> None:
         """Remember `size` (capped) for `ttl_s`."""
-        if len(self._sizes) >= self.max_entries:
-            self._sizes.clear()
-        self._sizes[key] = (self.clock() + self.ttl_s, min(size, self.cap))
+        self._cache.put(key, min(size, self.cap))
 
 
 def _owner_size_sql(scope: str, owner: str, user: str) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from store.model import MemorySettings
+from store.services.ttl_cache import TtlCache
 
 SettingsKey = tuple[uuid.UUID | None, uuid.UUID | None]
 """(team_id, persona_id): what the effective settings depend on."""
@@ -23,39 +24,18 @@ class SettingsCache:
     ttl_s: float
     max_entries: int = 10_000
     clock: Callable[[], float] = time.monotonic
-    _entries: dict[SettingsKey, tuple[float, MemorySettings]] = field(default_factory=dict)
-    _reloading: set[SettingsKey] = field(default_factory=set)
-    _forgotten: int = 0  # how many times `forget` ran: a load that spans one is not remembered
+    _cache: TtlCache[SettingsKey, MemorySettings] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._cache = TtlCache(ttl_s=self.ttl_s, max_entries=self.max_entries, clock=self.clock)
 
     async def settings(
         self, key: SettingsKey, load: Callable[[], Awaitable[MemorySettings]]
     ) -> MemorySettings:
-        """The cached settings, else `load()`'s, remembered. While one caller reloads an expired
-        entry the others get the expired value: at each expiry one caller waits for the database,
-        not every caller that arrives until the read returns. A failed load leaves the next caller
-        to try again."""
-        entry = self._entries.get(key)
-        if entry is not None and (entry[0] > self.clock() or key in self._reloading):
-            return entry[1]
-        self._reloading.add(key)
-        forgotten = self._forgotten
-        try:
-            value = await load()
-        finally:
-            self._reloading.discard(key)
-        if forgotten == self._forgotten:  # else it may have read the settings before the write
-            self._remember(key, value)
-        return value
+        """The cached settings, else `load()`'s, remembered (one reload per expiry; a load that
+        spans a `forget` is not remembered: see `TtlCache.get_or_load`)."""
+        return await self._cache.get_or_load(key, load)
 
     def forget(self) -> None:
         """Drop every entry: the next caller reads the database (after a settings write here)."""
-        self._entries.clear()
-        self._forgotten += 1
-
-    def _remember(self, key: SettingsKey, value: MemorySettings) -> None:
-        # When full, forget everything: simple and bounded (there are few teams × personas).
-        if self.ttl_s <= 0:
-            return
-        if len(self._entries) >= self.max_entries:
-            self._entries.clear()
-        self._entries[key] = (self.clock() + self.ttl_s, value)
+        self._cache.clear()

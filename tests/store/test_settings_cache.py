@@ -11,6 +11,7 @@ from store.errors import StoreTimeout
 from store.model import MemorySettings, RecallHit, Retriever
 from store.services.context_recall import CachedSettingsStore
 from store.services.settings_cache import SettingsCache
+from store.services.ttl_cache import TtlCache
 
 PERSONA = uuid.uuid4()
 TEAM = uuid.uuid4()
@@ -153,3 +154,24 @@ async def test_a_load_that_spans_a_forget_is_not_remembered() -> None:
     load = CountingLoads()
     load.value = MemorySettings(enabled=False)
     assert not (await cache.settings((None, None), load)).enabled and load.calls == 1
+
+
+async def test_the_ttl_cache_keeps_a_loaded_none_and_expires_what_is_put() -> None:
+    now = [0.0]
+    cache: TtlCache[str, int | None] = TtlCache(ttl_s=10, clock=lambda: now[0])
+    loads: list[str] = []
+
+    async def unknown() -> int | None:
+        loads.append("unknown")
+        return None
+
+    assert await cache.get_or_load("k", unknown) is None
+    assert await cache.get_or_load("k", unknown) is None
+    assert loads == ["unknown"] and cache.get("k") == (None,)
+    cache.put("n", 3)
+    assert cache.get("n") == (3,)
+    now[0] = 10.0
+    assert cache.get("n") is None and cache.get("missing") is None
+    off: TtlCache[str, int] = TtlCache(ttl_s=0)
+    off.put("n", 1)
+    assert off.get("n") is None
