@@ -69,12 +69,18 @@ def dated_bullet(memory: Memory) -> str:
     return f"{line} (said {memory.observed_at.date().isoformat()})" if memory.observed_at else line
 
 
-def turn_bullet(turn: Turn) -> str:
-    """`- [YYYY-MM-DD] role: text` on one line, the text clipped to `HINT_TURN_CHARS`."""
+def turn_line(turn: Turn) -> str:
+    """`speaker: text` on one line (the role when the speaker is not known), the text clipped to
+    `HINT_TURN_CHARS`."""
     text = _one_line(turn.text)
     if len(text) > HINT_TURN_CHARS:
         text = text[: HINT_TURN_CHARS - 1].rstrip() + "…"
-    return f"- [{turn.at.date().isoformat()}] {turn.role}: {text}"
+    return f"{_one_line(turn.said_by)}: {text}"
+
+
+def turn_bullet(turn: Turn) -> str:
+    """`- [YYYY-MM-DD] speaker: text` on one line (`turn_line`)."""
+    return f"- [{turn.at.date().isoformat()}] {turn_line(turn)}"
 
 
 def _fit(lines: Sequence[str], budget: int) -> list[str]:

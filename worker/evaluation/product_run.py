@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from store.context_recall import items_in_context
+from store.hint import turn_line
 from store.types import RecallItem
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
@@ -56,14 +57,15 @@ class WithoutEvidence:
 
 
 def recalled_of(item: RecallItem) -> Recalled:
-    """The evaluation's view of one item of the product's recall. A turn reads as its text and
-    stands for itself (its conversation and position, numbered from 1). A memory reads as
+    """The evaluation's view of one item of the product's recall. A turn reads as the hint shows
+    it, `speaker: text` (`store.hint.turn_line`), and stands for itself (its conversation and
+    position, numbered from 1). A memory reads as
     `key: value`, the fact the hint shows (its evidence is not read for answer recall, so the facts
     are scored on what they say), and stands for the messages of its evidence."""
     if item.turn is not None:
         turn = item.turn
         quote = Quote(channel_id=turn.channel_id, position=turn.position - 1, text=turn.text)
-        return Recalled(kind="turn", text=turn.text, quotes=(quote,))
+        return Recalled(kind="turn", text=turn_line(turn), quotes=(quote,))
     if item.memory is None:
         raise ValueError(f"a recall item of kind {item.kind!r} carries neither a memory nor a turn")
     memory = item.memory
