@@ -162,7 +162,7 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
     split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
     settings = load_settings(embedding_provider=provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)
-    cache_file = _cache_file(options, settings.embedding_model or "default", embedder.dim)
+    cache_file = _cache_file(options, provider, settings.embedding_model or "default", embedder.dim)
     if cache_file is not None:
         embedder.load(cache_file)
     asked: list[Asked] = []

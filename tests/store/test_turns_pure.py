@@ -4,13 +4,21 @@ two-section hint, and the evidence numbers of an LLM item."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint
-from store.turns import bm25_ranking, merge_recall, parse_include, vector_ranking
+from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, turn_bullet, turn_line
+from store.turns import (
+    bm25_ranking,
+    bm25_scores,
+    distinct_turns,
+    merge_recall,
+    parse_include,
+    vector_ranking,
+)
 from store.types import Memory, RecallHit, RecallItem, Turn, TurnHit
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
@@ -109,3 +117,38 @@ def test_evidence_numbers_keep_what_names_a_message_and_never_reject_the_fact() 
     reply = '{"memories": [' + item + "]}"
     [candidate], rejected = parse_output(reply, ("user",))
     assert candidate.evidence == () and rejected == []
+
+
+def stored_turn(channel: uuid.UUID, position: int, text: str) -> TurnHit:
+    return TurnHit(turn=replace(turn(text), channel_id=channel, position=position), score=1.0)
+
+
+def test_distinct_turns_drops_a_message_repeated_lower_and_keeps_the_order() -> None:
+    one, other = uuid.uuid4(), uuid.uuid4()
+    hits = [
+        stored_turn(one, 3, "we sailed"),
+        stored_turn(one, 4, "to Madeira"),
+        stored_turn(one, 3, "we sailed"),  # the same message, stored by the other event
+        stored_turn(other, 3, "we sailed"),  # another conversation: another message
+        stored_turn(one, 3, "we sailed again"),  # the same place, other words: another message
+    ]
+    kept = distinct_turns(hits)
+    assert kept == [hits[0], hits[1], hits[3], hits[4]]
+    assert distinct_turns([]) == []
+
+
+def test_a_word_only_around_a_turn_counts_less_than_its_own() -> None:
+    own, around = uuid.uuid4(), uuid.uuid4()
+    words = {own: frozenset({"madeira", "sailing"}), around: frozenset({"twice"})}
+    lengths = {own: 2, around: 2}
+    context = {around: frozenset({"madeira", "sailing"})}
+    assert bm25_scores("sailing madeira", words, lengths, 5, context_words=context) == [own, around]
+    assert bm25_scores("sailing madeira", words, lengths, 5) == [own]
+
+
+def test_a_turn_line_shows_the_speaker_else_the_role() -> None:
+    said = turn("  Madeira,\n twice! ")
+    assert turn_line(said) == "user: Madeira, twice!"
+    named = replace(said, speaker="Ada")
+    assert turn_line(named) == "Ada: Madeira, twice!"
+    assert turn_bullet(named) == f"- [{NOW.date().isoformat()}] Ada: Madeira, twice!"
