@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -29,12 +29,21 @@ from store.memory_settings import SettingsRows
 from store.pagination import newest_first_page
 from store.pg_params import float4_array
 from store.policy import merge_settings
-from store.recall import keyword_terms, query_terms, rrf_scores, unit_rows, websearch_or_query
+from store.recall import (
+    ScoreFusion,
+    fuse_scores,
+    keyword_terms,
+    query_cues,
+    query_terms,
+    unit_rows,
+    websearch_or_query,
+)
 from store.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, vector_literal
 from store.types import (
     NIL_UUID,
     Conversation,
     ConversationQuery,
+    Memory,
     NewTurn,
     Page,
     RecallHit,
@@ -59,6 +68,11 @@ TURN_MAX_CHARS = 4000
 ITEM_RRF_K = 10
 MEMORY_ITEM_WEIGHT = 0.5
 TURN_ITEM_WEIGHT = 1.0
+# how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
+# score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
+# (turns of one conversation asked together lift each other; a "When …?" question lifts turns
+# naming a time)
+TURN_FUSION = ScoreFusion()
 # BM25 parameters of the SQLite text ranking over the window
 _BM25_K1 = 1.2
 _BM25_B = 0.75
@@ -140,7 +154,8 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
             "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT :k)"
         )
         ranked.append(
-            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank FROM vec"
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
+            "1 - distance AS score FROM vec"
         )
     if text:
         ctes.append(
@@ -149,11 +164,12 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
             "ORDER BY relevance DESC, w.id LIMIT :k)"
         )
         ranked.append(
-            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank FROM txt"
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
+            "relevance AS score FROM txt"
         )
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
-        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank FROM ranked r "
+        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
         "JOIN conversation_turns t ON t.id = r.id"
     )
 
@@ -208,21 +224,31 @@ def turn_window(
     )
 
 
+def window_scores(
+    window: TurnWindow, query: str, query_vector: Sequence[float], k: int
+) -> dict[str, dict[uuid.UUID, float]]:
+    """The window's `vector` (cosine) and `text` (BM25) scores for a query, each its best `k`."""
+    scores: dict[str, dict[uuid.UUID, float]] = {}
+    if window.ids:
+        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
+        order = np.argsort(-cosines, kind="stable")[:k]
+        usable = {window.ids[i]: float(cosines[i]) for i in order if np.any(window.matrix[i])}
+        if usable:
+            scores["vector"] = usable
+    text = bm25_score_map(query, window.words, window.lengths, k, context_words=window.context_words)
+    if text:
+        scores["text"] = text
+    return scores
+
+
 def window_rankings(
     window: TurnWindow, query: str, query_vector: Sequence[float], k: int
 ) -> dict[str, list[uuid.UUID]]:
     """The window's `vector` (cosine) and `text` (BM25) rankings for a query, each its best `k`."""
-    rankings: dict[str, list[uuid.UUID]] = {}
-    if window.ids:
-        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
-        order = np.argsort(-cosines, kind="stable")[:k]
-        usable = [window.ids[i] for i in order if np.any(window.matrix[i])]
-        if usable:
-            rankings["vector"] = usable
-    text = bm25_scores(query, window.words, window.lengths, k, context_words=window.context_words)
-    if text:
-        rankings["text"] = text
-    return rankings
+    return {
+        name: sorted(found, key=lambda tid: (-found[tid], str(tid)))
+        for name, found in window_scores(window, query, query_vector, k).items()
+    }
 
 
 def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins.list[uuid.UUID]:
@@ -243,9 +269,22 @@ def bm25_scores(
 ) -> builtins.list[uuid.UUID]:
     """`bm25_ranking` over texts already split into words (and their word counts); a term found
     only among a text's `context_words` counts `CONTEXT_WORD_WEIGHT` of its idf."""
+    found = bm25_score_map(query, words, lengths, k, context_words=context_words)
+    return sorted(found, key=lambda tid: (-found[tid], str(tid)))
+
+
+def bm25_score_map(
+    query: str,
+    words: Mapping[uuid.UUID, frozenset[str]],
+    lengths: Mapping[uuid.UUID, int],
+    k: int,
+    *,
+    context_words: Mapping[uuid.UUID, frozenset[str]] | None = None,
+) -> dict[uuid.UUID, float]:
+    """The BM25 scores of `bm25_scores`' `k` best texts."""
     terms = [t for t in keyword_terms(query) if t != "or"]
     if not terms or not words:
-        return []
+        return {}
     around = context_words or {}
     empty: frozenset[str] = frozenset()
     mean_length = sum(lengths.values()) / len(lengths)
@@ -264,7 +303,8 @@ def bm25_scores(
             continue
         norm = 1 - _BM25_B + _BM25_B * lengths[tid] / mean_length
         scores[tid] = weight * (_BM25_K1 + 1) / (1 + _BM25_K1 * norm)
-    return sorted(scores, key=lambda tid: (-scores[tid], str(tid)))[:k]
+    best = sorted(scores, key=lambda tid: (-scores[tid], str(tid)))[:k]
+    return {tid: scores[tid] for tid in best}
 
 
 def vector_ranking(
@@ -302,19 +342,50 @@ def distinct_turns(hits: Sequence[TurnHit]) -> builtins.list[TurnHit]:
     return out
 
 
-def fuse_turns(
-    turns: Mapping[uuid.UUID, Turn], rankings: Mapping[str, Sequence[uuid.UUID]], limit: int
+def turn_document(turn: Turn) -> Memory:
+    """A turn as the score fusion reads a candidate (`store.recall.fuse_scores`): its text the
+    value, its conversation the source, when it was said its time, and one key per message (its
+    conversation, position and text), so a message stored by two events is one result."""
+    return Memory(
+        id=turn.id,
+        scope="user",
+        owner_id=turn.user_id,
+        user_id=None,
+        key=f"{turn.channel_id} {turn.position} {turn.text}",
+        value=turn.text,
+        source_channel_id=turn.channel_id,
+        confidence=1.0,
+        status="active",
+        created_at=turn.at,
+        updated_at=turn.at,
+    )
+
+
+def fuse_turn_scores(
+    turns: Mapping[uuid.UUID, Turn],
+    scores: Mapping[str, Mapping[uuid.UUID, float]],
+    limit: int,
+    *,
+    query: str,
+    now: datetime,
+    fusion: ScoreFusion = TURN_FUSION,
 ) -> builtins.list[TurnHit]:
-    """Reciprocal-rank fusion of a turn recall's rankings (`vector`, `text`) into hits, best
-    first, each message once (`distinct_turns`)."""
-    fused = rrf_scores(rankings)
-    ordered = sorted(fused, key=lambda tid: (-fused[tid][0], str(tid)))
-    hits = [
-        TurnHit(turn=turns[tid], score=fused[tid][0], sources=fused[tid][1])
-        for tid in ordered
-        if tid in turns
-    ]
-    return distinct_turns(hits)[:limit]
+    """A turn recall's branch scores (`vector`: cosine, `text`: full-text relevance) fused as the
+    memory recall fuses its own, with the query's cues (its time window, "When …?"), into hits,
+    best first, each message once (`distinct_turns`)."""
+    cues = query_cues(query, now=now)
+    hits = fuse_scores(
+        [turn_document(turn) for turn in turns.values()],
+        {name: {tid: s for tid, s in found.items() if tid in turns} for name, found in scores.items()},
+        limit=limit,
+        fusion=fusion,
+        time_window=cues.time_window,
+        entities=cues.entities,
+        when=cues.when,
+    )
+    return distinct_turns(
+        [TurnHit(turn=turns[hit.memory.id], score=hit.score, sources=hit.sources) for hit in hits]
+    )
 
 
 def merge_recall(
@@ -478,8 +549,8 @@ class ConversationTurns(SettingsRows):
         if self._schema.dialect == "postgresql":
             return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
         window = await self._turn_window(user_id, persona_id, team_id)
-        rankings = await asyncio.to_thread(window_rankings, window, query, vector, k)
-        return fuse_turns(window.turns, rankings, limit)
+        scores = await asyncio.to_thread(window_scores, window, query, vector, k)
+        return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
 
     async def _turn_window(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
@@ -538,13 +609,12 @@ class ConversationTurns(SettingsRows):
         }
         rows = await self._read_rows(sql, params)
         turns: dict[uuid.UUID, Turn] = {}
-        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
+        scores: dict[str, dict[uuid.UUID, float]] = {}
         for row in rows:
             turn = self._turn(row)
             turns[turn.id] = turn
-            ranks.setdefault(row["source"], []).append((int(row["rank"]), turn.id))
-        rankings = {source: [tid for _, tid in sorted(pairs)] for source, pairs in ranks.items()}
-        return fuse_turns(turns, rankings, limit)
+            scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
+        return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
 
     async def recall_items(
         self,

@@ -15,11 +15,12 @@ from store.turns import (
     bm25_ranking,
     bm25_scores,
     distinct_turns,
+    fuse_turn_scores,
     merge_recall,
     parse_include,
     vector_ranking,
 )
-from store.types import Memory, RecallHit, RecallItem, Turn, TurnHit
+from store.types import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -41,7 +42,7 @@ def memory(key: str, value: str, observed: datetime | None = None) -> Memory:
     )
 
 
-def turn(text: str, role: str = "user") -> Turn:
+def turn(text: str, role: TurnRole = "user") -> Turn:
     return Turn(
         id=uuid.uuid4(),
         channel_id=uuid.uuid4(),
@@ -52,7 +53,7 @@ def turn(text: str, role: str = "user") -> Turn:
         role=role,
         text=text,
         at=NOW,
-        position=1,  # type: ignore[arg-type]
+        position=1,
     )
 
 
@@ -152,3 +153,22 @@ def test_a_turn_line_shows_the_speaker_else_the_role() -> None:
     named = replace(said, speaker="Ada")
     assert turn_line(named) == "Ada: Madeira, twice!"
     assert turn_bullet(named) == f"- [{NOW.date().isoformat()}] Ada: Madeira, twice!"
+
+
+def test_turn_scores_fuse_as_memory_scores_do_and_a_repeated_message_counts_once() -> None:
+    session, elsewhere = uuid.uuid4(), uuid.uuid4()
+    asked = replace(turn("we sailed to Madeira"), channel_id=session, position=2)
+    repeat = replace(asked, id=uuid.uuid4(), event_id=uuid.uuid4())  # the other event's copy
+    beside = replace(turn("it rained all week"), channel_id=session, position=3)
+    far = replace(turn("it rained all week too"), channel_id=elsewhere, position=3)
+    turns = {t.id: t for t in (asked, repeat, beside, far)}
+    scores = {
+        "vector": {asked.id: 0.9, repeat.id: 0.9, beside.id: 0.5, far.id: 0.5},
+        "text": {asked.id: 2.0, repeat.id: 2.0},
+    }
+    hits = fuse_turn_scores(turns, scores, 10, query="Where did they sail?", now=NOW)
+    assert hits[0].turn.text == "we sailed to Madeira"
+    assert len([h for h in hits if h.turn.text == "we sailed to Madeira"]) == 1
+    # equally similar, but said in the conversation of the best hit: it leads the other
+    assert [h.turn.id for h in hits[1:]] == [beside.id, far.id]
+    assert hits[0].sources == ("vector", "text")
