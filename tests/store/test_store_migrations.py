@@ -307,3 +307,18 @@ async def test_upgrading_from_0008_keeps_the_turns_and_searches_their_speaker_an
         }
         assert "speaker" not in columns and "search_text" not in columns and "search_tsv" in columns
         assert conn.execute("SELECT count(*) FROM conversation_turns").fetchone() == (1,)
+
+
+def test_sqlite_migrate_adds_the_speaker_and_search_text_to_an_older_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    migrate(url, 384)
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        # the table as files written before these columns hold it
+        conn.execute("ALTER TABLE conversation_turns DROP COLUMN search_text")
+        conn.execute("ALTER TABLE conversation_turns DROP COLUMN speaker")
+    migrate(url, 384)
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(conversation_turns)")}
+    assert {"speaker", "search_text"} <= columns
