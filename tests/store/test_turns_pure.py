@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, turn_bullet, turn_line
+from store.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
 from store.turns import (
     bm25_ranking,
     bm25_scores,
@@ -98,14 +98,14 @@ def test_the_hint_has_what_is_known_dated_and_earlier_conversations_within_the_b
     ]
     hint = build_hint(items)
     assert hint == (
-        f"{KNOWN_HEADER}\n- diet: Is vegan (said 2026-03-04)\n- city: Lives in Lyon\n\n"
-        f"{EARLIER_HEADER}\n- [2026-03-04] user: I went vegan after the marathon in Porto"
+        f"{KNOWN_HEADER}\n- diet: Is vegan (said 4 March 2026)\n- city: Lives in Lyon\n\n"
+        f"{EARLIER_HEADER}\n- [4 March 2026] user: I went vegan after the marathon in Porto"
     )
     crowded = [RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x" * 200)) for i in range(60)]
     crowded += [RecallItem(kind="turn", score=0.5, turn=turn("y" * 1000)) for _ in range(10)]
     text = build_hint(crowded, max_chars=6000)
     assert len(text) <= 6000 and EARLIER_HEADER in text and KNOWN_HEADER in text
-    assert text.count("\n- [2026-03-04]") <= 5
+    assert text.count("\n- [4 March 2026]") <= 5
     assert build_hint([]) == ""
 
 
@@ -152,7 +152,8 @@ def test_a_turn_line_shows_the_speaker_else_the_role() -> None:
     assert turn_line(said) == "user: Madeira, twice!"
     named = replace(said, speaker="Ada")
     assert turn_line(named) == "Ada: Madeira, twice!"
-    assert turn_bullet(named) == f"- [{NOW.date().isoformat()}] Ada: Madeira, twice!"
+    assert turn_bullet(named) == "- [4 March 2026] Ada: Madeira, twice!"
+    assert said_on(datetime(2023, 5, 8, 23, 59, tzinfo=UTC)) == "8 May 2023"
 
 
 def test_turn_scores_fuse_as_memory_scores_do_and_a_repeated_message_counts_once() -> None:
