@@ -62,11 +62,11 @@ TURN_WINDOW = 4000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
 # reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
-# extractor (bench/tune_product.py, bench/README.md): any fact placed among the first turns cost
-# evidence and answer recall there, so a memory's first rank scores as a turn's twelfth and facts
-# follow the best turns (facts never cost recall); rerun the tuning for an LLM extractor's facts
+# extractor (bench/tune_product.py): any fact placed among the first turns cost evidence and
+# answer recall there, so a memory's first rank scores as a turn's 34th and facts follow the best
+# turns (0.5 tied at 10 and cost recall at 25); rerun the tuning for an LLM extractor's facts
 ITEM_RRF_K = 10
-MEMORY_ITEM_WEIGHT = 0.5
+MEMORY_ITEM_WEIGHT = 0.25
 TURN_ITEM_WEIGHT = 1.0
 # how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
 # score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev

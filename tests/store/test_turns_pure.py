@@ -62,9 +62,9 @@ def test_the_best_turns_lead_and_facts_interleave_after_them() -> None:
     turns = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(3)]
     merged = merge_recall(facts, turns, 6)
     assert [i.kind for i in merged][:2] == ["turn", "turn"]
-    # a fact's first rank scores as a turn's twelfth (the constants chosen on LoCoMo dev)
-    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(14)]
-    assert [i.kind for i in merge_recall(facts, many, 14)].index("memory") == 11
+    # a fact's first rank scores as a turn's 34th, and leads it (the constants chosen on LoCoMo dev)
+    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(40)]
+    assert [i.kind for i in merge_recall(facts, many, 40)].index("memory") == 33
     weighted = merge_recall(facts, turns, 6, memory_weight=1.5)
     assert [i.kind for i in weighted][:2] == ["memory", "memory"]
     assert sorted(i.kind for i in merged) == ["memory"] * 3 + ["turn"] * 3
