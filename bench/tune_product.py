@@ -12,7 +12,8 @@ constants, without a store:
         [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
 
 The variant with the best dev R@10 + A@10 is chosen (ties: the best R@25 + A@25); its dev, test
-and all figures are printed beside turns alone and memories alone. Embeddings are cached in .pmem/eval-cache."""
+and all figures are printed beside turns alone and memories alone. Embeddings are cached in
+.pmem/eval-cache."""
 
 from __future__ import annotations
 
