@@ -169,6 +169,7 @@ def turn_json(turn: Turn) -> dict[str, Any]:
         "persona_id": _id(turn.persona_id),
         "team_id": _id(turn.team_id),
         "role": turn.role,
+        "speaker": turn.speaker,
         "text": turn.text,
         "at": turn.at.isoformat(),
         "position": turn.position,

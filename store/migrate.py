@@ -198,6 +198,8 @@ _SQLITE_ADDED_COLUMNS = (
     ("memory_revisions", "observed_at", "DATETIME"),
     ("memory_settings", "history", "BOOLEAN"),
     ("memory_settings", "history_days", "INTEGER"),
+    ("conversation_turns", "speaker", "TEXT"),
+    ("conversation_turns", "search_text", "TEXT"),
 )
 
 

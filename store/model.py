@@ -379,6 +379,11 @@ class NewTurn:
     at: datetime
     position: int
     embedding: list[float] | None = None
+    # who said it, when the platform names them (`EventMessage.name`); None: only the role is known
+    speaker: str | None = None
+    # what full text matches the turn by: `Speaker: text` with the turns around it (what it answers
+    # and what answered it); None: the turn's text alone
+    search_text: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -396,6 +401,12 @@ class Turn:
     text: str
     at: datetime
     position: int
+    speaker: str | None = None  # who said it, when the platform named them
+
+    @property
+    def said_by(self) -> str:
+        """Who said it as shown: the speaker's name when known, else the role."""
+        return self.speaker or self.role
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

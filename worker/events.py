@@ -26,6 +26,8 @@ log = logging.getLogger("pmem.worker.events")
 DLQ_REASON_HEADER = "Pmem-Dlq-Reason"
 
 Role = Literal["user", "assistant", "system", "tool"]
+# a message's speaker name as kept: longer names keep their beginning
+MESSAGE_NAME_MAX_CHARS = 80
 # Bounded set: used as a metric label, so never free text.
 InvalidKind = Literal["not_utf8", "not_json", "schema", "empty", "oversized"]
 
@@ -38,6 +40,21 @@ class EventMessage(BaseModel):
     role: Role
     content: str
     at: datetime | None = None
+    name: str | None = Field(
+        default=None,
+        description="Who said the message, as the platform names them (optional; kept with the "
+        "remembered turn and erased with it).",
+    )
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _lenient_name(cls, value: object) -> object:
+        # a name that is not a string, or a blank one, is left out: the message itself stays
+        if isinstance(value, str):
+            return " ".join(value.split())[:MESSAGE_NAME_MAX_CHARS] or None
+        if value is not None:
+            log.info("ignored a message name that is not a string (%s)", type(value).__name__)
+        return None
 
 
 class ConversationEnded(BaseModel):

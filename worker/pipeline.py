@@ -182,6 +182,9 @@ EVIDENCE_MAX_CHARS = 1500
 # a turn's embedding is the mean direction of its own text's and that of the turn after the up to
 # this many turns before it (what it answers): the LoCoMo dialog unit's choice on dev
 TURN_CONTEXT = 2
+# a turn's full text also holds the up to `TURN_CONTEXT` turns before it and this many after it
+# (what it answers and what answered it): the LoCoMo dialog unit's key context, chosen on dev
+TURN_SEARCH_AFTER = 1
 # how much a memory's embedding leans towards its evidence: the direction of
 # unit(fact) + EVIDENCE_EMBEDDING_WEIGHT * unit(evidence, then fact); 0 ignores the evidence
 EVIDENCE_EMBEDDING_WEIGHT = 1.0
@@ -259,20 +262,28 @@ def turn_texts(event: ConversationEnded) -> list[tuple[int, str]]:
     return kept
 
 
+def turn_line(event: ConversationEnded, index: int, text: str) -> str:
+    """Message `index` as a turn reads to search: `Speaker: text`, the speaker's name when the
+    event gives one, else the role."""
+    message = event.messages[index]
+    return f"{message.name or message.role}: {text}"
+
+
 def plan_turns(event: ConversationEnded, *, now: datetime) -> tuple[list[NewTurn], list[str], list[str]]:
-    """The event's turns to store (without embeddings), and per turn the two texts its embedding
-    is the mean direction of: its own, and the up to `TURN_CONTEXT` turns before it then itself."""
+    """The event's turns to store (without embeddings, with their search text: the up to
+    `TURN_CONTEXT` turns before, the turn, the up to `TURN_SEARCH_AFTER` after), and per turn the
+    two texts its embedding is the mean direction of: its own, and the turns before it then itself."""
     kept = turn_texts(event)
+    lines = [turn_line(event, index, text) for index, text in kept]
     turns: list[NewTurn] = []
     own: list[str] = []
     around: list[str] = []
     for position, (index, text) in enumerate(kept):
         message = event.messages[index]
         role: TurnRole = "user" if message.role == "user" else "assistant"
-        line = f"{role}: {text}"
-        before = [
-            f"{event.messages[i].role}: {t}" for i, t in kept[max(0, position - TURN_CONTEXT) : position]
-        ]
+        line = lines[position]
+        before = lines[max(0, position - TURN_CONTEXT) : position]
+        after = lines[position + 1 : position + 1 + TURN_SEARCH_AFTER]
         turns.append(
             NewTurn(
                 channel_id=event.channel_id,
@@ -283,6 +294,8 @@ def plan_turns(event: ConversationEnded, *, now: datetime) -> tuple[list[NewTurn
                 text=text,
                 at=said_at(event, index) or now,
                 position=index + 1,
+                speaker=message.name,
+                search_text="\n".join([*before, line, *after]),
             )
         )
         own.append(line)

@@ -57,7 +57,12 @@ MEMORY_TSV_SQL = (
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value), 'A') || "
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(evidence, '')), 'B')"
 )
-TURN_TSV_SQL = f"to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text)"
+# a turn is found by its own words and, weighing less, those of the turns around it (`search_text`
+# holds both; `text` alone for a turn stored without it)
+TURN_TSV_SQL = (
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(search_text, '')), 'B')"
+)
 
 
 class TextUuid(TypeDecorator[uuid.UUID]):
@@ -324,6 +329,10 @@ def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         Column("text", Text, nullable=False),
         Column("at", UtcDateTime(), nullable=False),
         Column("position", Integer, nullable=False),
+        # who said it, when the platform named them
+        Column("speaker", Text, nullable=True),
+        # `Speaker: text` with the turns around it: what full text matches the turn by
+        Column("search_text", Text, nullable=True),
         # the turn embedded with its neighbouring turns
         Column("embedding", _embedding_type(dim, dialect), nullable=True),
         Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),

@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,13 +25,22 @@ from sqlalchemy import ColumnElement, String, and_, delete, func, or_, select, t
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.base import _nil, cached_text
-from store.core.recall import keyword_terms, query_terms, rrf_scores, unit_rows, websearch_or_query
+from store.core.recall import (
+    ScoreFusion,
+    fuse_scores,
+    keyword_terms,
+    query_cues,
+    query_terms,
+    unit_rows,
+    websearch_or_query,
+)
 from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, vector_literal
 from store.core.settings import SettingsRows
 from store.model import (
     NIL_UUID,
     Conversation,
     ConversationQuery,
+    Memory,
     NewTurn,
     Page,
     RecallHit,
@@ -53,18 +62,30 @@ TURN_WINDOW = 4000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
 # reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
-# extractor (bench/tune_product.py, bench/README.md): any fact placed among the first turns cost
-# evidence and answer recall there, so a memory's first rank scores as a turn's twelfth and facts
-# follow the best turns (facts never cost recall); rerun the tuning for an LLM extractor's facts
+# extractor (bench/tune_product.py): any fact placed among the first turns cost evidence and
+# answer recall there, so a memory's first rank scores as a turn's 34th and facts follow the best
+# turns (0.5 tied at 10 and cost recall at 25); rerun the tuning for an LLM extractor's facts
 ITEM_RRF_K = 10
-MEMORY_ITEM_WEIGHT = 0.5
+MEMORY_ITEM_WEIGHT = 0.25
 TURN_ITEM_WEIGHT = 1.0
+# how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
+# score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
+# (turns of one conversation asked together lift each other; a "When …?" question lifts turns
+# naming a time)
+TURN_FUSION = ScoreFusion()
 # BM25 parameters of the SQLite text ranking over the window
 _BM25_K1 = 1.2
 _BM25_B = 0.75
 
+# full text: a query word found only among the turns around a turn (its `search_text`) counts this
+# much beside one found in the turn's own text (the dialog unit's key weight, chosen on LoCoMo dev)
+CONTEXT_WORD_WEIGHT = 0.75
+# Postgres `ts_rank` weights {D, C, B, A}: the turn's own words are A, the turns around it B
+_TS_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WORD_WEIGHT}, 1.0}}"
+
 _TURN_COLUMNS = (
-    "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, t.position"
+    "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, "
+    "t.position, t.speaker"
 )
 # the context: same user, same persona (or none), same team (or none), through the context index
 _CONTEXT_SQL = (
@@ -74,12 +95,15 @@ _CONTEXT_SQL = (
 
 _INSERT_TURNS_SQL = (
     "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, "
-    "position, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, persona_id, team_id, "
-    "role, text, at, position, CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
+    "position, speaker, search_text, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, "
+    "persona_id, team_id, role, text, at, position, speaker, search_text, "
+    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
     "FROM unnest(CAST(:ids AS uuid[]), CAST(:channels AS uuid[]), CAST(:users AS uuid[]), "
     "CAST(:personas AS uuid[]), CAST(:teams AS uuid[]), CAST(:roles AS text[]), CAST(:texts AS text[]), "
-    "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:starts AS int[])) "
-    "AS n(id, channel_id, user_id, persona_id, team_id, role, text, at, position, start) "
+    "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:speakers AS text[]), "
+    "CAST(:search_texts AS text[]), CAST(:starts AS int[])) "
+    "AS n(id, channel_id, user_id, persona_id, team_id, role, text, at, position, speaker, search_text, "
+    "start) "
     "ON CONFLICT (event_id, position) DO NOTHING"
 )
 
@@ -105,6 +129,8 @@ def turns_insert_statement(
         "texts": array_literal([t.text for t in turns]),
         "ats": array_literal([t.at for t in turns]),
         "positions": array_literal([t.position for t in turns]),
+        "speakers": array_literal([t.speaker for t in turns]),
+        "search_texts": array_literal([t.search_text for t in turns]),
         "starts": array_literal(starts),
         # a dozen turns' vectors: one array conversion, not one Python float at a time
         "embeddings": float4_array(
@@ -128,28 +154,31 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
             "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT :k)"
         )
         ranked.append(
-            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank FROM vec"
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
+            "1 - distance AS score FROM vec"
         )
     if text:
         ctes.append(
-            "txt AS (SELECT w.id, ts_rank(w.search_tsv, q.query) AS relevance FROM w, "
+            f"txt AS (SELECT w.id, ts_rank('{_TS_RANK_WEIGHTS}', w.search_tsv, q.query) AS relevance FROM w, "
             f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS q(query) WHERE w.search_tsv @@ q.query "
             "ORDER BY relevance DESC, w.id LIMIT :k)"
         )
         ranked.append(
-            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank FROM txt"
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
+            "relevance AS score FROM txt"
         )
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
-        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank FROM ranked r "
+        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
         "JOIN conversation_turns t ON t.id = r.id"
     )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnWindow:
-    """A context's most recent turns prepared for ranking: the turns, each one's words and word
-    count, and their embeddings as unit rows (zero rows for turns without one)."""
+    """A context's most recent turns prepared for ranking: the turns, each one's own words, the
+    words only the turns around it have (`search_text`), its word count, and their embeddings as
+    unit rows (zero rows for turns without one)."""
 
     turns: dict[uuid.UUID, Turn]
     words: dict[uuid.UUID, frozenset[str]]
@@ -157,13 +186,19 @@ class TurnWindow:
     ids: tuple[uuid.UUID, ...]
     matrix: np.ndarray[Any, np.dtype[np.float32]]
     stamp: tuple[int, int] = (0, 0)
+    context_words: Mapping[uuid.UUID, frozenset[str]] | None = None
 
 
 def turn_window(
-    turns: Sequence[Turn], embeddings: Sequence[str | None], dim: int, stamp: tuple[int, int] = (0, 0)
+    turns: Sequence[Turn],
+    embeddings: Sequence[str | None],
+    dim: int,
+    stamp: tuple[int, int] = (0, 0),
+    search_texts: Sequence[str | None] | None = None,
 ) -> TurnWindow:
     """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go); a missing or
-    wrong-sized embedding is a zero row, which matches nothing."""
+    wrong-sized embedding is a zero row, which matches nothing. `search_texts` (one per turn, None
+    for none): the words of the turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
     present = [i for i, raw in enumerate(embeddings) if raw is not None]
     matrix = np.zeros((len(turns), dim), dtype=np.float32)
     if present:
@@ -172,31 +207,48 @@ def turn_window(
             if len(vector) == dim:
                 matrix[i] = vector
     words = {t.id: tuple(query_terms(t.text)) for t in turns}
+    around = [None] * len(turns) if search_texts is None else list(search_texts)
+    context_words = {
+        t.id: frozenset(query_terms(text)) - frozenset(words[t.id])
+        for t, text in zip(turns, around, strict=True)
+        if text
+    }
     return TurnWindow(
         turns={t.id: t for t in turns},
         words={tid: frozenset(found) for tid, found in words.items()},
-        lengths={tid: max(1, len(found)) for tid, found in words.items()},
+        lengths={tid: max(1, len(found) + len(context_words.get(tid, ()))) for tid, found in words.items()},
         ids=tuple(t.id for t in turns),
         matrix=unit_rows(matrix),
         stamp=stamp,
+        context_words=context_words,
     )
+
+
+def window_scores(
+    window: TurnWindow, query: str, query_vector: Sequence[float], k: int
+) -> dict[str, dict[uuid.UUID, float]]:
+    """The window's `vector` (cosine) and `text` (BM25) scores for a query, each its best `k`."""
+    scores: dict[str, dict[uuid.UUID, float]] = {}
+    if window.ids:
+        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
+        order = np.argsort(-cosines, kind="stable")[:k]
+        usable = {window.ids[i]: float(cosines[i]) for i in order if np.any(window.matrix[i])}
+        if usable:
+            scores["vector"] = usable
+    text = bm25_score_map(query, window.words, window.lengths, k, context_words=window.context_words)
+    if text:
+        scores["text"] = text
+    return scores
 
 
 def window_rankings(
     window: TurnWindow, query: str, query_vector: Sequence[float], k: int
 ) -> dict[str, list[uuid.UUID]]:
     """The window's `vector` (cosine) and `text` (BM25) rankings for a query, each its best `k`."""
-    rankings: dict[str, list[uuid.UUID]] = {}
-    if window.ids:
-        cosines = window.matrix @ np.asarray(query_vector, dtype=np.float32)
-        order = np.argsort(-cosines, kind="stable")[:k]
-        usable = [window.ids[i] for i in order if np.any(window.matrix[i])]
-        if usable:
-            rankings["vector"] = usable
-    text = bm25_scores(query, window.words, window.lengths, k)
-    if text:
-        rankings["text"] = text
-    return rankings
+    return {
+        name: sorted(found, key=lambda tid: (-found[tid], str(tid)))
+        for name, found in window_scores(window, query, query_vector, k).items()
+    }
 
 
 def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins.list[uuid.UUID]:
@@ -208,26 +260,51 @@ def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins
 
 
 def bm25_scores(
-    query: str, words: Mapping[uuid.UUID, frozenset[str]], lengths: Mapping[uuid.UUID, int], k: int
+    query: str,
+    words: Mapping[uuid.UUID, frozenset[str]],
+    lengths: Mapping[uuid.UUID, int],
+    k: int,
+    *,
+    context_words: Mapping[uuid.UUID, frozenset[str]] | None = None,
 ) -> builtins.list[uuid.UUID]:
-    """`bm25_ranking` over texts already split into words (and their word counts)."""
+    """`bm25_ranking` over texts already split into words (and their word counts); a term found
+    only among a text's `context_words` counts `CONTEXT_WORD_WEIGHT` of its idf."""
+    found = bm25_score_map(query, words, lengths, k, context_words=context_words)
+    return sorted(found, key=lambda tid: (-found[tid], str(tid)))
+
+
+def bm25_score_map(
+    query: str,
+    words: Mapping[uuid.UUID, frozenset[str]],
+    lengths: Mapping[uuid.UUID, int],
+    k: int,
+    *,
+    context_words: Mapping[uuid.UUID, frozenset[str]] | None = None,
+) -> dict[uuid.UUID, float]:
+    """The BM25 scores of `bm25_scores`' `k` best texts."""
     terms = [t for t in keyword_terms(query) if t != "or"]
     if not terms or not words:
-        return []
+        return {}
+    around = context_words or {}
+    empty: frozenset[str] = frozenset()
     mean_length = sum(lengths.values()) / len(lengths)
     count = len(words)
     idf = {}
     for term in terms:
-        containing = sum(1 for found in words.values() if term in found)
+        containing = sum(1 for tid, found in words.items() if term in found or term in around.get(tid, empty))
         idf[term] = math.log(1 + (count - containing + 0.5) / (containing + 0.5))
     scores: dict[uuid.UUID, float] = {}
     for tid, found in words.items():
-        matched = [term for term in terms if term in found]
-        if not matched:
+        others = around.get(tid, empty)
+        weight = sum(
+            idf[t] if t in found else CONTEXT_WORD_WEIGHT * idf[t] for t in terms if t in found or t in others
+        )
+        if not weight:
             continue
         norm = 1 - _BM25_B + _BM25_B * lengths[tid] / mean_length
-        scores[tid] = sum(idf[t] for t in matched) * (_BM25_K1 + 1) / (1 + _BM25_K1 * norm)
-    return sorted(scores, key=lambda tid: (-scores[tid], str(tid)))[:k]
+        scores[tid] = weight * (_BM25_K1 + 1) / (1 + _BM25_K1 * norm)
+    best = sorted(scores, key=lambda tid: (-scores[tid], str(tid)))[:k]
+    return {tid: scores[tid] for tid in best}
 
 
 def vector_ranking(
@@ -247,17 +324,67 @@ def vector_ranking(
     return [ids[i] for i in order[:k]]
 
 
-def fuse_turns(
-    turns: Mapping[uuid.UUID, Turn], rankings: Mapping[str, Sequence[uuid.UUID]], limit: int
+def same_message(turn: Turn) -> tuple[uuid.UUID, int, str]:
+    """What makes two stored turns one message: the conversation, the position and the text (an
+    event sent once per participant stores each of its messages once per event)."""
+    return (turn.channel_id, turn.position, turn.text)
+
+
+def distinct_turns(hits: Sequence[TurnHit]) -> builtins.list[TurnHit]:
+    """The hits without a repeat of a message ranked higher (`same_message`), order kept."""
+    seen: set[tuple[uuid.UUID, int, str]] = set()
+    out: list[TurnHit] = []
+    for hit in hits:
+        key = same_message(hit.turn)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out
+
+
+def turn_document(turn: Turn) -> Memory:
+    """A turn as the score fusion reads a candidate (`store.recall.fuse_scores`): its text the
+    value, its conversation the source, when it was said its time, and one key per message (its
+    conversation, position and text), so a message stored by two events is one result."""
+    return Memory(
+        id=turn.id,
+        scope="user",
+        owner_id=turn.user_id,
+        user_id=None,
+        key=f"{turn.channel_id} {turn.position} {turn.text}",
+        value=turn.text,
+        source_channel_id=turn.channel_id,
+        confidence=1.0,
+        status="active",
+        created_at=turn.at,
+        updated_at=turn.at,
+    )
+
+
+def fuse_turn_scores(
+    turns: Mapping[uuid.UUID, Turn],
+    scores: Mapping[str, Mapping[uuid.UUID, float]],
+    limit: int,
+    *,
+    query: str,
+    now: datetime,
+    fusion: ScoreFusion = TURN_FUSION,
 ) -> builtins.list[TurnHit]:
-    """Reciprocal-rank fusion of a turn recall's rankings (`vector`, `text`) into hits, best first."""
-    fused = rrf_scores(rankings)
-    ordered = sorted(fused, key=lambda tid: (-fused[tid][0], str(tid)))
-    return [
-        TurnHit(turn=turns[tid], score=fused[tid][0], sources=fused[tid][1])
-        for tid in ordered[:limit]
-        if tid in turns
-    ]
+    """A turn recall's branch scores (`vector`: cosine, `text`: full-text relevance) fused as the
+    memory recall fuses its own, with the query's cues (its time window, "When …?"), into hits,
+    best first, each message once (`distinct_turns`)."""
+    cues = query_cues(query, now=now)
+    hits = fuse_scores(
+        [turn_document(turn) for turn in turns.values()],
+        {name: {tid: s for tid, s in found.items() if tid in turns} for name, found in scores.items()},
+        limit=limit,
+        fusion=fusion,
+        time_window=cues.time_window,
+        when=cues.when,
+    )
+    return distinct_turns(
+        [TurnHit(turn=turns[hit.memory.id], score=hit.score, sources=hit.sources) for hit in hits]
+    )
 
 
 def merge_recall(
@@ -320,6 +447,8 @@ class ConversationTurns(SettingsRows):
                 "text": t.text,
                 "at": t.at,
                 "position": t.position,
+                "speaker": t.speaker,
+                "search_text": t.search_text,
                 "embedding": None
                 if t.embedding is None
                 else self._check_dim(t.embedding, f"embedding of turn {t.position}"),
@@ -364,6 +493,7 @@ class ConversationTurns(SettingsRows):
             text=data["text"],
             at=data["at"],
             position=data["position"],
+            speaker=data["speaker"],
         )
 
     def _turn_columns(self) -> builtins.list[Any]:
@@ -379,6 +509,7 @@ class ConversationTurns(SettingsRows):
             t.c.text,
             t.c.at,
             t.c.position,
+            t.c.speaker,
         ]
 
     def _in_turn_context(
@@ -417,8 +548,8 @@ class ConversationTurns(SettingsRows):
         if self._schema.dialect == "postgresql":
             return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
         window = await self._turn_window(user_id, persona_id, team_id)
-        rankings = await asyncio.to_thread(window_rankings, window, query, vector, k)
-        return fuse_turns(window.turns, rankings, limit)
+        scores = await asyncio.to_thread(window_scores, window, query, vector, k)
+        return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
 
     async def _turn_window(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
@@ -438,7 +569,7 @@ class ConversationTurns(SettingsRows):
     ) -> TurnWindow:
         t = self._schema.turns
         stmt = (
-            select(*self._turn_columns(), type_coerce(t.c.embedding, String))
+            select(*self._turn_columns(), t.c.search_text, type_coerce(t.c.embedding, String))
             .where(*self._in_turn_context(user_id, persona_id, team_id))
             .order_by(t.c.at.desc())
             .limit(TURN_WINDOW)
@@ -446,7 +577,12 @@ class ConversationTurns(SettingsRows):
         rows = (await conn.execute(stmt)).all()
         turns = [self._turn(row) for row in rows]
         return await asyncio.to_thread(
-            turn_window, turns, [row[-1] for row in rows], self._schema.embedding_dim, stamp
+            turn_window,
+            turns,
+            [row[-1] for row in rows],
+            self._schema.embedding_dim,
+            stamp,
+            [row[-2] for row in rows],
         )
 
     async def _recall_turns_postgres(
@@ -472,13 +608,12 @@ class ConversationTurns(SettingsRows):
         }
         rows = await self._read_rows(sql, params)
         turns: dict[uuid.UUID, Turn] = {}
-        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
+        scores: dict[str, dict[uuid.UUID, float]] = {}
         for row in rows:
             turn = self._turn(row)
             turns[turn.id] = turn
-            ranks.setdefault(row["source"], []).append((int(row["rank"]), turn.id))
-        rankings = {source: [tid for _, tid in sorted(pairs)] for source, pairs in ranks.items()}
-        return fuse_turns(turns, rankings, limit)
+            scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
+        return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
 
     async def recall_items(
         self,

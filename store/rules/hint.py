@@ -5,6 +5,7 @@ a second section of the few most relevant earlier turns (`build_hint`). Pure."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Turn
 
@@ -62,19 +63,52 @@ HINT_TURN_CHARS = 300
 HINT_TURN_SHARE = 0.35
 
 
+def said_on(moment: datetime) -> str:
+    """A day as the hint writes it, `8 May 2023`: the words a question about "when" is answered
+    in (English month names whatever the locale)."""
+    return f"{moment.day} {_MONTHS[moment.month - 1]} {moment.year}"
+
+
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
 def dated_bullet(memory: Memory) -> str:
-    """`- key: value (said YYYY-MM-DD)`: the date it was said, when known (what a question about
+    """`- key: value (said 8 May 2023)`: the date it was said, when known (what a question about
     "when" or "lately" needs)."""
     line = bullet(memory)
-    return f"{line} (said {memory.observed_at.date().isoformat()})" if memory.observed_at else line
+    return f"{line} (said {said_on(memory.observed_at)})" if memory.observed_at else line
 
 
-def turn_bullet(turn: Turn) -> str:
-    """`- [YYYY-MM-DD] role: text` on one line, the text clipped to `HINT_TURN_CHARS`."""
+def turn_line(turn: Turn) -> str:
+    """`speaker: text` on one line (the role when the speaker is not known), the text clipped to
+    `HINT_TURN_CHARS`."""
     text = _one_line(turn.text)
     if len(text) > HINT_TURN_CHARS:
         text = text[: HINT_TURN_CHARS - 1].rstrip() + "…"
-    return f"- [{turn.at.date().isoformat()}] {turn.role}: {text}"
+    return f"{_one_line(turn.said_by)}: {text}"
+
+
+def dated_turn_line(turn: Turn) -> str:
+    """`[8 May 2023] speaker: text`: the turn with the day it was said (`said_on`, `turn_line`)."""
+    return f"[{said_on(turn.at)}] {turn_line(turn)}"
+
+
+def turn_bullet(turn: Turn) -> str:
+    """`- [8 May 2023] speaker: text` on one line (`dated_turn_line`)."""
+    return f"- {dated_turn_line(turn)}"
 
 
 def _fit(lines: Sequence[str], budget: int) -> list[str]:

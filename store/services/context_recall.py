@@ -132,6 +132,7 @@ def turn_record(turn: Turn, score: float | None = None) -> dict[str, Any]:
         "persona_id": str(turn.persona_id) if turn.persona_id else None,
         "team_id": str(turn.team_id) if turn.team_id else None,
         "role": turn.role,
+        "speaker": turn.speaker,
         "text": turn.text,
         "at": turn.at.isoformat(),
         "position": turn.position,

@@ -247,6 +247,7 @@ def turn_view(turn: Turn, score: float | None = None) -> dict[str, Any]:
     view: dict[str, Any] = {
         "conversation_id": str(turn.channel_id),
         "role": turn.role,
+        "speaker": turn.speaker,
         "text": turn.text,
         "at": turn.at.isoformat(),
     }

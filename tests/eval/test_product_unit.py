@@ -202,3 +202,31 @@ async def test_the_no_evidence_ablation_drops_only_the_evidence_numbers() -> Non
     assert result.candidates == (replace(candidate, evidence=()),) and result.llm_calls == 1
     await bare.close()
     assert inner.closed
+
+
+def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_speakers() -> None:
+    from datetime import UTC, datetime
+
+    from store.model import RecallItem, Turn
+    from worker.evaluation.product_run import recalled_of
+
+    said = Turn(
+        id=uuid.uuid4(),
+        channel_id=uuid.uuid4(),
+        event_id=uuid.uuid4(),
+        user_id=uuid.uuid4(),
+        persona_id=None,
+        team_id=None,
+        role="assistant",
+        text="Madeira, twice!",
+        at=datetime(2023, 5, 8, 13, 56, tzinfo=UTC),
+        position=4,
+        speaker="Melanie",
+    )
+    read = recalled_of(RecallItem(kind="turn", score=1.0, turn=said))
+    assert read.text == "[8 May 2023] Melanie: Madeira, twice!"
+    assert read.quotes[0].position == 3 and read.quotes[0].channel_id == said.channel_id
+    conversation = load_locomo(FIXTURE)[0]
+    events = session_events(conversation, uuid.uuid4())
+    turns = [t for t in conversation.turns if t.session == events[0].session]
+    assert [m.name for m in events[0].event.messages] == [t.speaker for t in turns]

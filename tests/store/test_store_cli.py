@@ -164,6 +164,7 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
             text="I moved to Lisbon last spring",
             at=datetime(2026, 4, 1, tzinfo=UTC),
             position=1,
+            speaker="Ada",
         )
         await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
     finally:
@@ -174,7 +175,9 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
     assert sorted(r["kind"] for r in records) == ["memory", "turn"]  # one list holds both kinds
     (turn,) = [r for r in records if r["kind"] == "turn"]
     assert turn["text"] == "I moved to Lisbon last spring" and turn["role"] == "user"
+    assert turn["speaker"] == "Ada"
     assert await pmem("recall", "--user-id", str(user), "--include", "turns", "--json", "Lisbon") == 0
     assert [r["kind"] for r in json.loads(capsys.readouterr().out)] == ["turn"]
     assert await pmem("recall", "--user-id", str(user), "--include", "turns", "Lisbon") == 0
-    assert "turn" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "turn" in table and "Ada" in table  # who said it, not only the role

@@ -267,3 +267,58 @@ async def test_open_store_picks_sqlite_for_sqlite_urls(tmp_path: Path) -> None:
         await store.ping()
     finally:
         await store.close()
+
+
+async def test_upgrading_from_0008_keeps_the_turns_and_searches_their_speaker_and_search_text(
+    new_database: NewDatabase,
+) -> None:
+    url = new_database()
+    _to_revision(url, "0008")
+    user, event = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO conversation_turns (id, channel_id, event_id, user_id, role, text, at, position) "
+            "VALUES (%s, %s, %s, %s, 'user', 'we sailed to Madeira', now(), 1)",
+            (uuid.uuid4(), uuid.uuid4(), event, user),
+        )
+    migrate(url, 384)
+    with psycopg.connect(url) as conn:
+        # the turn stored before keeps its text, has no speaker, and is still found by its words
+        assert conn.execute("SELECT text, speaker, search_text FROM conversation_turns").fetchall() == [
+            ("we sailed to Madeira", None, None)
+        ]
+        found = "SELECT count(*) FROM conversation_turns WHERE search_tsv @@ to_tsquery('english', %s)"
+        assert conn.execute(found, ("madeira",)).fetchone() == (1,)
+        conn.execute(
+            "UPDATE conversation_turns SET speaker = 'Ada', search_text = 'Bea: where did the ferry go?'"
+        )
+        # the words of the turns around it find it too, and the generated column is indexed
+        assert conn.execute(found, ("ferry",)).fetchone() == (1,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'ix_conversation_turns_search_tsv'"
+        ).fetchone() == (1,)
+    _to_revision(url, "0008", down=True)
+    with psycopg.connect(url) as conn:
+        columns = {
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'conversation_turns'"
+            ).fetchall()
+        }
+        assert "speaker" not in columns and "search_text" not in columns and "search_tsv" in columns
+        assert conn.execute("SELECT count(*) FROM conversation_turns").fetchone() == (1,)
+
+
+def test_sqlite_migrate_adds_the_speaker_and_search_text_to_an_older_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    migrate(url, 384)
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        # the table as files written before these columns hold it
+        conn.execute("ALTER TABLE conversation_turns DROP COLUMN search_text")
+        conn.execute("ALTER TABLE conversation_turns DROP COLUMN speaker")
+    migrate(url, 384)
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(conversation_turns)")}
+    assert {"speaker", "search_text"} <= columns

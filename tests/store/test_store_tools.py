@@ -169,6 +169,7 @@ async def test_conversation_search_finds_the_users_own_words_in_this_context_onl
             text=text,
             at=said,
             position=1,
+            speaker="Ada" if persona_id else None,
         )
 
     await store.write_event(
@@ -180,6 +181,7 @@ async def test_conversation_search_finds_the_users_own_words_in_this_context_onl
     assert found["count"] == 1
     assert found["messages"][0]["text"] == "My cat Miso hates rain" and found["messages"][0]["role"] == "user"
     assert found["messages"][0]["at"] == said.isoformat()
+    assert found["messages"][0]["speaker"] == "Ada"
     elsewhere = MemoryTools(ToolContext(user_id=uuid.uuid4(), persona_id=persona, store=store, team_id=team))
     assert (await elsewhere.conversation_search("cat Miso"))["count"] == 0
     await store.replace_settings(SettingsRow(level="persona", target_id=persona, history=False))

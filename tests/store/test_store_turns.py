@@ -31,6 +31,8 @@ def turn(
     team: uuid.UUID | None = None,
     at: datetime = SAID,
     channel: uuid.UUID | None = None,
+    speaker: str | None = None,
+    search_text: str | None = None,
 ) -> NewTurn:
     return NewTurn(
         channel_id=channel or uuid.UUID(int=7),
@@ -41,6 +43,8 @@ def turn(
         text=text,
         at=at,
         position=position,
+        speaker=speaker,
+        search_text=search_text,
     )
 
 
@@ -156,7 +160,10 @@ async def test_a_turn_is_recalled_only_in_the_context_it_was_said_in(
     written: dict[uuid.UUID, tuple[str, uuid.UUID | None, uuid.UUID | None]] = {}
     for user, persona, team in said:
         event = uuid.uuid4()
-        new = turn(users[user], 1, "the harbour lighthouse story", persona=persona, team=team)
+        # each its own conversation: one message repeated in one conversation is recalled once
+        new = turn(
+            users[user], 1, "the harbour lighthouse story", persona=persona, team=team, channel=uuid.uuid4()
+        )
         await store.write_event(event_id=event, memories=[], turns=[new])
         [stored] = await store.conversation(users[user], event)
         written[stored.id] = (user, persona, team)
@@ -292,10 +299,12 @@ async def write_everything(store: Store, user: uuid.UUID, word: str) -> uuid.UUI
     await store.write_event(
         event_id=event,
         memories=[fact(user, "hobby", "Keeps a diary daily", evidence=f"user: my {word} daily")],
-        turns=[turn(user, 1, f"I write my {word} daily", persona=PERSONA_A, at=SAID)],
+        turns=[turn(user, 1, f"I write my {word} daily", persona=PERSONA_A, at=SAID, speaker=f"{word} Ada")],
     )
+    # the word said only by the turn before it: in the search text, not the turn's own
+    around = f"Bea: what of the {word}?\nAda: again"
     await store.write_event(
-        event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, f"{word} again", at=SAID)]
+        event_id=uuid.uuid4(), memories=[], turns=[turn(user, 2, "again", at=SAID, search_text=around)]
     )
     return first.memory_id
 
@@ -307,6 +316,8 @@ async def test_every_erasure_path_leaves_no_text_of_evidence_or_turns(store: Sto
     memory_id = await write_everything(store, user, word)
     assert set(holding(store, word)) >= {
         "conversation_turns.text",
+        "conversation_turns.speaker",
+        "conversation_turns.search_text",
         "memories.evidence",
         "memory_revisions.evidence",
     }
@@ -326,3 +337,49 @@ async def test_every_erasure_path_leaves_no_text_of_evidence_or_turns(store: Sto
     report = await store.retention(now=SAID + timedelta(days=365))
     assert report.erased_turns == 2
     assert holding(store, word) == []
+
+
+async def test_the_speaker_is_kept_shown_and_exported_and_the_search_text_finds_a_reply(
+    store: Store,
+) -> None:
+    user = uuid.uuid4()
+    event = uuid.uuid4()
+    question = "Bea: where did you go sailing last summer?"
+    await store.write_event(
+        event_id=event,
+        memories=[],
+        turns=[
+            turn(user, 1, "where did you go sailing last summer?", speaker="Bea", search_text=question),
+            # the reply alone names no sailing: its search text carries the question it answers
+            turn(user, 2, "Madeira, twice!", speaker="Ada", search_text=f"{question}\nAda: Madeira, twice!"),
+            turn(user, 3, "Lovely", search_text="Ada: Madeira, twice!\nuser: Lovely"),
+        ],
+    )
+    stored = await store.conversation(user, event)
+    assert [(t.speaker, t.said_by) for t in stored] == [("Bea", "Bea"), ("Ada", "Ada"), (None, "user")]
+    assert [t.speaker for t in await store.export_turns(user)] == ["Bea", "Ada", None]
+    hits = await store.recall_turns(user, None, "sailing summer", 3)
+    assert {h.turn.text for h in hits} >= {"Madeira, twice!"}
+    # its own words rank a turn above one that only has them around it
+    assert hits[0].turn.text == "where did you go sailing last summer?"
+    items = await store.recall_items(user, None, "Madeira", 5, include=("turns",))
+    speakers = {item.turn.text: item.turn.speaker for item in items if item.turn is not None}
+    assert speakers["Madeira, twice!"] == "Ada"
+
+
+async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_once(store: Store) -> None:
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    for _ in range(2):  # the same conversation sent once per participant
+        await store.write_event(
+            event_id=uuid.uuid4(),
+            memories=[],
+            turns=[
+                turn(user, 1, "the lighthouse keeper waved", channel=channel, speaker="Ada"),
+                turn(user, 2, "the harbour lighthouse again", channel=channel, speaker="Bea"),
+            ],
+        )
+    hits = await store.recall_turns(user, None, "lighthouse", 10)
+    assert sorted(h.turn.text for h in hits) == [
+        "the harbour lighthouse again",
+        "the lighthouse keeper waved",
+    ]

@@ -4,14 +4,23 @@ two-section hint, and the evidence numbers of an LLM item."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.core.turns import bm25_ranking, merge_recall, parse_include, vector_ranking
-from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit
-from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint
+from store.core.turns import (
+    bm25_ranking,
+    bm25_scores,
+    distinct_turns,
+    fuse_turn_scores,
+    merge_recall,
+    parse_include,
+    vector_ranking,
+)
+from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
+from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -33,7 +42,7 @@ def memory(key: str, value: str, observed: datetime | None = None) -> Memory:
     )
 
 
-def turn(text: str, role: str = "user") -> Turn:
+def turn(text: str, role: TurnRole = "user") -> Turn:
     return Turn(
         id=uuid.uuid4(),
         channel_id=uuid.uuid4(),
@@ -44,7 +53,7 @@ def turn(text: str, role: str = "user") -> Turn:
         role=role,
         text=text,
         at=NOW,
-        position=1,  # type: ignore[arg-type]
+        position=1,
     )
 
 
@@ -53,9 +62,9 @@ def test_the_best_turns_lead_and_facts_interleave_after_them() -> None:
     turns = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(3)]
     merged = merge_recall(facts, turns, 6)
     assert [i.kind for i in merged][:2] == ["turn", "turn"]
-    # a fact's first rank scores as a turn's twelfth (the constants chosen on LoCoMo dev)
-    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(14)]
-    assert [i.kind for i in merge_recall(facts, many, 14)].index("memory") == 11
+    # a fact's first rank scores as a turn's 34th, and leads it (the constants chosen on LoCoMo dev)
+    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(40)]
+    assert [i.kind for i in merge_recall(facts, many, 40)].index("memory") == 33
     weighted = merge_recall(facts, turns, 6, memory_weight=1.5)
     assert [i.kind for i in weighted][:2] == ["memory", "memory"]
     assert sorted(i.kind for i in merged) == ["memory"] * 3 + ["turn"] * 3
@@ -89,14 +98,14 @@ def test_the_hint_has_what_is_known_dated_and_earlier_conversations_within_the_b
     ]
     hint = build_hint(items)
     assert hint == (
-        f"{KNOWN_HEADER}\n- diet: Is vegan (said 2026-03-04)\n- city: Lives in Lyon\n\n"
-        f"{EARLIER_HEADER}\n- [2026-03-04] user: I went vegan after the marathon in Porto"
+        f"{KNOWN_HEADER}\n- diet: Is vegan (said 4 March 2026)\n- city: Lives in Lyon\n\n"
+        f"{EARLIER_HEADER}\n- [4 March 2026] user: I went vegan after the marathon in Porto"
     )
     crowded = [RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x" * 200)) for i in range(60)]
     crowded += [RecallItem(kind="turn", score=0.5, turn=turn("y" * 1000)) for _ in range(10)]
     text = build_hint(crowded, max_chars=6000)
     assert len(text) <= 6000 and EARLIER_HEADER in text and KNOWN_HEADER in text
-    assert text.count("\n- [2026-03-04]") <= 5
+    assert text.count("\n- [4 March 2026]") <= 5
     assert build_hint([]) == ""
 
 
@@ -109,3 +118,58 @@ def test_evidence_numbers_keep_what_names_a_message_and_never_reject_the_fact() 
     reply = '{"memories": [' + item + "]}"
     [candidate], rejected = parse_output(reply, ("user",))
     assert candidate.evidence == () and rejected == []
+
+
+def stored_turn(channel: uuid.UUID, position: int, text: str) -> TurnHit:
+    return TurnHit(turn=replace(turn(text), channel_id=channel, position=position), score=1.0)
+
+
+def test_distinct_turns_drops_a_message_repeated_lower_and_keeps_the_order() -> None:
+    one, other = uuid.uuid4(), uuid.uuid4()
+    hits = [
+        stored_turn(one, 3, "we sailed"),
+        stored_turn(one, 4, "to Madeira"),
+        stored_turn(one, 3, "we sailed"),  # the same message, stored by the other event
+        stored_turn(other, 3, "we sailed"),  # another conversation: another message
+        stored_turn(one, 3, "we sailed again"),  # the same place, other words: another message
+    ]
+    kept = distinct_turns(hits)
+    assert kept == [hits[0], hits[1], hits[3], hits[4]]
+    assert distinct_turns([]) == []
+
+
+def test_a_word_only_around_a_turn_counts_less_than_its_own() -> None:
+    own, around = uuid.uuid4(), uuid.uuid4()
+    words = {own: frozenset({"madeira", "sailing"}), around: frozenset({"twice"})}
+    lengths = {own: 2, around: 2}
+    context = {around: frozenset({"madeira", "sailing"})}
+    assert bm25_scores("sailing madeira", words, lengths, 5, context_words=context) == [own, around]
+    assert bm25_scores("sailing madeira", words, lengths, 5) == [own]
+
+
+def test_a_turn_line_shows_the_speaker_else_the_role() -> None:
+    said = turn("  Madeira,\n twice! ")
+    assert turn_line(said) == "user: Madeira, twice!"
+    named = replace(said, speaker="Ada")
+    assert turn_line(named) == "Ada: Madeira, twice!"
+    assert turn_bullet(named) == "- [4 March 2026] Ada: Madeira, twice!"
+    assert said_on(datetime(2023, 5, 8, 23, 59, tzinfo=UTC)) == "8 May 2023"
+
+
+def test_turn_scores_fuse_as_memory_scores_do_and_a_repeated_message_counts_once() -> None:
+    session, elsewhere = uuid.uuid4(), uuid.uuid4()
+    asked = replace(turn("we sailed to Madeira"), channel_id=session, position=2)
+    repeat = replace(asked, id=uuid.uuid4(), event_id=uuid.uuid4())  # the other event's copy
+    beside = replace(turn("it rained all week"), channel_id=session, position=3)
+    far = replace(turn("it rained all week too"), channel_id=elsewhere, position=3)
+    turns = {t.id: t for t in (asked, repeat, beside, far)}
+    scores = {
+        "vector": {asked.id: 0.9, repeat.id: 0.9, beside.id: 0.5, far.id: 0.5},
+        "text": {asked.id: 2.0, repeat.id: 2.0},
+    }
+    hits = fuse_turn_scores(turns, scores, 10, query="Where did they sail?", now=NOW)
+    assert hits[0].turn.text == "we sailed to Madeira"
+    assert len([h for h in hits if h.turn.text == "we sailed to Madeira"]) == 1
+    # equally similar, but said in the conversation of the best hit: it leads the other
+    assert [h.turn.id for h in hits[1:]] == [beside.id, far.id]
+    assert hits[0].sources == ("vector", "text")

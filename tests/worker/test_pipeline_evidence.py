@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from extraction.types import Candidate
-from worker.events import ConversationEnded
+from worker.events import MESSAGE_NAME_MAX_CHARS, ConversationEnded
 from worker.pipeline import (
     EVIDENCE_MAX_CHARS,
     EVIDENCE_MESSAGE_CHARS,
@@ -105,3 +105,32 @@ def test_one_batch_splits_back_into_folded_memory_and_turn_vectors() -> None:
     assert fold_evidence(basis[0], basis[2], 0.0) == basis[0]
     leaning = fold_evidence(basis[0], basis[2], 3.0)
     assert leaning[2] > leaning[0] > 0
+
+
+def test_a_named_turn_reads_and_is_searched_as_its_speaker_with_the_turns_around_it() -> None:
+    named = event(
+        {"role": "user", "content": "Where did you sail?", "name": "Bea"},
+        {"role": "assistant", "content": "Madeira, twice!", "name": "  Ada\n Lovelace "},
+        {"role": "user", "content": "Lovely"},  # no name: the role stands for the speaker
+        {"role": "assistant", "content": "Next year Porto", "name": "Ada Lovelace"},
+    )
+    turns, own, around = plan_turns(named, now=OCCURRED)
+    assert [t.speaker for t in turns] == ["Bea", "Ada Lovelace", None, "Ada Lovelace"]
+    assert own == ["Bea: Where did you sail?", "Ada Lovelace: Madeira, twice!", "user: Lovely", own[3]]
+    assert around[1] == "Bea: Where did you sail?\nAda Lovelace: Madeira, twice!"
+    # two turns before, the turn, one after
+    assert turns[0].search_text == "Bea: Where did you sail?\nAda Lovelace: Madeira, twice!"
+    assert (
+        turns[3].search_text == "Ada Lovelace: Madeira, twice!\nuser: Lovely\nAda Lovelace: Next year Porto"
+    )
+    assert turns[2].search_text == "\n".join(own)
+
+
+def test_a_message_name_is_optional_and_one_that_is_not_a_string_is_left_out() -> None:
+    parsed = event(
+        {"role": "user", "content": "hi", "name": 42},
+        {"role": "user", "content": "hi", "name": "   "},
+        {"role": "user", "content": "hi", "name": "x" * 500},
+        {"role": "user", "content": "hi"},
+    )
+    assert [m.name for m in parsed.messages] == [None, None, "x" * MESSAGE_NAME_MAX_CHARS, None]

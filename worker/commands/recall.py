@@ -66,7 +66,7 @@ def format_table(items: Sequence[RecallItem]) -> str:
     if not items:
         return "(nothing recalled)"
     header = (
-        f"{'#':>3}  {'score':>7}  {'kind':<6}  {'scope/role':<12}  {'key/date':<24}  {'value/text':<48}  id"
+        f"{'#':>3}  {'score':>7}  {'kind':<6}  {'scope/who':<12}  {'key/date':<24}  {'value/text':<48}  id"
     )
     lines = [header, "-" * len(header)]
     for i, item in enumerate(items, start=1):
@@ -76,11 +76,11 @@ def format_table(items: Sequence[RecallItem]) -> str:
             who, what, text, item_id = m.scope, m.key, m.value, m.id
         elif item.turn is not None:
             t = item.turn
-            who, what, text, item_id = t.role, t.at.date().isoformat(), t.text, t.id
+            who, what, text, item_id = t.said_by, t.at.date().isoformat(), t.text, t.id
         else:
             continue
         lines.append(
-            f"{i:>3}  {item.score:>7.4f}  {item.kind:<6}  {who:<12}  {_clip(what, 24):<24}  "
+            f"{i:>3}  {item.score:>7.4f}  {item.kind:<6}  {_clip(who, 12):<12}  {_clip(what, 24):<24}  "
             f"{_clip(text, 48):<48}  {item_id}"
         )
     return "\n".join(lines)

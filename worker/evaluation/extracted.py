@@ -44,6 +44,7 @@ def session_events(conversation: Conversation, owner: uuid.UUID) -> list[Session
                     if not turn.blip_caption
                     else dialog_caption(turn.text, turn.blip_caption),
                     "at": when,
+                    "name": turn.speaker,
                 }
                 for turn in turns
             ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from store.model import RecallItem
+from store.rules.hint import dated_bullet, dated_turn_line
 from store.services.context_recall import items_in_context
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
@@ -56,20 +57,21 @@ class WithoutEvidence:
 
 
 def recalled_of(item: RecallItem) -> Recalled:
-    """The evaluation's view of one item of the product's recall. A turn reads as its text and
-    stands for itself (its conversation and position, numbered from 1). A memory reads as
-    `key: value`, the fact the hint shows (its evidence is not read for answer recall, so the facts
-    are scored on what they say), and stands for the messages of its evidence."""
+    """The evaluation's view of one item of the product's recall; each reads as the hint shows it.
+    A turn reads `[day] speaker: text` (`store.hint.dated_turn_line`) and stands for itself (its
+    conversation and position, numbered from 1). A memory reads `key: value (said day)`
+    (`store.hint.dated_bullet`; its evidence is not read for answer recall, so the facts are scored
+    on what they say) and stands for the messages of its evidence."""
     if item.turn is not None:
         turn = item.turn
         quote = Quote(channel_id=turn.channel_id, position=turn.position - 1, text=turn.text)
-        return Recalled(kind="turn", text=turn.text, quotes=(quote,))
+        return Recalled(kind="turn", text=dated_turn_line(turn), quotes=(quote,))
     if item.memory is None:
         raise ValueError(f"a recall item of kind {item.kind!r} carries neither a memory nor a turn")
     memory = item.memory
     return Recalled(
         kind="memory",
-        text=f"{memory.key}: {memory.value}",
+        text=dated_bullet(memory).removeprefix("- "),
         quotes=evidence_quotes(memory.evidence, memory.source_channel_id),
     )
 
