@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -240,13 +241,22 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of `pmem eval locomo`: 0 on success, 2 on bad input or an unusable setup."""
+    """Entry point of `pmem eval locomo`: 0 on success, 2 on bad input or an unusable setup, 130
+    when interrupted (Ctrl-C or SIGTERM), after the embedded Postgres it started is stopped."""
+    # SIGTERM unwinds the run as Ctrl-C does, so the context managers stop the embedded Postgres
+    # instead of leaving it running on the data directory.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         options = options_from_args(args)
         report = asyncio.run(run_locomo(options))
     except (ValueError, LocomoFormatError, EvalError, SchemaError) as exc:
         print(f"pmem eval: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("pmem eval: interrupted; nothing reported", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
