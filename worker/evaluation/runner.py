@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from worker.evaluation.checkpoint import checkpoint_file, load_checkpoint, save_
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from worker.evaluation.locomo import (
     Conversation,
+    Question,
     QuestionResult,
     load_locomo,
     select_split,
@@ -71,29 +72,20 @@ async def evaluate_units(
         )
 
     await embedder.embed_queries([q.question for q in conversation.questions])
-    limit = max(options.ks)
-    semaphore = asyncio.Semaphore(options.concurrency)
-    label = f"{conversation.sample_id}: querying"
-
-    async def ask(question: str, retriever: Retriever) -> list[Any]:
-        async with semaphore:
-            hits = await store.recall(owner, None, question, limit, retriever=retriever)
-        progress.update(1, label)
-        return list(hits)
-
-    results: dict[str, list[QuestionResult]] = {}
-    for retriever in options.retrievers:
-        answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
-        results[retriever] = [
-            QuestionResult(
-                category=q.category,
-                evidence=q.evidence,
-                ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
-                answer=q.answer,
-                texts=tuple(hit.memory.value for hit in hits),
-            )
-            for q, hits in zip(conversation.questions, answers, strict=True)
-        ]
+    results = await ask_questions(
+        store,
+        owner,
+        conversation,
+        options,
+        progress,
+        lambda q, hits: QuestionResult(
+            category=q.category,
+            evidence=q.evidence,
+            ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
+            answer=q.answer,
+            texts=tuple(hit.memory.value for hit in hits),
+        ),
+    )
 
     if not options.keep and options.database_url is not None:
         # an external database: leave nothing behind
@@ -317,6 +309,36 @@ async def evaluate_extracted(
         progress.update(1, label)
     memories = await store.list(MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000))
 
+    results = await ask_questions(
+        store,
+        owner,
+        conversation,
+        options,
+        progress,
+        lambda q, hits: QuestionResult(
+            category=q.category,
+            evidence=q.evidence,
+            ranked=(),
+            answer=q.answer,
+            texts=tuple(f"{hit.memory.key}: {hit.memory.value}" for hit in hits),
+        ),
+    )
+    if not options.keep and options.database_url is not None:
+        for memory in memories:
+            await store.delete(memory.id, actor="pmem-eval")
+    return results, used
+
+
+async def ask_questions(
+    store: Any,
+    owner: uuid.UUID,
+    conversation: Conversation,
+    options: EvalOptions,
+    progress: Progress,
+    scored: Callable[[Question, list[Any]], QuestionResult],
+) -> dict[str, list[QuestionResult]]:
+    """Every question of `conversation` through each of `options.retrievers` (at most
+    `options.concurrency` in flight), each answer scored by `scored` from its hits."""
     limit = max(options.ks)
     semaphore = asyncio.Semaphore(options.concurrency)
     label = f"{conversation.sample_id}: querying"
@@ -331,16 +353,6 @@ async def evaluate_extracted(
     for retriever in options.retrievers:
         answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
         results[retriever] = [
-            QuestionResult(
-                category=q.category,
-                evidence=q.evidence,
-                ranked=(),
-                answer=q.answer,
-                texts=tuple(f"{hit.memory.key}: {hit.memory.value}" for hit in hits),
-            )
-            for q, hits in zip(conversation.questions, answers, strict=True)
+            scored(q, hits) for q, hits in zip(conversation.questions, answers, strict=True)
         ]
-    if not options.keep and options.database_url is not None:
-        for memory in memories:
-            await store.delete(memory.id, actor="pmem-eval")
-    return results, used
+    return results
