@@ -761,12 +761,12 @@ def _relation_mb(database_url: str, table: str) -> float:
 
 def tune_mem0_pool(memory: Any, database_url: str, max_connections: int) -> list[str]:
     """Give mem0's pgvector store a connection pool whose connections run OUR recall session settings
-    (iterative HNSW scan, ef_search, …: `store.postgres.store.session_settings_sql`). Without them pgvector
-    filters mem0's owner AFTER the HNSW scan's ef_search candidates, so a filtered search returns
-    (almost) nothing once an owner holds a small share of the table. Returns the statements."""
+    (iterative HNSW scan, ef_search, …: `store.postgres.recall_sql.session_settings_sql`). Without
+    them pgvector filters mem0's owner AFTER the HNSW scan's ef_search candidates, so a filtered search
+    returns (almost) nothing once an owner holds a small share of the table. Returns the statements."""
     from psycopg_pool import ConnectionPool
 
-    from store.postgres.store import RecallTuning, session_settings_sql
+    from store.postgres.recall_sql import RecallTuning, session_settings_sql
 
     statements = session_settings_sql(RecallTuning())
 

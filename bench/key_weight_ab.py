@@ -39,9 +39,8 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, object]:
         for label, kw in (("a", args.a), ("b", args.b))
     }
     try:
-        users = [
-            row[0] for row in await stores["a"]._fetch("SELECT DISTINCT owner_id FROM memories LIMIT 1000")
-        ]
+        found = await stores["a"].connections.fetch("SELECT DISTINCT owner_id FROM memories LIMIT 1000")
+        users = [row["owner_id"] for row in found]
         latencies: dict[str, list[float]] = {"a": [], "b": []}
         for i in range(args.queries + 50):
             user, text = rng.choice(users), question(rng)

@@ -37,7 +37,6 @@ from sqlalchemy import event  # noqa: E402
 
 from bench.pipeline_throughput import ROWS, make_events, populate  # noqa: E402
 from extraction.embeddings import HashingEmbedder  # noqa: E402
-from store.core.base import psycopg_sql  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
 from store.model import NewMemory, OwnerRef  # noqa: E402
 from store.postgres.store import PostgresMemoryStore  # noqa: E402
@@ -202,7 +201,7 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         sent: list[tuple[str, Any]] = []
 
         async def recording(sql: str, params: Any, read_rows: Any = read_rows, sent: Any = sent) -> Any:
-            sent.append((psycopg_sql(sql), params))
+            sent.append((sql, params))
             return await read_rows(sql, params)
 
         store._read_rows = recording  # type: ignore[method-assign]

@@ -44,7 +44,8 @@ from extraction.embeddings import HashingEmbedder, build_embedder, close_embedde
 from store.core.recall import ScoreFusion
 from store.migrate import migrate
 from store.model import Retriever
-from store.postgres.store import PostgresMemoryStore, RecallTuning
+from store.postgres.recall_sql import RecallTuning
+from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from worker.embedded import EmbeddedPostgres
 from worker.settings import Settings

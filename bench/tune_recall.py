@@ -134,7 +134,8 @@ async def main(argv: list[str] | None = None) -> int:
             loaded.append((owner, conversation, dia_ids))
         embedder.save(cached)
         for name, fusion in variants:
-            store._fusion = fusion
+            # the Postgres store ranks through its `PgRecall`, the SQLite store itself
+            getattr(store, "_recall", store)._fusion = fusion
             started = time.monotonic()
             items: list[QuestionResult] = []
             for owner, conversation, dia_ids in loaded:

@@ -912,7 +912,8 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
 
     if backend_of(settings.database_url) != "postgresql":
         return await open_store(settings.database_url, embedder, settings_defaults=settings.memory_defaults())
-    from store.postgres.store import PostgresMemoryStore, RecallTuning
+    from store.postgres.recall_sql import RecallTuning
+    from store.postgres.store import PostgresMemoryStore
 
     store = PostgresMemoryStore(
         settings.database_url,

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import builtins
 import functools
-import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, text, update
+from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.elements import TextClause
 
+from store.core.rows import memory_from_row, revision_from_row
 from store.core.schema import NIL_UUID_SQL, Schema, array_literal
 from store.errors import StoreError, translating_errors
 from store.model import (
@@ -33,9 +32,6 @@ from store.model import (
 from store.protocols import Embedder
 from store.rules.keys import embedding_text
 from store.rules.pagination import decode_cursor
-from store.rules.policy import (
-    storable_confidence,
-)
 
 # audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
 AuditRows = list[dict[str, Any]]
@@ -43,24 +39,6 @@ AuditRows = list[dict[str, Any]]
 
 def _nil(schema: Schema) -> Any:
     return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
-
-
-# a `:name` bind parameter, not a `::type` cast
-_BIND_NAME = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-
-
-@functools.lru_cache(maxsize=256)
-def psycopg_sql(sql: str) -> str:
-    """A statement written with `:name` parameters (as for `cached_text`) in psycopg's
-    `%(name)s` style, for the paths that skip SQLAlchemy; literal `%` doubled."""
-    return _BIND_NAME.sub(r"%(\1)s", sql.replace("%", "%%"))
-
-
-@functools.lru_cache(maxsize=256)
-def cached_text(sql: str) -> TextClause:
-    """`text(sql)`, built once per distinct statement: parsing its bind names costs on every call,
-    and the worker sends the same few statement shapes for every event."""
-    return text(sql)
 
 
 def _vector(value: Any) -> builtins.list[float] | None:
@@ -88,10 +66,10 @@ _AUDIT_COLUMNS = (
 
 @functools.lru_cache(maxsize=4)
 def audit_insert_sql(table: str) -> str:
-    """Postgres: audit rows from column arrays (`:name` parameters), inserted in array order, so
+    """Postgres: audit rows from column arrays (`%(name)s` parameters), inserted in array order, so
     their ids follow the order they were collected in."""
     names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
-    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
+    arrays = ", ".join(f"CAST(%({name})s AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
     return (
         f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
         f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
@@ -101,6 +79,61 @@ def audit_insert_sql(table: str) -> str:
 def audit_params(rows: AuditRows) -> dict[str, str]:
     """Postgres: `audit_insert_sql`'s column arrays for audit rows collected by `_audit`."""
     return {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
+
+
+def audit_values(
+    action: AuditAction,
+    *,
+    memory: Memory | NewMemory,
+    memory_id: uuid.UUID,
+    old_value: str | None,
+    new_value: str | None,
+    actor: str,
+    event_id: uuid.UUID | None = None,
+    revision_id: uuid.UUID | None = None,
+) -> dict[str, Any]:
+    """One audit row's columns but its time (for one INSERT or a multi-row one)."""
+    return {
+        "memory_id": memory_id,
+        "action": action,
+        "scope": memory.scope,
+        "owner_id": memory.owner_id,
+        "user_id": memory.user_id,
+        "key": memory.key,
+        "old_value": old_value,
+        "new_value": new_value,
+        "actor": actor,
+        "event_id": event_id,
+        "revision_id": revision_id,
+        "team_id": memory.team_id,
+    }
+
+
+def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.list[float]:
+    """`vector` as a list of floats; `StoreError` unless it has the store's `dim` dimensions."""
+    if len(vector) != dim:
+        raise StoreError(
+            f"{what} has {len(vector)} dimensions but the store is configured for "
+            f"{dim} (PMEM_EMBEDDING_DIM); use the same embedding model for "
+            "writing and recall"
+        )
+    if type(vector) is list and set(map(type, vector)) == {float}:
+        return vector  # what the embedders return: no copy (a tenth of the time)
+    return [float(x) for x in vector]
+
+
+async def embed_queries(
+    embedder: Embedder, queries: Sequence[str], dim: int
+) -> builtins.list[builtins.list[float]]:
+    """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
+    role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
+    through it; any other embeds queries as it embeds memories."""
+    embed = getattr(embedder, "embed_queries", None)
+    if embed is not None:
+        vectors: builtins.list[builtins.list[float]] = await embed(list(queries))
+    else:
+        vectors = await embedder.embed(list(queries))
+    return [checked_vector(vector, dim, "query embedding") for vector in vectors]
 
 
 class StoreBase:
@@ -175,49 +208,15 @@ class StoreBase:
             yield conn
 
     async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
-        """Run one read statement (`:name` parameters) outside a transaction; its rows as mappings."""
+        """Run one read statement of the driver's SQL (`%(name)s` parameters) outside a
+        transaction; its rows as mappings."""
         async with self._reading() as conn:
-            return [row._mapping for row in (await conn.execute(cached_text(sql), params)).all()]
+            return [row._mapping for row in (await conn.exec_driver_sql(sql, params)).all()]
 
     # -- row conversion -------------------------------------------------------------------------
 
-    @staticmethod
-    def _memory(row: Any) -> Memory:
-        """A `Memory` from a result row (or mapping) holding the memory columns."""
-        data: Any = row._mapping if isinstance(row, Row) else row
-        return Memory(
-            id=data["id"],
-            scope=data["scope"],
-            owner_id=data["owner_id"],
-            user_id=data["user_id"],
-            key=data["key"],
-            value=data["value"],
-            source_channel_id=data["source_channel_id"],
-            confidence=storable_confidence(data["confidence"]),
-            status=data["status"],
-            created_at=data["created_at"],
-            updated_at=data["updated_at"],
-            team_id=data.get("team_id"),
-            evidence=data.get("evidence"),
-            observed_at=data.get("observed_at"),
-        )
-
-    @staticmethod
-    def _revision(row: Any) -> Revision:
-        """A `Revision` from a result row (or mapping) holding the revision columns."""
-        data: Any = row._mapping if isinstance(row, Row) else row
-        return Revision(
-            id=data["id"],
-            memory_id=data["memory_id"],
-            old_value=data["old_value"],
-            new_value=data["new_value"],
-            confidence=storable_confidence(data["confidence"]),
-            source_event_id=data["source_event_id"],
-            status=data["status"],
-            created_at=data["created_at"],
-            evidence=data.get("evidence"),
-            observed_at=data.get("observed_at"),
-        )
+    _memory = staticmethod(memory_from_row)
+    _revision = staticmethod(revision_from_row)
 
     def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:
         """SQL for "belongs to one of these owners"; an empty list matches nothing."""
@@ -257,15 +256,7 @@ class StoreBase:
     # -- embeddings -----------------------------------------------------------------------------
 
     def _check_dim(self, vector: Sequence[float], what: str) -> builtins.list[float]:
-        if len(vector) != self._schema.embedding_dim:
-            raise StoreError(
-                f"{what} has {len(vector)} dimensions but the store is configured for "
-                f"{self._schema.embedding_dim} (PMEM_EMBEDDING_DIM); use the same embedding model for "
-                "writing and recall"
-            )
-        if type(vector) is list and set(map(type, vector)) == {float}:
-            return vector  # what the embedders return: no copy (a tenth of the time)
-        return [float(x) for x in vector]
+        return checked_vector(vector, self._schema.embedding_dim, what)
 
     async def _embeddings_for(self, memories: Sequence[NewMemory]) -> builtins.list[builtins.list[float]]:
         """The given embeddings, computing the missing ones in one batch."""
@@ -282,15 +273,8 @@ class StoreBase:
         return result
 
     async def embed_queries(self, queries: Sequence[str]) -> builtins.list[builtins.list[float]]:
-        """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
-        role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
-        through it; any other embeds queries as it embeds memories."""
-        embed_queries = getattr(self._embedder, "embed_queries", None)
-        if embed_queries is not None:
-            vectors: builtins.list[builtins.list[float]] = await embed_queries(list(queries))
-        else:
-            vectors = await self._embedder.embed(list(queries))
-        return [self._check_dim(vector, "query embedding") for vector in vectors]
+        """Recall's query embeddings, dimension-checked (`embed_queries`)."""
+        return await embed_queries(self._embedder, queries, self._schema.embedding_dim)
 
     async def embed_memory(self, key: str, value: str) -> builtins.list[float]:
         """The embedding a memory with this key and value is stored with (the document role)."""
@@ -376,7 +360,7 @@ class StoreBase:
             # a statement of fixed text over column arrays: SQLAlchemy compiles a multi-row VALUES
             # afresh for every call (its cache keys on the row count). `at` is the server's now()
             # on Postgres (`PostgresMemoryStore._now`), as in the statement.
-            await conn.execute(cached_text(audit_insert_sql(self._schema.audit.name)), audit_params(rows))
+            await conn.exec_driver_sql(audit_insert_sql(self._schema.audit.name), audit_params(rows))
         else:
             await conn.execute(self._insert(self._schema.audit).values(list(rows)))
         rows.clear()
@@ -394,21 +378,17 @@ class StoreBase:
         revision_id: uuid.UUID | None = None,
     ) -> dict[str, Any]:
         """One audit row's columns (for one INSERT or a multi-row one)."""
-        return {
-            "memory_id": memory_id,
-            "action": action,
-            "scope": memory.scope,
-            "owner_id": memory.owner_id,
-            "user_id": memory.user_id,
-            "key": memory.key,
-            "old_value": old_value,
-            "new_value": new_value,
-            "actor": actor,
-            "event_id": event_id,
-            "revision_id": revision_id,
-            "team_id": memory.team_id,
-            "at": self._now(),
-        }
+        values = audit_values(
+            action,
+            memory=memory,
+            memory_id=memory_id,
+            old_value=old_value,
+            new_value=new_value,
+            actor=actor,
+            event_id=event_id,
+            revision_id=revision_id,
+        )
+        return {**values, "at": self._now()}
 
     async def _close_revision(
         self,

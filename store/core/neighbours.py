@@ -28,7 +28,8 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import StoreBase, cached_text
+from store.core.base import StoreBase
+from store.core.rows import memory_from_row
 from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
 from store.model import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
 from store.postgres.params import Float4Array, float4_array
@@ -71,15 +72,16 @@ def owner_lock_key(memory: NewMemory) -> str:
     return f"pmem:{memory.scope}:{memory.owner_id}:{memory.user_id or ''}"
 
 
-# the owners' transaction-scoped advisory locks, named in `:names` (a sorted text[], see
+# the owners' transaction-scoped advisory locks, named in `%(names)s` (a sorted text[], see
 # `owner_lock_names`): taken in the array's order, so two events never deadlock on them
 OWNER_LOCKS_SQL = (
-    "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) FROM unnest(CAST(:names AS text[])) AS t(n)"
+    "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
+    "FROM unnest(CAST(%(names)s AS text[])) AS t(n)"
 )
 
 
 def owner_lock_names(memories: Sequence[NewMemory]) -> str:
-    """`OWNER_LOCKS_SQL`'s `:names`: the memories' owners' lock names, sorted, as one text[]."""
+    """`OWNER_LOCKS_SQL`'s `names`: the memories' owners' lock names, sorted, as one text[]."""
     return array_literal(sorted({owner_lock_key(m) for m in memories}))
 
 
@@ -118,12 +120,29 @@ class OwnerSizes:
         """Remember `size` (capped) for `ttl_s`."""
         self._cache.put(key, min(size, self.cap))
 
+    def lookup(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
+        """The owners' remembered sizes, and the owners it does not know (in order)."""
+        known: dict[OwnerKey, int] = {}
+        missing: list[OwnerKey] = []
+        for key in dict.fromkeys(owners):
+            size = self.get(key)
+            if size is None:
+                missing.append(key)
+            else:
+                known[key] = size
+        return known, missing
+
+    def remember(self, counted: Mapping[OwnerKey, int]) -> None:
+        """Remember each owner's counted size."""
+        for key, size in counted.items():
+            self.put(key, size)
+
 
 def _owner_size_sql(scope: str, owner: str, user: str) -> str:
-    """An owner's row count up to `:cap` (a scan that stops after `:cap` rows, whatever its size)."""
+    """An owner's row count up to `%(cap)s` (a scan that stops after that many rows, whatever its size)."""
     return (
         f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
-        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT :cap) x)"
+        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT %(cap)s) x)"
     )
 
 
@@ -133,9 +152,179 @@ def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, A
     parts = []
     params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
     for i, (scope, owner, user) in enumerate(missing):
-        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':u{i}')} AS n")
+        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(u{i})s')} AS n")
         params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
     return " UNION ALL ".join(parts), params
+
+
+def neighbours_statement(
+    memories: Sequence[NewMemory],
+    vectors: Sequence[Float4Array],
+    k: int,
+    sizes: Mapping[OwnerKey, int],
+    shape: ReadShape = "whole",
+    *,
+    dim: int,
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: the one statement (`%(name)s` parameters) behind `_neighbours_in`, given the
+    memories' embeddings as `float4_array`s and the owners' capped sizes where known
+    (`OwnerSizes.lookup`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
+    write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives
+    an empty statement when no known owner is large."""
+    if len(vectors) != len(memories):
+        raise ValueError(f"{len(memories)} memories but {len(vectors)} embeddings")
+    hnsw = hnsw_expression(dim)
+    halfvec = hnsw is not None and hnsw[0] != "embedding"
+
+    def distance(i: int) -> str:
+        query_vector = f"CAST(CAST(%(v{i})s AS real[]) AS vector({dim}))"
+        if halfvec:
+            return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
+        return f"m.embedding <=> {query_vector}"
+
+    def owner_filter(i: int, memory: NewMemory) -> str:
+        owner = f"m.scope = %(s{i})s AND m.owner_id = %(o{i})s"
+        owner += f" AND m.user_id = %(u{i})s" if memory.user_id is not None else " AND m.user_id IS NULL"
+        return f"{owner} AND {team_filter(i, memory)}"
+
+    def team_filter(i: int, memory: NewMemory) -> str:
+        if memory.team_id is None:
+            return "m.team_id IS NULL"
+        return f"(m.team_id IS NULL OR m.team_id = %(t{i})s)"
+
+    def select(i: int, similarity: str) -> str:
+        return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
+
+    def recent_window(i: int, memory: NewMemory, condition: str) -> str:
+        # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
+        # (ix_memories_owner_reviewed / _pending), ranked exactly
+        window = (
+            f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = %(s{i})s "
+            f"AND w.owner_id = %(o{i})s AND coalesce(w.user_id, {NIL_UUID_SQL}) = %(un{i})s "
+            f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
+            "ORDER BY w.updated_at DESC LIMIT %(pending_window)s"
+        )
+        return (
+            f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
+            f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT %(k)s)"
+        )
+
+    parts: list[str] = []
+    ctes: list[str] = []
+    params: dict[str, Any] = {"k": k}
+    # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
+    unknown: dict[OwnerKey, tuple[int, int]] = {}
+    # A small owner is ranked exactly (its rows through the owner index: a few ms); the HNSW
+    # index with such a selective filter would walk far more of the graph than the owner has
+    # rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps the planner
+    # off it. Several new memories of one small owner (and team context) share one read of
+    # its rows: each row's distances to all of them, kept in a CTE, then each one's k nearest
+    # (the owner's rows are read once instead of once per memory; bench/README.md).
+    # A large owner's reviewed rows go through HNSW (iterative scan), which holds active rows
+    # only; its pending rows are ranked exactly within its PENDING_WINDOW most recent ones
+    # (ix_memories_owner_pending: bounded work).
+    # An owner the size cache does not know is read in the small owners' shape behind a
+    # one-time filter on its size (counted once, before any scan): no rows when it is large,
+    # and the caller, which counted it beside this read, reads it again.
+    small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
+    for i, memory in enumerate(memories):
+        size = sizes.get(owner_key(memory))
+        if size is None or size <= EXACT_OWNER_ROWS:
+            small_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
+    for (key, _team), members in small_groups.items() if shape != "hnsw" else ():
+        first = members[0]
+        small = ""
+        if sizes.get(key) is None:
+            j = unknown.setdefault(key, (len(unknown), first))[0]
+            small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= %(exact_rows)s "
+        where = (
+            f"WHERE {owner_filter(first, memories[first])} AND m.status IN ('active', 'pending_review') "
+            f"AND m.embedding IS NOT NULL {small}"
+        )
+        if len(members) == 1:
+            parts.append(
+                f"({select(first, f'1 - ({distance(first)})')} FROM memories m "
+                f"{where}ORDER BY ({distance(first)}) + 0 LIMIT %(k)s)"
+            )
+            continue
+        group = f"g{len(ctes)}"
+        distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+        ctes.append(f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM memories m {where})")
+        for i in members:
+            parts.append(
+                f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
+                f"ORDER BY g.d{i} LIMIT %(k)s) n JOIN memories m ON m.id = n.id)"
+            )
+    for i, memory in enumerate(memories):
+        size = sizes.get(owner_key(memory))
+        large = size is not None and size > EXACT_OWNER_ROWS
+        if large and shape != "locked":
+            parts.append(
+                f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
+                f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
+                f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT %(k)s)"
+            )
+        params.update(
+            {
+                f"v{i}": vectors[i],
+                f"s{i}": memory.scope,
+                f"o{i}": memory.owner_id,
+                f"u{i}": memory.user_id,
+                f"t{i}": memory.team_id,
+                f"un{i}": memory.user_id or NIL_UUID,
+                f"tn{i}": memory.team_id or NIL_UUID,
+                f"k{i}": memory.key,
+            }
+        )
+        if shape == "hnsw":
+            continue
+        if large and shape == "locked":
+            # rows made active since the HNSW read's snapshot (a review: approve sets
+            # updated_at); that read ran in this transaction, after its start, so a review
+            # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
+            parts.append(
+                recent_window(
+                    i,
+                    memory,
+                    "w.status = 'active' AND w.updated_at >= now() - CAST(%(review_margin)s AS interval)",
+                )
+            )
+            params["review_margin"] = REVIEW_MARGIN
+        if large:
+            parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
+            params["pending_window"] = PENDING_WINDOW
+        # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
+        nil = NIL_UUID_SQL
+        parts.append(
+            f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
+            f"WHERE m.scope = %(s{i})s AND m.owner_id = %(o{i})s "
+            f"AND coalesce(m.user_id, {nil}) = %(un{i})s "
+            f"AND coalesce(m.team_id, {nil}) IN ({nil}, %(tn{i})s) "
+            f"AND m.key = %(k{i})s AND m.status IN ('active', 'pending_review'))"
+        )
+    sql = " UNION ALL ".join(parts)
+    if unknown:
+        counts = " UNION ALL ".join(
+            f"SELECT {j} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(un{i})s')} AS n"
+            for j, i in unknown.values()
+        )
+        ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
+        params.update(cap=EXACT_OWNER_ROWS + 1, exact_rows=EXACT_OWNER_ROWS)
+    if ctes:
+        sql = f"WITH {', '.join(ctes)} {sql}"
+    return sql, params
+
+
+def neighbours_from_rows(
+    rows: Sequence[Mapping[Any, Any]], count: int
+) -> builtins.list[builtins.list[Neighbour]]:
+    """The rows of `neighbours_statement` as each of the `count` new memories' neighbours,
+    best first."""
+    found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]
+    for data in rows:
+        similarity = float(data["similarity"]) if data["similarity"] is not None else float("-inf")
+        found[data["idx"]][data["id"]] = Neighbour(memory=memory_from_row(data), similarity=similarity)
+    return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
 
 
 class NearDuplicates(StoreBase):
@@ -149,42 +338,25 @@ class NearDuplicates(StoreBase):
             self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
         return self._owner_sizes
 
-    def _cached_sizes(self, owners: Sequence[OwnerKey]) -> tuple[dict[OwnerKey, int], list[OwnerKey]]:
-        """The owners' remembered sizes, and the owners the cache does not know (in order)."""
-        known: dict[OwnerKey, int] = {}
-        missing: list[OwnerKey] = []
-        for key in dict.fromkeys(owners):
-            size = self._size_cache.get(key)
-            if size is None:
-                missing.append(key)
-            else:
-                known[key] = size
-        return known, missing
-
-    def _remember_sizes(self, counted: Mapping[OwnerKey, int]) -> None:
-        """Cache owners' sizes (capped at EXACT_OWNER_ROWS + 1)."""
-        for key, size in counted.items():
-            self._size_cache.put(key, size)
-
     async def _owner_row_counts(
         self, conn: AsyncConnection, owners: Sequence[OwnerKey]
     ) -> dict[OwnerKey, int]:
         """Each owner's row count, capped at EXACT_OWNER_ROWS + 1, from the cache or, for those
         it lacks, one statement for all of them."""
-        known, missing = self._cached_sizes(owners)
+        known, missing = self._size_cache.lookup(owners)
         if missing:
             sql, params = owner_count_statement(missing)
             counted = {
-                missing[row.idx]: int(row.n) for row in (await conn.execute(cached_text(sql), params)).all()
+                missing[row.idx]: int(row.n) for row in (await conn.exec_driver_sql(sql, params)).all()
             }
-            self._remember_sizes(counted)
+            self._size_cache.remember(counted)
             known.update(counted)
         return known
 
     async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
         if self._schema.dialect != "postgresql":
             return  # SQLite: BEGIN IMMEDIATE already serialises every writer
-        await conn.execute(cached_text(OWNER_LOCKS_SQL), {"names": owner_lock_names(memories)})
+        await conn.exec_driver_sql(OWNER_LOCKS_SQL, {"names": owner_lock_names(memories)})
 
     async def _neighbours_in(
         self,
@@ -200,177 +372,10 @@ class NearDuplicates(StoreBase):
         if self._schema.dialect != "postgresql":
             return await self._neighbours_sqlite(conn, memories, embeddings, k)
         sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
-        sql, params = self._neighbours_statement(memories, [float4_array(v) for v in embeddings], k, sizes)
-        rows = (await conn.execute(cached_text(sql), params)).all()
-        return self._neighbours_from_rows([row._mapping for row in rows], len(memories))
-
-    def _neighbours_statement(
-        self,
-        memories: Sequence[NewMemory],
-        vectors: Sequence[Float4Array],
-        k: int,
-        sizes: Mapping[OwnerKey, int],
-        shape: ReadShape = "whole",
-    ) -> tuple[str, dict[str, Any]]:
-        """Postgres: the one statement (`:name` parameters) behind `_neighbours_in`, given the
-        memories' embeddings as `float4_array`s and the owners' capped sizes where known
-        (`_cached_sizes`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
-        write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives
-        an empty statement when no known owner is large."""
-        if len(vectors) != len(memories):
-            raise ValueError(f"{len(memories)} memories but {len(vectors)} embeddings")
-        dim = self._schema.embedding_dim
-        hnsw = hnsw_expression(dim)
-        halfvec = hnsw is not None and hnsw[0] != "embedding"
-
-        def distance(i: int) -> str:
-            query_vector = f"CAST(CAST(:v{i} AS real[]) AS vector({dim}))"
-            if halfvec:
-                return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
-            return f"m.embedding <=> {query_vector}"
-
-        def owner_filter(i: int, memory: NewMemory) -> str:
-            owner = f"m.scope = :s{i} AND m.owner_id = :o{i}"
-            owner += f" AND m.user_id = :u{i}" if memory.user_id is not None else " AND m.user_id IS NULL"
-            return f"{owner} AND {team_filter(i, memory)}"
-
-        def team_filter(i: int, memory: NewMemory) -> str:
-            if memory.team_id is None:
-                return "m.team_id IS NULL"
-            return f"(m.team_id IS NULL OR m.team_id = :t{i})"
-
-        def select(i: int, similarity: str) -> str:
-            return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
-
-        def recent_window(i: int, memory: NewMemory, condition: str) -> str:
-            # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-            # (ix_memories_owner_reviewed / _pending), ranked exactly
-            window = (
-                f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = :s{i} "
-                f"AND w.owner_id = :o{i} AND coalesce(w.user_id, {NIL_UUID_SQL}) = :un{i} "
-                f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
-                "ORDER BY w.updated_at DESC LIMIT :pending_window"
-            )
-            return (
-                f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
-                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT :k)"
-            )
-
-        parts: list[str] = []
-        ctes: list[str] = []
-        params: dict[str, Any] = {"k": k}
-        # owners whose size the statement counts: their row in `owner_size`, and a memory of theirs
-        unknown: dict[OwnerKey, tuple[int, int]] = {}
-        # A small owner is ranked exactly (its rows through the owner index: a few ms); the HNSW
-        # index with such a selective filter would walk far more of the graph than the owner has
-        # rows (measured: ~75 ms for a 2,000-memory user among 140,000); `+ 0` keeps the planner
-        # off it. Several new memories of one small owner (and team context) share one read of
-        # its rows: each row's distances to all of them, kept in a CTE, then each one's k nearest
-        # (the owner's rows are read once instead of once per memory; bench/README.md).
-        # A large owner's reviewed rows go through HNSW (iterative scan), which holds active rows
-        # only; its pending rows are ranked exactly within its PENDING_WINDOW most recent ones
-        # (ix_memories_owner_pending: bounded work).
-        # An owner the size cache does not know is read in the small owners' shape behind a
-        # one-time filter on its size (counted once, before any scan): no rows when it is large,
-        # and the caller, which counted it beside this read, reads it again.
-        small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
-        for i, memory in enumerate(memories):
-            size = sizes.get(owner_key(memory))
-            if size is None or size <= EXACT_OWNER_ROWS:
-                small_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
-        for (key, _team), members in small_groups.items() if shape != "hnsw" else ():
-            first = members[0]
-            small = ""
-            if sizes.get(key) is None:
-                j = unknown.setdefault(key, (len(unknown), first))[0]
-                small = f"AND (SELECT n FROM owner_size WHERE idx = {j}) <= :exact_rows "
-            where = (
-                f"WHERE {owner_filter(first, memories[first])} AND m.status IN ('active', 'pending_review') "
-                f"AND m.embedding IS NOT NULL {small}"
-            )
-            if len(members) == 1:
-                parts.append(
-                    f"({select(first, f'1 - ({distance(first)})')} FROM memories m "
-                    f"{where}ORDER BY ({distance(first)}) + 0 LIMIT :k)"
-                )
-                continue
-            group = f"g{len(ctes)}"
-            distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
-            ctes.append(f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM memories m {where})")
-            for i in members:
-                parts.append(
-                    f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
-                    f"ORDER BY g.d{i} LIMIT :k) n JOIN memories m ON m.id = n.id)"
-                )
-        for i, memory in enumerate(memories):
-            size = sizes.get(owner_key(memory))
-            large = size is not None and size > EXACT_OWNER_ROWS
-            if large and shape != "locked":
-                parts.append(
-                    f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
-                    f"WHERE {owner_filter(i, memory)} AND m.status = 'active' "
-                    f"AND m.embedding IS NOT NULL ORDER BY ({distance(i)}) LIMIT :k)"
-                )
-            params.update(
-                {
-                    f"v{i}": vectors[i],
-                    f"s{i}": memory.scope,
-                    f"o{i}": memory.owner_id,
-                    f"u{i}": memory.user_id,
-                    f"t{i}": memory.team_id,
-                    f"un{i}": memory.user_id or NIL_UUID,
-                    f"tn{i}": memory.team_id or NIL_UUID,
-                    f"k{i}": memory.key,
-                }
-            )
-            if shape == "hnsw":
-                continue
-            if large and shape == "locked":
-                # rows made active since the HNSW read's snapshot (a review: approve sets
-                # updated_at); that read ran in this transaction, after its start, so a review
-                # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
-                parts.append(
-                    recent_window(
-                        i,
-                        memory,
-                        "w.status = 'active' AND w.updated_at >= now() - CAST(:review_margin AS interval)",
-                    )
-                )
-                params["review_margin"] = REVIEW_MARGIN
-            if large:
-                parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
-                params["pending_window"] = PENDING_WINDOW
-            # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
-            nil = NIL_UUID_SQL
-            parts.append(
-                f"({select(i, f'1 - ({distance(i)})')} FROM memories m "
-                f"WHERE m.scope = :s{i} AND m.owner_id = :o{i} "
-                f"AND coalesce(m.user_id, {nil}) = :un{i} "
-                f"AND coalesce(m.team_id, {nil}) IN ({nil}, :tn{i}) "
-                f"AND m.key = :k{i} AND m.status IN ('active', 'pending_review'))"
-            )
-        sql = " UNION ALL ".join(parts)
-        if unknown:
-            counts = " UNION ALL ".join(
-                f"SELECT {j} AS idx, {_owner_size_sql(f':s{i}', f':o{i}', f':un{i}')} AS n"
-                for j, i in unknown.values()
-            )
-            ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
-            params.update(cap=EXACT_OWNER_ROWS + 1, exact_rows=EXACT_OWNER_ROWS)
-        if ctes:
-            sql = f"WITH {', '.join(ctes)} {sql}"
-        return sql, params
-
-    def _neighbours_from_rows(
-        self, rows: Sequence[Mapping[Any, Any]], count: int
-    ) -> builtins.list[builtins.list[Neighbour]]:
-        """The rows of `_neighbours_statement` as each of the `count` new memories' neighbours,
-        best first."""
-        found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]
-        for data in rows:
-            similarity = float(data["similarity"]) if data["similarity"] is not None else float("-inf")
-            found[data["idx"]][data["id"]] = Neighbour(memory=self._memory(data), similarity=similarity)
-        return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
+        vectors = [float4_array(v) for v in embeddings]
+        sql, params = neighbours_statement(memories, vectors, k, sizes, dim=self._schema.embedding_dim)
+        rows = (await conn.exec_driver_sql(sql, params)).all()
+        return neighbours_from_rows([row._mapping for row in rows], len(memories))
 
     async def _neighbours_sqlite(
         self,
@@ -433,23 +438,23 @@ class NearDuplicates(StoreBase):
         parts: list[str] = []
         params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
         for i, owner in enumerate(owners):
-            team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = :team)"
+            team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = %(team)s)"
             # the owner's most recent memories, read in index order (ix_memories_owner_recent)
             parts.append(
-                f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = :s{i} "
-                f"AND m.owner_id = :o{i} AND coalesce(m.user_id, {nil}) = :u{i} AND {team} "
+                f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = %(s{i})s "
+                f"AND m.owner_id = %(o{i})s AND coalesce(m.user_id, {nil}) = %(u{i})s AND {team} "
                 "AND m.status IN ('active', 'pending_review') "
-                "ORDER BY m.updated_at DESC LIMIT :window)"
+                "ORDER BY m.updated_at DESC LIMIT %(window)s)"
             )
             params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
         params["team"] = team_id
         sql = (
             "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
-            f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS query) "
+            f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
             "SELECT r.id, r.scope, r.owner_id, r.user_id, r.key, r.value, r.source_channel_id, "
             "r.confidence, r.status, r.created_at, r.updated_at, r.team_id FROM recent r, q "
             "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
-            "r.updated_at DESC LIMIT :limit"
+            "r.updated_at DESC LIMIT %(limit)s"
         )
         return [self._memory(row) for row in await self._read_rows(sql, params)]
 

@@ -15,7 +15,7 @@ from store.rules.policy import check_settings_row, merge_settings, storable_conf
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
 _APPLYING_SETTINGS_SQL = (
     "SELECT * FROM memory_settings WHERE level = 'global' "
-    "OR (level = 'team' AND target_id = :team) OR (level = 'persona' AND target_id = :persona)"
+    "OR (level = 'team' AND target_id = %(team)s) OR (level = 'persona' AND target_id = %(persona)s)"
 )
 
 

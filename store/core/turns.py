@@ -24,7 +24,7 @@ import numpy as np
 from sqlalchemy import ColumnElement, String, and_, delete, func, or_, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import _nil, cached_text
+from store.core.base import _nil
 from store.core.recall import (
     ScoreFusion,
     fuse_scores,
@@ -34,7 +34,7 @@ from store.core.recall import (
     unit_rows,
     websearch_or_query,
 )
-from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, vector_literal
+from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal
 from store.core.settings import SettingsRows
 from store.model import (
     NIL_UUID,
@@ -89,19 +89,21 @@ _TURN_COLUMNS = (
 )
 # the context: same user, same persona (or none), same team (or none), through the context index
 _CONTEXT_SQL = (
-    f"t.user_id = CAST(:user_id AS uuid) AND coalesce(t.persona_id, {NIL_UUID_SQL}) = CAST(:persona AS uuid) "
-    f"AND coalesce(t.team_id, {NIL_UUID_SQL}) = CAST(:team AS uuid)"
+    f"t.user_id = CAST(%(user_id)s AS uuid) "
+    f"AND coalesce(t.persona_id, {NIL_UUID_SQL}) = CAST(%(persona)s AS uuid) "
+    f"AND coalesce(t.team_id, {NIL_UUID_SQL}) = CAST(%(team)s AS uuid)"
 )
 
 _INSERT_TURNS_SQL = (
     "INSERT INTO {turns} (id, channel_id, event_id, user_id, persona_id, team_id, role, text, at, "
-    "position, speaker, search_text, embedding) SELECT id, channel_id, CAST(:event_id AS uuid), user_id, "
+    "position, speaker, search_text, embedding) SELECT id, channel_id, CAST(%(event_id)s AS uuid), user_id, "
     "persona_id, team_id, role, text, at, position, speaker, search_text, "
-    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
-    "FROM unnest(CAST(:ids AS uuid[]), CAST(:channels AS uuid[]), CAST(:users AS uuid[]), "
-    "CAST(:personas AS uuid[]), CAST(:teams AS uuid[]), CAST(:roles AS text[]), CAST(:texts AS text[]), "
-    "CAST(:ats AS timestamptz[]), CAST(:positions AS int[]), CAST(:speakers AS text[]), "
-    "CAST(:search_texts AS text[]), CAST(:starts AS int[])) "
+    "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
+    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(channels)s AS uuid[]), CAST(%(users)s AS uuid[]), "
+    "CAST(%(personas)s AS uuid[]), CAST(%(teams)s AS uuid[]), CAST(%(roles)s AS text[]), "
+    "CAST(%(texts)s AS text[]), "
+    "CAST(%(ats)s AS timestamptz[]), CAST(%(positions)s AS int[]), CAST(%(speakers)s AS text[]), "
+    "CAST(%(search_texts)s AS text[]), CAST(%(starts)s AS int[])) "
     "AS n(id, channel_id, user_id, persona_id, team_id, role, text, at, position, speaker, search_text, "
     "start) "
     "ON CONFLICT (event_id, position) DO NOTHING"
@@ -111,7 +113,7 @@ _INSERT_TURNS_SQL = (
 def turns_insert_statement(
     table: str, event_id: uuid.UUID, turns: Sequence[NewTurn], dim: int
 ) -> tuple[str, dict[str, Any]]:
-    """Postgres: one statement of fixed text (`:name` parameters, columns as arrays) inserting an
+    """Postgres: one statement of fixed text (`%(name)s` parameters, columns as arrays) inserting an
     event's turns; a turn already stored for (event, position) is left as it is."""
     starts: list[int | None] = []
     stored = 0
@@ -141,17 +143,18 @@ def turns_insert_statement(
 
 
 def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
-    """Postgres: the context's most recent `:window` turns ranked by vector distance (`:qv`) and by
-    full text (`:tq`), each its best `:k`; rows of turn columns plus `source`, `rank`."""
+    """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) and by
+    full text (`tq`), each its best `k`; rows of turn columns plus `source`, `rank`."""
     ctes = [
         "w AS MATERIALIZED (SELECT t.id, t.embedding, t.search_tsv FROM conversation_turns t "
-        f"WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT :window)"
+        f"WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
     ]
     ranked: list[str] = []
     if vector:
         ctes.append(
-            f"vec AS (SELECT w.id, w.embedding <=> CAST(:qv AS vector({dim})) AS distance FROM w "
-            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT :k)"
+            f"vec AS (SELECT w.id, w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance "
+            "FROM w "
+            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT %(k)s)"
         )
         ranked.append(
             "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
@@ -160,8 +163,8 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     if text:
         ctes.append(
             f"txt AS (SELECT w.id, ts_rank('{_TS_RANK_WEIGHTS}', w.search_tsv, q.query) AS relevance FROM w, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :tq) AS q(query) WHERE w.search_tsv @@ q.query "
-            "ORDER BY relevance DESC, w.id LIMIT :k)"
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query "
+            "ORDER BY relevance DESC, w.id LIMIT %(k)s)"
         )
         ranked.append(
             "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
@@ -467,7 +470,7 @@ class ConversationTurns(SettingsRows):
             sql, params = turns_insert_statement(
                 self._schema.turns.name, event_id, turns, self._schema.embedding_dim
             )
-            await conn.execute(cached_text(sql), params)
+            await conn.exec_driver_sql(sql, params)
             return
         t = self._schema.turns
         stmt = (
@@ -603,7 +606,7 @@ class ConversationTurns(SettingsRows):
             "team": team_id or NIL_UUID,
             "window": TURN_WINDOW,
             "k": k,
-            "qv": vector_literal(vector),
+            "qv": float4_array(vector),
             "tq": tq,
         }
         rows = await self._read_rows(sql, params)

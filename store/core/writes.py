@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import AuditRows, _nil, cached_text
+from store.core.base import AuditRows, _nil
 from store.core.neighbours import NearDuplicates
-from store.core.schema import NIL_UUID_SQL, array_literal
+from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
+from store.core.schema import NIL_UUID_SQL, Schema, array_literal
 from store.core.turns import ConversationTurns
 from store.errors import StoreConflict, StoreError
 from store.model import (
@@ -48,26 +49,27 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 
 
 # new rows in array parameters (one per column), ordered; their embeddings one after another in
-# one `real[]` (`:starts`: where each row's begins, NULL for none); the key index's expressions as
+# one `real[]` (`starts`: where each row's begins, NULL for none); the key index's expressions as
 # the conflict target; audit rows for the inserted ones in the input order (audit ids are write order)
 _INSERT_NEW_SQL = (
-    "WITH new_rows AS (SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:scopes AS text[]), "
-    "CAST(:owners AS uuid[]), CAST(:users AS uuid[]), CAST(:keys AS text[]), CAST(:values AS text[]), "
-    "CAST(:channels AS uuid[]), CAST(:confidences AS float8[]), CAST(:statuses AS text[]), "
-    "CAST(:starts AS int[]), CAST(:observed AS timestamptz[]), CAST(:teams AS uuid[]), "
-    "CAST(:evidences AS text[])) "
+    "WITH new_rows AS (SELECT * FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(scopes)s AS text[]), "
+    "CAST(%(owners)s AS uuid[]), CAST(%(users)s AS uuid[]), CAST(%(keys)s AS text[]), "
+    "CAST(%(values)s AS text[]), "
+    "CAST(%(channels)s AS uuid[]), CAST(%(confidences)s AS float8[]), CAST(%(statuses)s AS text[]), "
+    "CAST(%(starts)s AS int[]), CAST(%(observed)s AS timestamptz[]), CAST(%(teams)s AS uuid[]), "
+    "CAST(%(evidences)s AS text[])) "
     "WITH ORDINALITY AS t(id, scope, owner_id, user_id, key, value, source_channel_id, confidence, "
     "status, start, observed_at, team_id, evidence, ord)), "
     "ins AS (INSERT INTO {memories} (id, scope, owner_id, user_id, key, value, source_channel_id, "
     "confidence, status, embedding, created_at, updated_at, team_id, evidence, observed_at) "
     "SELECT id, scope, owner_id, user_id, key, value, source_channel_id, confidence, status, "
-    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), "
+    "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})), "
     "coalesce(observed_at, now()), now(), team_id, evidence, observed_at FROM new_rows "
     "ORDER BY ord {on_conflict}RETURNING id), "
     "audited AS (INSERT INTO {audit} (memory_id, action, scope, owner_id, user_id, key, old_value, "
     "new_value, actor, event_id, revision_id, team_id, at) "
-    "SELECT n.id, 'add', n.scope, n.owner_id, n.user_id, n.key, NULL, n.value, :actor, "
-    "CAST(:event_id AS uuid), NULL, n.team_id, now() FROM new_rows n JOIN ins ON ins.id = n.id "
+    "SELECT n.id, 'add', n.scope, n.owner_id, n.user_id, n.key, NULL, n.value, %(actor)s, "
+    "CAST(%(event_id)s AS uuid), NULL, n.team_id, now() FROM new_rows n JOIN ins ON ins.id = n.id "
     "ORDER BY n.ord) "
     "SELECT id FROM ins"
 )
@@ -82,33 +84,74 @@ _SKIP_STORED_KEYS = (
 CONFLICT_RETRIES = 3
 
 
-_MEMORY_COLUMNS_SQL = (
-    "m.id, m.scope, m.owner_id, m.user_id, m.key, m.value, m.source_channel_id, m.confidence, "
-    "m.status, m.created_at, m.updated_at, m.team_id, m.evidence, m.observed_at"
-)
 # the memories `m` of the identities in `key_identity_params`' arrays (through the key index)
 _BY_KEYS_SQL = (
-    "memories m JOIN unnest(CAST(:scopes AS text[]), CAST(:owners AS uuid[]), CAST(:users AS uuid[]), "
-    "CAST(:teams AS uuid[]), CAST(:keys AS text[])) AS w(scope, owner_id, user_id, team_id, key) "
+    "memories m JOIN unnest(CAST(%(scopes)s AS text[]), CAST(%(owners)s AS uuid[]), "
+    "CAST(%(users)s AS uuid[]), CAST(%(teams)s AS uuid[]), CAST(%(keys)s AS text[])) "
+    "AS w(scope, owner_id, user_id, team_id, key) "
     f"ON m.scope = w.scope AND m.owner_id = w.owner_id AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
     f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key"
 )
 # a fixed lock order (by id) against deadlocks with other writers of these rows
-LOCK_BY_KEYS_SQL = f"SELECT {_MEMORY_COLUMNS_SQL} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
-_REVISION_COLUMNS_SQL = (
-    "id, memory_id, old_value, new_value, confidence, source_event_id, status, created_at, evidence, "
-    "observed_at"
+LOCK_BY_KEYS_SQL = (
+    f"SELECT {columns_sql(MEMORY_COLUMNS, 'm')} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
 )
 _LOCK_OPEN_REVISIONS_SQL = (
-    f"SELECT {_REVISION_COLUMNS_SQL} FROM memory_revisions WHERE memory_id = ANY(CAST(:ids AS uuid[])) "
-    "AND status = 'pending' ORDER BY id FOR UPDATE"
+    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
+    "WHERE r.memory_id = ANY(CAST(%(ids)s AS uuid[])) AND r.status = 'pending' ORDER BY r.id FOR UPDATE"
 )
 # the same for the memories of `LOCK_BY_KEYS_SQL`'s identities, in the statement after it (their
 # ids not yet known to the caller: both go in one round trip)
 LOCK_OPEN_REVISIONS_BY_KEYS_SQL = (
-    "SELECT " + ", ".join(f"r.{c}" for c in _REVISION_COLUMNS_SQL.split(", ")) + " FROM memory_revisions r "
+    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
     f"JOIN ({_BY_KEYS_SQL}) ON r.memory_id = m.id WHERE r.status = 'pending' ORDER BY r.id FOR UPDATE OF r"
 )
+
+
+def insert_new_statement(
+    schema: Schema,
+    ids: Sequence[uuid.UUID],
+    rows: Sequence[NewMemory],
+    vectors: Sequence[Sequence[float] | None],
+    *,
+    actor: str,
+    event_id: uuid.UUID | None,
+    skip_stored_keys: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """Postgres: `MemoryWrites._insert_new_postgres`'s statement (`%(name)s` parameters) for the rows and
+    their embeddings (of the store's dimension, or None). Without `skip_stored_keys` a stored
+    key fails the statement (unique violation) instead."""
+    nil = NIL_UUID_SQL
+    starts: list[int | None] = []
+    stored = 0
+    for vector in vectors:
+        starts.append(None if vector is None else 1 + stored * schema.embedding_dim)
+        stored += vector is not None
+    sql = _INSERT_NEW_SQL.format(
+        memories=schema.memories.name,
+        audit=schema.audit.name,
+        dim=schema.embedding_dim,
+        on_conflict=_SKIP_STORED_KEYS.format(nil=nil) if skip_stored_keys else "",
+    )
+    params = {
+        "ids": array_literal(ids),
+        "scopes": array_literal([new.scope for new in rows]),
+        "owners": array_literal([new.owner_id for new in rows]),
+        "users": array_literal([new.user_id for new in rows]),
+        "keys": array_literal([new.key for new in rows]),
+        "values": array_literal([new.value for new in rows]),
+        "channels": array_literal([new.source_channel_id for new in rows]),
+        "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
+        "statuses": array_literal([new.status for new in rows]),
+        "starts": array_literal(starts),
+        "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
+        "observed": array_literal([new.observed_at for new in rows]),
+        "teams": array_literal([new.team_id for new in rows]),
+        "evidences": array_literal([new.evidence for new in rows]),
+        "actor": actor,
+        "event_id": event_id,
+    }
+    return sql, params
 
 
 def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:
@@ -394,60 +437,16 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         """Postgres: the rows, and the `add` audit rows of those inserted, in ONE statement of fixed
         text (columns as arrays): compiled once, whatever the number of rows. Returns the ids
         inserted."""
-        sql, params = self._insert_new_statement(
+        sql, params = insert_new_statement(
+            self._schema,
             ids,
             [new for new, _ in rows],
             [e for _, e in rows],
             actor=actor,
             event_id=event_id,
         )
-        result = await conn.execute(cached_text(sql), params)
+        result = await conn.exec_driver_sql(sql, params)
         return {row.id for row in result.all()}
-
-    def _insert_new_statement(
-        self,
-        ids: Sequence[uuid.UUID],
-        rows: Sequence[NewMemory],
-        vectors: Sequence[Sequence[float] | None],
-        *,
-        actor: str,
-        event_id: uuid.UUID | None,
-        skip_stored_keys: bool = True,
-    ) -> tuple[str, dict[str, Any]]:
-        """Postgres: `_insert_new_postgres`'s statement (`:name` parameters) for the rows and
-        their embeddings (of the store's dimension, or None). Without `skip_stored_keys` a stored
-        key fails the statement (unique violation) instead."""
-        nil = NIL_UUID_SQL
-        starts: list[int | None] = []
-        stored = 0
-        for vector in vectors:
-            starts.append(None if vector is None else 1 + stored * self._schema.embedding_dim)
-            stored += vector is not None
-        sql = _INSERT_NEW_SQL.format(
-            memories=self._schema.memories.name,
-            audit=self._schema.audit.name,
-            dim=self._schema.embedding_dim,
-            on_conflict=_SKIP_STORED_KEYS.format(nil=nil) if skip_stored_keys else "",
-        )
-        params = {
-            "ids": array_literal(ids),
-            "scopes": array_literal([new.scope for new in rows]),
-            "owners": array_literal([new.owner_id for new in rows]),
-            "users": array_literal([new.user_id for new in rows]),
-            "keys": array_literal([new.key for new in rows]),
-            "values": array_literal([new.value for new in rows]),
-            "channels": array_literal([new.source_channel_id for new in rows]),
-            "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
-            "statuses": array_literal([new.status for new in rows]),
-            "starts": array_literal(starts),
-            "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
-            "observed": array_literal([new.observed_at for new in rows]),
-            "teams": array_literal([new.team_id for new in rows]),
-            "evidences": array_literal([new.evidence for new in rows]),
-            "actor": actor,
-            "event_id": event_id,
-        }
-        return sql, params
 
     async def _locked_by_keys(
         self, conn: AsyncConnection, rows: Sequence[NewMemory]
@@ -504,12 +503,12 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
     ) -> tuple[builtins.list[Memory], dict[uuid.UUID, Revision]]:
         """`_locked_by_keys`'s two statements on Postgres, with the identities as arrays: the same
         plan (the unique key index per identity) without building an expression per memory."""
-        found = (await conn.execute(cached_text(LOCK_BY_KEYS_SQL), key_identity_params(identities))).all()
+        found = (await conn.exec_driver_sql(LOCK_BY_KEYS_SQL, key_identity_params(identities))).all()
         stored = [self._memory(row) for row in found]
         revisions: dict[uuid.UUID, Revision] = {}
         if stored:
             ids = {"ids": array_literal([memory.id for memory in stored])}
-            for row in (await conn.execute(cached_text(_LOCK_OPEN_REVISIONS_SQL), ids)).all():
+            for row in (await conn.exec_driver_sql(_LOCK_OPEN_REVISIONS_SQL, ids)).all():
                 revision = self._revision(row)
                 revisions[revision.memory_id] = revision
         return stored, revisions

@@ -32,34 +32,41 @@ from __future__ import annotations
 import builtins
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from psycopg import AsyncConnection as DriverConnection
 from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.core import neighbours
-from store.core.base import AuditRows, audit_insert_sql, audit_params, psycopg_sql
-from store.core.neighbours import OWNER_LOCKS_SQL, owner_count_statement, owner_key, owner_lock_names
-from store.core.schema import array_literal
+from store.core.base import AuditRows, audit_insert_sql, audit_params, audit_values
+from store.core.neighbours import (
+    OWNER_LOCKS_SQL,
+    OwnerSizes,
+    neighbours_from_rows,
+    neighbours_statement,
+    owner_count_statement,
+    owner_key,
+    owner_lock_names,
+)
+from store.core.rows import memory_from_row, revision_from_row
+from store.core.schema import Schema, array_literal
 from store.core.turns import turns_insert_statement
 from store.core.writes import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
-    MemoryWrites,
     apply_dedup,
+    insert_new_statement,
     key_identity,
     key_identity_params,
     unchanged_result,
     write_order,
 )
-from store.errors import StoreConflict, translating_errors
+from store.errors import StoreConflict
 from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
+from store.postgres.connections import PgConnections
 from store.postgres.params import float4_array
 from store.rules.policy import plan_upsert, storable_confidence
 
@@ -72,14 +79,14 @@ DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
 # embeddings one after another in one `real[]`, `:starts` where each row's begins
 _UPDATE_PENDING_SQL = (
     "UPDATE {memories} AS m SET value = u.value, confidence = u.confidence, status = u.status, "
-    "embedding = CAST((CAST(:embeddings AS real[]))[u.start:u.start + {dim} - 1] AS vector({dim})), "
+    "embedding = CAST((CAST(%(embeddings)s AS real[]))[u.start:u.start + {dim} - 1] AS vector({dim})), "
     "updated_at = now(), source_channel_id = coalesce(u.channel, m.source_channel_id), "
     "evidence = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.evidence ELSE u.evidence END, "
     "observed_at = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.observed_at "
     "ELSE u.observed_at END "
-    "FROM unnest(CAST(:ids AS uuid[]), CAST(:values AS text[]), CAST(:confidences AS float8[]), "
-    "CAST(:statuses AS text[]), CAST(:starts AS int[]), CAST(:channels AS uuid[]), "
-    "CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(values)s AS text[]), CAST(%(confidences)s AS float8[]), "
+    "CAST(%(statuses)s AS text[]), CAST(%(starts)s AS int[]), CAST(%(channels)s AS uuid[]), "
+    "CAST(%(evidences)s AS text[]), CAST(%(observed)s AS timestamptz[])) "
     "AS u(id, value, confidence, status, start, channel, evidence, observed_at) WHERE m.id = u.id"
 )
 # proposals for reviewed rows (`plan_upsert`'s "propose"): a new pending revision, or the open one
@@ -88,11 +95,11 @@ _PROPOSE_SQL = (
     "INSERT INTO {revisions} (id, memory_id, old_value, new_value, confidence, embedding, "
     "source_channel_id, source_event_id, proposed_by, created_at, status, evidence, observed_at) "
     "SELECT id, memory_id, old_value, new_value, confidence, "
-    "CAST((CAST(:embeddings AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
-    "CAST(:event_id AS uuid), :actor, now(), 'pending', evidence, observed_at "
-    "FROM unnest(CAST(:ids AS uuid[]), CAST(:memory_ids AS uuid[]), CAST(:old_values AS text[]), "
-    "CAST(:new_values AS text[]), CAST(:confidences AS float8[]), CAST(:starts AS int[]), "
-    "CAST(:channels AS uuid[]), CAST(:evidences AS text[]), CAST(:observed AS timestamptz[])) "
+    "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
+    "CAST(%(event_id)s AS uuid), %(actor)s, now(), 'pending', evidence, observed_at "
+    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(memory_ids)s AS uuid[]), CAST(%(old_values)s AS text[]), "
+    "CAST(%(new_values)s AS text[]), CAST(%(confidences)s AS float8[]), CAST(%(starts)s AS int[]), "
+    "CAST(%(channels)s AS uuid[]), CAST(%(evidences)s AS text[]), CAST(%(observed)s AS timestamptz[])) "
     "AS p(id, memory_id, old_value, new_value, confidence, start, channel, evidence, observed_at) "
     "ON CONFLICT (id) DO UPDATE SET old_value = EXCLUDED.old_value, new_value = EXCLUDED.new_value, "
     "confidence = EXCLUDED.confidence, embedding = EXCLUDED.embedding, "
@@ -110,7 +117,7 @@ def claim_statement(
     claimed the event."""
     sql = (
         f"WITH claim AS (INSERT INTO {table} "
-        "(event_id, processed_at, memory_count, actor) VALUES (:event_id, now(), :count, :actor) "
+        "(event_id, processed_at, memory_count, actor) VALUES (%(event_id)s, now(), %(count)s, %(actor)s) "
         "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
         f"SELECT (SELECT count(*) FROM claim) AS claimed, ({OWNER_LOCKS_SQL}) AS locked"
     )
@@ -123,85 +130,40 @@ def claim_statement(
     return sql, params
 
 
-class PipelinedEventWrites(MemoryWrites):
-    """`write_event` with dedup through psycopg's pipeline mode (see the module docstring)."""
+class PgEventWriter:
+    """`write_event` with dedup through psycopg's pipeline mode (see the module docstring), on the
+    store's connections; owner sizes shared with the store's other near-duplicate reads."""
 
-    # the store's engine in autocommit: a read runs without BEGIN/ROLLBACK; a write sends its own
-    _read_engine: AsyncEngine
+    def __init__(self, connections: PgConnections, schema: Schema, owner_sizes: OwnerSizes) -> None:
+        self._connections = connections
+        self._schema = schema
+        self._owner_sizes = owner_sizes
 
-    # autocommit connections kept checked out between uses (set by the store: half its pool)
-    _idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]]
-    _idle_limit: int
+    @staticmethod
+    def takes(memories: Sequence[NewMemory], dedup: DedupRule | None) -> bool:
+        """Whether this writer sends the event: it dedups extracted (pending) memories, the
+        worker's write; explicit statuses and writes without dedup take the shared path."""
+        return dedup is not None and bool(memories) and all(m.status == "pending_review" for m in memories)
 
-    @asynccontextmanager
-    async def _driver(self) -> AsyncIterator[tuple[AsyncConnection, DriverConnection[Any]]]:
-        """A pooled connection in autocommit and its psycopg driver connection; database errors
-        leave as the store's own (`store.errors`).
-
-        A connection that ends a use cleanly (no transaction open) is kept for the next use, up
-        to `_idle_limit`: checking it out of SQLAlchemy's pool and back (its queue, the autocommit
-        switch and the reset) costs three turns of the event loop, which under load are the
-        larger part of a short read's time. The rest of the pool stays for the other paths."""
-        idle = self._idle
-        if idle:
-            conn, driver = idle.pop()
-        else:
-            async with translating_errors():
-                conn = await self._read_engine.connect()
-                raw = (await conn.get_raw_connection()).driver_connection
-                if raw is None:
-                    await conn.close()
-                    raise RuntimeError("the pooled connection has no psycopg driver connection")
-                driver = raw
-        kept = False
-        try:
-            async with translating_errors():
-                yield conn, driver
-            if (
-                len(idle) < self._idle_limit
-                and not driver.closed
-                and driver.info.transaction_status == TransactionStatus.IDLE
-            ):
-                if conn.in_transaction():  # SQLAlchemy's own bookkeeping (autocommit: no SQL)
-                    await conn.rollback()
-                idle.append((conn, driver))
-                kept = True
-        finally:
-            if not kept:
-                async with translating_errors():
-                    await conn.close()
-
-    async def close(self) -> None:
-        """Close the kept connections, then the pool."""
-        idle = self._idle
-        while idle:
-            conn, _ = idle.pop()
-            await conn.close()
-        await super().close()
-
-    async def _write_event_once(
+    async def write(
         self,
         event_id: uuid.UUID,
         memories: Sequence[NewMemory],
         embeddings: Sequence[builtins.list[float]],
         *,
         actor: str,
-        dedup: DedupRule | None,
+        dedup: DedupRule,
         neighbours: int,
         turns: Sequence[NewTurn] = (),
     ) -> EventWrite:
-        """`MemoryWrites._write_event_once`, pipelined when it dedups extracted (pending) memories,
-        the worker's write; explicit statuses and writes without dedup take the shared path."""
-        if dedup is None or not memories or any(m.status != "pending_review" for m in memories):
-            return await super()._write_event_once(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
-            )
+        """One attempt at the event's transaction (`MemoryWrites.write_event` retries a
+        `StoreConflict`)."""
         # a key stored behind the locks' back (a writer that takes no owner lock) fails the
         # insert: the write runs again, and its locks now find that key's row
         for _ in range(2):
             # a failed or cancelled write is rolled back (or its connection discarded) by the
             # pool's reset on return, as for any other transaction
-            async with self._driver() as (_conn, driver):
+            async with self._connections.driver() as driver:
                 written = await self._write_event_pipelined(
                     driver,
                     event_id,
@@ -233,30 +195,31 @@ class PipelinedEventWrites(MemoryWrites):
         # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
         # the read, which ranks it as a small one unless the count says otherwise: a large owner
         # new to the cache (a persona, once a minute) is then read again in its own shape.
-        sizes, missing = self._cached_sizes([owner_key(m) for m in memories])
+        sizes, missing = self._owner_sizes.lookup([owner_key(m) for m in memories])
         vectors = [float4_array(vector) for vector in embeddings]  # once for both reads
         # a known large owner's reviewed rows are read through HNSW before the owner locks (the
         # costliest part of the read: persona learning puts every user's events of a persona on
         # one lock); the rest under the locks (`neighbours.ReadShape`)
-        early_sql, early_params = self._neighbours_statement(memories, vectors, k, sizes, "hnsw")
-        near_sql, near_params = self._neighbours_statement(
-            memories, vectors, k, sizes, "locked" if early_sql else "whole"
+        dim = self._schema.embedding_dim
+        early_sql, early_params = neighbours_statement(memories, vectors, k, sizes, "hnsw", dim=dim)
+        near_sql, near_params = neighbours_statement(
+            memories, vectors, k, sizes, "locked" if early_sql else "whole", dim=dim
         )
         claim_sql, claim_params = claim_statement(
             self._schema.processed_events.name, event_id, memories, actor=actor
         )
-        async with driver.pipeline():
+        async with self._connections.round_trip(driver):
             await driver.execute("BEGIN")
             if early_sql:
                 await driver.execute(DEDUP_EF_SEARCH)
                 early = driver.cursor(row_factory=dict_row)
-                await early.execute(psycopg_sql(early_sql), early_params)
-            claim = await driver.execute(psycopg_sql(claim_sql), claim_params)
+                await early.execute((early_sql), early_params)
+            claim = await driver.execute((claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
-            await near.execute(psycopg_sql(near_sql), near_params)
+            await near.execute((near_sql), near_params)
             if missing:
                 count_sql, count_params = owner_count_statement(missing)
-                counts = await driver.execute(psycopg_sql(count_sql), count_params)
+                counts = await driver.execute((count_sql), count_params)
             # the stored rows of the event's keys and their open revisions, locked now: most
             # events restate a stored key, and its write then needs no round trip of its own
             # under the owner lock, which other events of the owner wait for
@@ -265,19 +228,19 @@ class PipelinedEventWrites(MemoryWrites):
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
             counted = {missing[idx]: n for idx, n in await counts.fetchall()} if missing else {}
-            locked = self._locked_rows(*[await cursor.fetchall() for cursor in key_locks])
-        self._remember_sizes(counted)
+            locked = locked_rows(*[await cursor.fetchall() for cursor in key_locks])
+        self._owner_sizes.remember(counted)
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)
         if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
             # an owner new to the size cache is large: read everything again, under the locks
-            near_sql, near_params = self._neighbours_statement(memories, vectors, k, sizes | counted)
-            await near.execute(psycopg_sql(near_sql), near_params)
+            near_sql, near_params = neighbours_statement(memories, vectors, k, sizes | counted, dim=dim)
+            await near.execute((near_sql), near_params)
             near_rows = await near.fetchall()
 
         rows = list(memories)
-        results, stored_key = apply_dedup(rows, self._neighbours_from_rows(near_rows, len(rows)), dedup)
+        results, stored_key = apply_dedup(rows, neighbours_from_rows(near_rows, len(rows)), dedup)
         pending = [i for i in write_order(memories) if i not in results]
         # a key given twice in one event: its second row must see what the first one wrote, so
         # it goes in the next round, whose rows are locked in the pipeline of the round before
@@ -307,16 +270,6 @@ class PipelinedEventWrites(MemoryWrites):
             locked = next_locked
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
 
-    def _locked_rows(
-        self, stored_rows: Sequence[Mapping[str, Any]], revision_rows: Sequence[Mapping[str, Any]]
-    ) -> _LockedRows:
-        """The rows of `LOCK_BY_KEYS_SQL` by `key_identity`, and of the open revisions' statement
-        by memory id."""
-        return (
-            {key_identity(memory): memory for memory in map(self._memory, stored_rows)},
-            {revision.memory_id: revision for revision in map(self._revision, revision_rows)},
-        )
-
     async def _write_round(
         self,
         driver: DriverConnection[Any],
@@ -342,7 +295,8 @@ class PipelinedEventWrites(MemoryWrites):
         (the write is retried)."""
         new_ids = [uuid.uuid4() for _ in fresh]
         insert = (
-            self._insert_new_statement(
+            insert_new_statement(
+                self._schema,
                 new_ids,
                 [rows[i] for i in fresh],
                 [embeddings[i] for i in fresh],
@@ -357,14 +311,12 @@ class PipelinedEventWrites(MemoryWrites):
             by_key, open_revisions = locked
             if not all(key_identity(rows[i]) in by_key for i in taken):
                 # a key dedup respelled to a stored one: its row is locked now
-                async with driver.pipeline():
+                async with self._connections.round_trip(driver):
                     if insert is not None:
-                        await driver.execute(psycopg_sql(insert[0]), insert[1])
+                        await driver.execute((insert[0]), insert[1])
                         insert = None
                     key_locks = await _send_key_locks(driver, [key_identity(rows[i]) for i in taken])
-                    by_key, open_revisions = self._locked_rows(
-                        *[await cursor.fetchall() for cursor in key_locks]
-                    )
+                    by_key, open_revisions = locked_rows(*[await cursor.fetchall() for cursor in key_locks])
             if not all(key_identity(rows[i]) in by_key for i in taken):
                 await driver.execute("ROLLBACK")
                 raise StoreConflict("a stored memory was deleted concurrently")
@@ -413,7 +365,7 @@ class PipelinedEventWrites(MemoryWrites):
         updates = [p for p in planned if p.revision_id is None]
         proposals = [p for p in planned if p.revision_id is not None]
         audits: AuditRows = [
-            self._audit_values(
+            audit_values(
                 "update" if p.revision_id is None else "propose",
                 memory=p.existing,
                 memory_id=p.existing.id,
@@ -426,34 +378,43 @@ class PipelinedEventWrites(MemoryWrites):
             for p in planned
         ]
         dim = self._schema.embedding_dim
-        async with driver.pipeline():
+        async with self._connections.round_trip(driver):
             if insert is not None:
-                await driver.execute(psycopg_sql(insert[0]), insert[1])
+                await driver.execute((insert[0]), insert[1])
             if updates:
                 update_sql = _UPDATE_PENDING_SQL.format(memories=self._schema.memories.name, dim=dim)
-                await driver.execute(psycopg_sql(update_sql), _update_params(updates, dim))
+                await driver.execute((update_sql), _update_params(updates, dim))
             if proposals:
                 propose_sql = _PROPOSE_SQL.format(revisions=self._schema.revisions.name, dim=dim)
                 params = _propose_params(proposals, dim, actor=actor, event_id=event_id)
-                await driver.execute(psycopg_sql(propose_sql), params)
+                await driver.execute((propose_sql), params)
             if audits:
-                await driver.execute(
-                    psycopg_sql(audit_insert_sql(self._schema.audit.name)), audit_params(audits)
-                )
+                await driver.execute((audit_insert_sql(self._schema.audit.name)), audit_params(audits))
             if lock_next is not None:
                 key_locks = await _send_key_locks(driver, lock_next)
-                return self._locked_rows(*[await cursor.fetchall() for cursor in key_locks])
+                return locked_rows(*[await cursor.fetchall() for cursor in key_locks])
             if turns:
                 turns_sql, turns_params = turns_insert_statement(
                     self._schema.turns.name, event_id, turns, dim
                 )
-                await driver.execute(psycopg_sql(turns_sql), turns_params)
+                await driver.execute((turns_sql), turns_params)
             await driver.execute("COMMIT")
         return {}, {}
 
 
 # stored rows locked by `key_identity`, and their open revisions by memory id
 _LockedRows = tuple[dict[tuple[Any, ...], Memory], dict[uuid.UUID, Revision]]
+
+
+def locked_rows(
+    stored_rows: Sequence[Mapping[str, Any]], revision_rows: Sequence[Mapping[str, Any]]
+) -> _LockedRows:
+    """The rows of `LOCK_BY_KEYS_SQL` by `key_identity`, and of the open revisions' statement by
+    memory id."""
+    return (
+        {key_identity(memory): memory for memory in map(memory_from_row, stored_rows)},
+        {revision.memory_id: revision for revision in map(revision_from_row, revision_rows)},
+    )
 
 
 def key_rounds(rows: Sequence[NewMemory], indexes: Sequence[int]) -> builtins.list[builtins.list[int]]:
@@ -478,9 +439,9 @@ async def _send_key_locks(
     of their open revisions; their cursors, for `_locked_rows` once fetched."""
     keys = key_identity_params(identities)
     stored = driver.cursor(row_factory=dict_row)
-    await stored.execute(psycopg_sql(LOCK_BY_KEYS_SQL), keys)
+    await stored.execute((LOCK_BY_KEYS_SQL), keys)
     revisions = driver.cursor(row_factory=dict_row)
-    await revisions.execute(psycopg_sql(LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+    await revisions.execute((LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
     return stored, revisions
 
 
@@ -559,7 +520,7 @@ def _propose_params(
 
 
 def _stacked_vectors(vectors: Sequence[Sequence[float]], dim: int) -> dict[str, Any]:
-    """`:embeddings` (the vectors one after another, one `real[]`) and `:starts` (where each
+    """`embeddings` (the vectors one after another, one `real[]`) and `starts` (where each
     begins, 1-based) for the statements that slice them."""
     return {
         "embeddings": float4_array(itertools.chain.from_iterable(vectors)),

@@ -1,10 +1,11 @@
-"""psycopg parameters the worker's statements send in binary: vectors as `real[]` (float4[]).
+"""The one vector parameter of the Postgres store: a vector sent in binary as `real[]` (float4[]).
 
-A vector's text form (`store.core.schema.vector_literal`) costs ~130 µs to write for 384 dimensions
-and as much for Postgres to parse; the binary `real[]` form costs ~20 µs and is cast to
-`vector(D)` in SQL (`CAST(CAST(:v AS real[]) AS vector(384))`, pgvector's array cast). Its type
-OID is built in, so one dumper serves every database (pgvector's own binary type has a
-per-database OID).
+A vector's text form costs ~130 µs to write for 384 dimensions and as much for Postgres to parse;
+the binary `real[]` form costs ~20 µs and is cast to `vector(D)` in SQL
+(`CAST(CAST(%(v)s AS real[]) AS vector(384))`, pgvector's array cast). Its type OID is built in, so
+one dumper serves every database (pgvector's own binary type has a per-database OID, looked up on
+every new connection). `register_vector_dumper` adds it to each connection as it is opened
+(`store.postgres.connections`), as pgvector-python registers its types.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import psycopg
+from psycopg import BaseConnection
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
@@ -54,6 +55,6 @@ class Float4ArrayDumper(Dumper):
         return obj
 
 
-# at import, into psycopg's global adapters: SQLAlchemy's psycopg dialect copies them when an
-# engine is created, so a later registration would not reach that engine's connections
-psycopg.adapters.register_dumper(Float4Array, Float4ArrayDumper)
+def register_vector_dumper(connection: BaseConnection[Any]) -> None:
+    """Let this psycopg connection send `Float4Array` parameters (for its cursors from now on)."""
+    connection.adapters.register_dumper(Float4Array, Float4ArrayDumper)

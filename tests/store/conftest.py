@@ -13,10 +13,9 @@ from extraction.embeddings import HashingEmbedder
 from store.core.recall import ScoreFusion
 from store.migrate import migrate
 from store.model import MemorySettings
-from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from store.sqlite.store import SqliteMemoryStore
-from tests.store.store_testkit import MakeStore, Store
+from tests.store.store_testkit import MakeStore, Store, postgres_store
 
 DIM = 384
 CONCEPT_DIM = 8
@@ -73,7 +72,7 @@ async def make_store(
             fixture = "pg_url" if embedder.dim == DIM else "pg_concept_url"
             url = request.getfixturevalue(fixture)
             truncate(url)
-            store = PostgresMemoryStore(url, embedder, settings_defaults=settings_defaults, fusion=fusion)
+            store = postgres_store(url, embedder, settings_defaults=settings_defaults, fusion=fusion)
         else:
             store = SqliteMemoryStore(
                 f"sqlite:///{tmp_path}/store-{len(opened)}.db",

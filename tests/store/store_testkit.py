@@ -1,21 +1,25 @@
-"""Helpers for the store tests: a tiny concept embedder and memory builders."""
+"""Helpers for the store tests: a tiny concept embedder, memory builders, and a Postgres store whose
+connections record what it sends."""
 
 from __future__ import annotations
 
 import math
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import sqlalchemy
+from psycopg import pq
 
 from extraction.embeddings import hashing_vector
 from store.model import NewMemory, Scope, Status
+from store.postgres.connections import PgConnections
 from store.postgres.store import PostgresMemoryStore
+from store.protocols import Embedder
 from store.sqlite.store import SqliteMemoryStore
 
 Store = PostgresMemoryStore | SqliteMemoryStore
@@ -94,34 +98,126 @@ def mem(
     )
 
 
-@contextmanager
-def recorded_statements(store: PostgresMemoryStore | SqliteMemoryStore) -> Iterator[list[str]]:
-    """The SQL text of every statement the store sends inside the block. On Postgres they are
-    taken where psycopg sends them, so the statements the store sends past SQLAlchemy (pipelined
-    writes, recall) count too."""
-    statements: list[str] = []
-    if isinstance(store, PostgresMemoryStore):
-        real = psycopg.AsyncCursor.execute
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One statement a store sent on a psycopg driver connection, and whether in a pipeline."""
 
-        async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            statements.append(query if isinstance(query, str) else str(query))
-            return await real(cursor, query, params, **kwargs)
+    sql: str
+    pipelined: bool
 
-        psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    @property
+    def words(self) -> str:
+        """Its first two words, upper case (what a statement's shape is told by)."""
+        return " ".join(self.sql.split()[:2]).upper()
+
+
+@dataclass(slots=True)
+class Traffic:
+    """What a store sent while recorded: its driver statements, its SQLAlchemy statements, and
+    the round trips (a pipeline, or a statement sent on its own)."""
+
+    sent: list[Sent] = field(default_factory=list)
+    through_sqlalchemy: list[str] = field(default_factory=list)
+    round_trips: int = 0
+
+    @property
+    def statements(self) -> list[str]:
+        """The SQL of every statement, driver and SQLAlchemy ones alike."""
+        return [s.sql for s in self.sent] + self.through_sqlalchemy
+
+
+class RecordingConnections(PgConnections):
+    """`PgConnections` that records what goes through it while `recording` (given to the store
+    as its `connections`): nothing in psycopg or SQLAlchemy is patched."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.traffic: Traffic | None = None
+        sqlalchemy.event.listen(self.engine.sync_engine, "before_cursor_execute", self._sqlalchemy_statement)
+        self._cursor_type = _recording_cursor(self)
+
+    @contextmanager
+    def recording(self) -> Iterator[Traffic]:
+        """Record the traffic inside the block."""
+        self.traffic = Traffic()
         try:
-            yield statements
+            yield self.traffic
         finally:
-            psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
+            self.traffic = None
+
+    def sent_on_driver(self, driver: psycopg.AsyncConnection[Any], sql: str) -> None:
+        """Record a statement sent on a driver connection (a round trip unless pipelined)."""
+        if self.traffic is None:
+            return
+        pipelined = driver.pgconn.pipeline_status != pq.PipelineStatus.OFF
+        self.traffic.sent.append(Sent(sql, pipelined))
+        self.traffic.round_trips += not pipelined
+
+    def _sqlalchemy_statement(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if self.traffic is not None:
+            self.traffic.through_sqlalchemy.append(statement)
+            self.traffic.round_trips += 1
+
+    @asynccontextmanager
+    async def driver(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with super().driver() as driver:
+            driver.cursor_factory = self._cursor_type
+            try:
+                yield driver
+            finally:
+                driver.cursor_factory = psycopg.AsyncCursor
+
+    @asynccontextmanager
+    async def round_trip(self, driver: psycopg.AsyncConnection[Any]) -> AsyncIterator[Any]:
+        if self.traffic is not None:
+            self.traffic.round_trips += 1
+        async with super().round_trip(driver) as pipeline:
+            yield pipeline
+
+
+def _recording_cursor(connections: RecordingConnections) -> type[psycopg.AsyncCursor[Any]]:
+    """A cursor class that tells `connections` each statement it executes."""
+
+    class RecordingCursor(psycopg.AsyncCursor[Any]):
+        async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            connections.sent_on_driver(self.connection, str(query))
+            return await super().execute(query, params, **kwargs)
+
+    return RecordingCursor
+
+
+def postgres_store(url: str, embedder: Embedder, **kwargs: Any) -> PostgresMemoryStore:
+    """A Postgres store whose connections record (`recorded`)."""
+    return PostgresMemoryStore(url, embedder, connections=RecordingConnections, **kwargs)
+
+
+@contextmanager
+def recorded(store: PostgresMemoryStore | SqliteMemoryStore) -> Iterator[Traffic]:
+    """What the store sends inside the block. A Postgres store must come from `postgres_store`;
+    on SQLite, every statement goes through SQLAlchemy."""
+    if isinstance(store, PostgresMemoryStore):
+        connections = store.connections
+        assert isinstance(connections, RecordingConnections), "open the store with postgres_store"
+        with connections.recording() as traffic:
+            yield traffic
         return
+    traffic = Traffic()
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
+        traffic.through_sqlalchemy.append(statement)
+        traffic.round_trips += 1
 
     sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
     try:
-        yield statements
+        yield traffic
     finally:
         sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+
+def reopened(store: PostgresMemoryStore) -> PostgresMemoryStore:
+    """Another store on the same database, as another worker process opens it (nothing cached)."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    return postgres_store(url, store.embedder)
 
 
 def fact(

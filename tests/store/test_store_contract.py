@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from store.model import MemoryFilter, NewMemory, OwnerRef
-from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded_statements
+from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded
 
 
 def new_id() -> uuid.UUID:
@@ -330,7 +330,7 @@ async def test_write_event_audits_its_updates_and_proposals_in_one_statement(sto
     # an open proposal on a reviewed memory that the event then makes moot by restating the value
     proposed = await store.upsert(mem(owner=user, key="pet", value="a cat", status="active"))
     await store.upsert(mem(owner=user, key="pet", value="a dog", status="pending_review"))
-    with recorded_statements(store) as statements:
+    with recorded(store) as traffic:
         written = await store.write_event(
             event_id=new_id(),
             memories=[
@@ -340,7 +340,9 @@ async def test_write_event_audits_its_updates_and_proposals_in_one_statement(sto
             ],
         )
     assert [r.action for r in written.results] == ["revision_proposed", "updated", "unchanged"]
-    audit_inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT INTO MEMORY_AUDIT")]
+    audit_inserts = [
+        s for s in traffic.statements if s.lstrip().upper().startswith("INSERT INTO MEMORY_AUDIT")
+    ]
     assert len(audit_inserts) == 1
     assert await actions(store, reviewed.memory_id) == ["add", "propose"]
     assert await actions(store, draft.memory_id) == ["add", "update"]

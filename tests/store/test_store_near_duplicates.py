@@ -14,7 +14,8 @@ import pytest
 from extraction.dedup import decide_against_neighbours
 from store.core import neighbours
 from store.model import Neighbour, OwnerRef
-from tests.store.store_testkit import Store, fact, recorded_statements
+from store.postgres.store import PostgresMemoryStore
+from tests.store.store_testkit import Store, fact, recorded, reopened
 
 
 async def keys(store: Store, owner: uuid.UUID) -> list[str]:
@@ -169,16 +170,21 @@ async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
         await store.upsert(dataclasses.replace(city, status="active"))
     else:
         await store.write_event(event_id=uuid.uuid4(), memories=[city], dedup=decide_against_neighbours)
-    monkeypatch.setattr(store, "_owner_sizes", None)  # counted again: past the exact limit now
-    with recorded_statements(store) as statements:
-        again = await store.write_event(
-            event_id=uuid.uuid4(),
-            memories=[fact(owner, "home city", "Lives in Lyon, France")],
-            dedup=decide_against_neighbours,
-        )
+    # a worker that has not counted this owner yet counts it again: past the exact limit now
+    writer = reopened(store) if isinstance(store, PostgresMemoryStore) else store
+    try:
+        with recorded(writer) as traffic:
+            again = await writer.write_event(
+                event_id=uuid.uuid4(),
+                memories=[fact(owner, "home city", "Lives in Lyon, France")],
+                dedup=decide_against_neighbours,
+            )
+    finally:
+        if writer is not store:
+            await writer.close()
     assert again.results[0].near_duplicate
     if backend == "postgres":  # the large-owner read ran: HNSW over active rows + the pending window
-        assert any("pending_window" in s and "m.status = 'active'" in s for s in statements)
+        assert any("pending_window" in s and "m.status = 'active'" in s for s in traffic.statements)
 
 
 def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
@@ -213,7 +219,7 @@ async def test_several_new_memories_of_one_owner_each_meet_their_own_nearest(
         fact(owner, "sport", "Plays tennis on weekdays"),
     ]
     vectors = [list(m.embedding or []) for m in new]
-    with recorded_statements(store) as statements:
+    with recorded(store) as traffic:
         async with store._transaction() as conn:
             together = await store._neighbours_in(conn, new, vectors, 3)
     async with store._transaction() as conn:
@@ -229,4 +235,4 @@ async def test_several_new_memories_of_one_owner_each_meet_their_own_nearest(
     assert "team topic 2" in {n.memory.key for n in together[2]}  # the team's rows for the team's memory
     assert not {n.memory.key for n in together[1]} & {f"team topic {i}" for i in range(4)}
     if backend == "postgres":  # three of one owner and team context: one shared read
-        assert sum(s.count("AS MATERIALIZED (SELECT m.id") for s in statements) == 1
+        assert sum(s.count("AS MATERIALIZED (SELECT m.id") for s in traffic.statements) == 1

@@ -11,14 +11,12 @@ import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.core.recall import resolve_scopes
+from store.core.schema import build_schema
+from store.core.writes import insert_new_statement
 from store.migrate import migrate
-from store.postgres.store import (
-    PostgresMemoryStore,
-    RecallTuning,
-    recall_sql,
-    session_settings_sql,
-    vector_literal,
-)
+from store.postgres.params import float4_array
+from store.postgres.recall_sql import RecallTuning, recall_sql, session_settings_sql
+from store.postgres.store import PostgresMemoryStore
 
 DIM = 16
 OWNER_ROWS = 20
@@ -52,7 +50,7 @@ async def test_owner_filtered_hnsw_scan_returns_every_owner_row(new_database: Ca
         "user_id": owner,
         "persona_id": None,
         "team_id": None,
-        "qv": vector_literal([0.1] * DIM),
+        "qv": float4_array([0.1] * DIM),
     }
 
     async def vector_rows(*settings: str) -> tuple[int, str]:
@@ -143,11 +141,12 @@ def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str)
 
 
 def test_a_float4_array_parameter_reads_back_as_the_float32_vector(pg_url: str) -> None:
-    from store.postgres.params import float4_array
+    from store.postgres.params import register_vector_dumper
 
     values = [0.1, -2.5, 3.0000001, 1e-30]
     float32 = [float(x) for x in np.asarray(values, dtype=np.float32)]
     with psycopg.connect(pg_url) as conn:
+        register_vector_dumper(conn)
         row = conn.execute(
             "SELECT CAST(CAST(%s AS real[]) AS vector(4)), CAST(%s AS real[]), (CAST(%s AS real[]))[3:4]",
             (float4_array(values), float4_array([]), float4_array(values)),
@@ -176,11 +175,16 @@ async def test_rows_with_and_without_embeddings_are_inserted_in_one_statement(
         for key in ("a", "b", "c")
     ]
     vectors = [[0.5] * DIM, None, [0.25] * DIM]
-    sql, params = store._insert_new_statement(
-        [uuid.uuid4() for _ in rows], rows, vectors, actor="test", event_id=None
+    sql, params = insert_new_statement(
+        build_schema(DIM, "postgresql"),
+        [uuid.uuid4() for _ in rows],
+        rows,
+        vectors,
+        actor="test",
+        event_id=None,
     )
     async with store.engine.begin() as conn:
-        await conn.execute(text(sql), params)
+        await conn.exec_driver_sql(sql, params)
         stored = (
             await conn.execute(
                 text("SELECT key, embedding::text FROM memories WHERE owner_id = :o ORDER BY key"),

@@ -1,31 +1,28 @@
-"""Postgres's pipelined event write (`store.postgres.event_write`): the common event's statements go past
-SQLAlchemy in pipeline mode; a key the near-duplicate read did not see falls back to the general
-path inside the same transaction; a failed or cancelled write leaves nothing behind and hands its
-connection back to the pool outside any transaction."""
+"""Postgres's pipelined event write (`store.postgres.event_write`): the common event costs two round
+trips and nothing through SQLAlchemy (counted by the store's recording connections); it leaves what
+the general path leaves; a failed or cancelled write leaves nothing behind and hands its connection
+back to the pool outside any transaction."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from types import MethodType
 from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy
-from psycopg import pq
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder
 from store.core import neighbours
-from store.core.neighbours import owner_lock_key
-from store.core.writes import MemoryWrites
+from store.core.neighbours import neighbours_statement, owner_lock_key
 from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
+from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
 from tests.store.conftest import truncate
-from tests.store.store_testkit import fact
+from tests.store.store_testkit import fact, postgres_store, recorded, reopened
 
 DIM = 384
 
@@ -33,13 +30,18 @@ DIM = 384
 @pytest.fixture
 async def store(pg_url: str) -> Any:
     truncate(pg_url)
-    opened = PostgresMemoryStore(pg_url, HashingEmbedder(dim=DIM), pool_size=2, max_overflow=0)
+    opened = postgres_store(pg_url, HashingEmbedder(dim=DIM), pool_size=2, max_overflow=0)
     yield opened
     await opened.close()
 
 
 async def write(store: PostgresMemoryStore, event: uuid.UUID, *memories: NewMemory) -> EventWrite:
     return await store.write_event(event_id=event, memories=memories, dedup=decide_against_neighbours)
+
+
+def general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store as if it had no pipelined write: every event takes the shared path."""
+    monkeypatch.setattr(event_write.PgEventWriter, "takes", staticmethod(lambda memories, dedup: False))
 
 
 async def in_transaction(url: str) -> int:
@@ -55,46 +57,20 @@ async def in_transaction(url: str) -> int:
     return int(row[0])
 
 
-async def test_an_event_of_new_facts_is_sent_in_two_pipelines_past_sqlalchemy(
+async def test_an_event_of_new_facts_costs_two_round_trips_and_nothing_through_sqlalchemy(
     store: PostgresMemoryStore,
 ) -> None:
-    sent: list[tuple[str, bool]] = []
-    through_sqlalchemy: list[str] = []
-    real = psycopg.AsyncCursor.execute
-
-    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
-        if str(query).strip() != ";":  # the pool's pre-ping on checkout (off in the worker)
-            sent.append((str(query).split()[0].upper(), pipelined))
-        return await real(cursor, query, params, **kwargs)
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        through_sqlalchemy.append(statement)
-
     owner = uuid.uuid4()
     await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))
     await write(store, uuid.uuid4(), fact(owner, "job", "Works as a nurse"))  # its size is cached
-    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
-    try:
+    with recorded(store) as traffic:
         written = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))
-    finally:
-        psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
-        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
 
     assert [r.action for r in written.results] == ["created"]
-    # BEGIN, claim + owner locks, near-duplicate read, stored rows and open revisions of the keys
-    # locked | insert + audit, COMMIT
-    assert sent == [
-        ("BEGIN", True),
-        ("WITH", True),
-        ("(SELECT", True),
-        ("SELECT", True),
-        ("SELECT", True),
-        ("WITH", True),
-        ("COMMIT", True),
-    ]
-    assert through_sqlalchemy == []
+    # the read, the claim and the locks | the insert and COMMIT: each a pipeline
+    assert traffic.round_trips == 2
+    assert traffic.through_sqlalchemy == []
+    assert traffic.sent and all(s.pipelined for s in traffic.sent)
     stored = await store.get_by_id(written.results[0].memory_id)
     assert stored is not None and (stored.key, stored.value) == ("city", "Lives in Lyon")
     assert [a.action for a in await store.audit_log(stored.id)] == ["add"]
@@ -108,34 +84,28 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
     # row lock of the event's keys finds it, and the write updates it; a key stored where the lock
     # did not see it (a writer that takes no owner lock) fails the insert, the transaction is
     # rolled back and the write runs again, its lock finding the row this time
-    real_locked_rows = store._locked_rows
+    real_locked_rows = event_write.locked_rows
     hide = [False]  # armed for the event's first lock only
 
     def hiding_once(stored: Any, revisions: Any) -> Any:
         hidden, hide[0] = hide[0], False
         return ({}, {}) if hidden else real_locked_rows(stored, revisions)
 
-    monkeypatch.setattr(store, "_locked_rows", hiding_once)
+    monkeypatch.setattr(event_write, "locked_rows", hiding_once)
     results: dict[str, EventWrite] = {}
-    rollbacks: list[str] = []
-    real = psycopg.AsyncConnection.execute
-
-    async def execute(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if str(query) == "ROLLBACK":
-            rollbacks.append(str(query))
-        return await real(conn, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute)
+    rollbacks = 0
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
         (old,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
         assert await store.reject(old.memory_id, actor="admin") is not None  # archived
         event = uuid.uuid4()
         new = [fact(owner, "city", "Lives in Porto"), fact(owner, "pet", "Has a dog")]
-        if path == "general":  # the store as if it had no pipelined write
-            monkeypatch.setattr(store, "_write_event_once", MethodType(MemoryWrites._write_event_once, store))
+        if path == "general":
+            general_path_only(monkeypatch)
         hide[0] = locked == "hidden from the lock"
-        results[path] = await write(store, event, *new)
+        with recorded(store) as traffic:
+            results[path] = await write(store, event, *new)
+        rollbacks += sum(s.sql == "ROLLBACK" for s in traffic.sent)
         assert await store.is_processed(event)
         assert results[path].results[0].memory_id == old.memory_id
         rows = await store.list(MemoryFilter(owner_id=owner, status=None))
@@ -143,7 +113,7 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
     assert [(r.action, r.near_duplicate) for r in results["pipelined"].results] == [
         (r.action, r.near_duplicate) for r in results["general"].results
     ]
-    assert len(rollbacks) == (1 if locked == "hidden from the lock" else 0)
+    assert rollbacks == (1 if locked == "hidden from the lock" else 0)
     assert await in_transaction(pg_url) == 0
 
 
@@ -214,27 +184,24 @@ async def test_an_owner_of_unknown_size_is_counted_in_the_same_round_trip_and_re
     await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
     for i in range(facts_before - 1):
         await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
-    monkeypatch.setattr(store, "_owner_sizes", None)  # a worker that has not seen this owner yet
-    sent: list[tuple[str, bool]] = []
-    real = psycopg.AsyncCursor.execute
-
-    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        if str(query).strip() != ";":
-            pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
-            sent.append((str(query).split()[0].upper(), pipelined))
-        return await real(cursor, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
-    again = await write(store, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+    worker = reopened(store)  # a worker that has not seen this owner yet
+    try:
+        with recorded(worker) as first:
+            again = await write(worker, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
+        with recorded(worker) as later:
+            await write(worker, uuid.uuid4(), fact(owner, "hometown", "Grew up in Lyon, France"))
+    finally:
+        await worker.close()
 
     large = facts_before > neighbours.EXACT_OWNER_ROWS
     assert again.results[0].near_duplicate is not large
-    # BEGIN, claim, the read and the owner's count in one round trip (a large owner is read again)
-    assert sent[:4] == [("BEGIN", True), ("WITH", True), ("WITH", True), ("SELECT", True)]
-    assert [word for word, _ in sent].count("(SELECT") == (1 if large else 0)
-    remembered, missing = store._cached_sizes([("user", owner, neighbours.NIL_UUID)])
-    assert missing == [] and remembered[("user", owner, neighbours.NIL_UUID)] == min(facts_before, 6)
+    # the owner's count goes in the round trip of the read; a large owner is then read again, alone
+    assert any(s.sql.startswith("SELECT 0 AS idx") for s in first.sent)
+    assert first.round_trips == 2 + (1 if large else 0)
+    # and remembered: the next event of the owner counts nothing and is read in its shape at once
+    assert not any("owner_size" in s.sql or s.sql.startswith("SELECT 0 AS idx") for s in later.sent)
+    assert later.round_trips == 2
+    assert any("pending_window" in s.sql for s in later.sent) is large
 
 
 async def test_a_write_past_the_statement_timeout_is_store_timeout_and_leaves_nothing(
@@ -270,13 +237,14 @@ async def test_a_connection_that_ends_cleanly_is_kept_for_the_next_use_up_to_hal
     store = PostgresMemoryStore(pg_url, HashingEmbedder(dim=DIM), pool_size=4, max_overflow=0)
     try:
         await write(store, uuid.uuid4(), fact(uuid.uuid4(), "city", "Lives in Lyon"))
-        async with store._driver() as (_, first):
+        connections = store.connections
+        async with connections.driver() as first:
             pass
-        async with store._driver() as (_, again):
+        async with connections.driver() as again:
             assert again is first  # kept, not handed back to SQLAlchemy's pool
-            async with store._driver() as (_, second), store._driver() as (_, third):
+            async with connections.driver() as second, connections.driver() as third:
                 assert len({id(first), id(second), id(third)}) == 3
-        assert len(store._idle) == 2  # half the pool of 4; the third went back to the pool
+        # half the pool of 4 stays checked out for the next uses; the third went back to the pool
         assert store.engine.pool.checkedout() == 2  # type: ignore[attr-defined]
     finally:
         await store.close()
@@ -286,13 +254,14 @@ async def test_a_connection_that_ends_cleanly_is_kept_for_the_next_use_up_to_hal
 async def test_a_connection_left_in_a_transaction_or_by_an_error_is_not_kept(
     store: PostgresMemoryStore, pg_url: str
 ) -> None:
-    async with store._driver() as (_, driver):
+    async with store.connections.driver() as driver:
         await driver.execute("BEGIN")
-    assert store._idle == [] and await in_transaction(pg_url) == 0
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert await in_transaction(pg_url) == 0
     with pytest.raises(RuntimeError, match="boom"):
-        async with store._driver():
+        async with store.connections.driver():
             raise RuntimeError("boom")
-    assert store._idle == []
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
 async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_still_holds(
@@ -307,22 +276,18 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
         await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
     city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
     assert await store.approve(city.results[0].memory_id, actor="admin") is not None
-    monkeypatch.setattr(store, "_owner_sizes", None)
-    await write(store, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # counted: large, and cached
-    sent: list[str] = []
-    real = psycopg.AsyncCursor.execute
-
-    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append(str(query))
-        return await real(cursor, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
-    again = await write(store, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
-    both = await asyncio.gather(
-        write(store, uuid.uuid4(), fact(owner, "employer", "Works at Acmecorp in Lyon")),
-        write(store, uuid.uuid4(), fact(owner, "workplace", "Works at Acmecorp in Lyon")),
-    )
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", real)
+    worker = reopened(store)
+    try:
+        await write(worker, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # counted: large, and cached
+        with recorded(worker) as traffic:
+            again = await write(worker, uuid.uuid4(), fact(owner, "home city", "Lives in Lyon, France"))
+        both = await asyncio.gather(
+            write(worker, uuid.uuid4(), fact(owner, "employer", "Works at Acmecorp in Lyon")),
+            write(worker, uuid.uuid4(), fact(owner, "workplace", "Works at Acmecorp in Lyon")),
+        )
+    finally:
+        await worker.close()
+    sent = [s.sql for s in traffic.sent]
 
     assert again.results[0].near_duplicate and again.results[0].memory_id == city.results[0].memory_id
     assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
@@ -344,14 +309,11 @@ async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_h
         await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
     city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
     restated = fact(owner, "home city", "Lives in Lyon, France")
-    vectors = [event_write.float4_array(restated.embedding or [])]
+    vectors = [float4_array(restated.embedding or [])]
     sizes = {neighbours.owner_key(restated): 8}
-    locked_sql, locked_params = store._neighbours_statement([restated], vectors, 8, sizes, "locked")
+    locked_sql, locked_params = neighbours_statement([restated], vectors, 8, sizes, "locked", dim=DIM)
     assert await store.approve(city.results[0].memory_id, actor="admin") is not None  # "after" the HNSW read
-    async with store._driver() as (_, driver):
-        cursor = driver.cursor(row_factory=psycopg.rows.dict_row)
-        await cursor.execute(event_write.psycopg_sql(locked_sql), locked_params)
-        found = {row["id"] for row in await cursor.fetchall()}
+    found = {row["id"] for row in await store.connections.fetch(locked_sql, locked_params)}
     assert city.results[0].memory_id in found
 
 
@@ -388,40 +350,13 @@ REPEATED_KEYS_EVENT = (
 )
 
 
-async def test_an_event_over_stored_keys_is_sent_in_two_pipelined_round_trips_past_sqlalchemy(
-    store: PostgresMemoryStore, monkeypatch: pytest.MonkeyPatch
+async def test_an_event_over_stored_keys_costs_two_round_trips_and_nothing_through_sqlalchemy(
+    store: PostgresMemoryStore,
 ) -> None:
-    sent: list[tuple[str, bool]] = []
-    round_trips = 0
-    real_pipeline = psycopg.AsyncConnection.pipeline
-
-    def pipeline(conn: Any) -> Any:
-        nonlocal round_trips
-        round_trips += 1
-        return real_pipeline(conn)
-
-    through_sqlalchemy: list[str] = []
-    real = psycopg.AsyncCursor.execute
-
-    async def execute(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
-        if str(query).strip() != ";":
-            sent.append((" ".join(str(query).split()[:2]).upper(), pipelined))
-        return await real(cursor, query, params, **kwargs)
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        through_sqlalchemy.append(statement)
-
     owner = uuid.uuid4()
     await stored_keys_scene(store, owner)
-    sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-    monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline)
-    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
-    try:
+    with recorded(store) as traffic:
         written = await write(store, uuid.uuid4(), *(fact(owner, k, v) for k, v in STORED_KEYS_EVENT))
-    finally:
-        psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
-        sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
 
     assert [r.action for r in written.results] == [
         "updated",
@@ -430,23 +365,13 @@ async def test_an_event_over_stored_keys_is_sent_in_two_pipelined_round_trips_pa
         "unchanged",
         "created",
     ]
-    assert through_sqlalchemy == []
-    assert all(pipelined for _, pipelined in sent)
-    # claim + owner locks, read, stored rows and open revisions locked | insert, update, proposals,
-    # audit, COMMIT
-    assert [statement for statement, _ in sent] == [
-        "BEGIN",
-        "WITH CLAIM",
-        "WITH G0",
-        "SELECT M.ID,",
-        "SELECT R.ID,",
-        "WITH NEW_ROWS",
-        "UPDATE MEMORIES",
-        "INSERT INTO",
-        "INSERT INTO",
-        "COMMIT",
-    ]
-    assert round_trips == 2
+    # BEGIN, the claim with the locks, the read, the stored rows of the keys and their revisions |
+    # the insert, the update, the proposals, their audit rows and COMMIT: one statement per kind of
+    # change, whatever the number of memories
+    assert traffic.round_trips == 2
+    assert traffic.through_sqlalchemy == []
+    assert all(s.pipelined for s in traffic.sent)
+    assert len(traffic.sent) == 10
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
@@ -471,33 +396,16 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
 ) -> None:
     # a key given twice costs one pipelined round more, and nothing goes through SQLAlchemy
     left: dict[str, Any] = {}
-    round_trips = 0
-    real_pipeline = psycopg.AsyncConnection.pipeline
-
-    def pipeline(conn: Any) -> Any:
-        nonlocal round_trips
-        round_trips += 1
-        return real_pipeline(conn)
-
-    through_sqlalchemy: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        through_sqlalchemy.append(statement)
-
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
         await stored_keys_scene(store, owner)
-        if path == "general":  # the store as if it had no pipelined write
-            monkeypatch.setattr(store, "_write_event_once", MethodType(MemoryWrites._write_event_once, store))
+        if path == "general":
+            general_path_only(monkeypatch)
         event = uuid.uuid4()
+        with recorded(store) as traffic:
+            written = await write(store, event, *(fact(owner, k, v) for k, v in facts))
         if path == "pipelined":
-            sqlalchemy.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-            monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", pipeline)
-        written = await write(store, event, *(fact(owner, k, v) for k, v in facts))
-        if path == "pipelined":
-            sqlalchemy.event.remove(store.engine.sync_engine, "before_cursor_execute", record)
-            monkeypatch.setattr(psycopg.AsyncConnection, "pipeline", real_pipeline)
-            assert (round_trips, through_sqlalchemy) == (pipelines, [])
+            assert (traffic.round_trips, traffic.through_sqlalchemy) == (pipelines, [])
         assert await store.is_processed(event)
         memories = sorted(await store.list(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key)
         revisions = {r.memory_id: r for r in await store.pending_revisions()}
@@ -558,7 +466,7 @@ async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_r
     # is locked again; found then, it is written; gone still, the whole write is retried
     owner = uuid.uuid4()
     (stored,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
-    real_locked_rows = store._locked_rows
+    real_locked_rows = event_write.locked_rows
     calls = 0
 
     def hiding(stored_rows: Any, revision_rows: Any) -> Any:
@@ -566,7 +474,7 @@ async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_r
         calls += 1
         return ({}, {}) if calls <= hidden else real_locked_rows(stored_rows, revision_rows)
 
-    monkeypatch.setattr(store, "_locked_rows", hiding)
+    monkeypatch.setattr(event_write, "locked_rows", hiding)
     retries = store.conflict_retries
     written = await write(store, uuid.uuid4(), fact(owner, "city", "Moved to Porto last spring"))
 

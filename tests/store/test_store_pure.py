@@ -33,7 +33,7 @@ from store.model import (
     UpsertResult,
 )
 from store.postgres.event_write import plan_stored_keys
-from store.postgres.store import owner_sql, recall_sql
+from store.postgres.recall_sql import owner_sql, recall_sql
 from store.rules.hint import build_memory_hint
 from store.rules.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
 from store.rules.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
@@ -234,7 +234,10 @@ def test_recall_sql_filters_every_branch_by_owner_and_active_status() -> None:
     sql = recall_sql(owners=owners, branches=["vector", "text"], embedding_dim=384)
     assert sql.count("m.status = 'active'") == 2 and sql.count(owner_sql(owners, "m")) == 2
     assert "w.status = 'active'" in sql and owner_sql(owners, "w") in sql
-    assert "CAST(%(qv)s AS vector(384))" in sql and "websearch_to_tsquery('english', %(tq)s)" in sql
+    assert (
+        "CAST(CAST(%(qv)s AS real[]) AS vector(384))" in sql
+        and "websearch_to_tsquery('english', %(tq)s)" in sql
+    )
 
 
 def test_recall_sql_weighs_key_only_words_only_when_value_weighted() -> None:
@@ -248,7 +251,7 @@ def test_recall_sql_weighs_key_only_words_only_when_value_weighted() -> None:
 
 def test_recall_sql_casts_to_halfvec_above_2000_dimensions() -> None:
     sql = recall_sql(owners=resolve_scopes(USER, None), branches=["vector"], embedding_dim=3072)
-    assert "CAST(m.embedding AS halfvec(3072)) <=> CAST(%(qv)s AS halfvec(3072))" in sql
+    assert "CAST(m.embedding AS halfvec(3072)) <=> CAST(CAST(%(qv)s AS real[]) AS halfvec(3072))" in sql
     assert "hits AS (SELECT DISTINCT id FROM ranked)" in sql
 
 
@@ -355,28 +358,6 @@ def test_hint_of_bare_memories_ranks_specific_scopes_then_confidence() -> None:
         memory("d", scope="user", confidence=0.5),
     ]
     assert [line[2] for line in build_memory_hint(rows).split("\n")] == ["b", "c", "a", "d"]
-
-
-def test_a_vector_literal_holds_exactly_the_float32_values_pgvector_stores() -> None:
-    import numpy as np
-
-    from store.core.schema import vector_literal
-
-    rng = np.random.default_rng(7)
-    vector = [*rng.normal(size=384).tolist(), 0.0, -1.0, 1e-30, 3.4e38]
-    text = vector_literal(vector)
-    assert text.startswith("[") and text.endswith("]") and " " not in text
-    parsed = np.array([float(x) for x in text[1:-1].split(",")], dtype=np.float32)
-    assert np.array_equal(parsed, np.asarray(vector, dtype=np.float32))
-
-
-def test_statements_written_with_bind_names_get_psycopg_placeholders() -> None:
-    from store.core.base import psycopg_sql
-
-    sql = "SELECT :a, '0'::uuid, x % 2 FROM t WHERE CAST(:b_1 AS text[]) @> y AND z = :a"
-    assert psycopg_sql(sql) == (
-        "SELECT %(a)s, '0'::uuid, x %% 2 FROM t WHERE CAST(%(b_1)s AS text[]) @> y AND z = %(a)s"
-    )
 
 
 def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() -> None:

@@ -14,7 +14,8 @@ from sqlalchemy import text
 from extraction.embeddings import OpenAIEmbedder, OpenAIEmbedderConfig
 from extraction.errors import TransientEmbeddingError
 from store.migrate import migrate_async
-from store.postgres.store import PostgresMemoryStore, postgres_connect_args
+from store.postgres.connections import postgres_connect_args
+from store.postgres.store import PostgresMemoryStore
 from tests.worker.worker_harness import Harness, conversation, wait_for
 from worker.testing.fake_openai import FakeOpenAI, Reply
 

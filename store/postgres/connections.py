@@ -1,0 +1,159 @@
+"""`PgConnections`: the Postgres store's connections, owned in one place.
+
+It holds the SQLAlchemy engine (for the statements SQLAlchemy builds), the same engine in
+autocommit (a read runs without BEGIN/ROLLBACK; a raw write sends its own), and the psycopg driver
+connections kept checked out between uses. Every connection it opens runs the session settings it
+is given once and can send the store's one vector parameter (`store.postgres.params`).
+
+The raw SQL of the hot paths (recall, the event write) goes to the driver in its own `%(name)s`
+parameter style: `fetch` for one statement, `driver` and `round_trip` for a pipeline of them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from psycopg import AsyncConnection as DriverConnection
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from store.errors import translating_errors
+from store.postgres.params import register_vector_dumper
+from store.rules.urls import to_sqlalchemy_url
+
+
+def postgres_connect_args(
+    connect_timeout_s: float | None, statement_timeout_s: float | None, *, parallel_query: bool = True
+) -> dict[str, Any]:
+    """psycopg connect arguments: `connect_timeout` (whole seconds, at least 1), and as startup
+    options (no extra round trip, they survive the pool's resets) the session's
+    `statement_timeout` and, without `parallel_query`, no parallel workers (short OLTP statements:
+    launching workers costs more than it saves)."""
+    args: dict[str, Any] = {}
+    if connect_timeout_s:
+        args["connect_timeout"] = max(1, math.ceil(connect_timeout_s))
+    options = []
+    if statement_timeout_s:
+        options.append(f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}")
+    if not parallel_query:
+        options.append("-c max_parallel_workers_per_gather=0")
+    if options:
+        args["options"] = " ".join(options)
+    return args
+
+
+class PgConnections:
+    """The engines and the reused driver connections of one Postgres store (module docstring)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        session_sql: Sequence[str] = (),
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        pool_pre_ping: bool = True,
+        echo: bool = False,
+        connect_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`session_sql`: statements every new connection runs once (its SET statements)."""
+        self.engine: AsyncEngine = create_async_engine(
+            to_sqlalchemy_url(database_url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_pre_ping=pool_pre_ping,
+            echo=echo,
+            connect_args=dict(connect_args or {}),
+            # errors (and so log lines and DLQ reasons) never carry SQL parameters: memory values
+            hide_parameters=True,
+        )
+        self._session_sql = "; ".join(session_sql)
+        event.listen(self.engine.sync_engine, "connect", self._configure)
+        # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
+        self.read_engine: AsyncEngine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]] = []
+        self._idle_limit = pool_size // 2
+
+    def _configure(self, dbapi_connection: Any, _record: Any) -> None:
+        register_vector_dumper(dbapi_connection.driver_connection)
+        if self._session_sql:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(self._session_sql)
+            cursor.close()
+            # a SET inside a transaction is undone by the pool's rollback-on-return: commit it
+            dbapi_connection.commit()
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncConnection]:
+        """A SQLAlchemy connection in autocommit: reads run one statement each under READ
+        COMMITTED anyway, and a transaction around them only costs the BEGIN and ROLLBACK."""
+        async with translating_errors(), self.read_engine.connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def driver(self) -> AsyncIterator[DriverConnection[Any]]:
+        """A pooled connection's psycopg driver connection, in autocommit; database errors leave
+        as the store's own (`store.errors`).
+
+        A connection that ends a use cleanly (no transaction open) is kept for the next use, up
+        to half the pool: checking it out of SQLAlchemy's pool and back (its queue, the autocommit
+        switch and the reset) costs three turns of the event loop, which under load are the
+        larger part of a short read's time. The rest of the pool stays for the other paths."""
+        idle = self._idle
+        if idle:
+            conn, driver = idle.pop()
+        else:
+            async with translating_errors():
+                conn = await self.read_engine.connect()
+                raw = (await conn.get_raw_connection()).driver_connection
+                if raw is None:
+                    await conn.close()
+                    raise RuntimeError("the pooled connection has no psycopg driver connection")
+                driver = raw
+        kept = False
+        try:
+            async with translating_errors():
+                yield driver
+            if (
+                len(idle) < self._idle_limit
+                and not driver.closed
+                and driver.info.transaction_status == TransactionStatus.IDLE
+            ):
+                if conn.in_transaction():  # SQLAlchemy's own bookkeeping (autocommit: no SQL)
+                    await conn.rollback()
+                idle.append((conn, driver))
+                kept = True
+        finally:
+            if not kept:
+                async with translating_errors():
+                    await conn.close()
+
+    def round_trip(self, driver: DriverConnection[Any]) -> AbstractAsyncContextManager[Any]:
+        """A pipeline on `driver`: the statements sent inside it travel together, and its
+        results come back in one round trip (the first fetch, or the end of the block)."""
+        return driver.pipeline()
+
+    async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> builtins.list[dict[str, Any]]:
+        """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit; its
+        rows by column name.
+
+        This skips SQLAlchemy's statement and row processing (about a millisecond per call) and
+        the BEGIN/COMMIT round trips; psycopg prepares the few statement shapes server-side
+        after their fifth use."""
+        async with self.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def close(self) -> None:
+        """Close the kept connections, then the pool."""
+        idle = self._idle
+        while idle:
+            conn, _ = idle.pop()
+            await conn.close()
+        await self.engine.dispose()

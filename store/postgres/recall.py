@@ -1,0 +1,231 @@
+"""`PgRecall`: memory recall on Postgres, two round trips through the store's `PgConnections`.
+
+The first reads the query words' document frequencies among the owners' active memories
+(`term_stats_sql`); the second is one statement with a vector branch (cosine nearest neighbours)
+and a full-text branch (BM25 over the query's lexemes, OR semantics, idf from the first trip, a
+lexeme found only in the key weighing `ScoreFusion.key_weight`), each limited to the caller's
+owners and `active` rows in its WHERE clause, plus the same-key rows of other scopes so overrides
+can be merged (`store.postgres.recall_sql`). The shared pure code then fuses the scores with the
+query's cues (`store.core.recall.fuse_scores`, `store.rules.cues`), exactly as the SQLite store does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from store.core.base import checked_vector, embed_queries
+from store.core.recall import (
+    RETRIEVERS,
+    Bm25,
+    ScoreFusion,
+    TermStats,
+    candidate_count,
+    embedding_queries,
+    fuse,
+    fuse_scores,
+    is_empty_query,
+    mean_direction,
+    query_cues,
+    query_terms,
+    resolve_scopes,
+    term_stats,
+    websearch_or_query,
+)
+from store.core.rows import memory_from_row
+from store.model import Memory, OwnerRef, RecallHit, Retriever
+from store.postgres.connections import PgConnections
+from store.postgres.params import float4_array
+from store.postgres.recall_sql import recall_sql, term_stats_sql
+from store.protocols import Embedder
+from store.rules.cues import TimeWindow
+
+# the settings `session_settings` reports (`store.postgres.recall_sql.RecallTuning`)
+_SESSION_SETTINGS = (
+    "hnsw.iterative_scan",
+    "hnsw.ef_search",
+    "hnsw.max_scan_tuples",
+    "plan_cache_mode",
+    "random_page_cost",
+    "TimeZone",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallPlan:
+    """One recall statement with its parameters and the query's time window (if it named one)."""
+
+    sql: str
+    params: dict[str, Any]
+    time_window: TimeWindow | None
+    when: bool = False  # the query asks "When …?"
+
+
+class PgRecall:
+    """Hybrid recall of memories on Postgres (see the module docstring)."""
+
+    def __init__(
+        self,
+        connections: PgConnections,
+        embedder: Embedder,
+        *,
+        embedding_dim: int,
+        weights: Mapping[str, float],
+        fusion: ScoreFusion,
+        bm25: Bm25,
+    ) -> None:
+        self._connections = connections
+        self._embedder = embedder
+        self._dim = embedding_dim
+        self._weights = dict(weights)
+        self._fusion = fusion
+        self._bm25 = bm25
+
+    async def recall(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+        query_embedding: Sequence[float] | None = None,
+        team_id: uuid.UUID | None = None,
+    ) -> builtins.list[RecallHit]:
+        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
+        and of that team), hybrid-ranked; empty query → top by confidence."""
+        if limit <= 0:
+            return []
+        plan = await self._plan(user_id, persona_id, query, limit, retriever, query_embedding, team_id)
+        if plan is None:
+            return []
+        memories: dict[uuid.UUID, Memory] = {}
+        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
+        scores: dict[str, dict[uuid.UUID, float]] = {}
+        for row in await self._connections.fetch(plan.sql, plan.params):
+            memory = memory_from_row(row)
+            memories[memory.id] = memory
+            source = row["source"]
+            if source is not None:
+                ranks.setdefault(source, []).append((row["rank"], memory.id))
+                scores.setdefault(source, {})[memory.id] = float(row["score"])
+        if "top" in ranks:
+            rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
+            return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
+        return fuse_scores(
+            memories.values(),
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=plan.time_window,
+            when=plan.when,
+        )
+
+    async def explain(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+    ) -> str:
+        """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""
+        plan = await self._plan(user_id, persona_id, query, limit, retriever, None)
+        if plan is None:
+            return "(no statement: the query has no searchable terms for this retriever)"
+        rows = await self._connections.fetch("EXPLAIN (ANALYZE, BUFFERS) " + plan.sql, plan.params)
+        return "\n".join(str(row["QUERY PLAN"]) for row in rows)
+
+    async def session_settings(self) -> dict[str, str]:
+        """The recall settings a pooled connection actually runs with (see `RecallTuning`)."""
+        # loading the extension library validates placeholder values set before it was loaded
+        await self._connections.fetch("SELECT '[1]'::vector")
+        settings = {}
+        for name in _SESSION_SETTINGS:
+            (row,) = await self._connections.fetch(f"SHOW {name}")
+            settings[name] = str(next(iter(row.values())))
+        return settings
+
+    async def _plan(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int,
+        retriever: Retriever,
+        query_embedding: Sequence[float] | None,
+        team_id: uuid.UUID | None = None,
+    ) -> RecallPlan | None:
+        """The recall SQL, its parameters and the query's time window; None when no branch can run."""
+        if retriever not in RETRIEVERS:
+            raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+        owners = resolve_scopes(user_id, persona_id)
+        params: dict[str, Any] = {
+            "k": candidate_count(limit),
+            "user_id": user_id,
+            "persona_id": persona_id,
+            "team_id": team_id,
+        }
+        if is_empty_query(query):
+            sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._dim)
+            return RecallPlan(sql=sql, params=params, time_window=None)
+        cues = query_cues(query, now=datetime.now(UTC))
+        text = cues.text
+        branches: list[str] = []
+        needs_stats = retriever != "vector" or query_embedding is None
+        stats = await self._term_stats(owners, params, text) if needs_stats else None
+        if retriever in ("hybrid", "vector"):
+            if query_embedding is not None:
+                vector = checked_vector(query_embedding, self._dim, "query embedding")
+            else:
+                assert stats is not None
+                vector = await self._query_vector(text, stats)
+            params["qv"] = float4_array(vector)
+            branches.append("vector")
+        tsquery = websearch_or_query(text)
+        if retriever in ("hybrid", "keyword") and tsquery is not None and stats is not None and stats.idf:
+            params.update(
+                tq=tsquery,
+                lexemes=list(stats.idf),
+                idfs=list(stats.idf.values()),
+                k1=self._bm25.k1,
+                b=self._bm25.b,
+                avglen=max(stats.mean_length, 1.0),
+            )
+            branches.append("text")
+        if not branches:
+            return None
+        value_weighted = "text" in branches and self._fusion.key_weight != 1.0
+        if value_weighted:
+            params["key_weight"] = float(self._fusion.key_weight)
+        sql = recall_sql(
+            owners=owners,
+            branches=branches,
+            embedding_dim=self._dim,
+            value_weighted=value_weighted,
+        )
+        return RecallPlan(sql=sql, params=params, time_window=cues.time_window, when=cues.when)
+
+    async def _term_stats(
+        self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str
+    ) -> TermStats:
+        """Document frequencies of the query's words among the owners' active memories."""
+        words = query_terms(text)
+        if not words:
+            return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+        rows = await self._connections.fetch(
+            term_stats_sql(owners),
+            {**params, "words": words, "sample": self._bm25.stats_sample},
+        )
+        return term_stats([tuple(row.values()) for row in rows])
+
+    async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
+        """The mean direction of the query's embedding texts (`store.core.recall.embedding_queries`)."""
+        texts = embedding_queries(text, stats.word_share, self._fusion)
+        vectors = await embed_queries(self._embedder, texts, self._dim)
+        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)

@@ -1,0 +1,176 @@
+"""The Postgres recall statements (psycopg's `%(name)s` parameters) and the session settings they
+run under: pure strings, no I/O (`store.postgres.recall` sends them).
+
+Every pooled connection runs with `hnsw.iterative_scan = relaxed_order`: when the planner walks the
+HNSW index for a big owner, pgvector keeps scanning until enough rows pass the owner filter instead
+of silently returning fewer. Relaxed order is restored by ranking the CTE's rows by exact distance.
+The query vector `qv` is a `store.postgres.params.Float4Array`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from store.core.rows import MEMORY_COLUMNS, columns_sql
+from store.core.schema import TEXT_SEARCH_CONFIG, hnsw_expression
+from store.model import OwnerRef
+
+_MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
+# the same normalisation as store.core.recall.normalize_key: lower case, whitespace runs collapsed
+_NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallTuning:
+    """Knobs of the vector branch; the defaults hold for the benchmark in bench/README.md."""
+
+    ef_search: int = 100  # HNSW candidate list; at least the per-branch candidate count
+    max_scan_tuples: int = 20_000  # iterative scan budget before pgvector gives up
+    scan_mem_multiplier: float = 2.0  # work_mem multiple the iterative scan may use
+    # A generic plan (psycopg prepares a statement after 5 uses) cannot see the owner or the
+    # terms and may AND the owner index with a GIN scan of a common term: 3x slower at p50, 4x at
+    # p99 in the benchmark. Custom plans cost ~0.3 ms of planning. None keeps the server default.
+    plan_cache_mode: str | None = "force_custom_plan"
+    # SSD/cached storage: with the default 4.0 the planner over-prices the owner's few heap pages
+    random_page_cost: float | None = 1.1
+
+
+def session_settings_sql(tuning: RecallTuning) -> list[str]:
+    """The SET statements every pooled connection runs once."""
+    if tuning.plan_cache_mode not in (None, "auto", "force_custom_plan", "force_generic_plan"):
+        raise ValueError(
+            "plan_cache_mode must be auto, force_custom_plan or force_generic_plan, "
+            f"got {tuning.plan_cache_mode!r}"
+        )
+    statements = [
+        "SET TIME ZONE 'UTC'",
+        "SET hnsw.iterative_scan = relaxed_order",
+        f"SET hnsw.ef_search = {int(tuning.ef_search)}",
+        f"SET hnsw.max_scan_tuples = {int(tuning.max_scan_tuples)}",
+        f"SET hnsw.scan_mem_multiplier = {float(tuning.scan_mem_multiplier)}",
+    ]
+    if tuning.plan_cache_mode is not None:
+        statements.append(f"SET plan_cache_mode = {tuning.plan_cache_mode}")
+    if tuning.random_page_cost is not None:
+        statements.append(f"SET random_page_cost = {float(tuning.random_page_cost)}")
+    return statements
+
+
+def owner_sql(owners: Sequence[OwnerRef], alias: str) -> str:
+    """SQL predicate (psycopg parameters `%(user_id)s`, `%(persona_id)s`, `%(team_id)s`) for the
+    resolved owners, inside the team context: rows of no team, or of `%(team_id)s` (NULL: no team)."""
+    parts = []
+    for owner in owners:
+        if owner.scope == "user":
+            parts.append(f"({alias}.scope = 'user' AND {alias}.owner_id = %(user_id)s)")
+        elif owner.scope == "persona":
+            parts.append(f"({alias}.scope = 'persona' AND {alias}.owner_id = %(persona_id)s)")
+        else:
+            parts.append(
+                f"({alias}.scope = 'persona_user' AND {alias}.owner_id = %(persona_id)s "
+                f"AND {alias}.user_id = %(user_id)s)"
+            )
+    teams = f"({alias}.team_id IS NULL OR {alias}.team_id = %(team_id)s)"
+    return "((" + " OR ".join(parts) + f") AND {teams})"
+
+
+def recall_sql(
+    *,
+    owners: Sequence[OwnerRef],
+    branches: Sequence[str],
+    embedding_dim: int,
+    value_weighted: bool = False,
+) -> str:
+    """The single recall statement for the given branches (`vector`, `text` or `top`).
+
+    `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
+    idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
+    query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
+    (NULL for override-only rows)."""
+    where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
+    ctes: list[str] = []
+    ranked: list[str] = []
+    if "vector" in branches:
+        hnsw = hnsw_expression(embedding_dim)
+        if hnsw is not None and hnsw[0] != "embedding":
+            distance = (
+                f"CAST(m.embedding AS halfvec({embedding_dim})) "
+                f"<=> CAST(CAST(%(qv)s AS real[]) AS halfvec({embedding_dim}))"
+            )
+        else:
+            distance = f"m.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({embedding_dim}))"
+        ctes.append(
+            f"vec AS MATERIALIZED (SELECT m.id, {distance} AS distance FROM memories m "
+            f"WHERE {where} AND m.embedding IS NOT NULL ORDER BY distance LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
+            "1 - distance AS score FROM vec"
+        )
+    if "text" in branches:
+        # BM25 with binary term frequency: idf per query lexeme comes from the owner's own memories
+        # (computed by `term_stats_sql`), so a word most of them contain weighs almost nothing
+        weight, value_lexemes = "t.idf", ""
+        if value_weighted:
+            weight = (
+                "t.idf * CASE WHEN v.tsv @@ plainto_tsquery('simple', t.lex) THEN 1 ELSE %(key_weight)s END"
+            )
+            value_lexemes = f", LATERAL (SELECT to_tsvector('{TEXT_SEARCH_CONFIG}', m.value)) AS v(tsv)"
+        ctes.append(
+            "txt AS MATERIALIZED (SELECT m.id, "
+            f"coalesce((SELECT sum({weight}) FROM "
+            "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS t(lex, idf) "
+            "WHERE m.search_tsv @@ plainto_tsquery('simple', t.lex)), 0) "
+            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(m.search_tsv) / %(avglen)s)) "
+            f"AS relevance FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query)"
+            f"{value_lexemes} "
+            f"WHERE {where} AND m.search_tsv @@ q.query ORDER BY relevance DESC, m.id LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
+            "relevance AS score FROM txt"
+        )
+    if "top" in branches:
+        ctes.append(
+            "top AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at FROM memories m "
+            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k)s)"
+        )
+        ranked.append(
+            "SELECT id, 'top' AS source, row_number() OVER "
+            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank, confidence AS score FROM top"
+        )
+    if not ranked:
+        raise ValueError("recall_sql needs at least one branch")
+    ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
+    if len(owners) > 1:
+        # rows of other scopes with a ranked row's key: a persona_user override must win the merge
+        # even when only the user-scope row it overrides matched the query
+        ctes.append(
+            "hits AS (SELECT id FROM ranked UNION SELECT w.id FROM memories w "
+            f"WHERE w.status = 'active' AND {owner_sql(owners, 'w')} AND {_NORMALIZED_KEY.format(t='w')} IN "
+            f"(SELECT {_NORMALIZED_KEY.format(t='x')} FROM memories x WHERE x.id IN (SELECT id FROM ranked)))"
+        )
+    else:
+        ctes.append("hits AS (SELECT DISTINCT id FROM ranked)")
+    return (
+        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score FROM hits h "
+        "JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id"
+    )
+
+
+def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
+    """Per query word: its lexemes and how many of the owners' active memories contain each, plus
+    the number of memories and their mean lexeme count (read from at most `%(sample)s` rows, so a
+    huge persona scope costs a bounded scan)."""
+    where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
+    return (
+        f"WITH owned AS MATERIALIZED (SELECT m.search_tsv FROM memories m WHERE {where} LIMIT %(sample)s), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
+        "lexes AS (SELECT DISTINCT lex FROM words), "
+        "df AS (SELECT x.lex, count(o.search_tsv) AS containing FROM lexes x "
+        "LEFT JOIN owned o ON o.search_tsv @@ plainto_tsquery('simple', x.lex) GROUP BY x.lex) "
+        "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
+        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
+    )
