@@ -4,23 +4,21 @@ locked reads and the audit trail. Backends override the hooks (`_now`, `_transac
 from __future__ import annotations
 
 import builtins
-import functools
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, literal_column, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store.core.rows import memory_from_row, revision_from_row
-from store.core.schema import NIL_UUID_SQL, Schema, array_literal
+from store.core.backend import Backend
+from store.core.rows import memory_columns, memory_from_row, revision_from_row
+from store.core.schema import Schema
 from store.errors import StoreError, translating_errors
 from store.model import (
-    NIL_UUID,
     AuditAction,
     AuditEntry,
     Memory,
@@ -37,48 +35,10 @@ from store.rules.pagination import decode_cursor
 AuditRows = list[dict[str, Any]]
 
 
-def _nil(schema: Schema) -> Any:
-    return literal_column(NIL_UUID_SQL if schema.dialect == "postgresql" else f"'{NIL_UUID}'")
-
-
 def _vector(value: Any) -> builtins.list[float] | None:
     if value is None:
         return None
     return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
-
-
-# the audit columns `_audit_values` fills, but `at`, with their Postgres types
-_AUDIT_COLUMNS = (
-    ("memory_id", "uuid"),
-    ("action", "text"),
-    ("scope", "text"),
-    ("owner_id", "uuid"),
-    ("user_id", "uuid"),
-    ("key", "text"),
-    ("old_value", "text"),
-    ("new_value", "text"),
-    ("actor", "text"),
-    ("event_id", "uuid"),
-    ("revision_id", "uuid"),
-    ("team_id", "uuid"),
-)
-
-
-@functools.lru_cache(maxsize=4)
-def audit_insert_sql(table: str) -> str:
-    """Postgres: audit rows from column arrays (`%(name)s` parameters), inserted in array order, so
-    their ids follow the order they were collected in."""
-    names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
-    arrays = ", ".join(f"CAST(%({name})s AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
-    return (
-        f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
-        f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
-    )
-
-
-def audit_params(rows: AuditRows) -> dict[str, str]:
-    """Postgres: `audit_insert_sql`'s column arrays for audit rows collected by `_audit`."""
-    return {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
 
 
 def audit_values(
@@ -136,6 +96,26 @@ async def embed_queries(
     return [checked_vector(vector, dim, "query embedding") for vector in vectors]
 
 
+def owner_clause(table: Any, owners: Sequence[OwnerRef]) -> ColumnElement[bool]:
+    """SQL for "a row of `table` belongs to one of these owners"; an empty list matches nothing."""
+    clauses: list[ColumnElement[bool]] = []
+    for owner in owners:
+        parts = [table.c.scope == owner.scope, table.c.owner_id == owner.owner_id]
+        if owner.scope == "persona_user":
+            if owner.user_id is None:
+                raise ValueError("a persona_user owner needs user_id")
+            parts.append(table.c.user_id == owner.user_id)
+        clauses.append(and_(*parts))
+    return or_(*clauses) if clauses else false()
+
+
+def team_clause(table: Any, team_id: uuid.UUID | None) -> ColumnElement[bool]:
+    """SQL for "a row of `table` is visible in this team's context": of no team, or of `team_id`."""
+    if team_id is None:
+        return cast(ColumnElement[bool], table.c.team_id.is_(None))
+    return or_(table.c.team_id.is_(None), table.c.team_id == team_id)
+
+
 class StoreBase:
     """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
 
@@ -144,36 +124,23 @@ class StoreBase:
         *,
         engine: AsyncEngine,
         schema: Schema,
+        backend: Backend,
         embedder: Embedder,
         settings_defaults: MemorySettings | None = None,
     ) -> None:
         self._engine = engine
         self._schema = schema
+        self._backend = backend
         self._embedder = embedder
         # what the settings merge starts from (the deployment's PMEM_* defaults)
         self._settings_defaults = settings_defaults or MemorySettings()
         m = schema.memories
-        self._memory_columns = [
-            m.c.id,
-            m.c.scope,
-            m.c.owner_id,
-            m.c.user_id,
-            m.c.key,
-            m.c.value,
-            m.c.source_channel_id,
-            m.c.confidence,
-            m.c.status,
-            m.c.created_at,
-            m.c.updated_at,
-            m.c.team_id,
-            m.c.evidence,
-            m.c.observed_at,
-        ]
+        self._memory_columns = memory_columns(m)
         self._key_index = [
             m.c.scope,
             m.c.owner_id,
-            func.coalesce(m.c.user_id, _nil(schema)),
-            func.coalesce(m.c.team_id, _nil(schema)),
+            func.coalesce(m.c.user_id, backend.nil()),
+            func.coalesce(m.c.team_id, backend.nil()),
             m.c.key,
         ]
 
@@ -194,8 +161,7 @@ class StoreBase:
         return datetime.now(UTC)
 
     def _insert(self, table: Any) -> Any:
-        dialect = postgresql if self._schema.dialect == "postgresql" else sqlite
-        return dialect.insert(table)
+        return self._backend.insert(table)
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -207,12 +173,6 @@ class StoreBase:
         async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
-    async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
-        """Run one read statement of the driver's SQL (`%(name)s` parameters) outside a
-        transaction; its rows as mappings."""
-        async with self._reading() as conn:
-            return [row._mapping for row in (await conn.exec_driver_sql(sql, params)).all()]
-
     # -- row conversion -------------------------------------------------------------------------
 
     _memory = staticmethod(memory_from_row)
@@ -220,16 +180,7 @@ class StoreBase:
 
     def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:
         """SQL for "belongs to one of these owners"; an empty list matches nothing."""
-        t = self._schema.memories if table is None else table
-        clauses: list[ColumnElement[bool]] = []
-        for owner in owners:
-            parts = [t.c.scope == owner.scope, t.c.owner_id == owner.owner_id]
-            if owner.scope == "persona_user":
-                if owner.user_id is None:
-                    raise ValueError("a persona_user owner needs user_id")
-                parts.append(t.c.user_id == owner.user_id)
-            clauses.append(and_(*parts))
-        return or_(*clauses) if clauses else false()
+        return owner_clause(self._schema.memories if table is None else table, owners)
 
     def _about_user(self, user_id: uuid.UUID) -> ColumnElement[bool]:
         """Memories about one person: their `user` scope and their `persona_user` rows."""
@@ -248,10 +199,7 @@ class StoreBase:
 
     def _team_clause(self, team_id: uuid.UUID | None, table: Any = None) -> ColumnElement[bool]:
         """SQL for "visible in this team's context": rows of no team, or of `team_id`."""
-        t = self._schema.memories if table is None else table
-        if team_id is None:
-            return cast(ColumnElement[bool], t.c.team_id.is_(None))
-        return or_(t.c.team_id.is_(None), t.c.team_id == team_id)
+        return team_clause(self._schema.memories if table is None else table, team_id)
 
     # -- embeddings -----------------------------------------------------------------------------
 
@@ -356,13 +304,7 @@ class StoreBase:
         """Insert the audit rows `_audit(into=rows)` collected, in one statement, and forget them."""
         if not rows:
             return
-        if self._schema.dialect == "postgresql":
-            # a statement of fixed text over column arrays: SQLAlchemy compiles a multi-row VALUES
-            # afresh for every call (its cache keys on the row count). `at` is the server's now()
-            # on Postgres (`PostgresMemoryStore._now`), as in the statement.
-            await conn.exec_driver_sql(audit_insert_sql(self._schema.audit.name), audit_params(rows))
-        else:
-            await conn.execute(self._insert(self._schema.audit).values(list(rows)))
+        await conn.execute(self._insert(self._schema.audit).values(list(rows)))
         rows.clear()
 
     def _audit_values(

@@ -4,17 +4,34 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from store.core.base import audit_entry
 from store.core.turns import ConversationTurns
-from store.model import Memory, MemoryFilter, Page, Scope, UserExport, UserMemoryQuery
+from store.model import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 from store.rules.pagination import newest_first_page
 
 
 class MemoryListing(ConversationTurns):
     """Lists and counts."""
+
+    async def prompt_memories(
+        self,
+        owners: Sequence[OwnerRef],
+        *,
+        team_id: uuid.UUID | None,
+        words: Sequence[str],
+        limit: int,
+    ) -> builtins.list[Memory]:
+        """At most `limit` active or pending memories of these owners in the team context that
+        are the most relevant to `words` (a conversation's informative words), for the extraction
+        prompt's existing keys: on Postgres, the full-text matches first (by rank) among each
+        owner's most recent memories, then the most recent; on SQLite the most recent."""
+        if not owners or limit <= 0:
+            return []
+        return await self._backend.prompt_memories(owners, team_id=team_id, words=words, limit=limit)
 
     async def list(self, flt: MemoryFilter) -> builtins.list[Memory]:
         """Memories matching every set field of the filter, most recently updated first."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import Column, Table
 from sqlalchemy.engine import Row
 
 from store.model import Memory, Revision
@@ -24,6 +25,11 @@ REVISION_COLUMNS = (
 def columns_sql(columns: tuple[str, ...], alias: str) -> str:
     """`alias.column, …` for a raw SELECT of these columns."""
     return ", ".join(f"{alias}.{name}" for name in columns)
+
+
+def memory_columns(table: Table) -> list[Column[Any]]:
+    """`MEMORY_COLUMNS` of the memories table, for a SQLAlchemy SELECT."""
+    return [table.c[name] for name in MEMORY_COLUMNS]
 
 
 def _mapping(row: Any) -> Mapping[Any, Any]:

@@ -8,15 +8,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.core.base import StoreBase, _nil
+from store.core.base import StoreBase
 from store.model import MemorySettings, SettingsLevel, SettingsRow
 from store.rules.policy import check_settings_row, merge_settings, storable_confidence
 
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
-_APPLYING_SETTINGS_SQL = (
-    "SELECT * FROM memory_settings WHERE level = 'global' "
-    "OR (level = 'team' AND target_id = %(team)s) OR (level = 'persona' AND target_id = %(persona)s)"
-)
 
 
 class SettingsRows(StoreBase):
@@ -28,11 +24,6 @@ class SettingsRows(StoreBase):
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> builtins.list[dict[str, Any]]:
         """The global, team and persona rows that apply, least specific first."""
-        if self._schema.dialect == "postgresql":
-            # the worker reads these for every event: one statement on the driver, no SQLAlchemy
-            # (an absent team or persona is NULL, which matches no row)
-            found = await self._read_rows(_APPLYING_SETTINGS_SQL, {"team": team_id, "persona": persona_id})
-            return sorted((dict(row) for row in found), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]])
         s = self._schema.settings
         levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
         if team_id is not None:
@@ -79,7 +70,7 @@ class SettingsRows(StoreBase):
         stmt = self._insert(s).values(level=level, target_id=target_id, updated_at=self._now(), **values)
         excluded = stmt.excluded
         stmt = stmt.on_conflict_do_update(
-            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, self._backend.nil())],
             set_={
                 **{name: func.coalesce(getattr(excluded, name), getattr(s.c, name)) for name in values},
                 "updated_at": excluded.updated_at,
@@ -137,7 +128,7 @@ class SettingsRows(StoreBase):
             level=row.level, target_id=row.target_id, updated_at=self._now(), **values
         )
         stmt = stmt.on_conflict_do_update(
-            index_elements=[s.c.level, func.coalesce(s.c.target_id, _nil(self._schema))],
+            index_elements=[s.c.level, func.coalesce(s.c.target_id, self._backend.nil())],
             set_={**values, "updated_at": stmt.excluded.updated_at},
         )
         async with self._transaction() as conn:

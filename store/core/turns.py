@@ -17,14 +17,13 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from sqlalchemy import ColumnElement, String, and_, delete, func, or_, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import _nil
 from store.core.recall import (
     ScoreFusion,
     fuse_scores,
@@ -32,7 +31,6 @@ from store.core.recall import (
     query_cues,
     query_terms,
     unit_rows,
-    websearch_or_query,
 )
 from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal
 from store.core.settings import SettingsRows
@@ -432,72 +430,39 @@ def parse_include(values: Sequence[str] | None) -> tuple[RecallInclude, ...]:
     return tuple(chosen)
 
 
+def turn_from_row(row: Any) -> Turn:
+    """A `Turn` from a SQLAlchemy row or a mapping holding the turn columns by name."""
+    data: Any = row._mapping if hasattr(row, "_mapping") else row
+    return Turn(
+        id=data["id"],
+        channel_id=data["channel_id"],
+        event_id=data["event_id"],
+        user_id=data["user_id"],
+        persona_id=data["persona_id"],
+        team_id=data["team_id"],
+        role=data["role"],
+        text=data["text"],
+        at=data["at"],
+        position=data["position"],
+        speaker=data["speaker"],
+    )
+
+
 class ConversationTurns(SettingsRows):
     """Writing, recalling, listing, deleting and erasing conversation turns (both backends)."""
 
     # -- writes (inside `write_event`'s transaction) --------------------------------------------
 
-    def _turn_values(self, event_id: uuid.UUID, turns: Sequence[NewTurn]) -> builtins.list[dict[str, Any]]:
-        return [
-            {
-                "id": uuid.uuid4(),
-                "channel_id": t.channel_id,
-                "event_id": event_id,
-                "user_id": t.user_id,
-                "persona_id": t.persona_id,
-                "team_id": t.team_id,
-                "role": t.role,
-                "text": t.text,
-                "at": t.at,
-                "position": t.position,
-                "speaker": t.speaker,
-                "search_text": t.search_text,
-                "embedding": None
-                if t.embedding is None
-                else self._check_dim(t.embedding, f"embedding of turn {t.position}"),
-                "created_at": self._now(),
-            }
-            for t in turns
-        ]
-
     async def _insert_turns(
         self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
     ) -> None:
         """Store an event's turns in the caller's transaction; a turn already stored is kept."""
-        if not turns:
-            return
-        if self._schema.dialect == "postgresql":
-            sql, params = turns_insert_statement(
-                self._schema.turns.name, event_id, turns, self._schema.embedding_dim
-            )
-            await conn.exec_driver_sql(sql, params)
-            return
-        t = self._schema.turns
-        stmt = (
-            self._insert(t)
-            .values(self._turn_values(event_id, turns))
-            .on_conflict_do_nothing(index_elements=[t.c.event_id, t.c.position])
-        )
-        await conn.execute(stmt)
+        if turns:
+            await self._backend.insert_turns(conn, event_id, turns)
 
     # -- reads ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _turn(row: Any) -> Turn:
-        data: Any = row._mapping if hasattr(row, "_mapping") else row
-        return Turn(
-            id=data["id"],
-            channel_id=data["channel_id"],
-            event_id=data["event_id"],
-            user_id=data["user_id"],
-            persona_id=data["persona_id"],
-            team_id=data["team_id"],
-            role=data["role"],
-            text=data["text"],
-            at=data["at"],
-            position=data["position"],
-            speaker=data["speaker"],
-        )
+    _turn = staticmethod(turn_from_row)
 
     def _turn_columns(self) -> builtins.list[Any]:
         t = self._schema.turns
@@ -521,7 +486,7 @@ class ConversationTurns(SettingsRows):
         """SQL for "said in this context" (the exact user, persona or none, team or none), in the
         context index's expressions."""
         t = self._schema.turns
-        nil = _nil(self._schema)
+        nil = self._backend.nil()
         return [
             t.c.user_id == user_id,
             func.coalesce(t.c.persona_id, nil) == (persona_id or NIL_UUID),
@@ -548,19 +513,7 @@ class ConversationTurns(SettingsRows):
             if query_embedding is not None
             else (await self.embed_queries([query]))[0]
         )
-        if self._schema.dialect == "postgresql":
-            return await self._recall_turns_postgres(user_id, persona_id, team_id, query, vector, k, limit)
-        window = await self._turn_window(user_id, persona_id, team_id)
-        scores = await asyncio.to_thread(window_scores, window, query, vector, k)
-        return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
-
-    async def _turn_window(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
-    ) -> TurnWindow:
-        """SQLite: the context's most recent `TURN_WINDOW` turns, read and prepared (the SQLite
-        store keeps them until anything is written)."""
-        async with self._reading() as conn:
-            return await self._read_turn_window(conn, user_id, persona_id, team_id, (0, 0))
+        return await self._backend.recall_turns(user_id, persona_id, team_id, query, vector, k, limit)
 
     async def _read_turn_window(
         self,
@@ -587,36 +540,6 @@ class ConversationTurns(SettingsRows):
             stamp,
             [row[-2] for row in rows],
         )
-
-    async def _recall_turns_postgres(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-    ) -> builtins.list[TurnHit]:
-        tq = websearch_or_query(query)
-        sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=tq is not None)
-        params: dict[str, Any] = {
-            "user_id": user_id,
-            "persona": persona_id or NIL_UUID,
-            "team": team_id or NIL_UUID,
-            "window": TURN_WINDOW,
-            "k": k,
-            "qv": float4_array(vector),
-            "tq": tq,
-        }
-        rows = await self._read_rows(sql, params)
-        turns: dict[uuid.UUID, Turn] = {}
-        scores: dict[str, dict[uuid.UUID, float]] = {}
-        for row in rows:
-            turn = self._turn(row)
-            turns[turn.id] = turn
-            scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
-        return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
 
     async def recall_items(
         self,

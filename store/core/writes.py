@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import itertools
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -13,10 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import AuditRows, _nil
-from store.core.neighbours import NearDuplicates
-from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
-from store.core.schema import NIL_UUID_SQL, Schema, array_literal
+from store.core.base import AuditRows
 from store.core.turns import ConversationTurns
 from store.errors import StoreConflict, StoreError
 from store.model import (
@@ -33,7 +29,6 @@ from store.model import (
     UpsertAction,
     UpsertResult,
 )
-from store.postgres.params import float4_array
 from store.rules.policy import (
     plan_upsert,
     same_value,
@@ -48,122 +43,13 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 }
 
 
-# new rows in array parameters (one per column), ordered; their embeddings one after another in
-# one `real[]` (`starts`: where each row's begins, NULL for none); the key index's expressions as
-# the conflict target; audit rows for the inserted ones in the input order (audit ids are write order)
-_INSERT_NEW_SQL = (
-    "WITH new_rows AS (SELECT * FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(scopes)s AS text[]), "
-    "CAST(%(owners)s AS uuid[]), CAST(%(users)s AS uuid[]), CAST(%(keys)s AS text[]), "
-    "CAST(%(values)s AS text[]), "
-    "CAST(%(channels)s AS uuid[]), CAST(%(confidences)s AS float8[]), CAST(%(statuses)s AS text[]), "
-    "CAST(%(starts)s AS int[]), CAST(%(observed)s AS timestamptz[]), CAST(%(teams)s AS uuid[]), "
-    "CAST(%(evidences)s AS text[])) "
-    "WITH ORDINALITY AS t(id, scope, owner_id, user_id, key, value, source_channel_id, confidence, "
-    "status, start, observed_at, team_id, evidence, ord)), "
-    "ins AS (INSERT INTO {memories} (id, scope, owner_id, user_id, key, value, source_channel_id, "
-    "confidence, status, embedding, created_at, updated_at, team_id, evidence, observed_at) "
-    "SELECT id, scope, owner_id, user_id, key, value, source_channel_id, confidence, status, "
-    "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})), "
-    "coalesce(observed_at, now()), now(), team_id, evidence, observed_at FROM new_rows "
-    "ORDER BY ord {on_conflict}RETURNING id), "
-    "audited AS (INSERT INTO {audit} (memory_id, action, scope, owner_id, user_id, key, old_value, "
-    "new_value, actor, event_id, revision_id, team_id, at) "
-    "SELECT n.id, 'add', n.scope, n.owner_id, n.user_id, n.key, NULL, n.value, %(actor)s, "
-    "CAST(%(event_id)s AS uuid), NULL, n.team_id, now() FROM new_rows n JOIN ins ON ins.id = n.id "
-    "ORDER BY n.ord) "
-    "SELECT id FROM ins"
-)
-
-
-# the key index's expressions: an existing key leaves its row untouched (the caller upserts it)
-_SKIP_STORED_KEYS = (
-    "ON CONFLICT (scope, owner_id, coalesce(user_id, {nil}), coalesce(team_id, {nil}), key) DO NOTHING "
-)
-
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
 CONFLICT_RETRIES = 3
-
-
-# the memories `m` of the identities in `key_identity_params`' arrays (through the key index)
-_BY_KEYS_SQL = (
-    "memories m JOIN unnest(CAST(%(scopes)s AS text[]), CAST(%(owners)s AS uuid[]), "
-    "CAST(%(users)s AS uuid[]), CAST(%(teams)s AS uuid[]), CAST(%(keys)s AS text[])) "
-    "AS w(scope, owner_id, user_id, team_id, key) "
-    f"ON m.scope = w.scope AND m.owner_id = w.owner_id AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
-    f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key"
-)
-# a fixed lock order (by id) against deadlocks with other writers of these rows
-LOCK_BY_KEYS_SQL = (
-    f"SELECT {columns_sql(MEMORY_COLUMNS, 'm')} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
-)
-_LOCK_OPEN_REVISIONS_SQL = (
-    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
-    "WHERE r.memory_id = ANY(CAST(%(ids)s AS uuid[])) AND r.status = 'pending' ORDER BY r.id FOR UPDATE"
-)
-# the same for the memories of `LOCK_BY_KEYS_SQL`'s identities, in the statement after it (their
-# ids not yet known to the caller: both go in one round trip)
-LOCK_OPEN_REVISIONS_BY_KEYS_SQL = (
-    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
-    f"JOIN ({_BY_KEYS_SQL}) ON r.memory_id = m.id WHERE r.status = 'pending' ORDER BY r.id FOR UPDATE OF r"
-)
-
-
-def insert_new_statement(
-    schema: Schema,
-    ids: Sequence[uuid.UUID],
-    rows: Sequence[NewMemory],
-    vectors: Sequence[Sequence[float] | None],
-    *,
-    actor: str,
-    event_id: uuid.UUID | None,
-    skip_stored_keys: bool = True,
-) -> tuple[str, dict[str, Any]]:
-    """Postgres: `MemoryWrites._insert_new_postgres`'s statement (`%(name)s` parameters) for the rows and
-    their embeddings (of the store's dimension, or None). Without `skip_stored_keys` a stored
-    key fails the statement (unique violation) instead."""
-    nil = NIL_UUID_SQL
-    starts: list[int | None] = []
-    stored = 0
-    for vector in vectors:
-        starts.append(None if vector is None else 1 + stored * schema.embedding_dim)
-        stored += vector is not None
-    sql = _INSERT_NEW_SQL.format(
-        memories=schema.memories.name,
-        audit=schema.audit.name,
-        dim=schema.embedding_dim,
-        on_conflict=_SKIP_STORED_KEYS.format(nil=nil) if skip_stored_keys else "",
-    )
-    params = {
-        "ids": array_literal(ids),
-        "scopes": array_literal([new.scope for new in rows]),
-        "owners": array_literal([new.owner_id for new in rows]),
-        "users": array_literal([new.user_id for new in rows]),
-        "keys": array_literal([new.key for new in rows]),
-        "values": array_literal([new.value for new in rows]),
-        "channels": array_literal([new.source_channel_id for new in rows]),
-        "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
-        "statuses": array_literal([new.status for new in rows]),
-        "starts": array_literal(starts),
-        "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
-        "observed": array_literal([new.observed_at for new in rows]),
-        "teams": array_literal([new.team_id for new in rows]),
-        "evidences": array_literal([new.evidence for new in rows]),
-        "actor": actor,
-        "event_id": event_id,
-    }
-    return sql, params
 
 
 def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:
     """What the key index makes unique: scope, owner, user, team and key (NULLs as the nil uuid)."""
     return (memory.scope, memory.owner_id, memory.user_id or NIL_UUID, memory.team_id or NIL_UUID, memory.key)
-
-
-def key_identity_params(identities: Sequence[tuple[Any, ...]]) -> dict[str, str]:
-    """`LOCK_BY_KEYS_SQL`'s array parameters for these `key_identity` tuples."""
-    columns = list(zip(*identities, strict=True))
-    names = ("scopes", "owners", "users", "teams", "keys")
-    return {name: array_literal(column) for name, column in zip(names, columns, strict=True)}
 
 
 def unchanged_result(existing: Memory, revision: Revision | None, new: NewMemory) -> UpsertResult:
@@ -240,7 +126,7 @@ def validate_new_turns(turns: Sequence[NewTurn]) -> None:
         seen.add(turn.position)
 
 
-class MemoryWrites(ConversationTurns, NearDuplicates):
+class MemoryWrites(ConversationTurns):
     """Upserts and event writes, with their audit rows."""
 
     conflict_retries: int = 0  # transactions retried after a deadlock/serialisation failure
@@ -371,12 +257,6 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         if not rows:
             return []
         ids = [uuid.uuid4() for _ in rows]
-        if self._schema.dialect == "postgresql":
-            created = await self._insert_new_postgres(conn, ids, rows, actor=actor, event_id=event_id)
-            return [
-                UpsertResult(memory_id=new_id, action="created") if new_id in created else None
-                for new_id in ids
-            ]
         m = self._schema.memories
         now = self._now()
         values = [
@@ -425,29 +305,6 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
             UpsertResult(memory_id=new_id, action="created") if new_id in created else None for new_id in ids
         ]
 
-    async def _insert_new_postgres(
-        self,
-        conn: AsyncConnection,
-        ids: Sequence[uuid.UUID],
-        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
-        *,
-        actor: str,
-        event_id: uuid.UUID | None,
-    ) -> set[uuid.UUID]:
-        """Postgres: the rows, and the `add` audit rows of those inserted, in ONE statement of fixed
-        text (columns as arrays): compiled once, whatever the number of rows. Returns the ids
-        inserted."""
-        sql, params = insert_new_statement(
-            self._schema,
-            ids,
-            [new for new, _ in rows],
-            [e for _, e in rows],
-            actor=actor,
-            event_id=event_id,
-        )
-        result = await conn.exec_driver_sql(sql, params)
-        return {row.id for row in result.all()}
-
     async def _locked_by_keys(
         self, conn: AsyncConnection, rows: Sequence[NewMemory]
     ) -> builtins.list[tuple[Memory, Revision | None] | None]:
@@ -456,15 +313,8 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         if not rows:
             return []
         m, r = self._schema.memories, self._schema.revisions
-        nil = _nil(self._schema)
+        nil = self._backend.nil()
         wanted = [key_identity(n) for n in rows]
-        if self._schema.dialect == "postgresql":
-            locked, open_revisions = await self._locked_by_keys_postgres(conn, list(dict.fromkeys(wanted)))
-            by_key = {key_identity(s): s for s in locked}
-            return [
-                None if (memory := by_key.get(key)) is None else (memory, open_revisions.get(memory.id))
-                for key in wanted
-            ]
         match = or_(
             *(
                 and_(
@@ -498,20 +348,16 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
             found.append(None if memory is None else (memory, revisions.get(memory.id)))
         return found
 
-    async def _locked_by_keys_postgres(
-        self, conn: AsyncConnection, identities: Sequence[tuple[Any, ...]]
-    ) -> tuple[builtins.list[Memory], dict[uuid.UUID, Revision]]:
-        """`_locked_by_keys`'s two statements on Postgres, with the identities as arrays: the same
-        plan (the unique key index per identity) without building an expression per memory."""
-        found = (await conn.exec_driver_sql(LOCK_BY_KEYS_SQL, key_identity_params(identities))).all()
-        stored = [self._memory(row) for row in found]
-        revisions: dict[uuid.UUID, Revision] = {}
-        if stored:
-            ids = {"ids": array_literal([memory.id for memory in stored])}
-            for row in (await conn.exec_driver_sql(_LOCK_OPEN_REVISIONS_SQL, ids)).all():
-                revision = self._revision(row)
-                revisions[revision.memory_id] = revision
-        return stored, revisions
+    async def _neighbours_in(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> builtins.list[builtins.list[Neighbour]]:
+        """Per new memory: its k nearest stored memories of the same owner in its team context,
+        plus a stored row under the same key, best first (`Backend.neighbours`)."""
+        return await self._backend.neighbours(conn, memories, embeddings, k)
 
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
@@ -617,7 +463,7 @@ class MemoryWrites(ConversationTurns, NearDuplicates):
         results: dict[int, UpsertResult] = {}
         stored_key: set[int] = set()
         if dedup is not None and rows:
-            await self._lock_owners(conn, rows)
+            await self._backend.lock_owners(conn, rows)
             near = await self._neighbours_in(conn, rows, embeddings, neighbours)
             results, stored_key = apply_dedup(rows, near, dedup)
         pending = [i for i in write_order(memories) if i not in results]

@@ -40,34 +40,32 @@ from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 
-from store.core import neighbours
-from store.core.base import AuditRows, audit_insert_sql, audit_params, audit_values
-from store.core.neighbours import (
-    OWNER_LOCKS_SQL,
+from store.core.base import AuditRows, audit_values
+from store.core.rows import memory_from_row, revision_from_row
+from store.core.schema import Schema, array_literal
+from store.core.turns import turns_insert_statement
+from store.core.writes import apply_dedup, key_identity, occurrence_rounds, unchanged_result, write_order
+from store.errors import StoreConflict
+from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
+from store.postgres import neighbours_sql
+from store.postgres.connections import PgConnections
+from store.postgres.neighbours_sql import (
     OwnerSizes,
     neighbours_from_rows,
     neighbours_statement,
     owner_count_statement,
     owner_key,
-    owner_lock_names,
 )
-from store.core.rows import memory_from_row, revision_from_row
-from store.core.schema import Schema, array_literal
-from store.core.turns import turns_insert_statement
-from store.core.writes import (
+from store.postgres.params import float4_array
+from store.postgres.write_sql import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
-    apply_dedup,
+    audit_insert_sql,
+    audit_params,
+    claim_statement,
     insert_new_statement,
-    key_identity,
     key_identity_params,
-    unchanged_result,
-    write_order,
 )
-from store.errors import StoreConflict
-from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
-from store.postgres.connections import PgConnections
-from store.postgres.params import float4_array
 from store.rules.policy import plan_upsert, storable_confidence
 
 # The HNSW candidate list of the write's read of a large owner (this transaction only; recall keeps
@@ -107,27 +105,6 @@ _PROPOSE_SQL = (
     "proposed_by = EXCLUDED.proposed_by, created_at = EXCLUDED.created_at, "
     "evidence = EXCLUDED.evidence, observed_at = EXCLUDED.observed_at"
 )
-
-
-def claim_statement(
-    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
-) -> tuple[str, dict[str, Any]]:
-    """Postgres: insert the processed-event row unless it exists and take the owners' advisory
-    locks (see `store.core.neighbours`), in one statement whose `claimed` is 1 when this transaction
-    claimed the event."""
-    sql = (
-        f"WITH claim AS (INSERT INTO {table} "
-        "(event_id, processed_at, memory_count, actor) VALUES (%(event_id)s, now(), %(count)s, %(actor)s) "
-        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
-        f"SELECT (SELECT count(*) FROM claim) AS claimed, ({OWNER_LOCKS_SQL}) AS locked"
-    )
-    params = {
-        "event_id": event_id,
-        "count": len(memories),
-        "actor": actor,
-        "names": owner_lock_names(memories),
-    }
-    return sql, params
 
 
 class PgEventWriter:
@@ -233,7 +210,7 @@ class PgEventWriter:
         if claimed_row is None or not claimed_row[0]:
             await driver.execute("ROLLBACK")
             return EventWrite(duplicate=True)
-        if any(size > neighbours.EXACT_OWNER_ROWS for size in counted.values()):
+        if any(size > neighbours_sql.EXACT_OWNER_ROWS for size in counted.values()):
             # an owner new to the size cache is large: read everything again, under the locks
             near_sql, near_params = neighbours_statement(memories, vectors, k, sizes | counted, dim=dim)
             await near.execute((near_sql), near_params)
@@ -244,7 +221,7 @@ class PgEventWriter:
         pending = [i for i in write_order(memories) if i not in results]
         # a key given twice in one event: its second row must see what the first one wrote, so
         # it goes in the next round, whose rows are locked in the pipeline of the round before
-        rounds = key_rounds(rows, pending) or [[]]  # nothing to write: the turns and COMMIT
+        rounds = occurrence_rounds(rows, pending) or [[]]  # nothing to write: the turns and COMMIT
         for n, batch in enumerate(rounds):
             later = rounds[n + 1] if n + 1 < len(rounds) else None
             # a key the read did not see may still be stored (an archived row): the lock found it;
@@ -302,7 +279,6 @@ class PgEventWriter:
                 [embeddings[i] for i in fresh],
                 actor=actor,
                 event_id=event_id,
-                skip_stored_keys=False,
             )
             if fresh
             else None
@@ -415,21 +391,6 @@ def locked_rows(
         {key_identity(memory): memory for memory in map(memory_from_row, stored_rows)},
         {revision.memory_id: revision for revision in map(revision_from_row, revision_rows)},
     )
-
-
-def key_rounds(rows: Sequence[NewMemory], indexes: Sequence[int]) -> builtins.list[builtins.list[int]]:
-    """`indexes` split into rounds in which each `key_identity` appears at most once: the first
-    occurrences, then the second ones, …, each in the given order."""
-    rounds: builtins.list[builtins.list[int]] = []
-    seen: dict[tuple[Any, ...], int] = {}
-    for i in indexes:
-        identity = key_identity(rows[i])
-        occurrence = seen.get(identity, 0)
-        seen[identity] = occurrence + 1
-        if occurrence == len(rounds):
-            rounds.append([])
-        rounds[occurrence].append(i)
-    return rounds
 
 
 async def _send_key_locks(

@@ -5,7 +5,8 @@ psycopg 3), composed of parts that each own one job:
 - `PgEventWriter` (`store.postgres.event_write`): the worker's pipelined write of an event;
 - `PgRecall` (`store.postgres.recall`): memory recall, in raw SQL (`store.postgres.recall_sql`);
 - the shared core (`store.core.store.CoreStore`): writes, review, listing, erasure, settings, … in
-  SQLAlchemy Core, on the same engine.
+  SQLAlchemy Core, on the same engine, with `PgBackend` (`store.postgres.backend`) where Postgres
+  differs from SQLite.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from store.migrate import (
     head_revision,
 )
 from store.model import DedupRule, EventWrite, MemorySettings, NewMemory, NewTurn, RecallHit, Retriever
+from store.postgres.backend import PgBackend
 from store.postgres.connections import PgConnections, postgres_connect_args
 from store.postgres.event_write import PgEventWriter
+from store.postgres.neighbours_sql import EXACT_OWNER_ROWS, OwnerSizes
 from store.postgres.recall import PgRecall
 from store.postgres.recall_sql import RecallTuning, session_settings_sql
 from store.protocols import Embedder
@@ -76,13 +79,17 @@ class PostgresMemoryStore(CoreStore):
                 connect_timeout_s, statement_timeout_s, parallel_query=parallel_query
             ),
         )
+        schema = build_schema(embedder.dim, "postgresql")
+        # the owners' sizes choose the near-duplicate read's shape, for the writer and the core alike
+        owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
         super().__init__(
             engine=self._connections.engine,
-            schema=build_schema(embedder.dim, "postgresql"),
+            schema=schema,
+            backend=PgBackend(self._connections, schema, owner_sizes),
             embedder=embedder,
             settings_defaults=settings_defaults,
         )
-        self._event_writer = PgEventWriter(self._connections, self._schema, self._size_cache)
+        self._event_writer = PgEventWriter(self._connections, schema, owner_sizes)
         self._recall = PgRecall(
             self._connections,
             embedder,
@@ -130,10 +137,6 @@ class PostgresMemoryStore(CoreStore):
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
         async with self._connections.reading() as conn:
             yield conn
-
-    async def _read_rows(self, sql: str, params: Mapping[str, Any]) -> builtins.list[Mapping[Any, Any]]:
-        """`StoreBase._read_rows` on a driver connection (`PgConnections.fetch`)."""
-        return list(await self._connections.fetch(sql, params))
 
     async def _write_event_once(
         self,

@@ -62,6 +62,7 @@ from store.model import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
 from store.protocols import Embedder
 from store.rules.cues import informative_query
 from store.rules.urls import to_sqlalchemy_url
+from store.sqlite.backend import SqliteBackend
 
 # FTS5 mirror of memories.key and memories.value, plus one `owner` token per active row naming its
 # owner (`owner_token`), so a recall's MATCH reads only the caller's owners' posting lists. Its
@@ -227,9 +228,11 @@ class SqliteMemoryStore(CoreStore):
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
         event.listen(engine.sync_engine, "begin", self._begin_immediate)
+        schema = build_schema(embedder.dim, "sqlite")
         super().__init__(
             engine=engine,
-            schema=build_schema(embedder.dim, "sqlite"),
+            schema=schema,
+            backend=SqliteBackend(schema, reading=self._reading, turn_windows=self._turn_window),
             embedder=embedder,
             settings_defaults=settings_defaults,
         )

@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from extraction.dedup import decide_against_neighbours
-from store.core import neighbours
-from store.model import Neighbour, OwnerRef
+from store.model import NIL_UUID, Neighbour, OwnerRef
+from store.postgres import neighbours_sql as neighbours
 from store.postgres.store import PostgresMemoryStore
 from tests.store.store_testkit import Store, fact, recorded, reopened
 
@@ -190,7 +190,7 @@ async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
 def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
     now = [0.0]
     sizes = neighbours.OwnerSizes(cap=101, ttl_s=60.0, max_entries=2, clock=lambda: now[0])
-    a, b, c = (("user", uuid.uuid4(), neighbours.NIL_UUID) for _ in range(3))
+    a, b, c = (("user", uuid.uuid4(), NIL_UUID) for _ in range(3))
     sizes.put(a, 5000)
     assert sizes.get(a) == 101  # only "more than the exact limit" matters
     now[0] = 59.0

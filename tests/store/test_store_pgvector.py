@@ -12,11 +12,11 @@ import pytest
 from extraction.embeddings import HashingEmbedder
 from store.core.recall import resolve_scopes
 from store.core.schema import build_schema
-from store.core.writes import insert_new_statement
 from store.migrate import migrate
 from store.postgres.params import float4_array
 from store.postgres.recall_sql import RecallTuning, recall_sql, session_settings_sql
 from store.postgres.store import PostgresMemoryStore
+from store.postgres.write_sql import insert_new_statement
 
 DIM = 16
 OWNER_ROWS = 20

@@ -14,11 +14,11 @@ import pytest
 
 from extraction.dedup import decide_against_neighbours
 from extraction.embeddings import HashingEmbedder
-from store.core import neighbours
-from store.core.neighbours import neighbours_statement, owner_lock_key
 from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
+from store.postgres import neighbours_sql as neighbours
+from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
 from tests.store.conftest import truncate

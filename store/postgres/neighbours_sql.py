@@ -1,22 +1,22 @@
-"""Near-duplicate lookups in the database, bounded by k per new memory whatever the owner's size:
+"""Postgres: the near-duplicate read of an event's new memories, bounded by k per new memory
+whatever the owner's size, the owners' write locks, and the read of the memories an extraction
+prompt shows; pure statement builders (psycopg's `%(name)s` parameters), sent by
+`store.postgres.backend` and `store.postgres.event_write`.
 
-- `_neighbours_in`: for every new memory of an event, its k nearest stored memories of the same
-  owner (active or pending, visible in its team context) plus any stored row under the same key,
-  in ONE statement (Postgres: per memory, an exact ranking of a small owner's rows, or for a large
-  owner an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones;
-  UNION ALL; the owner's size, which picks the shape, comes from a cache or is counted). SQLite
-  has no vector index: it reads the owner's embeddings and ranks them with numpy in a worker
-  thread.
-- `_lock_owners`: a transaction-scoped advisory lock per owner (Postgres), so two concurrent events
-  of one owner check and write one after the other (SQLite serialises writers already).
-- `prompt_memories`: the few stored memories most relevant to a conversation (full-text rank on
-  its words within each owner's most recent memories: a bounded index scan), for the extraction
-  prompt's existing keys.
+- `neighbours_statement`: for every new memory of an event, its k nearest stored memories of the
+  same owner (active or pending, visible in its team context) plus any stored row under the same
+  key, in ONE statement (per memory, an exact ranking of a small owner's rows, or for a large owner
+  an HNSW scan of its reviewed rows and an exact ranking of its most recent pending ones; UNION
+  ALL; the owner's size, which picks the shape, comes from `OwnerSizes` or is counted).
+- `OWNER_LOCKS_SQL`: a transaction-scoped advisory lock per owner, so two concurrent events of one
+  owner check and write one after the other.
+- `prompt_memories_statement`: the few stored memories most relevant to a conversation (full-text
+  rank on its words within each owner's most recent memories: a bounded index scan), for the
+  extraction prompt's existing keys.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import time
 import uuid
@@ -24,29 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from store.core.base import StoreBase
-from store.core.rows import memory_from_row
+from store.core.rows import MEMORY_COLUMNS, columns_sql, memory_from_row
 from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
-from store.model import NIL_UUID, Memory, Neighbour, NewMemory, OwnerRef
-from store.postgres.params import Float4Array, float4_array
+from store.model import NIL_UUID, Neighbour, NewMemory, OwnerRef
+from store.postgres.params import Float4Array
 from store.services.ttl_cache import TtlCache
 
-_COLUMN_NAMES = (
-    "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
-    "status", "created_at", "updated_at", "team_id",
-)  # fmt: skip
-
-
-def _columns(alias: str) -> str:
-    """The memory columns the neighbour reads return, qualified by a table alias."""
-    return ", ".join(f"{alias}.{name}" for name in _COLUMN_NAMES)
-
-
-_COLUMNS = _columns("m")
+_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
 # Per owner, the most recent memories the prompt's relevance ranking looks at (bounded work for a
 # huge owner: an index scan of this many rows, whatever the owner's size)
 PROMPT_WINDOW = 200
@@ -64,7 +48,7 @@ REVIEW_MARGIN = "5 minutes"
 # a write makes pending rows and pending revisions); "locked", the rest, read under the locks,
 # plus a large owner's rows made active since the "hnsw" read
 ReadShape = Literal["whole", "hnsw", "locked"]
-_WINDOW_COLUMNS = _columns("w") + ", w.embedding"
+_WINDOW_COLUMNS = columns_sql(MEMORY_COLUMNS, "w") + ", w.embedding"
 
 
 def owner_lock_key(memory: NewMemory) -> str:
@@ -327,151 +311,30 @@ def neighbours_from_rows(
     return [sorted(f.values(), key=lambda n: -n.similarity) for f in found]
 
 
-class NearDuplicates(StoreBase):
-    """Near-duplicate lookups and per-owner write serialisation (see the module docstring)."""
-
-    _owner_sizes: OwnerSizes | None = None
-
-    @property
-    def _size_cache(self) -> OwnerSizes:
-        if self._owner_sizes is None:
-            self._owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
-        return self._owner_sizes
-
-    async def _owner_row_counts(
-        self, conn: AsyncConnection, owners: Sequence[OwnerKey]
-    ) -> dict[OwnerKey, int]:
-        """Each owner's row count, capped at EXACT_OWNER_ROWS + 1, from the cache or, for those
-        it lacks, one statement for all of them."""
-        known, missing = self._size_cache.lookup(owners)
-        if missing:
-            sql, params = owner_count_statement(missing)
-            counted = {
-                missing[row.idx]: int(row.n) for row in (await conn.exec_driver_sql(sql, params)).all()
-            }
-            self._size_cache.remember(counted)
-            known.update(counted)
-        return known
-
-    async def _lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
-        if self._schema.dialect != "postgresql":
-            return  # SQLite: BEGIN IMMEDIATE already serialises every writer
-        await conn.exec_driver_sql(OWNER_LOCKS_SQL, {"names": owner_lock_names(memories)})
-
-    async def _neighbours_in(
-        self,
-        conn: AsyncConnection,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[Sequence[float]],
-        k: int,
-    ) -> builtins.list[builtins.list[Neighbour]]:
-        """Per new memory: its k nearest stored memories of the same owner in its team context,
-        plus a stored row under the same key, best first (one statement on Postgres)."""
-        if not memories:
-            return []
-        if self._schema.dialect != "postgresql":
-            return await self._neighbours_sqlite(conn, memories, embeddings, k)
-        sizes = await self._owner_row_counts(conn, [owner_key(m) for m in memories])
-        vectors = [float4_array(v) for v in embeddings]
-        sql, params = neighbours_statement(memories, vectors, k, sizes, dim=self._schema.embedding_dim)
-        rows = (await conn.exec_driver_sql(sql, params)).all()
-        return neighbours_from_rows([row._mapping for row in rows], len(memories))
-
-    async def _neighbours_sqlite(
-        self,
-        conn: AsyncConnection,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[Sequence[float]],
-        k: int,
-    ) -> builtins.list[builtins.list[Neighbour]]:
-        m = self._schema.memories
-        result: list[list[Neighbour]] = []
-        cache: dict[tuple[Any, ...], tuple[list[Memory], Any]] = {}
-        for memory, vector in zip(memories, embeddings, strict=True):
-            owner = OwnerRef(scope=memory.scope, owner_id=memory.owner_id, user_id=memory.user_id)
-            slot = (owner, memory.team_id)
-            if slot not in cache:
-                stmt = select(*self._memory_columns, m.c.embedding).where(
-                    self._owner_clause([owner]),
-                    self._team_clause(memory.team_id),
-                    m.c.status.in_(("active", "pending_review")),
-                )
-                rows = (await conn.execute(stmt)).all()
-                stored = [self._memory(row) for row in rows]
-                matrix = [row._mapping["embedding"] for row in rows]
-                cache[slot] = (stored, matrix)
-            stored, matrix = cache[slot]
-            scores = await asyncio.to_thread(_cosines, matrix, vector)
-            order = sorted(range(len(stored)), key=lambda j: -scores[j])[:k]
-            near = {stored[j].id: Neighbour(memory=stored[j], similarity=scores[j]) for j in order}
-            for j, other in enumerate(stored):
-                if other.key == memory.key:
-                    near[other.id] = Neighbour(memory=other, similarity=scores[j])
-            result.append(sorted(near.values(), key=lambda n: -n.similarity))
-        return result
-
-    async def prompt_memories(
-        self,
-        owners: Sequence[OwnerRef],
-        *,
-        team_id: uuid.UUID | None,
-        words: Sequence[str],
-        limit: int,
-    ) -> builtins.list[Memory]:
-        """At most `limit` active or pending memories of these owners in the team context that
-        are the most relevant to `words` (a conversation's informative words): on Postgres, the
-        full-text matches first (by rank) among each owner's `PROMPT_WINDOW` most recent memories,
-        then the most recent; on SQLite the most recent."""
-        if not owners or limit <= 0:
-            return []
-        if self._schema.dialect != "postgresql":
-            m = self._schema.memories
-            where = [
-                self._owner_clause(owners),
-                self._team_clause(team_id),
-                m.c.status.in_(("active", "pending_review")),
-            ]
-            stmt = select(*self._memory_columns).where(*where).order_by(m.c.updated_at.desc()).limit(limit)
-            async with self._reading() as conn:
-                return [self._memory(row) for row in (await conn.execute(stmt)).all()]
-        nil = NIL_UUID_SQL
-        parts: list[str] = []
-        params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
-        for i, owner in enumerate(owners):
-            team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = %(team)s)"
-            # the owner's most recent memories, read in index order (ix_memories_owner_recent)
-            parts.append(
-                f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = %(s{i})s "
-                f"AND m.owner_id = %(o{i})s AND coalesce(m.user_id, {nil}) = %(u{i})s AND {team} "
-                "AND m.status IN ('active', 'pending_review') "
-                "ORDER BY m.updated_at DESC LIMIT %(window)s)"
-            )
-            params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
-        params["team"] = team_id
-        sql = (
-            "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
-            f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
-            "SELECT r.id, r.scope, r.owner_id, r.user_id, r.key, r.value, r.source_channel_id, "
-            "r.confidence, r.status, r.created_at, r.updated_at, r.team_id FROM recent r, q "
-            "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
-            "r.updated_at DESC LIMIT %(limit)s"
+def prompt_memories_statement(
+    owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None, words: Sequence[str], limit: int
+) -> tuple[str, dict[str, Any]]:
+    """The full-text matches of `words` first (by rank) among each owner's `PROMPT_WINDOW` most
+    recent active or pending memories in the team context, then the most recent: at most `limit`."""
+    nil = NIL_UUID_SQL
+    parts: list[str] = []
+    params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
+    for i, owner in enumerate(owners):
+        team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = %(team)s)"
+        # the owner's most recent memories, read in index order (ix_memories_owner_recent)
+        parts.append(
+            f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = %(s{i})s "
+            f"AND m.owner_id = %(o{i})s AND coalesce(m.user_id, {nil}) = %(u{i})s AND {team} "
+            "AND m.status IN ('active', 'pending_review') "
+            "ORDER BY m.updated_at DESC LIMIT %(window)s)"
         )
-        return [self._memory(row) for row in await self._read_rows(sql, params)]
-
-
-def _cosines(matrix: Sequence[Any], vector: Sequence[float]) -> builtins.list[float]:
-    """Cosine similarity of `vector` to each row (rows without an embedding: -inf)."""
-    if not matrix:
-        return []
-    q = np.asarray(vector, dtype=np.float32)
-    q_norm = float(np.linalg.norm(q)) or 1.0
-    present = [i for i, row in enumerate(matrix) if row is not None]
-    out = [float("-inf")] * len(matrix)
-    if present:
-        rows = np.asarray([matrix[i] for i in present], dtype=np.float32)
-        norms = np.linalg.norm(rows, axis=1)
-        norms[norms == 0] = 1.0
-        sims = rows @ q / (norms * q_norm)
-        for i, s in zip(present, sims.tolist(), strict=True):
-            out[i] = float(s)
-    return out
+        params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
+    params["team"] = team_id
+    sql = (
+        "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
+        f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
+        f"SELECT {columns_sql(MEMORY_COLUMNS, 'r')} FROM recent r, q "
+        "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
+        "r.updated_at DESC LIMIT %(limit)s"
+    )
+    return sql, params

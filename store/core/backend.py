@@ -1,0 +1,72 @@
+"""`Backend`: what the shared store code asks of its database where Postgres and SQLite differ.
+
+The shared modules (`store.core`) build their statements with SQLAlchemy Core and never test which
+database they run on; each store gives them its backend at construction
+(`store.postgres.backend.PgBackend`, `store.sqlite.backend.SqliteBackend`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import ColumnElement, Table
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.model import Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
+
+
+class Backend(Protocol):
+    """The database-specific part of the shared store code."""
+
+    def nil(self) -> ColumnElement[Any]:
+        """The nil uuid as a SQL literal: what the key and context indexes coalesce a NULL id to."""
+        ...
+
+    def insert(self, table: Table) -> Any:
+        """An INSERT into `table` in this database's dialect (it has `on_conflict_do_nothing`)."""
+        ...
+
+    async def lock_owners(self, conn: AsyncConnection, memories: Sequence[NewMemory]) -> None:
+        """Make the writers of these memories' owners wait for each other until the transaction
+        ends, so two concurrent events of one owner cannot both miss each other's fact."""
+        ...
+
+    async def neighbours(
+        self,
+        conn: AsyncConnection,
+        memories: Sequence[NewMemory],
+        embeddings: Sequence[Sequence[float]],
+        k: int,
+    ) -> list[list[Neighbour]]:
+        """Per new memory: its k nearest stored memories of the same owner (active or pending,
+        visible in its team context) plus a stored row under the same key, best first."""
+        ...
+
+    async def prompt_memories(
+        self, owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None, words: Sequence[str], limit: int
+    ) -> list[Memory]:
+        """At most `limit` active or pending memories of these owners in the team context, the
+        most relevant to `words` first where the database can rank them."""
+        ...
+
+    async def insert_turns(
+        self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
+    ) -> None:
+        """Store an event's turns in the caller's transaction; a turn already stored is kept."""
+        ...
+
+    async def recall_turns(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        query: str,
+        vector: Sequence[float],
+        k: int,
+        limit: int,
+    ) -> list[TurnHit]:
+        """The `limit` turns of the context (user, persona or none, team or none) that best match
+        the query and its embedding, among its most recent ones; `k` candidates per ranking."""
+        ...
