@@ -106,7 +106,7 @@ def _vector(embedding: Any) -> list[float]:
             raise MalformedReplyError(f"an embedding is not valid base64: {exc}") from exc
         if len(raw) % 4:
             raise MalformedReplyError("a base64 embedding is not a whole number of float32 values")
-        return np.frombuffer(raw, dtype="<f4").astype(float).tolist()  # type: ignore[no-any-return]
+        return np.frombuffer(raw, dtype="<f4").tolist()  # type: ignore[no-any-return]
     # the element types' set in one C pass: an `isinstance` per value cost more than parsing the
     # reply (bools are their own type, so they are refused too)
     if isinstance(embedding, list) and set(map(type, embedding)) <= _JSON_NUMBER_TYPES:

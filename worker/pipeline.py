@@ -246,9 +246,15 @@ def fold_evidence(own: Sequence[float], with_evidence: Sequence[float], weight: 
     (both unit vectors), so the wording it was said in is found too."""
     if weight <= 0:
         return list(own)
-    fact, cited = unit_rows_of([own, with_evidence])
-    folded: list[float] = unit_rows_of([fact + weight * cited])[0].tolist()
+    folded: list[float] = _folded(unit_rows_of([own]), unit_rows_of([with_evidence]), weight)[0].tolist()
     return folded
+
+
+def _folded(
+    first: np.ndarray[Any, np.dtype[np.float64]], second: np.ndarray[Any, np.dtype[np.float64]], weight: float
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Row by row, the unit direction of `first` plus `weight` times `second` (unit rows both)."""
+    return unit_rows_of(first + weight * second)
 
 
 def turn_texts(event: ConversationEnded) -> list[tuple[int, str]]:
@@ -330,20 +336,21 @@ def split_embeddings(
 ) -> tuple[list[list[float]], list[list[float]]]:
     """`embedding_batch`'s vectors back per candidate (its fact's, folded with its evidence's) and
     per turn (the mean direction of its own and its in-context text's)."""
+    if not vectors:
+        return [], []
+    # the whole batch as one array: a dozen vectors per event, folded in a few array operations
+    matrix = np.asarray(vectors, dtype=np.float64)
     count = len(candidates)
-    facts = [list(v) for v in vectors[:count]]
-    cited = iter(vectors[count : count + sum(e.text is not None for e in evidences)])
-    memory_vectors = [
-        fold_evidence(own, next(cited), evidence_weight) if e.text is not None else own
-        for own, e in zip(facts, evidences, strict=True)
-    ]
-    start = count + sum(e.text is not None for e in evidences)
-    if not turn_count:
-        return memory_vectors, []
-    # a dozen turns per event: the pairs' directions in one array operation, not per vector
-    own_turns = unit_rows_of(vectors[start : start + turn_count])
-    around_turns = unit_rows_of(vectors[start + turn_count : start + 2 * turn_count])
-    turn_vectors: list[list[float]] = unit_rows_of(own_turns + around_turns).tolist()
+    cites = [index for index, found in enumerate(evidences) if found.text is not None]
+    memories = matrix[:count].copy()
+    if cites and evidence_weight > 0:
+        cited = matrix[count : count + len(cites)]
+        memories[cites] = _folded(unit_rows_of(memories[cites]), unit_rows_of(cited), evidence_weight)
+    start = count + len(cites)
+    own = unit_rows_of(matrix[start : start + turn_count])
+    around = unit_rows_of(matrix[start + turn_count : start + 2 * turn_count])
+    memory_vectors: list[list[float]] = memories.tolist()
+    turn_vectors: list[list[float]] = _folded(own, around, 1.0).tolist()
     return memory_vectors, turn_vectors
 
 
