@@ -44,7 +44,7 @@ from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Sc
 from store.protocols import WorkerStore
 from store.rules.keys import embedding_text
 from store.services.settings_cache import SettingsCache
-from worker.events import ConversationEnded, event_names
+from worker.events import ConversationEnded, EventMessage, event_names
 from worker.metrics import Metrics
 from worker.tracing import span
 
@@ -90,6 +90,12 @@ def transcript(event: ConversationEnded) -> tuple[TranscriptMessage, ...]:
     return tuple(TranscriptMessage(role=m.role, content=m.content) for m in event.messages)
 
 
+def redacted_texts(messages: Sequence[TranscriptMessage] | Sequence[EventMessage]) -> tuple[str, ...]:
+    """Each message's text with its secrets redacted: what grounding, evidence and turns read
+    (redacted once per event, not once by each)."""
+    return tuple(redact(m.content)[0] for m in messages)
+
+
 DropReason = Literal[
     "ungrounded", "scope_not_allowed", "low_confidence", "duplicate_in_event", "semantic_duplicate"
 ]
@@ -112,7 +118,7 @@ def grounding_sources(
     For the transcript: the user's messages, as facts are the user's to state — an assistant's
     suggestion is not the user's fact; a persona-scope candidate is about the assistant, so for it
     every message counts. `redacted`: the messages' redacted texts, when the caller has them."""
-    texts = tuple(redact(m.content)[0] for m in messages) if redacted is None else tuple(redacted)
+    texts = redacted_texts(messages) if redacted is None else tuple(redacted)
     cited = tuple(texts[n - 1] for n in candidate.evidence if 0 < n <= len(texts))
     if candidate.scope == "persona":
         return cited, texts
@@ -123,14 +129,17 @@ def ground_candidates(
     candidates: Sequence[Candidate],
     messages: Sequence[TranscriptMessage],
     *,
+    redacted: Sequence[str] | None = None,
     config: GroundingConfig = DEFAULT_GROUNDING,
     persona_config: GroundingConfig = PERSONA_GROUNDING,
 ) -> tuple[tuple[Candidate, ...], tuple[Dropped, ...]]:
     """Keep candidates their messages support (partial support lowers the confidence); the rest
-    are dropped as `ungrounded` (extraction/grounding.py)."""
+    are dropped as `ungrounded` (extraction/grounding.py). `redacted`: the messages' redacted
+    texts (`redacted_texts`), when the caller has them."""
     kept: list[Candidate] = []
     dropped: list[Dropped] = []
-    redacted = [redact(m.content)[0] for m in messages] if candidates else []
+    if redacted is None:
+        redacted = redacted_texts(messages) if candidates else ()
     for candidate in candidates:
         cited, texts = grounding_sources(candidate, messages, redacted=redacted)
         rule = persona_config if candidate.scope == "persona" else config
@@ -205,11 +214,13 @@ def said_at(event: ConversationEnded, index: int) -> datetime | None:
     return event.messages[index].at or event.occurred_at
 
 
-def resolve_evidence(event: ConversationEnded, numbers: Sequence[int]) -> Evidence:
+def resolve_evidence(
+    event: ConversationEnded, numbers: Sequence[int], redacted: Sequence[str] | None = None
+) -> Evidence:
     """The messages a candidate cites (numbers from 1, as the prompt shows them) as
     `role: text` lines, redacted and capped; `observed_at` is the first cited message's time (else
     the event's). A number naming no user or assistant message with text is dropped (counted),
-    never the fact."""
+    never the fact. `redacted`: the event's `redacted_texts`, when the caller has them."""
     lines: list[str] = []
     first: int | None = None
     dropped = 0
@@ -226,7 +237,8 @@ def resolve_evidence(event: ConversationEnded, numbers: Sequence[int]) -> Eviden
             continue
         if first is None:
             first = index
-        text = " ".join(redact(content)[0].split())[:EVIDENCE_MESSAGE_CHARS]
+        said = redact(content)[0] if redacted is None else redacted[index]
+        text = " ".join(said.split())[:EVIDENCE_MESSAGE_CHARS]
         line = f"{message.role}: {text}"
         if used + len(line) > EVIDENCE_MAX_CHARS:
             break
@@ -257,14 +269,14 @@ def _folded(
     return unit_rows_of(first + weight * second)
 
 
-def turn_texts(event: ConversationEnded) -> list[tuple[int, str]]:
-    """(0-based index, `role: text`) of the event's messages kept as turns: user and assistant
-    messages with text, redacted, capped at `TURN_MAX_CHARS`."""
+def turn_texts(event: ConversationEnded, redacted: Sequence[str] | None = None) -> list[tuple[int, str]]:
+    """(0-based index, text) of the event's messages kept as turns: user and assistant messages
+    with text, redacted, capped at `TURN_MAX_CHARS`. `redacted`: the event's `redacted_texts`."""
+    said = redacted_texts(event.messages) if redacted is None else redacted
     kept: list[tuple[int, str]] = []
-    for index, message in enumerate(event.messages):
-        content = message.content.strip()
-        if message.role in ("user", "assistant") and content:
-            kept.append((index, redact(content)[0][:TURN_MAX_CHARS]))
+    for index, (message, text) in enumerate(zip(event.messages, said, strict=True)):
+        if message.role in ("user", "assistant") and text.strip():
+            kept.append((index, text.strip()[:TURN_MAX_CHARS]))
     return kept
 
 
@@ -275,11 +287,13 @@ def turn_line(event: ConversationEnded, index: int, text: str) -> str:
     return f"{message.name or message.role}: {text}"
 
 
-def plan_turns(event: ConversationEnded, *, now: datetime) -> tuple[list[NewTurn], list[str], list[str]]:
+def plan_turns(
+    event: ConversationEnded, *, now: datetime, redacted: Sequence[str] | None = None
+) -> tuple[list[NewTurn], list[str], list[str]]:
     """The event's turns to store (without embeddings, with their search text: the up to
     `TURN_CONTEXT` turns before, the turn, the up to `TURN_SEARCH_AFTER` after), and per turn the
     two texts its embedding is the mean direction of: its own, and the turns before it then itself."""
-    kept = turn_texts(event)
+    kept = turn_texts(event, redacted)
     lines = [turn_line(event, index, text) for index, text in kept]
     turns: list[NewTurn] = []
     own: list[str] = []
@@ -643,16 +657,17 @@ async def process_event(
     metrics.llm_tokens.labels(kind="completion").inc(result.usage.completion_tokens)
     metrics.llm_calls.inc(result.llm_calls)
 
-    grounded, ungrounded = ground_candidates(result.candidates, request.messages)
+    said = redacted_texts(event.messages)
+    grounded, ungrounded = ground_candidates(result.candidates, request.messages, redacted=said)
     kept, screened = screen_candidates(grounded, allowed=scopes, min_confidence=policy.min_confidence)
     dropped = ungrounded + screened
-    evidences = [resolve_evidence(event, c.evidence) for c in kept]
+    evidences = [resolve_evidence(event, c.evidence, said) for c in kept]
     unresolved = sum(e.dropped for e in evidences)
     if unresolved:
         # the fact stays, without the numbers that name no message of the conversation
         log.info("%d evidence numbers named no message of the conversation and were dropped", unresolved)
     turns, turn_own, turn_around = (
-        plan_turns(event, now=datetime.now(UTC)) if policy.history else ([], [], [])
+        plan_turns(event, now=datetime.now(UTC), redacted=said) if policy.history else ([], [], [])
     )
     async with _storing_slot(deps):
         texts = embedding_batch(kept, evidences, turn_own, turn_around)
