@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -56,12 +58,15 @@ class ServeProcess:
     """Start and stop `pmem serve` (every wait has a deadline)."""
 
     env: dict[str, str]
+    # its log: a file, as a pipe nobody reads until the end would block the server once the log
+    # outgrows the pipe's buffer
+    log: IO[str]
     proc: subprocess.Popen[str] | None = None
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start the server; its base URL once /readyz answers."""
         self.proc = subprocess.Popen(
-            [*PMEM, "serve"], env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            [*PMEM, "serve"], env=self.env, stdout=subprocess.DEVNULL, stderr=self.log, text=True
         )
         base = f"http://127.0.0.1:{self.env['PMEM_API_PORT']}"
         deadline = time.monotonic() + timeout_s
@@ -73,7 +78,9 @@ class ServeProcess:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
-                raise AssertionError(f"pmem serve did not become ready: {self.proc.communicate()[1]}")
+                self.proc.wait()
+                self.log.seek(0)
+                raise AssertionError(f"pmem serve did not become ready: {self.log.read()[-3000:]}")
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -94,9 +101,10 @@ def served_process(new_database: Callable[[], str]) -> Iterator[Served]:
     env = serve_environment(url)
     created = pmem(env, "keys", "create", "chat-backend")
     assert created.returncode == 0, created.stderr
-    process = ServeProcess(env)
-    base = process.start()
-    try:
-        yield Served(base=base, database_url=url, env=env, service_key=created.stdout.strip())
-    finally:
-        process.stop()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = ServeProcess(env, log)
+        base = process.start()
+        try:
+            yield Served(base=base, database_url=url, env=env, service_key=created.stdout.strip())
+        finally:
+            process.stop()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -59,40 +61,48 @@ def running_worker(
         PMEM_SETTINGS_CACHE_S="0",
         PYTHONPATH=str(REPO),
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + timeout_s
-        last = "no answer"
-        while True:
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
-                if answer.status_code == 200:
-                    break
-                last = f"{answer.status_code} {answer.text.strip()}"
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(
-                    f"pmem worker was not ready within {timeout_s:.0f} s (/readyz: {last}): "
-                    f"{process.communicate()[1][-3000:]}"
-                )
-            time.sleep(0.2)
-        yield
-    finally:
-        process.terminate()
+    # its log goes to a file: a pipe nobody reads until the end would block the worker (and its
+    # event loop) once the log outgrows the pipe's buffer
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "worker"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
         try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
+            _wait_ready(process, port, log, timeout_s)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(process: subprocess.Popen[str], port: int, log: IO[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+            if answer.status_code == 200:
+                return
+            last = f"{answer.status_code} {answer.text.strip()}"
+        except httpx.TransportError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             process.wait()
+            log.seek(0)
+            raise AssertionError(
+                f"pmem worker was not ready within {timeout_s:.0f} s (/readyz: {last}): {log.read()[-3000:]}"
+            )
+        time.sleep(0.2)
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
