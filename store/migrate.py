@@ -211,6 +211,7 @@ def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
         if column not in present:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
     conn.execute(text("DROP INDEX IF EXISTS uq_memories_scope_owner_user_key"))
+    conn.execute(text("DROP TABLE IF EXISTS chat_messages"))  # nothing reads or writes it
     present_indexes = {
         row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'"))
     }

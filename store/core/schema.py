@@ -182,7 +182,6 @@ class Schema:
     audit: Table
     processed_events: Table
     settings: Table
-    chat_messages: Table
     turns: Table
     api_keys: Table
     ui_sessions: Table
@@ -489,21 +488,6 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         unique=True,
     )
 
-    chat_messages = Table(
-        "chat_messages",
-        md,
-        Column("id", serial, *identity, primary_key=True),
-        Column("agent_id", Text, nullable=False),
-        Column("room_id", Text, nullable=False),
-        Column("role", Text, nullable=False),
-        Column("content", Text, nullable=False),
-        Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
-        CheckConstraint("role IN ('system', 'user', 'assistant', 'tool')", name="ck_chat_messages_role"),
-    )
-    Index(
-        "ix_chat_messages_agent_room", chat_messages.c.agent_id, chat_messages.c.room_id, chat_messages.c.id
-    )
-
     api_keys = Table(
         "api_keys",
         md,
@@ -581,7 +565,6 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         audit=audit,
         processed_events=processed_events,
         settings=settings,
-        chat_messages=chat_messages,
         turns=_turns(md, embedding_dim, dialect),
         embedding_dim=embedding_dim,
         dialect=dialect,

@@ -20,8 +20,8 @@ from tests.store.store_testkit import MakeStore, Store, postgres_store
 DIM = 384
 CONCEPT_DIM = 8
 TABLES = (
-    "memories, memory_revisions, memory_audit, processed_events, memory_settings, chat_messages, api_keys, "
-    "ui_sessions, conversation_turns, directory"
+    "memories, memory_revisions, memory_audit, processed_events, memory_settings, api_keys, ui_sessions, "
+    "conversation_turns, directory"
 )
 
 
