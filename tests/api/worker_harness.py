@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from worker.embedded import free_port
+from worker.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,12 +87,7 @@ def running_worker(
             time.sleep(0.2)
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=15)
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:

@@ -25,7 +25,7 @@ import yaml
 from tests.deploy.deploy_files import DASHBOARDS, prometheus_tool
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import base_settings, conversation
-from worker.embedded import EmbeddedNats, free_port
+from worker.embedded import EmbeddedNats, free_port, stop_process
 from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.slow
@@ -89,12 +89,7 @@ def running_pmem(args: list[str], env: Mapping[str, str], *, port: int, logs: Pa
         wait_until(ready, within=60, what=f"pmem {' '.join(args)} to be ready")
         yield address
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=30)
         log.close()
 
 
@@ -132,12 +127,7 @@ def running_prometheus(targets: Mapping[str, str], workdir: Path) -> Iterator[st
         wait_until(ready, within=60, what="Prometheus to be ready")
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=30)
         log.close()
 
 

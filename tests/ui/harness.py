@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 import httpx
 import jwt
 import psycopg
+
+from worker.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "ui-test-secret-" + "x" * 32
@@ -182,12 +183,6 @@ def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
         pool.submit(lambda: asyncio.run(_add_pending(database_url, owner, count))).result()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serving(database_url: str) -> Iterator[str]:
     """`pmem serve` as a real process on a loopback port; yields its base URL."""
@@ -227,12 +222,7 @@ def serving(database_url: str) -> Iterator[str]:
                 time.sleep(0.1)
             yield base
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout_s=10)
 
 
 def end_sessions_by_time(database_url: str) -> None:

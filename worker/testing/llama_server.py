@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.embedded import free_port
+from worker.embedded import free_port, stop_process
 
 __all__ = ["LlamaServer", "LlamaServerMissing", "find_llama_server", "find_model"]
 
@@ -160,12 +160,7 @@ class LlamaServer:
         """Stop the server (SIGTERM, then SIGKILL after `timeout_s`)."""
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout_s)
+        stop_process(self.process, timeout_s=timeout_s)
 
     def props(self) -> dict[str, object]:
         """The server's /props (model path, context size per slot, chat template …)."""
