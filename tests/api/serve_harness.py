@@ -76,13 +76,13 @@ class ServeProcess:
                 raise AssertionError(f"pmem serve did not become ready: {self.proc.communicate()[1]}")
             time.sleep(0.1)
 
-    def stop(self) -> None:
-        """SIGTERM, then kill after 10 s."""
+    def stop(self) -> int | None:
+        """SIGTERM, then kill after 10 s; the exit status when it ended by itself."""
         if self.proc is None:
-            return
+            return None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=10)
+            return self.proc.wait(timeout=10)
         finally:
             self.proc.kill()
 

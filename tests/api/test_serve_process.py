@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +14,8 @@ import pytest
 from store.migrate import migrate
 from store.model import NewMemory
 from tests.api.conftest import SECRET, TEAM_A
+from tests.api.serve_harness import ServeProcess, pmem
 from worker.embedded import free_port
-
-PMEM = [sys.executable, "-m", "worker.cli"]
-
-
-def pmem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PMEM, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture
@@ -43,27 +34,9 @@ def serve_env(new_database: object) -> dict[str, str]:
 
 @pytest.fixture
 def server(serve_env: dict[str, str]) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [*PMEM, "serve"], env=serve_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    base = f"http://127.0.0.1:{serve_env['PMEM_API_PORT']}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"pmem serve did not become ready: {proc.communicate()[1]}")
-        time.sleep(0.1)
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=10) == 0
-    finally:
-        proc.kill()
+    process = ServeProcess(serve_env)
+    yield process.start()
+    assert process.stop() == 0
 
 
 async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env: dict[str, str]) -> None:
