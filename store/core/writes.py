@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import AuditRows
+from store.core.base import AuditRows, audit_values, change_audit_values
 from store.core.turns import ConversationTurns
 from store.errors import StoreConflict, StoreError
 from store.model import (
@@ -196,18 +196,10 @@ class MemoryWrites(ConversationTurns):
                 await conn.execute(
                     self._insert(r).values(id=revision_id, memory_id=existing.id, status="pending", **fields)
                 )
-            await self._audit(
-                conn,
-                "propose",
-                memory=existing,
-                memory_id=existing.id,
-                old_value=existing.value,
-                new_value=new.value,
-                actor=actor,
-                event_id=event_id,
-                revision_id=revision_id,
-                into=audits,
+            proposed = change_audit_values(
+                "propose", existing, new.value, actor=actor, event_id=event_id, revision_id=revision_id
             )
+            await self._audit(conn, proposed, into=audits)
             return UpsertResult(memory_id=existing.id, action="revision_proposed", revision_id=revision_id)
 
         # plan.kind == "update"
@@ -225,17 +217,8 @@ class MemoryWrites(ConversationTurns):
             values["evidence"] = new.evidence
             values["observed_at"] = new.observed_at
         await conn.execute(update(m).where(m.c.id == existing.id).values(**values))
-        await self._audit(
-            conn,
-            "update",
-            memory=existing,
-            memory_id=existing.id,
-            old_value=existing.value,
-            new_value=new.value,
-            actor=actor,
-            event_id=event_id,
-            into=audits,
-        )
+        updated = change_audit_values("update", existing, new.value, actor=actor, event_id=event_id)
+        await self._audit(conn, updated, into=audits)
         if plan.close_revision and revision is not None:
             await self._close_revision(
                 conn, revision, existing, status="rejected", actor=actor, audit=True, audits_into=audits
@@ -287,14 +270,16 @@ class MemoryWrites(ConversationTurns):
         )
         created = {row.id for row in (await conn.execute(insert)).all()}
         audit = [
-            self._audit_values(
-                "add",
-                memory=new,
-                memory_id=new_id,
-                old_value=None,
-                new_value=new.value,
-                actor=actor,
-                event_id=event_id,
+            self._stamped(
+                audit_values(
+                    "add",
+                    memory=new,
+                    memory_id=new_id,
+                    old_value=None,
+                    new_value=new.value,
+                    actor=actor,
+                    event_id=event_id,
+                )
             )
             for new_id, (new, _) in zip(ids, rows, strict=True)
             if new_id in created

@@ -40,7 +40,7 @@ from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 
-from store.core.base import AuditRows, audit_values
+from store.core.base import AuditRows, change_audit_values
 from store.core.rows import memory_from_row, revision_from_row
 from store.core.schema import Schema, array_literal
 from store.core.turns import turns_insert_statement
@@ -341,12 +341,10 @@ class PgEventWriter:
         updates = [p for p in planned if p.revision_id is None]
         proposals = [p for p in planned if p.revision_id is not None]
         audits: AuditRows = [
-            audit_values(
+            change_audit_values(
                 "update" if p.revision_id is None else "propose",
-                memory=p.existing,
-                memory_id=p.existing.id,
-                old_value=p.existing.value,
-                new_value=p.new.value,
+                p.existing,
+                p.new.value,
                 actor=actor,
                 event_id=event_id,
                 revision_id=p.revision_id,
