@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from store.model import NewMemory, NewTurn
+from store.model import NewTurn
 from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import TEAM_A, People
+from tests.factories import user_fact
 
 PERSONA = uuid.UUID(int=0x9)
 T0 = datetime(2026, 11, 1, 9, 30, tzinfo=UTC)
@@ -85,12 +86,10 @@ async def test_memories_and_review_items_carry_their_evidence_and_when_it_was_sa
     client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
 ) -> None:
     written = await api_store.upsert(
-        NewMemory(
-            scope="user",
-            owner_id=people.user,
-            user_id=None,
-            key="diet",
-            value="Is vegan",
+        user_fact(
+            people.user,
+            "diet",
+            "Is vegan",
             status="pending_review",
             team_id=TEAM_A,
             evidence="user: I have been vegan since 2020",

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from store.migrate import migrate
-from store.model import NewMemory
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
+from tests.factories import user_fact
 from worker.embedded import free_port
 
 
@@ -47,12 +47,10 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))
     try:
         pending = await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=user,
-                user_id=None,
-                key="hometown",
-                value="Grew up in Ghent",
+            user_fact(
+                user,
+                "hometown",
+                "Grew up in Ghent",
                 team_id=TEAM_A,
             )
         )

@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.model import NewMemory
 from store.postgres.store import PostgresMemoryStore
+from tests.factories import user_fact
 from tests.worker.worker_harness import Harness, conversation, wait_for
 
 pytestmark = pytest.mark.asyncio
@@ -68,12 +68,10 @@ async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
     await migrate_async(database_url, 16)
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16))
     try:
-        bad = NewMemory(
-            scope="user",
-            owner_id=uuid.uuid4(),
-            user_id=None,
-            key="secret plan",
-            value="the value nobody may log\x00",  # Postgres refuses NUL: the write fails
+        bad = user_fact(
+            uuid.uuid4(),
+            "secret plan",
+            "the value nobody may log\x00",  # Postgres refuses NUL: the write fails
             confidence=0.9,
             status="pending_review",
             embedding=[0.25] * 16,
