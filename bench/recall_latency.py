@@ -31,9 +31,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -49,6 +50,9 @@ from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from worker.embedded import EmbeddedPostgres
 from worker.settings import Settings
+
+# the first recalls of a measurement warm the pool, the plan cache and shared buffers: not counted
+WARM_UP = 50
 
 TOPICS = (
     "food", "city", "job", "pet", "hobby", "diet", "language", "team", "timezone", "project", "car",
@@ -263,17 +267,21 @@ async def measure_turns(
     """Latency summary (ms) of `queries` sequential turn recalls (or merged memory and turn
     recalls) for random users among `users`."""
     rng = random.Random(seed)
-    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + 50)]
+    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + WARM_UP)]
+    recall = store.recall_items if merged else store.recall_turns
+    return await timed([partial(recall, user, None, text, limit) for user, text in cases])
+
+
+async def timed(calls: Sequence[Callable[[], Awaitable[Sized]]]) -> dict[str, float]:
+    """Latency summary (ms) of the calls made one after another, the first `WARM_UP` not counted,
+    and how many results they found on average."""
     latencies: list[float] = []
     results: list[int] = []
-    for i, (user, text) in enumerate(cases):
+    for i, call in enumerate(calls):
         started = time.perf_counter()
-        if merged:
-            found: Sequence[object] = await store.recall_items(user, None, text, limit)
-        else:
-            found = await store.recall_turns(user, None, text, limit)
+        found = await call()
         elapsed = (time.perf_counter() - started) * 1000
-        if i >= 50:
+        if i >= WARM_UP:
             latencies.append(elapsed)
             results.append(len(found))
     latencies.sort()
@@ -306,28 +314,12 @@ async def measure(
     """Latency summary (ms) of `queries` sequential recalls for random owners."""
     rng = random.Random(seed)
     cases = []
-    for _ in range(queries + 50):
+    for _ in range(queries + WARM_UP):
         user_index = rng.randrange(len(population.users))
         persona = population.personas[user_index % len(population.personas)] if with_persona else None
         cases.append((population.users[user_index], persona, question(rng)))
-    latencies: list[float] = []
-    results: list[int] = []
-    for i, (user, persona, text) in enumerate(cases):
-        started = time.perf_counter()
-        hits = await store.recall(user, persona, text, limit, retriever=retriever)
-        elapsed = (time.perf_counter() - started) * 1000
-        if i >= 50:  # the first 50 warm the pool, the plan cache and shared buffers
-            latencies.append(elapsed)
-            results.append(len(hits))
-    latencies.sort()
-    return {
-        "p50_ms": percentile(latencies, 50),
-        "p90_ms": percentile(latencies, 90),
-        "p99_ms": percentile(latencies, 99),
-        "mean_ms": statistics.fmean(latencies),
-        "max_ms": latencies[-1],
-        "mean_results": statistics.fmean(results),
-    }
+    recall = partial(store.recall, limit=limit, retriever=retriever)
+    return await timed([partial(recall, user, persona, text) for user, persona, text in cases])
 
 
 async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
