@@ -1,9 +1,11 @@
 """What the fusion-tuning scripts share: the start of their command line (the LoCoMo file, the unit
-to recall) and the options of a hybrid-only `pmem eval locomo` run at recall@5/10/25/50."""
+to recall), the options of a hybrid-only `pmem eval locomo` run at recall@5/10/25/50, and writing
+the results to `--json-out`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ def locomo_parser(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("file", type=Path)
     parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
     return parser
+
+
+def write_results(results: dict[str, Any], json_out: Path | None) -> None:
+    """The results as JSON in `json_out`, when one was given."""
+    if json_out:
+        json_out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def hybrid_options(args: argparse.Namespace, **options: Any) -> EvalOptions:

@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo_dev import hybrid_options, locomo_parser
+from bench.locomo_dev import hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
 from worker.evaluation.runner import run_locomo
 
@@ -42,8 +42,7 @@ async def main(argv: list[str] | None = None) -> int:
         hybrid = report["retrievers"]["hybrid"]
         results[name] = {k: v for k, v in hybrid.items() if k.startswith("recall@")}
         print(name, json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 

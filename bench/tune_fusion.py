@@ -19,7 +19,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fusion_knobs import FusionKnobs, knobs_applied
-from bench.locomo_dev import STORES, hybrid_options, locomo_parser
+from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
 from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE
 from worker.evaluation.runner import run_locomo
@@ -83,8 +83,7 @@ async def main(argv: list[str] | None = None) -> int:
             "by_category@10": {c: round(e["recall@10"], 3) for c, e in hybrid["by_category"].items()},
         }
         print(f"{name:<28}", json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 

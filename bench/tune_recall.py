@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo_dev import STORES, hybrid_options, locomo_parser
+from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
 from worker.evaluation.cache import CachingEmbedder, cache_file
 from worker.evaluation.locomo import (
@@ -151,8 +151,7 @@ async def main(argv: list[str] | None = None) -> int:
                 "seconds": round(time.monotonic() - started, 1),
             }
             print(f"{name:<36}", json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 
