@@ -4,11 +4,12 @@ keyword arguments set any field."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from store.model import Memory, NewMemory, Turn
+from store.model import Memory, NewMemory, NewTurn, Turn
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -52,3 +53,29 @@ def past_turn(text: str, **fields: Any) -> Turn:
         position=1,
     )
     return replace(turn, **fields)
+
+
+def exchange(
+    lines: Sequence[str],
+    *,
+    channel: uuid.UUID,
+    user: uuid.UUID,
+    persona: uuid.UUID | None,
+    team: uuid.UUID | None,
+    at: datetime,
+    apart: timedelta = timedelta(seconds=1),
+) -> list[NewTurn]:
+    """One event's turns: `lines` said by the user and the assistant in turn, from `at`, `apart`."""
+    return [
+        NewTurn(
+            channel_id=channel,
+            user_id=user,
+            persona_id=persona,
+            team_id=team,
+            role="user" if i % 2 == 0 else "assistant",
+            text=text,
+            at=at + i * apart,
+            position=i + 1,
+        )
+        for i, text in enumerate(lines)
+    ]

@@ -87,7 +87,8 @@ async def _seed(database_url: str) -> Seeded:
     from extraction.embeddings import HashingEmbedder
     from store.factory import open_store
     from store.migrate import migrate_async
-    from store.model import NewMemory, NewTurn
+    from store.model import NewMemory
+    from tests.factories import exchange
 
     await migrate_async(database_url, 384)
     store = await open_store(database_url, HashingEmbedder(dim=384))
@@ -128,19 +129,7 @@ async def _seed(database_url: str) -> Seeded:
              SAID_AT + timedelta(days=1)),
             (CHANNEL, BOB, None, ["My two cats hate the vet"], SAID_AT),
         ):  # fmt: skip
-            turns = [
-                NewTurn(
-                    channel_id=channel,
-                    user_id=user,
-                    persona_id=persona,
-                    team_id=TEAM_A,
-                    role="user" if i % 2 == 0 else "assistant",
-                    text=text,
-                    at=at + timedelta(seconds=i),
-                    position=i + 1,
-                )
-                for i, text in enumerate(lines)
-            ]
+            turns = exchange(lines, channel=channel, user=user, persona=persona, team=TEAM_A, at=at)
             await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     finally:
         await store.close()
