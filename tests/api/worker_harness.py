@@ -34,6 +34,18 @@ class WorkerNames:
         return cls(subject=f"t{tag}.conversation.ended", stream=f"CHAT_{tag}")
 
 
+def worker_process(env: dict[str, str]) -> subprocess.Popen[str]:
+    """`pmem worker` started in the repository with `env`; its log on the stderr pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @contextmanager
 def running_worker(
     database_url: str, nats_url: str, names: WorkerNames, timeout_s: float = 180.0
@@ -59,14 +71,7 @@ def running_worker(
         PMEM_SETTINGS_CACHE_S="0",
         PYTHONPATH=str(REPO),
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = worker_process(env)
     try:
         deadline = time.monotonic() + timeout_s
         last = "no answer"
