@@ -15,6 +15,17 @@ from tests.store.store_testkit import MakeStore, Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 
+# examples share the function-scoped store fixture: each writes under a fresh owner
+STORE_EXAMPLES = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# (team or none, key) rows one example writes
+TEAMED_KEYS = st.lists(
+    st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
+    min_size=1,
+    max_size=8,
+)
+
 
 def team_memory(user: uuid.UUID, key: str, value: str, team: uuid.UUID | None) -> NewMemory:
     return user_fact(user, key, value, status="active", team_id=team)
@@ -53,13 +64,9 @@ async def test_memories_for_dedup_stay_inside_the_team(store: Store) -> None:
     assert {m.key for m in in_a} == {"employer", "pet"}
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@STORE_EXAMPLES
 @given(
-    rows=st.lists(
-        st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
-        min_size=1,
-        max_size=8,
-    ),
+    rows=TEAMED_KEYS,
     context=st.sampled_from([TEAM_A, TEAM_B, None]),
 )
 async def test_recall_and_dedup_never_cross_a_team_boundary(
@@ -103,13 +110,9 @@ def test_pmem_min_confidence_reaches_the_settings_defaults(monkeypatch: pytest.M
     assert (defaults.min_confidence, defaults.pending_days) == (0.9, 7)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@STORE_EXAMPLES
 @given(
-    rows=st.lists(
-        st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
-        min_size=1,
-        max_size=8,
-    ),
+    rows=TEAMED_KEYS,
     admin_of=st.sampled_from([frozenset({TEAM_A}), frozenset({TEAM_B}), frozenset({TEAM_A, TEAM_B}), None]),
 )
 async def test_the_review_queue_and_lists_never_cross_a_team_boundary(
