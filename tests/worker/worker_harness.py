@@ -65,6 +65,12 @@ class Harness:
     fake: FakeOpenAI
     nc: nats.NATS
 
+    @classmethod
+    def on(cls, *, nats_url: str, database_url: str, fake: FakeOpenAI, nc: nats.NATS) -> Harness:
+        """A harness for workers on this NATS server, this database and this fake LLM."""
+        base = base_settings(nats_url=nats_url, database_url=database_url, llm_url=fake.base_url)
+        return cls(base=base, database_url=database_url, fake=fake, nc=nc)
+
     def settings(self, **overrides: Any) -> Settings:
         """Settings for a worker of this test (overrides win)."""
         return load_settings(**{**self.base, **overrides})
