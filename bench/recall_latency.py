@@ -31,11 +31,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -166,6 +167,17 @@ def rows(population: Population, memories: int, persona_rows: int, seed: int) ->
                 yield row("persona_user", persona, user, key)
 
 
+def copy_in(conn: psycopg.Connection[Any], target: str, records: Iterable[Sequence[object]]) -> float:
+    """COPY `records` into `target` (a table and its columns), reporting progress; the seconds it took."""
+    started = time.perf_counter()
+    with conn.cursor() as cur, cur.copy(f"COPY {target} FROM STDIN") as copy:
+        for n, record in enumerate(records, start=1):
+            copy.write_row(record)
+            if n % 50_000 == 0:
+                print(f"  loaded {n:,} rows ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
+    return time.perf_counter() - started
+
+
 def load(url: str, population: Population, memories: int, persona_rows: int, seed: int) -> dict[str, float]:
     """Drop the heavy indexes, COPY everything, rebuild the indexes, analyze; return timings."""
     timings: dict[str, float] = {}
@@ -178,16 +190,12 @@ def load(url: str, population: Population, memories: int, persona_rows: int, see
         )
         for name in definitions:
             conn.execute(f"DROP INDEX {name}")
-        started = time.perf_counter()
         columns = (
             "id, scope, owner_id, user_id, key, value, confidence, status, embedding, created_at, updated_at"
         )
-        with conn.cursor() as cur, cur.copy(f"COPY memories ({columns}) FROM STDIN") as copy:
-            for n, record in enumerate(rows(population, memories, persona_rows, seed), start=1):
-                copy.write_row(record)
-                if n % 50_000 == 0:
-                    print(f"  loaded {n:,} rows ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
-        timings["copy_s"] = time.perf_counter() - started
+        timings["copy_s"] = copy_in(
+            conn, f"memories ({columns})", rows(population, memories, persona_rows, seed)
+        )
         # the HNSW build is much faster while its graph fits in maintenance_work_mem (~1.7 GB at 1M x 384)
         conn.execute("SET maintenance_work_mem = '3GB'")
         conn.execute("SET max_parallel_maintenance_workers = 2")
@@ -238,14 +246,9 @@ def load_turns(url: str, population: Population, turns: int, heavy: int, seed: i
     timings: dict[str, float] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP INDEX IF EXISTS ix_conversation_turns_search_tsv")
-        started = time.perf_counter()
         columns = "id, channel_id, event_id, user_id, role, text, at, position, embedding"
-        with conn.cursor() as cur, cur.copy(f"COPY conversation_turns ({columns}) FROM STDIN") as copy:
-            for n, record in enumerate(turn_rows(population, turns, heavy, seed), start=1):
-                copy.write_row(record)
-                if n % 50_000 == 0:
-                    print(f"  loaded {n:,} turns ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
-        timings["turns_copy_s"] = time.perf_counter() - started
+        copied = turn_rows(population, turns, heavy, seed)
+        timings["turns_copy_s"] = copy_in(conn, f"conversation_turns ({columns})", copied)
         started = time.perf_counter()
         conn.execute(
             "CREATE INDEX ix_conversation_turns_search_tsv ON conversation_turns USING gin (search_tsv)"
