@@ -325,6 +325,41 @@ async def measure(
     return await timed([partial(recall, user, persona, text) for user, persona, text in cases])
 
 
+async def measure_retrievers(
+    store: PostgresMemoryStore,
+    population: Population,
+    args: argparse.Namespace,
+    *,
+    with_persona: bool,
+    label: str = "",
+) -> dict[str, dict[str, float]]:
+    """`measure` of each retriever (named `retriever/label`, or the retriever alone), each printed
+    as it is done."""
+    results: dict[str, dict[str, float]] = {}
+    for retriever in RETRIEVER_ORDER:
+        name = f"{retriever}/{label}" if label else retriever
+        results[name] = await measure(
+            store,
+            population,
+            retriever=retriever,
+            with_persona=with_persona,
+            queries=args.queries,
+            limit=args.limit,
+            seed=args.seed + 1,
+        )
+        print(latency_line(name, results[name], width=18), flush=True)
+    return results
+
+
+def latency_line(name: str, row: Mapping[str, float], *, width: int) -> str:
+    """One measurement as the console shows it."""
+    return (
+        f"{name:<{width}} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
+        f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
+        f"results {row['mean_results']:.1f}"
+    )
+
+
 async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     """Load (unless --skip-load) and measure every retriever."""
     rng = random.Random(args.seed)
@@ -373,24 +408,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     try:
         variants = [("user", False)] + ([("persona", True)] if args.personas else [])
         for label, with_persona in variants:
-            for retriever in RETRIEVER_ORDER:
-                name = f"{retriever}/{label}"
-                results[name] = await measure(
-                    store,
-                    population,
-                    retriever=retriever,
-                    with_persona=with_persona,
-                    queries=args.queries,
-                    limit=args.limit,
-                    seed=args.seed + 1,
-                )
-                row = results[name]
-                print(
-                    f"{name:<18} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
-                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
-                    f"results {row['mean_results']:.1f}",
-                    flush=True,
-                )
+            results |= await measure_retrievers(
+                store, population, args, with_persona=with_persona, label=label
+            )
         if args.turns or args.heavy_user_turns:
             light = population.users[1:] if args.heavy_user_turns else population.users
             turn_variants = [("turns/user", light, False), ("memories+turns/user", light, True)]
@@ -403,13 +423,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
                 results[name] = await measure_turns(
                     store, users, merged=merged, queries=args.queries, limit=args.limit, seed=args.seed + 2
                 )
-                row = results[name]
-                print(
-                    f"{name:<26} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
-                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
-                    f"results {row['mean_results']:.1f}",
-                    flush=True,
-                )
+                print(latency_line(name, results[name], width=26), flush=True)
         if args.explain:
             user = population.users[0]
             persona = population.personas[0] if population.personas else None
