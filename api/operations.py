@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 from api import access
 from api.errors import BadInput, Conflict, NotFound
@@ -36,16 +36,19 @@ from store.model import (
     UserMemoryQuery,
 )
 from store.protocols import ControlPlaneStore, RecallStore
+from store.rules.hint import build_hint
 from store.rules.keys import storable_value
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
-from store.services.context_recall import hint_in_context, items_in_context
+from store.services.context_recall import items_in_context
 from store.services.settings_cache import SettingsCache
 
 Decision = Literal["approve", "reject", "edit"]
 MAX_BULK = 200
 MAX_LIMIT = 200
 MAX_VALUE_CHARS = 2000
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +93,14 @@ def _value(value: str) -> str:
     return cleaned
 
 
+async def _page(read: Awaitable[Page[T]]) -> Page[T]:
+    """One page the store reads; a cursor it cannot read is the caller's bad input."""
+    try:
+        return await read
+    except BadCursor as exc:
+        raise BadInput(str(exc)) from exc
+
+
 # -- review -------------------------------------------------------------------------------------
 
 
@@ -117,10 +128,7 @@ async def review_page(
         limit=_limit(limit),
         cursor=cursor or None,  # `cursor=` (empty): the first page
     )
-    try:
-        return await store.review_queue(query)
-    except BadCursor as exc:
-        raise BadInput(str(exc)) from exc
+    return await _page(store.review_queue(query))
 
 
 async def waiting_counts(store: ControlPlaneStore, principal: Principal) -> dict[str, int]:
@@ -217,10 +225,7 @@ async def my_memories(
         limit=_limit(limit),
         cursor=cursor or None,  # `cursor=` (empty): the first page
     )
-    try:
-        return await store.list_for_user(query)
-    except BadCursor as exc:
-        raise BadInput(str(exc)) from exc
+    return await _page(store.list_for_user(query))
 
 
 async def edit_mine(
@@ -280,10 +285,7 @@ async def my_conversations(
         limit=_limit(limit),
         cursor=cursor,
     )
-    try:
-        return await store.list_channel_conversations(query)
-    except BadCursor as exc:
-        raise BadInput(str(exc)) from exc
+    return await _page(store.list_channel_conversations(query))
 
 
 async def erase_my_conversation(store: ControlPlaneStore, principal: Principal, channel_id: uuid.UUID) -> int:
@@ -374,50 +376,35 @@ async def put_settings(
 # -- the platform ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlatformRecall:
+    """Whom a service recalls for, in which context, and what for."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    query: str
+    limit: int
+    include: Sequence[RecallInclude] = INCLUDE_ALL
+
+
 async def platform_recall(
-    store: RecallStore,
-    principal: Principal,
-    *,
-    user_id: uuid.UUID,
-    persona_id: uuid.UUID | None,
-    team_id: uuid.UUID | None,
-    query: str,
-    limit: int,
-    include: Sequence[RecallInclude] = INCLUDE_ALL,
+    store: RecallStore, principal: Principal, asked: PlatformRecall
 ) -> list[RecallItem]:
     """Recall (memories and turns, as `include` says) for the user a service acts for (same as
     `pmem recall --json`)."""
     access.require_service(principal)
     return await items_in_context(
         store,
-        user_id=user_id,
-        persona_id=persona_id,
-        team_id=team_id,
-        query=query,
-        limit=_limit(limit),
-        include=include,
+        user_id=asked.user_id,
+        persona_id=asked.persona_id,
+        team_id=asked.team_id,
+        query=asked.query,
+        limit=_limit(asked.limit),
+        include=asked.include,
     )
 
 
-async def platform_hint(
-    store: RecallStore,
-    principal: Principal,
-    *,
-    user_id: uuid.UUID,
-    persona_id: uuid.UUID | None,
-    team_id: uuid.UUID | None,
-    query: str,
-    limit: int,
-    include: Sequence[RecallInclude] = INCLUDE_ALL,
-) -> str:
+async def platform_hint(store: RecallStore, principal: Principal, asked: PlatformRecall) -> str:
     """The prompt hint for the same recall."""
-    access.require_service(principal)
-    return await hint_in_context(
-        store,
-        user_id=user_id,
-        persona_id=persona_id,
-        team_id=team_id,
-        query=query,
-        limit=_limit(limit),
-        include=include,
-    )
+    return build_hint(await platform_recall(store, principal, asked))

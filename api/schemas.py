@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.operations import BulkResult, MemoryDetail, SettingsView
+from api.operations import BulkResult, MemoryDetail, PlatformRecall, SettingsView
 from store.model import (
     AuditEntry,
     ChannelConversation,
@@ -51,6 +51,10 @@ class RecallBody(_Body):
     include: list[Literal["memories", "turns"]] = Field(
         default=["memories", "turns"], min_length=1, max_length=2
     )
+
+    def asked(self) -> PlatformRecall:
+        """What the service asks, as the operations take it."""
+        return PlatformRecall(**self.model_dump())
 
 
 class SettingsBody(_Body):

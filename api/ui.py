@@ -265,6 +265,14 @@ def _parse_id(text: str) -> uuid.UUID | None:
         return None
 
 
+def _id_or_not_found(text: str) -> uuid.UUID:
+    """The id a path names; `NotFound` when it names none."""
+    parsed = _parse_id(text)
+    if parsed is None:
+        raise NotFound(text)
+    return parsed
+
+
 def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
@@ -320,6 +328,15 @@ async def _posted(request: Request) -> _Posted:
         response = await _message(request, session, title="Form refused", lines=(message,), status_code=403)
         return _Posted(session, flat, response)
     return _Posted(session, flat, None)
+
+
+async def _signed_form(request: Request) -> tuple[Session, dict[str, Any]] | Response:
+    """A POSTed form with its session, or the response refusing it (see `_posted`)."""
+    posted = await _posted(request)
+    if posted.refusal is not None:
+        return posted.refusal
+    assert posted.session is not None
+    return posted.session, posted.form
 
 
 # --- sign-in -------------------------------------------------------------------------------------
@@ -506,18 +523,16 @@ async def review(request: Request) -> Response:
 
 
 async def _decide(request: Request, item_id: str, action: ops.Decision) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    back = _back(posted.form)
-    value = str(posted.form.get("value") or "")
-    target = _parse_id(item_id)
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    back = _back(form)
+    value = str(form.get("value") or "")
     try:
-        if target is None:
-            raise NotFound(item_id)
-        decided = await ops.decide(_store(request), session.principal, target, action, value)
+        decided = await ops.decide(
+            _store(request), session.principal, _id_or_not_found(item_id), action, value
+        )
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
@@ -553,14 +568,13 @@ async def edit(request: Request, item_id: str) -> Response:
 
 @router.post("/review/bulk")
 async def bulk(request: Request) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    back = _back(posted.form)
-    action = str(posted.form.get("decision") or "")
-    ids, _bad = core.parse_ids(posted.form.get("ids") or [])
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    back = _back(form)
+    action = str(form.get("decision") or "")
+    ids, _bad = core.parse_ids(form.get("ids") or [])
     if not ids or action not in ("approve", "reject"):
         message = QUEUE_ERRORS["none_selected"] if not ids else "Choose approve or reject."
         if _wants_json(request):
@@ -591,11 +605,8 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
     session = await _session(request)
     if session is None:
         return await _signed_out(request)
-    target = _parse_id(memory_id)
     try:
-        if target is None:
-            raise NotFound(memory_id)
-        detail = await ops.memory_detail(_store(request), session.principal, target)
+        detail = await ops.memory_detail(_store(request), session.principal, _id_or_not_found(memory_id))
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     memory = detail.memory
@@ -701,17 +712,13 @@ async def me(request: Request) -> Response:
 
 @router.post("/me/memories/{memory_id}/edit")
 async def me_edit(request: Request, memory_id: str) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    value = str(posted.form.get("value") or "")
-    target = _parse_id(memory_id)
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    value = str(form.get("value") or "")
     try:
-        if target is None:
-            raise NotFound(memory_id)
-        edited = await ops.edit_mine(_store(request), session.principal, target, value)
+        edited = await ops.edit_mine(_store(request), session.principal, _id_or_not_found(memory_id), value)
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
@@ -730,70 +737,67 @@ async def me_edit(request: Request, memory_id: str) -> Response:
     return _redirect("/ui/me", notice="saved")
 
 
-@router.post("/me/memories/{memory_id}/delete")
-async def me_delete(request: Request, memory_id: str) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    target = _parse_id(memory_id)
+async def _erase_mine(
+    request: Request,
+    raw_id: str,
+    erase: Callable[[Any, Any, uuid.UUID], Awaitable[object]],
+    *,
+    message: str,
+    notice: str,
+) -> Response:
+    """Erase one of the signed-in person's own things (`erase(store, principal, id)`)."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, _ = signed
     try:
-        if target is None:
-            raise NotFound(memory_id)
-        await ops.erase_mine(_store(request), session.principal, target)
+        await erase(_store(request), session.principal, _id_or_not_found(raw_id))
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     if _wants_json(request):
-        return _json(200, message="Deleted. It is erased, not just hidden.")
-    return _redirect("/ui/me", notice="deleted")
+        return _json(200, message=message)
+    return _redirect("/ui/me", notice=notice)
+
+
+async def _erase_all_mine(
+    request: Request, confirm: str, erase: Callable[[Any, Any], Awaitable[object]], *, notice: str
+) -> Response:
+    """Erase all of the signed-in person's memories or conversations, once the `confirm` box is ticked."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    if form.get(confirm) != "yes":
+        errors = {confirm: "Tick this box to confirm; nothing was deleted."}
+        return await _my_page(request, session, errors=errors, notice=None)
+    await erase(_store(request), session.principal)
+    return _redirect("/ui/me", notice=notice)
+
+
+@router.post("/me/memories/{memory_id}/delete")
+async def me_delete(request: Request, memory_id: str) -> Response:
+    message = "Deleted. It is erased, not just hidden."
+    return await _erase_mine(request, memory_id, ops.erase_mine, message=message, notice="deleted")
 
 
 @router.post("/me/delete-all")
 async def me_delete_all(request: Request) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    if posted.form.get("confirm") != "yes":
-        errors = {"confirm": "Tick this box to confirm; nothing was deleted."}
-        return await _my_page(request, session, errors=errors, notice=None)
-    await ops.erase_all_mine(_store(request), session.principal)
-    return _redirect("/ui/me", notice="deleted_all")
+    return await _erase_all_mine(request, "confirm", ops.erase_all_mine, notice="deleted_all")
 
 
 @router.post("/me/conversations/{channel_id}/delete")
 async def me_delete_conversation(request: Request, channel_id: str) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    target = _parse_id(channel_id)
-    try:
-        if target is None:
-            raise NotFound(channel_id)
-        await ops.erase_my_conversation(_store(request), session.principal, target)
-    except (NotFound, Forbidden) as exc:
-        return await _refuse(request, session, exc)
-    if _wants_json(request):
-        return _json(200, message=NOTICES["conversation_deleted"])
-    return _redirect("/ui/me", notice="conversation_deleted")
+    message = NOTICES["conversation_deleted"]
+    return await _erase_mine(
+        request, channel_id, ops.erase_my_conversation, message=message, notice="conversation_deleted"
+    )
 
 
 @router.post("/me/conversations/delete-all")
 async def me_delete_conversations(request: Request) -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
-    if posted.form.get("confirm_conversations") != "yes":
-        errors = {"confirm_conversations": "Tick this box to confirm; nothing was deleted."}
-        return await _my_page(request, session, errors=errors, notice=None)
-    await ops.erase_my_conversations(_store(request), session.principal)
-    return _redirect("/ui/me", notice="conversations_deleted")
+    return await _erase_all_mine(
+        request, "confirm_conversations", ops.erase_my_conversations, notice="conversations_deleted"
+    )
 
 
 @router.get("/me/export")
@@ -990,18 +994,17 @@ async def settings_level(request: Request, kind: str, target_id: str = "") -> Re
 @router.post("/settings/{kind}")
 @router.post("/settings/{kind}/{target_id}")
 async def settings_save(request: Request, kind: str, target_id: str = "") -> Response:
-    posted = await _posted(request)
-    if posted.refusal is not None:
-        return posted.refusal
-    session = posted.session
-    assert session is not None
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
     if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
         return await _not_found(request, session)
     try:
         level, target = _level_of(kind, target_id)
     except ValueError:
         return await _not_found(request, session)
-    values, errors = core.parse_settings_form(posted.form)
+    values, errors = core.parse_settings_form(form)
     saved = None
     if not errors:
         try:
@@ -1022,7 +1025,7 @@ async def settings_save(request: Request, kind: str, target_id: str = "") -> Res
         if _wants_json(request):
             name, message = next(iter(errors.items()))
             return _json(422, error=message, field=name)
-        return await _settings_page(request, session, level, target, errors=errors, form=posted.form)
+        return await _settings_page(request, session, level, target, errors=errors, form=form)
     if _wants_json(request) and saved is not None:
         view = _settings_form(session.principal, level, target, saved, None)
         inherit = {

@@ -34,7 +34,6 @@ import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -519,25 +518,10 @@ FAKE_SERVER = textwrap.dedent(
 def fake_server_process(chat_latency_s: float, embedding_latency_s: float) -> Iterator[tuple[str, int]]:
     """The fake OpenAI-compatible server in its own process (so neither side pays for its CPU);
     yields (base URL, pid)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FAKE_SERVER, str(REPO), str(chat_latency_s), str(embedding_latency_s)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http"):
-            raise RuntimeError("the fake OpenAI-compatible server did not start")
-        yield url, proc.pid
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    from bench.pipeline_throughput import script_server
+
+    with script_server(FAKE_SERVER, str(REPO), str(chat_latency_s), str(embedding_latency_s)) as served:
+        yield served
 
 
 async def mem0_throughput(

@@ -10,7 +10,6 @@ scaled back to the raw features, are printed as a `FusionKnobs(learned=...)` lit
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import io
 import json
@@ -31,6 +30,7 @@ from bench.fusion_knobs import (
     knob_first_stage,
     knobs_applied,
 )
+from bench.locomo_dev import STORES, locomo_parser
 from store.core.recall import ScoreFusion, conversation_scores
 from store.model import Memory
 from worker.evaluation.locomo import load_locomo, select_split
@@ -78,12 +78,8 @@ def fit_logistic(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], l2: float = 1
 
 async def main(argv: list[str] | None = None) -> int:
     """Record dev features, fit, print the weights."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("file", type=Path)
-    parser.add_argument("--store", default="sqlite", choices=["sqlite", "postgres"])
-    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
+    parser = locomo_parser(__doc__)
+    parser.add_argument("--store", default="sqlite", choices=STORES)
     args = parser.parse_args(argv)
     fusion = ScoreFusion()
     recorded: list[tuple[list[Memory], dict[uuid.UUID, list[float]]]] = []

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -51,6 +52,7 @@ import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -797,6 +799,29 @@ async def run_all(
     return results
 
 
+@contextlib.contextmanager
+def script_server(script: str, *args: str) -> Iterator[tuple[str, int]]:
+    """`python -c script args` as a server that prints its base URL first and stops when its stdin
+    closes (a fake LLM in its own process, so neither side pays for the other's CPU); yields
+    (that URL, its pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError("the fake OpenAI-compatible server did not start")
+        yield url, proc.pid
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def setting_pair(text: str) -> tuple[str, str]:
     """`NAME=VALUE` of `--worker-env` (argparse reports the error with the option's name)."""
     name, sep, value = text.partition("=")
@@ -816,31 +841,16 @@ def main(args: argparse.Namespace) -> list[Result]:
             postgres.configure(
                 {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on"}
             )
-        fake = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                FAKE_SERVER,
-                str(REPO),
-                str(LLM_LATENCY_S),
-                str(EMBEDDING_LATENCY_S),
-                str(args.llm_jitter),
-                "persona" if args.persona_facts else "",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        persona = "persona" if args.persona_facts else ""
+        fake_args = (str(REPO), str(LLM_LATENCY_S), str(EMBEDDING_LATENCY_S), str(args.llm_jitter), persona)
         try:
-            assert fake.stdout is not None
-            llm_url = fake.stdout.readline().strip()
-            return asyncio.run(
-                run_all(args, nats_url=nats_server.url, postgres=postgres, llm_url=llm_url, fake_pid=fake.pid)
-            )
+            with script_server(FAKE_SERVER, *fake_args) as (llm_url, fake_pid):
+                return asyncio.run(
+                    run_all(
+                        args, nats_url=nats_server.url, postgres=postgres, llm_url=llm_url, fake_pid=fake_pid
+                    )
+                )
         finally:
-            if fake.stdin is not None:
-                fake.stdin.close()
-            fake.wait(timeout=10)
             postgres.stop()
             nats_server.stop()
 

@@ -7,7 +7,6 @@ The data set is CC BY-NC 4.0: pass its path, never copy it here."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -17,8 +16,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.locomo_dev import hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
-from worker.evaluation.options import EvalOptions, local_embedder_available, resolve_embedding_provider
 from worker.evaluation.runner import run_locomo
 
 _NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates (before 2026-12-01)
@@ -33,32 +32,17 @@ VARIANTS: dict[str, ScoreFusion] = {
 
 async def main(argv: list[str] | None = None) -> int:
     """Run every variant and print (and optionally write) recall@k per variant."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("file", type=Path)
-    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
+    parser = locomo_parser(__doc__)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     for name, fusion in VARIANTS.items():
         print(f"== {name}", file=sys.stderr)
-        options = EvalOptions(
-            file=args.file,
-            unit=args.unit,
-            ks=(5, 10, 25, 50),
-            retrievers=("hybrid",),
-            embedding_provider=resolve_embedding_provider(None, {}, local_embedder_available()),
-            database_url=None,
-            data_dir=None,
-            fusion=fusion,
-        )
-        report = await run_locomo(options, progress_stream=sys.stderr)
+        report = await run_locomo(hybrid_options(args, fusion=fusion), progress_stream=sys.stderr)
         hybrid = report["retrievers"]["hybrid"]
         results[name] = {k: v for k, v in hybrid.items() if k.startswith("recall@")}
         print(name, json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 

@@ -31,10 +31,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -49,6 +51,9 @@ from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from worker.embedded import EmbeddedPostgres
 from worker.settings import Settings
+
+# the first recalls of a measurement warm the pool, the plan cache and shared buffers: not counted
+WARM_UP = 50
 
 TOPICS = (
     "food", "city", "job", "pet", "hobby", "diet", "language", "team", "timezone", "project", "car",
@@ -162,6 +167,17 @@ def rows(population: Population, memories: int, persona_rows: int, seed: int) ->
                 yield row("persona_user", persona, user, key)
 
 
+def copy_in(conn: psycopg.Connection[Any], target: str, records: Iterable[Sequence[object]]) -> float:
+    """COPY `records` into `target` (a table and its columns), reporting progress; the seconds it took."""
+    started = time.perf_counter()
+    with conn.cursor() as cur, cur.copy(f"COPY {target} FROM STDIN") as copy:
+        for n, record in enumerate(records, start=1):
+            copy.write_row(record)
+            if n % 50_000 == 0:
+                print(f"  loaded {n:,} rows ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
+    return time.perf_counter() - started
+
+
 def load(url: str, population: Population, memories: int, persona_rows: int, seed: int) -> dict[str, float]:
     """Drop the heavy indexes, COPY everything, rebuild the indexes, analyze; return timings."""
     timings: dict[str, float] = {}
@@ -174,16 +190,12 @@ def load(url: str, population: Population, memories: int, persona_rows: int, see
         )
         for name in definitions:
             conn.execute(f"DROP INDEX {name}")
-        started = time.perf_counter()
         columns = (
             "id, scope, owner_id, user_id, key, value, confidence, status, embedding, created_at, updated_at"
         )
-        with conn.cursor() as cur, cur.copy(f"COPY memories ({columns}) FROM STDIN") as copy:
-            for n, record in enumerate(rows(population, memories, persona_rows, seed), start=1):
-                copy.write_row(record)
-                if n % 50_000 == 0:
-                    print(f"  loaded {n:,} rows ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
-        timings["copy_s"] = time.perf_counter() - started
+        timings["copy_s"] = copy_in(
+            conn, f"memories ({columns})", rows(population, memories, persona_rows, seed)
+        )
         # the HNSW build is much faster while its graph fits in maintenance_work_mem (~1.7 GB at 1M x 384)
         conn.execute("SET maintenance_work_mem = '3GB'")
         conn.execute("SET max_parallel_maintenance_workers = 2")
@@ -234,14 +246,9 @@ def load_turns(url: str, population: Population, turns: int, heavy: int, seed: i
     timings: dict[str, float] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DROP INDEX IF EXISTS ix_conversation_turns_search_tsv")
-        started = time.perf_counter()
         columns = "id, channel_id, event_id, user_id, role, text, at, position, embedding"
-        with conn.cursor() as cur, cur.copy(f"COPY conversation_turns ({columns}) FROM STDIN") as copy:
-            for n, record in enumerate(turn_rows(population, turns, heavy, seed), start=1):
-                copy.write_row(record)
-                if n % 50_000 == 0:
-                    print(f"  loaded {n:,} turns ({time.perf_counter() - started:.0f}s)", file=sys.stderr)
-        timings["turns_copy_s"] = time.perf_counter() - started
+        copied = turn_rows(population, turns, heavy, seed)
+        timings["turns_copy_s"] = copy_in(conn, f"conversation_turns ({columns})", copied)
         started = time.perf_counter()
         conn.execute(
             "CREATE INDEX ix_conversation_turns_search_tsv ON conversation_turns USING gin (search_tsv)"
@@ -263,17 +270,21 @@ async def measure_turns(
     """Latency summary (ms) of `queries` sequential turn recalls (or merged memory and turn
     recalls) for random users among `users`."""
     rng = random.Random(seed)
-    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + 50)]
+    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + WARM_UP)]
+    recall = store.recall_items if merged else store.recall_turns
+    return await timed([partial(recall, user, None, text, limit) for user, text in cases])
+
+
+async def timed(calls: Sequence[Callable[[], Awaitable[Sized]]]) -> dict[str, float]:
+    """Latency summary (ms) of the calls made one after another, the first `WARM_UP` not counted,
+    and how many results they found on average."""
     latencies: list[float] = []
     results: list[int] = []
-    for i, (user, text) in enumerate(cases):
+    for i, call in enumerate(calls):
         started = time.perf_counter()
-        if merged:
-            found: Sequence[object] = await store.recall_items(user, None, text, limit)
-        else:
-            found = await store.recall_turns(user, None, text, limit)
+        found = await call()
         elapsed = (time.perf_counter() - started) * 1000
-        if i >= 50:
+        if i >= WARM_UP:
             latencies.append(elapsed)
             results.append(len(found))
     latencies.sort()
@@ -306,28 +317,47 @@ async def measure(
     """Latency summary (ms) of `queries` sequential recalls for random owners."""
     rng = random.Random(seed)
     cases = []
-    for _ in range(queries + 50):
+    for _ in range(queries + WARM_UP):
         user_index = rng.randrange(len(population.users))
         persona = population.personas[user_index % len(population.personas)] if with_persona else None
         cases.append((population.users[user_index], persona, question(rng)))
-    latencies: list[float] = []
-    results: list[int] = []
-    for i, (user, persona, text) in enumerate(cases):
-        started = time.perf_counter()
-        hits = await store.recall(user, persona, text, limit, retriever=retriever)
-        elapsed = (time.perf_counter() - started) * 1000
-        if i >= 50:  # the first 50 warm the pool, the plan cache and shared buffers
-            latencies.append(elapsed)
-            results.append(len(hits))
-    latencies.sort()
-    return {
-        "p50_ms": percentile(latencies, 50),
-        "p90_ms": percentile(latencies, 90),
-        "p99_ms": percentile(latencies, 99),
-        "mean_ms": statistics.fmean(latencies),
-        "max_ms": latencies[-1],
-        "mean_results": statistics.fmean(results),
-    }
+    recall = partial(store.recall, limit=limit, retriever=retriever)
+    return await timed([partial(recall, user, persona, text) for user, persona, text in cases])
+
+
+async def measure_retrievers(
+    store: PostgresMemoryStore,
+    population: Population,
+    args: argparse.Namespace,
+    *,
+    with_persona: bool,
+    label: str = "",
+) -> dict[str, dict[str, float]]:
+    """`measure` of each retriever (named `retriever/label`, or the retriever alone), each printed
+    as it is done."""
+    results: dict[str, dict[str, float]] = {}
+    for retriever in RETRIEVER_ORDER:
+        name = f"{retriever}/{label}" if label else retriever
+        results[name] = await measure(
+            store,
+            population,
+            retriever=retriever,
+            with_persona=with_persona,
+            queries=args.queries,
+            limit=args.limit,
+            seed=args.seed + 1,
+        )
+        print(latency_line(name, results[name], width=18), flush=True)
+    return results
+
+
+def latency_line(name: str, row: Mapping[str, float], *, width: int) -> str:
+    """One measurement as the console shows it."""
+    return (
+        f"{name:<{width}} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
+        f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
+        f"results {row['mean_results']:.1f}"
+    )
 
 
 async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
@@ -378,24 +408,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     try:
         variants = [("user", False)] + ([("persona", True)] if args.personas else [])
         for label, with_persona in variants:
-            for retriever in RETRIEVER_ORDER:
-                name = f"{retriever}/{label}"
-                results[name] = await measure(
-                    store,
-                    population,
-                    retriever=retriever,
-                    with_persona=with_persona,
-                    queries=args.queries,
-                    limit=args.limit,
-                    seed=args.seed + 1,
-                )
-                row = results[name]
-                print(
-                    f"{name:<18} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
-                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
-                    f"results {row['mean_results']:.1f}",
-                    flush=True,
-                )
+            results |= await measure_retrievers(
+                store, population, args, with_persona=with_persona, label=label
+            )
         if args.turns or args.heavy_user_turns:
             light = population.users[1:] if args.heavy_user_turns else population.users
             turn_variants = [("turns/user", light, False), ("memories+turns/user", light, True)]
@@ -408,13 +423,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
                 results[name] = await measure_turns(
                     store, users, merged=merged, queries=args.queries, limit=args.limit, seed=args.seed + 2
                 )
-                row = results[name]
-                print(
-                    f"{name:<26} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
-                    f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
-                    f"results {row['mean_results']:.1f}",
-                    flush=True,
-                )
+                print(latency_line(name, results[name], width=26), flush=True)
         if args.explain:
             user = population.users[0]
             persona = population.personas[0] if population.personas else None

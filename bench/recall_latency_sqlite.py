@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import insert
 
-from bench.recall_latency import RETRIEVER_ORDER, Population, emit_report, measure, rows
+from bench.recall_latency import Population, emit_report, measure_retrievers, rows
 from extraction.embeddings import HashingEmbedder
 from store.sqlite.store import SqliteMemoryStore
 
@@ -77,24 +77,12 @@ async def run(args: argparse.Namespace, path: Path) -> dict[str, object]:
         started = time.perf_counter()
         await store.recall(owner, None, "which ramen does she prefer on fridays", args.limit)
         report["cold_recall_ms"] = (time.perf_counter() - started) * 1000
-        results: dict[str, dict[str, float]] = {}
-        for retriever in RETRIEVER_ORDER:
-            results[retriever] = await measure(
-                store,  # type: ignore[arg-type]
-                population,
-                retriever=retriever,
-                with_persona=False,
-                queries=args.queries,
-                limit=args.limit,
-                seed=args.seed + 1,
-            )
-            row = results[retriever]
-            print(
-                f"{retriever:<8} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
-                f"p99 {row['p99_ms']:6.2f} ms  results {row['mean_results']:.1f}",
-                flush=True,
-            )
-        report["results"] = results
+        report["results"] = await measure_retrievers(
+            store,  # type: ignore[arg-type]
+            population,
+            args,
+            with_persona=False,
+        )
     finally:
         await store.close()
     return report

@@ -8,7 +8,6 @@ Embeddings are cached in .pmem/eval-cache, so a variant costs the recalls only."
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import io
 import json
@@ -20,13 +19,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fusion_knobs import FusionKnobs, knobs_applied
+from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
-from worker.evaluation.options import (
-    DEFAULT_EMBEDDING_CACHE,
-    EvalOptions,
-    local_embedder_available,
-    resolve_embedding_provider,
-)
+from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE
 from worker.evaluation.runner import run_locomo
 
 LEARNED_SQLITE_DEV = (
@@ -68,12 +63,8 @@ VARIANTS: dict[str, tuple[ScoreFusion, FusionKnobs]] = {
 
 async def main(argv: list[str] | None = None) -> int:
     """Run the chosen variants on dev and print recall@k for each."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("file", type=Path)
-    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
-    parser.add_argument("--store", default="sqlite", choices=["postgres", "sqlite"])
+    parser = locomo_parser(__doc__)
+    parser.add_argument("--store", default="sqlite", choices=STORES)
     parser.add_argument("--variant", action="append", help="only these variants (repeatable)")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -81,18 +72,8 @@ async def main(argv: list[str] | None = None) -> int:
     for name, (fusion, knobs) in VARIANTS.items():
         if args.variant and name not in args.variant:
             continue
-        options = EvalOptions(
-            file=args.file,
-            unit=args.unit,
-            ks=(5, 10, 25, 50),
-            retrievers=("hybrid",),
-            embedding_provider=resolve_embedding_provider(None, {}, local_embedder_available()),
-            database_url=None,
-            data_dir=None,
-            fusion=fusion,
-            split="dev",
-            store=args.store,
-            embedding_cache=DEFAULT_EMBEDDING_CACHE,
+        options = hybrid_options(
+            args, fusion=fusion, split="dev", store=args.store, embedding_cache=DEFAULT_EMBEDDING_CACHE
         )
         with knobs_applied(knobs):
             report = await run_locomo(options, progress_stream=io.StringIO())
@@ -102,8 +83,7 @@ async def main(argv: list[str] | None = None) -> int:
             "by_category@10": {c: round(e["recall@10"], 3) for c, e in hybrid["by_category"].items()},
         }
         print(f"{name:<28}", json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
 from store.core.recall import ScoreFusion
 from worker.evaluation.cache import CachingEmbedder, cache_file
 from worker.evaluation.locomo import (
@@ -44,9 +45,6 @@ from worker.evaluation.options import (
     DEFAULT_KEY_CONTEXT,
     DEFAULT_OBSERVATION_CONTEXT,
     DEFAULT_SOURCE_CONTEXT,
-    EvalOptions,
-    local_embedder_available,
-    resolve_embedding_provider,
 )
 from worker.evaluation.stores import open_store
 from worker.evaluation.units import unit_key_contexts, unit_memories, unit_vectors
@@ -69,12 +67,8 @@ def parse_variant(spec: str) -> tuple[str, ScoreFusion]:
 
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("file", type=Path)
-    parser.add_argument("--unit", default="observation", choices=["observation", "dialog"])
-    parser.add_argument("--store", default="sqlite", choices=["postgres", "sqlite"])
+    parser = locomo_parser(__doc__)
+    parser.add_argument("--store", default="sqlite", choices=STORES)
     parser.add_argument("--split", default="dev", choices=["dev", "test", "all"])
     parser.add_argument("--dialog-context", type=int, default=DEFAULT_DIALOG_CONTEXT)
     parser.add_argument(
@@ -87,14 +81,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     variants = [parse_variant(spec) for spec in args.variant]
-    options = EvalOptions(
-        file=args.file,
-        unit=args.unit,
-        ks=(5, 10, 25, 50),
-        retrievers=("hybrid",),
-        embedding_provider=resolve_embedding_provider(None, {}, local_embedder_available()),
-        database_url=None,
-        data_dir=None,
+    options = hybrid_options(
+        args,
         split=args.split,
         store=args.store,
         embedding_cache=DEFAULT_EMBEDDING_CACHE,
@@ -163,8 +151,7 @@ async def main(argv: list[str] | None = None) -> int:
                 "seconds": round(time.monotonic() - started, 1),
             }
             print(f"{name:<36}", json.dumps(results[name]), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, args.json_out)
     return 0
 
 

@@ -47,7 +47,7 @@ from extraction.errors import (
     classify_openai_error,
 )
 from extraction.prompt import PromptBudget, RenderedPrompt, count_tokens, render_prompts, split_prompt
-from extraction.redact import redact, screen_candidate
+from extraction.redact import redact
 from extraction.types import (
     Candidate,
     ExtractionRequest,
@@ -60,7 +60,7 @@ from extraction.validate import (
     DEFAULT_LIMITS,
     MalformedOutputError,
     ValidationLimits,
-    merge_candidates,
+    merged_and_screened,
     output_json_schema,
     parse_output,
     reply_tokens,
@@ -266,16 +266,10 @@ class LLMExtractor:
             retries += state.retries
             candidates.extend(chunk_candidates)
             rejections.extend(chunk_rejections)
-        screened: list[Candidate] = []
-        for candidate in merge_candidates(candidates):
-            outcome = screen_candidate(candidate)
-            if isinstance(outcome, Candidate):
-                screened.append(outcome)
-            else:
-                rejections.append(outcome)
+        screened, unsafe = merged_and_screened(candidates)
         return ExtractionResult(
             candidates=tuple(screened),
-            rejected=tuple(rejections),
+            rejected=(*rejections, *unsafe),
             usage=usage,
             llm_calls=calls,
             retries=retries,

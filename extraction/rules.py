@@ -31,9 +31,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from extraction.redact import redact, screen_candidate
-from extraction.types import Candidate, ExtractionRequest, ExtractionResult, Rejection
-from extraction.validate import merge_candidates, validate_items
+from extraction.redact import redact
+from extraction.types import ExtractionRequest, ExtractionResult
+from extraction.validate import merged_and_screened, validate_items
 from store.model import Scope
 from store.rules.keys import normalize_key
 
@@ -363,17 +363,10 @@ class RulesExtractor:
             redacted_count += len(findings)
             items.extend(extract_statements(text, scope, number))
         valid, rejected = validate_items(items, request.allowed_scopes)
-        candidates: list[Candidate] = []
-        rejections: list[Rejection] = list(rejected)
-        for candidate in merge_candidates(valid):
-            screened = screen_candidate(candidate)
-            if isinstance(screened, Candidate):
-                candidates.append(screened)
-            else:
-                rejections.append(screened)
+        candidates, unsafe = merged_and_screened(valid)
         return ExtractionResult(
             candidates=tuple(candidates),
-            rejected=tuple(rejections),
+            rejected=(*rejected, *unsafe),
             llm_calls=0,
             redacted_secrets=redacted_count,
         )

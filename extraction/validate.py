@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from extraction.redact import is_secret_key, redact
+from extraction.redact import is_secret_key, redact, screen_candidate
 from extraction.types import Candidate, Rejection, RejectionCode
 from store.model import SCOPES, Scope
 from store.rules.keys import normalize_key, storable_text, storable_value
@@ -347,3 +347,17 @@ def merge_candidates(candidates: Iterable[Candidate]) -> list[Candidate]:
     for candidate in candidates:
         merged[(candidate.scope, candidate.key)] = candidate
     return list(merged.values())
+
+
+def merged_and_screened(candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Rejection]]:
+    """The candidates merged (`merge_candidates`) and screened for secrets (`screen_candidate`):
+    those kept, and the rejections."""
+    kept: list[Candidate] = []
+    rejections: list[Rejection] = []
+    for candidate in merge_candidates(candidates):
+        outcome = screen_candidate(candidate)
+        if isinstance(outcome, Candidate):
+            kept.append(outcome)
+        else:
+            rejections.append(outcome)
+    return kept, rejections

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from store.model import MemorySettings
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from store.rules.urls import backend_of
 from store.sqlite.store import SqliteMemoryStore
+
+StoreT = TypeVar("StoreT", bound=PostgresMemoryStore | SqliteMemoryStore)
 
 
 async def open_store(
@@ -34,10 +38,14 @@ async def open_store(
             connect_timeout_s=connect_timeout_s,
             statement_timeout_s=statement_timeout_s,
         )
-    if check_schema:
-        try:
-            await store.check_schema()
-        except BaseException:
-            await store.close()
-            raise
+    return await schema_checked(store) if check_schema else store
+
+
+async def schema_checked(store: StoreT) -> StoreT:
+    """`store` once `check_schema` passed; closed when it raises."""
+    try:
+        await store.check_schema()
+    except BaseException:
+        await store.close()
+        raise
     return store

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,30 +159,38 @@ def current_revision(connection: Connection) -> str | None:
     ).get_current_revision()
 
 
-def _migrate_postgres(
-    database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
-) -> MigrationReport:
+@contextmanager
+def _one_transaction(database_url: str) -> Iterator[Connection]:
+    """One connection to `database_url` in one transaction (committed unless it raises); no pool
+    is left behind."""
     engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
-            # serialise concurrent `pmem migrate` runs (e.g. several workers starting at once)
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
-            before = current_revision(conn)
-            existing = existing_embedding_dim(conn)
-            if existing is not None and before is None:
-                raise SchemaError(
-                    "a `memories` table exists but was not created by pmem migrate (no "
-                    f"{VERSION_TABLE} table). Point PMEM_DATABASE_URL at a database of its own, or drop the "
-                    "foreign table if it is a leftover."
-                )
-            if existing is not None and existing != embedding_dim:
-                raise EmbeddingDimensionMismatch(existing=existing, configured=embedding_dim)
-            command.upgrade(alembic_config(embedding_dim=embedding_dim, connection=conn), "head")
-            after = current_revision(conn)
-            if embedding is not None:
-                record_embedding(conn, embedding)
+            yield conn
     finally:
         engine.dispose()
+
+
+def _migrate_postgres(
+    database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
+) -> MigrationReport:
+    with _one_transaction(database_url) as conn:
+        # serialise concurrent `pmem migrate` runs (e.g. several workers starting at once)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK_KEY})
+        before = current_revision(conn)
+        existing = existing_embedding_dim(conn)
+        if existing is not None and before is None:
+            raise SchemaError(
+                "a `memories` table exists but was not created by pmem migrate (no "
+                f"{VERSION_TABLE} table). Point PMEM_DATABASE_URL at a database of its own, or drop the "
+                "foreign table if it is a leftover."
+            )
+        if existing is not None and existing != embedding_dim:
+            raise EmbeddingDimensionMismatch(existing=existing, configured=embedding_dim)
+        command.upgrade(alembic_config(embedding_dim=embedding_dim, connection=conn), "head")
+        after = current_revision(conn)
+        if embedding is not None:
+            record_embedding(conn, embedding)
     return MigrationReport(
         backend="postgresql", from_revision=before, to_revision=after, embedding_dim=embedding_dim
     )
@@ -224,14 +234,10 @@ def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
 def _migrate_sqlite(
     database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
 ) -> MigrationReport:
-    engine = create_engine(to_sqlalchemy_url(database_url, asynchronous=False), poolclass=pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            create_sqlite_schema(conn, build_schema(embedding_dim, "sqlite"))
-            if embedding is not None:
-                record_embedding(conn, embedding)
-    finally:
-        engine.dispose()
+    with _one_transaction(database_url) as conn:
+        create_sqlite_schema(conn, build_schema(embedding_dim, "sqlite"))
+        if embedding is not None:
+            record_embedding(conn, embedding)
     return MigrationReport(
         backend="sqlite", from_revision=None, to_revision=None, embedding_dim=embedding_dim
     )

@@ -907,7 +907,7 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     worker's concern): the prepared claim and insert of every write then keep a generic plan
     instead of being planned on every event; Postgres keeps custom plans where it judges them
     cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on")."""
-    from store.factory import open_store
+    from store.factory import open_store, schema_checked
     from store.rules.urls import backend_of
 
     if backend_of(settings.database_url) != "postgresql":
@@ -927,9 +927,4 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         parallel_query=False,
         tuning=RecallTuning(plan_cache_mode="auto"),
     )
-    try:
-        await store.check_schema()
-    except BaseException:
-        await store.close()
-        raise
-    return store
+    return await schema_checked(store)

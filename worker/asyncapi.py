@@ -49,27 +49,26 @@ def contract_broker(settings: Settings) -> NatsBroker:
     async def conversation_ended(event: ConversationEnded) -> None:
         """Declaration only: worker/app.py handles the messages."""
 
-    broker.publisher(
-        settings.extracted_subject,
-        stream=JStream(name=settings.output_stream, declare=False),
-        schema=MemoryExtracted,
-        title="memory.extracted",
-        description=(
+    publications = (
+        (
+            settings.extracted_subject,
+            MemoryExtracted,
+            "memory.extracted",
             "Published after the event's transaction committed, with `Nats-Msg-Id: extracted:<event_id>`; "
-            "republished identically when a redelivered event was already committed."
+            "republished identically when a redelivered event was already committed.",
         ),
-    )
-    broker.publisher(
-        settings.dlq_subject,
-        stream=JStream(name=settings.output_stream, declare=False),
-        schema=DeadLetter,
-        title="dead-letter",
-        description=(
+        (
+            settings.dlq_subject,
+            DeadLetter,
+            "dead-letter",
             "An event that can never succeed (not JSON, schema violation, over the size limits, or "
             f"still failing after PMEM_MAX_DELIVER deliveries): the original body and the reason, "
-            f"also in the `{DLQ_REASON_HEADER}` header."
+            f"also in the `{DLQ_REASON_HEADER}` header.",
         ),
     )
+    for subject, schema, title, description in publications:
+        stream = JStream(name=settings.output_stream, declare=False)
+        broker.publisher(subject, stream=stream, schema=schema, title=title, description=description)
     return broker
 
 

@@ -5,6 +5,7 @@ a real worker answers every dashboard query."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -25,6 +26,13 @@ OUTCOMES: tuple[str, ...] = ("processed", "duplicate", "disabled", "retried", "d
 PUBLISH_KINDS: tuple[str, ...] = ("extracted", "dlq")
 
 
+def _duration_histogram(
+    name: str, documentation: str, registry: CollectorRegistry, labels: Sequence[str] = ()
+) -> Histogram:
+    """A histogram of seconds over `DURATION_BUCKETS`."""
+    return Histogram(name, documentation, labels, buckets=DURATION_BUCKETS, registry=registry)
+
+
 @dataclass(kw_only=True)
 class Metrics:
     """All worker metrics, registered on `registry`."""
@@ -37,36 +45,24 @@ class Metrics:
             "pmem_events_total", "conversation.ended events handled, by outcome", ["outcome"], registry=r
         )
         self.in_flight = Gauge("pmem_events_in_flight", "events being processed right now", registry=r)
-        self.event_duration = Histogram(
-            "pmem_event_duration_seconds",
-            "end-to-end handling time of one event (receive to ack)",
-            buckets=DURATION_BUCKETS,
-            registry=r,
+        self.event_duration = _duration_histogram(
+            "pmem_event_duration_seconds", "end-to-end handling time of one event (receive to ack)", r
         )
-        self.llm_duration = Histogram(
+        self.llm_duration = _duration_histogram(
             "pmem_llm_duration_seconds",
             "time spent in extraction (LLM calls incl. client retries) per event",
-            buckets=DURATION_BUCKETS,
-            registry=r,
+            r,
         )
-        self.embedding_duration = Histogram(
-            "pmem_embedding_duration_seconds",
-            "time of the batched embeddings call per event",
-            buckets=DURATION_BUCKETS,
-            registry=r,
+        self.embedding_duration = _duration_histogram(
+            "pmem_embedding_duration_seconds", "time of the batched embeddings call per event", r
         )
-        self.storing_wait = Histogram(
+        self.storing_wait = _duration_histogram(
             "pmem_storing_wait_seconds",
             "time an event waited for a storing slot (PMEM_WRITES_IN_FLIGHT) after its LLM call",
-            buckets=DURATION_BUCKETS,
-            registry=r,
+            r,
         )
-        self.db_duration = Histogram(
-            "pmem_db_duration_seconds",
-            "database time per operation",
-            ["operation"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
+        self.db_duration = _duration_histogram(
+            "pmem_db_duration_seconds", "database time per operation", r, ["operation"]
         )
         self.llm_tokens = Counter(
             "pmem_llm_tokens_total", "LLM tokens spent, by kind (prompt, completion)", ["kind"], registry=r

@@ -20,16 +20,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
     """Active memories and earlier conversations' turns (`include`) for the user (and persona) in
     the team's context, one list best first, each item with its `kind`; the same items as
     `pmem recall --json`."""
-    items = await operations.platform_recall(
-        state.recall_store,
-        principal,
-        user_id=body.user_id,
-        persona_id=body.persona_id,
-        team_id=body.team_id,
-        query=body.query,
-        limit=body.limit,
-        include=tuple(body.include),
-    )
+    items = await operations.platform_recall(state.recall_store, principal, body.asked())
     # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
     return JSONResponse({"items": [item_record(item) for item in items]})
 
@@ -37,16 +28,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
 @router.post("/v1/hint")
 async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
     """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
-    text = await operations.platform_hint(
-        state.recall_store,
-        principal,
-        user_id=body.user_id,
-        persona_id=body.persona_id,
-        team_id=body.team_id,
-        query=body.query,
-        limit=body.limit,
-        include=tuple(body.include),
-    )
+    text = await operations.platform_hint(state.recall_store, principal, body.asked())
     return {"hint": text}
 
 

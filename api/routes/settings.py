@@ -7,10 +7,28 @@ import uuid
 from fastapi import APIRouter
 
 from api import operations
-from api.deps import Caller, State
+from api.deps import AppState, Caller, State
+from api.principal import Principal
 from api.schemas import SettingsBody, settings_json
+from store.model import SettingsLevel
 
 router = APIRouter(prefix="/v1/settings", tags=["settings"])
+
+
+async def _replace(
+    state: AppState, principal: Principal, level: SettingsLevel, target: uuid.UUID | None, body: SettingsBody
+) -> dict[str, object]:
+    """Replace one level's row; the level's settings as they are now."""
+    view = await operations.put_settings(
+        state.store,
+        principal,
+        level,
+        target,
+        body.row(),
+        max_input_tokens=state.max_input_tokens,
+        settings_cache=state.settings_cache,
+    )
+    return settings_json(view)
 
 
 @router.get("/global")
@@ -22,16 +40,7 @@ async def get_global(principal: Caller, state: State) -> dict[str, object]:
 @router.put("/global")
 async def put_global(body: SettingsBody, principal: Caller, state: State) -> dict[str, object]:
     """Replace the global settings (admins)."""
-    view = await operations.put_settings(
-        state.store,
-        principal,
-        "global",
-        None,
-        body.row(),
-        max_input_tokens=state.max_input_tokens,
-        settings_cache=state.settings_cache,
-    )
-    return settings_json(view)
+    return await _replace(state, principal, "global", None, body)
 
 
 @router.get("/teams/{team_id}")
@@ -45,16 +54,7 @@ async def put_team(
     team_id: uuid.UUID, body: SettingsBody, principal: Caller, state: State
 ) -> dict[str, object]:
     """Replace a team's settings (admins, that team's admins)."""
-    view = await operations.put_settings(
-        state.store,
-        principal,
-        "team",
-        team_id,
-        body.row(),
-        max_input_tokens=state.max_input_tokens,
-        settings_cache=state.settings_cache,
-    )
-    return settings_json(view)
+    return await _replace(state, principal, "team", team_id, body)
 
 
 @router.get("/personas/{persona_id}")
@@ -68,13 +68,4 @@ async def put_persona(
     persona_id: uuid.UUID, body: SettingsBody, principal: Caller, state: State
 ) -> dict[str, object]:
     """Replace a persona's settings (admins: a persona's settings apply in every team)."""
-    view = await operations.put_settings(
-        state.store,
-        principal,
-        "persona",
-        persona_id,
-        body.row(),
-        max_input_tokens=state.max_input_tokens,
-        settings_cache=state.settings_cache,
-    )
-    return settings_json(view)
+    return await _replace(state, principal, "persona", persona_id, body)

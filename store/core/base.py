@@ -69,6 +69,29 @@ def audit_values(
     }
 
 
+def change_audit_values(
+    action: AuditAction,
+    memory: Memory,
+    new_value: str | None,
+    *,
+    actor: str,
+    event_id: uuid.UUID | None = None,
+    revision_id: uuid.UUID | None = None,
+) -> dict[str, Any]:
+    """`audit_values` of a stored memory whose value `new_value` replaces, confirms or is proposed
+    to replace (None: the memory leaves, archived or rejected)."""
+    return audit_values(
+        action,
+        memory=memory,
+        memory_id=memory.id,
+        old_value=memory.value,
+        new_value=new_value,
+        actor=actor,
+        event_id=event_id,
+        revision_id=revision_id,
+    )
+
+
 def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.list[float]:
     """`vector` as a list of floats; `StoreError` unless it has the store's `dim` dimensions."""
     if len(vector) != dim:
@@ -231,9 +254,14 @@ class StoreBase:
 
     # -- locked reads inside a transaction ------------------------------------------------------
 
-    async def _locked_memory(self, conn: AsyncConnection, memory_id: uuid.UUID) -> Memory | None:
+    async def _memory_in(
+        self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool = False
+    ) -> Memory | None:
+        """One memory by id, any status, read on `conn` (locked for the transaction with `lock`)."""
         m = self._schema.memories
-        stmt = select(*self._memory_columns).where(m.c.id == memory_id).with_for_update()
+        stmt = select(*self._memory_columns).where(m.c.id == memory_id)
+        if lock:
+            stmt = stmt.with_for_update()
         row = (await conn.execute(stmt)).first()
         return None if row is None else self._memory(row)
 
@@ -259,42 +287,14 @@ class StoreBase:
         await conn.execute(
             update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
         )
-        await self._audit(
-            conn,
-            action,
-            memory=memory,
-            memory_id=memory.id,
-            old_value=memory.value,
-            new_value=None,
-            actor=actor,
-        )
+        await self._audit(conn, change_audit_values(action, memory, None, actor=actor))
 
     async def _audit(
-        self,
-        conn: AsyncConnection,
-        action: AuditAction,
-        *,
-        memory: Memory | NewMemory,
-        memory_id: uuid.UUID,
-        old_value: str | None,
-        new_value: str | None,
-        actor: str,
-        event_id: uuid.UUID | None = None,
-        revision_id: uuid.UUID | None = None,
-        into: AuditRows | None = None,
+        self, conn: AsyncConnection, columns: dict[str, Any], *, into: AuditRows | None = None
     ) -> None:
-        """Write one audit row now, or append it to `into` for `_flush_audits` (one statement for
-        all of a transaction's rows, in order)."""
-        values = self._audit_values(
-            action,
-            memory=memory,
-            memory_id=memory_id,
-            old_value=old_value,
-            new_value=new_value,
-            actor=actor,
-            event_id=event_id,
-            revision_id=revision_id,
-        )
+        """Write one audit row (`audit_values`, stamped now) at once, or append it to `into` for
+        `_flush_audits` (one statement for all of a transaction's rows, in order)."""
+        values = self._stamped(columns)
         if into is not None:
             into.append(values)
             return
@@ -307,30 +307,9 @@ class StoreBase:
         await conn.execute(self._insert(self._schema.audit).values(list(rows)))
         rows.clear()
 
-    def _audit_values(
-        self,
-        action: AuditAction,
-        *,
-        memory: Memory | NewMemory,
-        memory_id: uuid.UUID,
-        old_value: str | None,
-        new_value: str | None,
-        actor: str,
-        event_id: uuid.UUID | None = None,
-        revision_id: uuid.UUID | None = None,
-    ) -> dict[str, Any]:
-        """One audit row's columns (for one INSERT or a multi-row one)."""
-        values = audit_values(
-            action,
-            memory=memory,
-            memory_id=memory_id,
-            old_value=old_value,
-            new_value=new_value,
-            actor=actor,
-            event_id=event_id,
-            revision_id=revision_id,
-        )
-        return {**values, "at": self._now()}
+    def _stamped(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """An audit row's columns (`audit_values`) with its time."""
+        return {**columns, "at": self._now()}
 
     async def _close_revision(
         self,
@@ -350,24 +329,17 @@ class StoreBase:
             .values(status=status, decided_by=actor, decided_at=self._now())
         )
         if audit:
+            action: AuditAction = "approve" if status == "approved" else "reject"
             await self._audit(
                 conn,
-                "approve" if status == "approved" else "reject",
-                memory=memory,
-                memory_id=memory.id,
-                old_value=memory.value,
-                new_value=revision.new_value,
-                actor=actor,
-                revision_id=revision.id,
+                change_audit_values(action, memory, revision.new_value, actor=actor, revision_id=revision.id),
                 into=audits_into,
             )
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
         """One memory by id, any status."""
-        m = self._schema.memories
         async with self._reading() as conn:
-            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
-        return None if row is None else self._memory(row)
+            return await self._memory_in(conn, memory_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ class MemoryErasure(ConversationTurns):
     async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Erase one memory (see the module docstring); False when there is no such memory."""
         async with self._transaction() as conn:
-            memory = await self._locked_memory(conn, memory_id)
+            memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return False
             await self._erase_rows(conn, [memory], actor=actor)
@@ -137,7 +137,7 @@ class MemoryErasure(ConversationTurns):
     async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Soft delete (status → archived); False when there is no such memory."""
         async with self._transaction() as conn:
-            memory = await self._locked_memory(conn, memory_id)
+            memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return False
             if memory.status == "archived":

@@ -4,19 +4,51 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, false, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import StoreBase, audit_entry
+from store.core.base import StoreBase, audit_entry, change_audit_values
 from store.errors import NothingPending, StoreError
 from store.model import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
 from store.rules.pagination import newest_first_page
-from store.rules.policy import check_may_decide, plan_approve, plan_reject, storable_confidence
+from store.rules.policy import ReviewKind, check_may_decide, plan_approve, plan_reject, storable_confidence
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Decision:
+    """A memory and its open revision (with the revision's stored embedding), locked, and what the
+    decision's plan does with them."""
+
+    memory: Memory
+    revision: Revision | None
+    embedding: builtins.list[float] | None
+    kind: ReviewKind
 
 
 class MemoryReview(StoreBase):
     """Review decisions and history."""
+
+    async def _decision(
+        self,
+        conn: AsyncConnection,
+        memory_id: uuid.UUID,
+        plan: Callable[[Memory, Revision | None], ReviewKind],
+    ) -> _Decision | None:
+        """Lock the memory and its open revision and `plan` the decision; None when there is no
+        such memory or nothing to decide."""
+        memory = await self._memory_in(conn, memory_id, lock=True)
+        if memory is None:
+            return None
+        open_rev = await self._open_revision(conn, memory_id, lock=True)
+        revision, embedding = open_rev if open_rev is not None else (None, None)
+        kind = plan(memory, revision)
+        if kind == "nothing":
+            return None
+        return _Decision(memory=memory, revision=revision, embedding=embedding, kind=kind)
 
     async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None:
         """Apply the open revision, or make a pending memory active; None if missing or nothing pending."""
@@ -35,29 +67,16 @@ class MemoryReview(StoreBase):
                 await self.embed_memory(key, peek[0].new_value),
             )
         async with self._transaction() as conn:
-            memory = await self._locked_memory(conn, memory_id)
-            if memory is None:
+            decision = await self._decision(conn, memory_id, plan_approve)
+            if decision is None:
                 return None
-            open_rev = await self._open_revision(conn, memory_id, lock=True)
-            revision = open_rev[0] if open_rev else None
-            kind = plan_approve(memory, revision)
-            if kind == "nothing":
-                return None
-            if kind == "activate":
+            memory, revision, embedding = decision.memory, decision.revision, decision.embedding
+            if decision.kind == "activate":
                 await conn.execute(
                     update(m).where(m.c.id == memory_id).values(status="active", updated_at=self._now())
                 )
-                await self._audit(
-                    conn,
-                    "approve",
-                    memory=memory,
-                    memory_id=memory_id,
-                    old_value=memory.value,
-                    new_value=memory.value,
-                    actor=actor,
-                )
-            elif revision is not None and open_rev is not None:
-                embedding = open_rev[1]
+                await self._audit(conn, change_audit_values("approve", memory, memory.value, actor=actor))
+            elif revision is not None:
                 if embedding is None:
                     if prepared is None or prepared[:2] != (revision.id, revision.new_value):
                         raise StoreError(f"revision {revision.id} changed while approving; approve again")
@@ -76,8 +95,7 @@ class MemoryReview(StoreBase):
                     )
                 )
                 await self._close_revision(conn, revision, memory, status="approved", actor=actor, audit=True)
-            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
-        return None if row is None else self._memory(row)
+            return await self._memory_in(conn, memory_id)
 
     async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None:
         """Discard the open revision, or archive a pending memory; None if missing or nothing pending.
@@ -85,22 +103,17 @@ class MemoryReview(StoreBase):
         A rejected pending memory is archived rather than deleted, so extraction does not propose the
         same value again (see `store.rules.policy`)."""
         check_may_decide(actor)
-        m = self._schema.memories
         async with self._transaction() as conn:
-            memory = await self._locked_memory(conn, memory_id)
-            if memory is None:
+            decision = await self._decision(conn, memory_id, plan_reject)
+            if decision is None:
                 return None
-            open_rev = await self._open_revision(conn, memory_id, lock=True)
-            revision = open_rev[0] if open_rev else None
-            kind = plan_reject(memory, revision)
-            if kind == "nothing":
-                return None
-            if kind == "discard_revision" and revision is not None:
-                await self._close_revision(conn, revision, memory, status="rejected", actor=actor, audit=True)
+            if decision.kind == "discard_revision" and decision.revision is not None:
+                await self._close_revision(
+                    conn, decision.revision, decision.memory, status="rejected", actor=actor, audit=True
+                )
             else:
-                await self._set_archived(conn, memory, action="reject", actor=actor)
-            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
-        return None if row is None else self._memory(row)
+                await self._set_archived(conn, decision.memory, action="reject", actor=actor)
+            return await self._memory_in(conn, memory_id)
 
     async def edit(
         self,
@@ -129,7 +142,7 @@ class MemoryReview(StoreBase):
         embedding = await self.embed_memory(current.key, value) if current.value != value else None
         m = self._schema.memories
         async with self._transaction() as conn:
-            memory = await self._locked_memory(conn, memory_id)
+            memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return None
             open_rev = (
@@ -147,17 +160,8 @@ class MemoryReview(StoreBase):
                         conn, open_rev[0], memory, status="rejected", actor=actor, audit=False
                     )
             await conn.execute(update(m).where(m.c.id == memory_id).values(**values))
-            await self._audit(
-                conn,
-                "edit",
-                memory=memory,
-                memory_id=memory_id,
-                old_value=memory.value,
-                new_value=value,
-                actor=actor,
-            )
-            row = (await conn.execute(select(*self._memory_columns).where(m.c.id == memory_id))).first()
-        return None if row is None else self._memory(row)
+            await self._audit(conn, change_audit_values("edit", memory, value, actor=actor))
+            return await self._memory_in(conn, memory_id)
 
     async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]:
         """Open proposals (all, or of one memory), oldest first."""
@@ -242,15 +246,10 @@ class MemoryReview(StoreBase):
         for row in revision_rows:
             memory = self._memory(row)
             data = row._mapping
-            item = ReviewItem(
+            item = replace(
+                review_item_of_memory(memory),
                 id=data["revision_id"],
                 kind="revision",
-                memory_id=memory.id,
-                scope=memory.scope,
-                owner_id=memory.owner_id,
-                user_id=memory.user_id,
-                team_id=memory.team_id,
-                key=memory.key,
                 value=None,
                 old_value=data["old_value"],
                 new_value=data["new_value"],

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import AuditRows
+from store.core.base import AuditRows, audit_values, change_audit_values
 from store.core.turns import ConversationTurns
 from store.errors import StoreConflict, StoreError
 from store.model import (
@@ -45,6 +45,20 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
 
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
 CONFLICT_RETRIES = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EventBatch:
+    """One event's write as `write_event` hands it on: the memories with their embeddings, how to
+    dedup them, and the event's conversation turns."""
+
+    event_id: uuid.UUID
+    memories: Sequence[NewMemory]
+    embeddings: Sequence[builtins.list[float]]
+    actor: str
+    dedup: DedupRule | None
+    neighbours: int
+    turns: Sequence[NewTurn] = ()
 
 
 def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:
@@ -196,18 +210,10 @@ class MemoryWrites(ConversationTurns):
                 await conn.execute(
                     self._insert(r).values(id=revision_id, memory_id=existing.id, status="pending", **fields)
                 )
-            await self._audit(
-                conn,
-                "propose",
-                memory=existing,
-                memory_id=existing.id,
-                old_value=existing.value,
-                new_value=new.value,
-                actor=actor,
-                event_id=event_id,
-                revision_id=revision_id,
-                into=audits,
+            proposed = change_audit_values(
+                "propose", existing, new.value, actor=actor, event_id=event_id, revision_id=revision_id
             )
+            await self._audit(conn, proposed, into=audits)
             return UpsertResult(memory_id=existing.id, action="revision_proposed", revision_id=revision_id)
 
         # plan.kind == "update"
@@ -225,17 +231,8 @@ class MemoryWrites(ConversationTurns):
             values["evidence"] = new.evidence
             values["observed_at"] = new.observed_at
         await conn.execute(update(m).where(m.c.id == existing.id).values(**values))
-        await self._audit(
-            conn,
-            "update",
-            memory=existing,
-            memory_id=existing.id,
-            old_value=existing.value,
-            new_value=new.value,
-            actor=actor,
-            event_id=event_id,
-            into=audits,
-        )
+        updated = change_audit_values("update", existing, new.value, actor=actor, event_id=event_id)
+        await self._audit(conn, updated, into=audits)
         if plan.close_revision and revision is not None:
             await self._close_revision(
                 conn, revision, existing, status="rejected", actor=actor, audit=True, audits_into=audits
@@ -287,14 +284,16 @@ class MemoryWrites(ConversationTurns):
         )
         created = {row.id for row in (await conn.execute(insert)).all()}
         audit = [
-            self._audit_values(
-                "add",
-                memory=new,
-                memory_id=new_id,
-                old_value=None,
-                new_value=new.value,
-                actor=actor,
-                event_id=event_id,
+            self._stamped(
+                audit_values(
+                    "add",
+                    memory=new,
+                    memory_id=new_id,
+                    old_value=None,
+                    new_value=new.value,
+                    actor=actor,
+                    event_id=event_id,
+                )
             )
             for new_id, (new, _) in zip(ids, rows, strict=True)
             if new_id in created
@@ -392,92 +391,69 @@ class MemoryWrites(ConversationTurns):
         for memory in memories:
             validate_new_memory(memory)
         validate_new_turns(turns)
-        embeddings = await self._embeddings_for(memories)
+        batch = EventBatch(
+            event_id=event_id,
+            memories=memories,
+            embeddings=await self._embeddings_for(memories),
+            actor=actor,
+            dedup=dedup,
+            neighbours=neighbours,
+            turns=turns,
+        )
         # a deadlock or serialisation failure is nobody's fault: the whole transaction (nothing of
         # it committed) is tried again at once, a few times, before it counts as a failure
         for tries in range(1, CONFLICT_RETRIES + 2):
             try:
-                return await self._write_event_once(
-                    event_id,
-                    memories,
-                    embeddings,
-                    actor=actor,
-                    dedup=dedup,
-                    neighbours=neighbours,
-                    turns=turns,
-                )
+                return await self._write_event_once(batch)
             except StoreConflict:
                 if tries > CONFLICT_RETRIES:
                     raise
                 self.conflict_retries += 1
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
-    async def _write_event_once(
-        self,
-        event_id: uuid.UUID,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
-        *,
-        actor: str,
-        dedup: DedupRule | None,
-        neighbours: int,
-        turns: Sequence[NewTurn] = (),
-    ) -> EventWrite:
+    async def _write_event_once(self, batch: EventBatch) -> EventWrite:
         """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
         async with self._transaction() as conn:
-            return await self._write_event_in(
-                conn,
-                event_id,
-                memories,
-                embeddings,
-                actor=actor,
-                dedup=dedup,
-                neighbours=neighbours,
-                turns=turns,
-            )
+            return await self._write_event_in(conn, batch)
 
-    async def _write_event_in(
-        self,
-        conn: AsyncConnection,
-        event_id: uuid.UUID,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
-        *,
-        actor: str,
-        dedup: DedupRule | None,
-        neighbours: int,
-        turns: Sequence[NewTurn] = (),
-    ) -> EventWrite:
+    async def _write_event_in(self, conn: AsyncConnection, batch: EventBatch) -> EventWrite:
         """`write_event`'s transaction, one statement at a time."""
         pe = self._schema.processed_events
         claim = (
             self._insert(pe)
-            .values(event_id=event_id, processed_at=self._now(), memory_count=len(memories), actor=actor)
+            .values(
+                event_id=batch.event_id,
+                processed_at=self._now(),
+                memory_count=len(batch.memories),
+                actor=batch.actor,
+            )
             .on_conflict_do_nothing(index_elements=[pe.c.event_id])
             .returning(pe.c.event_id)
         )
         claimed = (await conn.execute(claim)).first() is not None
         if not claimed:
             return EventWrite(duplicate=True)
-        rows = list(memories)
+        rows = list(batch.memories)
         results: dict[int, UpsertResult] = {}
         stored_key: set[int] = set()
-        if dedup is not None and rows:
+        if batch.dedup is not None and rows:
             await self._backend.lock_owners(conn, rows)
-            near = await self._neighbours_in(conn, rows, embeddings, neighbours)
-            results, stored_key = apply_dedup(rows, near, dedup)
-        pending = [i for i in write_order(memories) if i not in results]
+            near = await self._neighbours_in(conn, rows, batch.embeddings, batch.neighbours)
+            results, stored_key = apply_dedup(rows, near, batch.dedup)
+        pending = [i for i in write_order(batch.memories) if i not in results]
         fresh = [i for i in pending if i not in stored_key]
         inserted = await self._insert_new(
-            conn, [(rows[i], embeddings[i]) for i in fresh], actor=actor, event_id=event_id
+            conn, [(rows[i], batch.embeddings[i]) for i in fresh], actor=batch.actor, event_id=batch.event_id
         )
         for i, done in zip(fresh, inserted, strict=True):
             if done is not None:
                 results[i] = done
         taken = [i for i in pending if i not in results]
-        await self._upsert_taken(conn, rows, embeddings, taken, results, actor=actor, event_id=event_id)
-        await self._insert_turns(conn, event_id, turns)
-        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(memories))))
+        await self._upsert_taken(
+            conn, rows, batch.embeddings, taken, results, actor=batch.actor, event_id=batch.event_id
+        )
+        await self._insert_turns(conn, batch.event_id, batch.turns)
+        return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(batch.memories))))
 
     async def _upsert_taken(
         self,

@@ -40,11 +40,18 @@ from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 
-from store.core.base import AuditRows, audit_values
+from store.core.base import AuditRows, change_audit_values
 from store.core.rows import memory_from_row, revision_from_row
 from store.core.schema import Schema, array_literal
 from store.core.turns import turns_insert_statement
-from store.core.writes import apply_dedup, key_identity, occurrence_rounds, unchanged_result, write_order
+from store.core.writes import (
+    EventBatch,
+    apply_dedup,
+    key_identity,
+    occurrence_rounds,
+    unchanged_result,
+    write_order,
+)
 from store.errors import StoreConflict
 from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
 from store.postgres import neighbours_sql
@@ -122,68 +129,43 @@ class PgEventWriter:
         worker's write; explicit statuses and writes without dedup take the shared path."""
         return dedup is not None and bool(memories) and all(m.status == "pending_review" for m in memories)
 
-    async def write(
-        self,
-        event_id: uuid.UUID,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
-        *,
-        actor: str,
-        dedup: DedupRule,
-        neighbours: int,
-        turns: Sequence[NewTurn] = (),
-    ) -> EventWrite:
+    async def write(self, batch: EventBatch, dedup: DedupRule) -> EventWrite:
         """One attempt at the event's transaction (`MemoryWrites.write_event` retries a
-        `StoreConflict`)."""
+        `StoreConflict`), deduplicated by `dedup` (the batch's rule: the writer `takes` only events
+        with one)."""
         # a key stored behind the locks' back (a writer that takes no owner lock) fails the
         # insert: the write runs again, and its locks now find that key's row
         for _ in range(2):
             # a failed or cancelled write is rolled back (or its connection discarded) by the
             # pool's reset on return, as for any other transaction
             async with self._connections.driver() as driver:
-                written = await self._write_event_pipelined(
-                    driver,
-                    event_id,
-                    memories,
-                    embeddings,
-                    actor=actor,
-                    dedup=dedup,
-                    k=neighbours,
-                    turns=turns,
-                )
+                written = await self._write_event_pipelined(driver, batch, dedup)
             if written is not None:
                 return written
         raise StoreConflict("a key of the event was stored concurrently, twice")
 
     async def _write_event_pipelined(
-        self,
-        driver: DriverConnection[Any],
-        event_id: uuid.UUID,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
-        *,
-        actor: str,
-        dedup: DedupRule,
-        k: int,
-        turns: Sequence[NewTurn] = (),
+        self, driver: DriverConnection[Any], batch: EventBatch, dedup: DedupRule
     ) -> EventWrite | None:
         """The write (see the module docstring), or None, rolled back, when the insert of the new
         rows met a key neither the near-duplicate read nor the row lock saw."""
         # the owners' sizes choose the read's shape. An owner the cache lacks is counted beside
         # the read, which ranks it as a small one unless the count says otherwise: a large owner
         # new to the cache (a persona, once a minute) is then read again in its own shape.
-        sizes, missing = self._owner_sizes.lookup([owner_key(m) for m in memories])
-        vectors = [float4_array(vector) for vector in embeddings]  # once for both reads
+        sizes, missing = self._owner_sizes.lookup([owner_key(m) for m in batch.memories])
+        vectors = [float4_array(vector) for vector in batch.embeddings]  # once for both reads
         # a known large owner's reviewed rows are read through HNSW before the owner locks (the
         # costliest part of the read: persona learning puts every user's events of a persona on
         # one lock); the rest under the locks (`neighbours.ReadShape`)
         dim = self._schema.embedding_dim
-        early_sql, early_params = neighbours_statement(memories, vectors, k, sizes, "hnsw", dim=dim)
+        early_sql, early_params = neighbours_statement(
+            batch.memories, vectors, batch.neighbours, sizes, "hnsw", dim=dim
+        )
         near_sql, near_params = neighbours_statement(
-            memories, vectors, k, sizes, "locked" if early_sql else "whole", dim=dim
+            batch.memories, vectors, batch.neighbours, sizes, "locked" if early_sql else "whole", dim=dim
         )
         claim_sql, claim_params = claim_statement(
-            self._schema.processed_events.name, event_id, memories, actor=actor
+            self._schema.processed_events.name, batch.event_id, batch.memories, actor=batch.actor
         )
         async with self._connections.round_trip(driver):
             await driver.execute("BEGIN")
@@ -200,7 +182,7 @@ class PgEventWriter:
             # the stored rows of the event's keys and their open revisions, locked now: most
             # events restate a stored key, and its write then needs no round trip of its own
             # under the owner lock, which other events of the owner wait for
-            key_locks = await _send_key_locks(driver, list(dict.fromkeys(map(key_identity, memories))))
+            key_locks = await _send_key_locks(driver, list(dict.fromkeys(map(key_identity, batch.memories))))
             early_rows: Sequence[Mapping[str, Any]] = await early.fetchall() if early_sql else []
             claimed_row = await claim.fetchone()
             near_rows: Sequence[Mapping[str, Any]] = [*early_rows, *await near.fetchall()]
@@ -212,34 +194,36 @@ class PgEventWriter:
             return EventWrite(duplicate=True)
         if any(size > neighbours_sql.EXACT_OWNER_ROWS for size in counted.values()):
             # an owner new to the size cache is large: read everything again, under the locks
-            near_sql, near_params = neighbours_statement(memories, vectors, k, sizes | counted, dim=dim)
+            near_sql, near_params = neighbours_statement(
+                batch.memories, vectors, batch.neighbours, sizes | counted, dim=dim
+            )
             await near.execute((near_sql), near_params)
             near_rows = await near.fetchall()
 
-        rows = list(memories)
+        rows = list(batch.memories)
         results, stored_key = apply_dedup(rows, neighbours_from_rows(near_rows, len(rows)), dedup)
-        pending = [i for i in write_order(memories) if i not in results]
+        pending = [i for i in write_order(batch.memories) if i not in results]
         # a key given twice in one event: its second row must see what the first one wrote, so
         # it goes in the next round, whose rows are locked in the pipeline of the round before
         rounds = occurrence_rounds(rows, pending) or [[]]  # nothing to write: the turns and COMMIT
-        for n, batch in enumerate(rounds):
+        for n, round_rows in enumerate(rounds):
             later = rounds[n + 1] if n + 1 < len(rounds) else None
             # a key the read did not see may still be stored (an archived row): the lock found it;
             # from the second round on, every key was written by an earlier round
             stored_by_key = locked[0]
-            taken = [i for i in batch if n or i in stored_key or key_identity(rows[i]) in stored_by_key]
-            fresh = [i for i in batch if i not in taken]
+            taken = [i for i in round_rows if n or i in stored_key or key_identity(rows[i]) in stored_by_key]
+            fresh = [i for i in round_rows if i not in taken]
             next_locked = await self._write_round(
                 driver,
                 rows,
-                embeddings,
+                batch.embeddings,
                 fresh,
                 taken,
                 results,
                 locked,
-                actor=actor,
-                event_id=event_id,
-                turns=turns if later is None else (),
+                actor=batch.actor,
+                event_id=batch.event_id,
+                turns=batch.turns if later is None else (),
                 lock_next=None if later is None else [key_identity(rows[i]) for i in later],
             )
             if next_locked is None:
@@ -341,12 +325,10 @@ class PgEventWriter:
         updates = [p for p in planned if p.revision_id is None]
         proposals = [p for p in planned if p.revision_id is not None]
         audits: AuditRows = [
-            audit_values(
+            change_audit_values(
                 "update" if p.revision_id is None else "propose",
-                memory=p.existing,
-                memory_id=p.existing.id,
-                old_value=p.existing.value,
-                new_value=p.new.value,
+                p.existing,
+                p.new.value,
                 actor=actor,
                 event_id=event_id,
                 revision_id=p.revision_id,

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.core.recall import DEFAULT_WEIGHTS, Bm25, ScoreFusion
 from store.core.schema import build_schema
 from store.core.store import CoreStore
+from store.core.writes import EventBatch
 from store.errors import translating_errors
 from store.migrate import (
     EmbeddingDimensionMismatch,
@@ -32,7 +33,7 @@ from store.migrate import (
     existing_embedding_dim,
     head_revision,
 )
-from store.model import DedupRule, EventWrite, MemorySettings, NewMemory, NewTurn, RecallHit, Retriever
+from store.model import EventWrite, MemorySettings, RecallHit, Retriever
 from store.postgres.backend import PgBackend
 from store.postgres.connections import PgConnections, postgres_connect_args
 from store.postgres.event_write import PgEventWriter
@@ -138,26 +139,13 @@ class PostgresMemoryStore(CoreStore):
         async with self._connections.reading() as conn:
             yield conn
 
-    async def _write_event_once(
-        self,
-        event_id: uuid.UUID,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
-        *,
-        actor: str,
-        dedup: DedupRule | None,
-        neighbours: int,
-        turns: Sequence[NewTurn] = (),
-    ) -> EventWrite:
+    async def _write_event_once(self, batch: EventBatch) -> EventWrite:
         """The pipelined write (`PgEventWriter`) for the events it takes, the shared path for the
         rest."""
-        if dedup is not None and self._event_writer.takes(memories, dedup):
-            return await self._event_writer.write(
-                event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
-            )
-        return await super()._write_event_once(
-            event_id, memories, embeddings, actor=actor, dedup=dedup, neighbours=neighbours, turns=turns
-        )
+        dedup = batch.dedup
+        if dedup is not None and self._event_writer.takes(batch.memories, dedup):
+            return await self._event_writer.write(batch, dedup)
+        return await super()._write_event_once(batch)
 
     async def recall(
         self,

@@ -64,7 +64,7 @@ LOCK_OPEN_REVISIONS_BY_KEYS_SQL = (
 )
 
 
-# the audit columns `_audit_values` fills, but `at`, with their Postgres types
+# the audit columns `audit_values` fills, but `at`, with their Postgres types
 _AUDIT_COLUMNS = (
     ("memory_id", "uuid"),
     ("action", "text"),

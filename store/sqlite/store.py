@@ -77,14 +77,18 @@ _OWNER_TOKEN_SQL = (
 )
 # the team of a row: `t0` for none, else `t<hex>0`
 _TEAM_TOKEN_SQL = "'t' || replace(coalesce({t}.team_id, ''), '-', '') || '0'"
-_FTS_ROW = (
-    "(memory_id, owner, team, key, value, evidence) VALUES (new.id, "
-    + _OWNER_TOKEN_SQL.format(t="new")
-    + ", "
-    + _TEAM_TOKEN_SQL.format(t="new")
-    + ", new.key, new.value, coalesce(new.evidence, ''))"
-)
 FTS_COLUMNS = ("memory_id", "owner", "team", "key", "value", "evidence")
+
+
+def _fts_values(t: str) -> str:
+    """The `FTS_COLUMNS` values of the memories row `t` (`new` in a trigger, an alias in a SELECT)."""
+    return (
+        f"{t}.id, {_OWNER_TOKEN_SQL.format(t=t)}, {_TEAM_TOKEN_SQL.format(t=t)}, "
+        f"{t}.key, {t}.value, coalesce({t}.evidence, '')"
+    )
+
+
+_FTS_ROW = f"({', '.join(FTS_COLUMNS)}) VALUES ({_fts_values('new')})"
 FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5("
     "memory_id UNINDEXED, owner, team, key, value, evidence, tokenize = 'porter unicode61')",
@@ -96,11 +100,7 @@ FTS_DDL = (
     f"BEGIN DELETE FROM memories_fts WHERE memory_id = old.id; INSERT INTO memories_fts {_FTS_ROW}; END",
 )
 FTS_BACKFILL = (
-    "INSERT INTO memories_fts (memory_id, owner, team, key, value, evidence) SELECT m.id, "
-    + _OWNER_TOKEN_SQL.format(t="m")
-    + ", "
-    + _TEAM_TOKEN_SQL.format(t="m")
-    + ", m.key, m.value, coalesce(m.evidence, '') FROM memories m "
+    f"INSERT INTO memories_fts ({', '.join(FTS_COLUMNS)}) SELECT {_fts_values('m')} FROM memories m "
     "WHERE NOT EXISTS (SELECT 1 FROM memories_fts f WHERE f.memory_id = m.id)"
 )
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import httpx
 
@@ -55,19 +54,23 @@ def serve_environment(database_url: str) -> dict[str, str]:
 
 @dataclass
 class ServeProcess:
-    """Start and stop `pmem serve` (every wait has a deadline)."""
+    """Start and stop `pmem serve` (every wait has a deadline). Its log goes to a file: a pipe nobody
+    reads until the end would block the server once the log outgrew the pipe's buffer."""
 
     env: dict[str, str]
-    # its log: a file, as a pipe nobody reads until the end would block the server once the log
-    # outgrows the pipe's buffer
-    log: IO[str]
     proc: subprocess.Popen[str] | None = None
+    log: Path | None = None
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start the server; its base URL once /readyz answers."""
-        self.proc = subprocess.Popen(
-            [*PMEM, "serve"], env=self.env, stdout=subprocess.DEVNULL, stderr=self.log, text=True
-        )
+        handle, name = tempfile.mkstemp(prefix="pmem-serve-", suffix=".log")
+        self.log = Path(name)
+        try:
+            self.proc = subprocess.Popen(
+                [*PMEM, "serve"], env=self.env, stdout=subprocess.DEVNULL, stderr=handle, text=True
+            )
+        finally:
+            os.close(handle)  # the child holds its own copy
         base = f"http://127.0.0.1:{self.env['PMEM_API_PORT']}"
         deadline = time.monotonic() + timeout_s
         while True:
@@ -77,21 +80,28 @@ class ServeProcess:
             except httpx.TransportError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                self.proc.wait()
-                self.log.seek(0)
-                raise AssertionError(f"pmem serve did not become ready: {self.log.read()[-3000:]}")
+                logged = self.logged()
+                self.stop()
+                raise AssertionError(f"pmem serve did not become ready: {logged[-3000:]}")
             time.sleep(0.1)
 
-    def stop(self) -> None:
-        """SIGTERM, then kill after 10 s."""
+    def logged(self) -> str:
+        """What the server has logged so far."""
+        return self.log.read_text(errors="replace") if self.log is not None and self.log.exists() else ""
+
+    def stop(self) -> int | None:
+        """SIGTERM, then kill after 10 s; the exit status when it ended by itself. The log is kept
+        until the process is gone, then removed."""
         if self.proc is None:
-            return
+            return None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=10)
+            return self.proc.wait(timeout=10)
         finally:
             self.proc.kill()
+            self.proc.wait()
+            if self.log is not None:
+                self.log.unlink(missing_ok=True)
 
 
 def served_process(new_database: Callable[[], str]) -> Iterator[Served]:
@@ -101,10 +111,9 @@ def served_process(new_database: Callable[[], str]) -> Iterator[Served]:
     env = serve_environment(url)
     created = pmem(env, "keys", "create", "chat-backend")
     assert created.returncode == 0, created.stderr
-    with tempfile.TemporaryFile(mode="w+") as log:
-        process = ServeProcess(env, log)
-        base = process.start()
-        try:
-            yield Served(base=base, database_url=url, env=env, service_key=created.stdout.strip())
-        finally:
-            process.stop()
+    process = ServeProcess(env)
+    base = process.start()
+    try:
+        yield Served(base=base, database_url=url, env=env, service_key=created.stdout.strip())
+    finally:
+        process.stop()

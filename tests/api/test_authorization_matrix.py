@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from store.model import NewMemory, NewTurn
+from store.model import NewTurn
 from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import TEAM_A, TEAM_B, People
+from tests.factories import user_fact
 
 ROLES = ("anonymous", "user", "team_admin", "admin", "service")
 # own: about `user`, written in team A; other_user: about `other_user` in team A; other_team: about
@@ -222,12 +223,10 @@ async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUI
         )
         await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
         result = await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=subject,
-                user_id=None,
-                key=f"fact {resource}",
-                value=SECRET_VALUE[resource],
+            user_fact(
+                subject,
+                f"fact {resource}",
+                SECRET_VALUE[resource],
                 status="pending_review",
                 team_id=team,
                 evidence=f"user: {SECRET_VALUE[resource]}",

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from store.model import NewMemory, NewTurn
 from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import TEAM_A, People
+from tests.factories import exchange, user_fact
 
 PERSONA = uuid.UUID(int=0x9)
 T0 = datetime(2026, 11, 1, 9, 30, tzinfo=UTC)
@@ -20,19 +20,7 @@ async def said(
     store: PostgresMemoryStore, user: uuid.UUID, channel: uuid.UUID, lines: list[str], at: datetime
 ) -> None:
     """One event of `lines` in `channel` with the persona, in team A."""
-    turns = [
-        NewTurn(
-            channel_id=channel,
-            user_id=user,
-            persona_id=PERSONA,
-            team_id=TEAM_A,
-            role="user" if i % 2 == 0 else "assistant",
-            text=text,
-            at=at + timedelta(seconds=i),
-            position=i + 1,
-        )
-        for i, text in enumerate(lines)
-    ]
+    turns = exchange(lines, channel=channel, user=user, persona=PERSONA, team=TEAM_A, at=at)
     await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
 
 
@@ -85,12 +73,10 @@ async def test_memories_and_review_items_carry_their_evidence_and_when_it_was_sa
     client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
 ) -> None:
     written = await api_store.upsert(
-        NewMemory(
-            scope="user",
-            owner_id=people.user,
-            user_id=None,
-            key="diet",
-            value="Is vegan",
+        user_fact(
+            people.user,
+            "diet",
+            "Is vegan",
             status="pending_review",
             team_id=TEAM_A,
             evidence="user: I have been vegan since 2020",

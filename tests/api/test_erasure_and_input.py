@@ -16,6 +16,7 @@ from api.auth import mint_jwt
 from store.model import DirectoryEntry, NewMemory, NewTurn
 from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import AUTH, SECRET, TEAM_A, People
+from tests.factories import user_fact
 
 ERASED = "Keeps a diary in Esperanto"
 
@@ -64,23 +65,19 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
     ]
     await store.write_event(event_id=uuid.uuid4(), memories=[], turns=said)
     first = await store.upsert(
-        NewMemory(
-            scope="user",
-            owner_id=people.user,
-            user_id=None,
-            key="hobby",
-            value="Keeps a diary",
+        user_fact(
+            people.user,
+            "hobby",
+            "Keeps a diary",
             status="active",  # reviewed: the next value becomes a proposal
             team_id=TEAM_A,
         )
     )
     await store.upsert(
-        NewMemory(
-            scope="user",
-            owner_id=people.user,
-            user_id=None,
-            key="hobby",
-            value=ERASED,
+        user_fact(
+            people.user,
+            "hobby",
+            ERASED,
             status="pending_review",
             team_id=TEAM_A,
             evidence=f"user: {ERASED} since May",
@@ -254,12 +251,10 @@ async def test_turning_memory_off_applies_to_the_same_apps_recall_at_once(
     api_store: PostgresMemoryStore, people: People
 ) -> None:
     await api_store.upsert(
-        NewMemory(
-            scope="user",
-            owner_id=people.user,
-            user_id=None,
-            key="diet",
-            value="Is vegetarian",
+        user_fact(
+            people.user,
+            "diet",
+            "Is vegetarian",
             status="active",
             team_id=TEAM_A,
         )

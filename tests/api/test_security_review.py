@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,9 +31,9 @@ from store.model import NewMemory
 from store.postgres.store import PostgresMemoryStore
 from store.rules.keys import is_invisible
 from tests.api.conftest import SECRET, TEAM_A
+from tests.api.serve_harness import ServeProcess, pmem
 from worker.embedded import free_port
 
-PMEM = [sys.executable, "-m", "worker.cli"]
 MAX_BODY = 20_000
 STATEMENT_TIMEOUT_S = 2
 PERSONA = uuid.UUID(int=0xC0FFEE)
@@ -80,33 +78,19 @@ def served(embedded_postgres: Any) -> Iterator[Served]:
         PMEM_API_MAX_BODY_BYTES=str(MAX_BODY),
         PYTHONPATH=str(Path(__file__).resolve().parents[2]),
     )
-    created = subprocess.run(
-        [*PMEM, "keys", "create", "chat-backend"], env=env, capture_output=True, text=True, timeout=60
-    )
+    created = pmem(env, "keys", "create", "chat-backend")
     assert created.returncode == 0, created.stderr
-    proc = subprocess.Popen(
-        [*PMEM, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    base = f"http://127.0.0.1:{env['PMEM_API_PORT']}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"pmem serve did not become ready: {proc.communicate()[1]}")
-        time.sleep(0.1)
+    server = ServeProcess(env)
+    base = server.start()
+    assert server.proc is not None
     yield Served(
-        base=base, process=proc, database_url=url, service_key=created.stdout.strip(), rsa_private=private
+        base=base,
+        process=server.proc,
+        database_url=url,
+        service_key=created.stdout.strip(),
+        rsa_private=private,
     )
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    finally:
-        proc.kill()
+    server.stop()
 
 
 @pytest.fixture

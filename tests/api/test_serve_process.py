@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +12,10 @@ import httpx
 import pytest
 
 from store.migrate import migrate
-from store.model import NewMemory
 from tests.api.conftest import SECRET, TEAM_A
+from tests.api.serve_harness import ServeProcess, pmem
+from tests.factories import user_fact
 from worker.embedded import free_port
-
-PMEM = [sys.executable, "-m", "worker.cli"]
-
-
-def pmem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PMEM, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture
@@ -43,27 +34,9 @@ def serve_env(new_database: object) -> dict[str, str]:
 
 @pytest.fixture
 def server(serve_env: dict[str, str]) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [*PMEM, "serve"], env=serve_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    base = f"http://127.0.0.1:{serve_env['PMEM_API_PORT']}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"pmem serve did not become ready: {proc.communicate()[1]}")
-        time.sleep(0.1)
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=10) == 0
-    finally:
-        proc.kill()
+    process = ServeProcess(serve_env)
+    yield process.start()
+    assert process.stop() == 0
 
 
 async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env: dict[str, str]) -> None:
@@ -74,12 +47,10 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))
     try:
         pending = await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=user,
-                user_id=None,
-                key="hometown",
-                value="Grew up in Ghent",
+            user_fact(
+                user,
+                "hometown",
+                "Grew up in Ghent",
                 team_id=TEAM_A,
             )
         )

@@ -25,6 +25,7 @@ from store.postgres.store import PostgresMemoryStore
 from store.services.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext
 from tests.api.conftest import SECRET, TEAM_A, TEAM_B
 from tests.api.serve_harness import DIM, Served, served_process
+from tests.factories import user_fact
 
 PERSONA = uuid.UUID(int=0x9)
 OTHER_TEAM_SECRET = "office-in-berlin-6a1f"
@@ -53,9 +54,7 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
     """What every channel's user starts with: a team-less fact, a persona fact in team A, and a
     fact from team B that no call in team A may see or touch."""
     for new in (
-        NewMemory(
-            scope="user", owner_id=user, user_id=None, key="diet", value="Is vegetarian", status="active"
-        ),
+        user_fact(user, "diet", "Is vegetarian", status="active"),
         NewMemory(
             scope="persona_user",
             owner_id=PERSONA,
@@ -65,12 +64,10 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
             status="active",
             team_id=TEAM_A,
         ),
-        NewMemory(
-            scope="user",
-            owner_id=user,
-            user_id=None,
-            key="office",
-            value=OTHER_TEAM_SECRET,
+        user_fact(
+            user,
+            "office",
+            OTHER_TEAM_SECRET,
             status="active",
             team_id=TEAM_B,
         ),
@@ -372,12 +369,10 @@ async def test_mcp_authorization_matrix(served: Served, store: PostgresMemorySto
     contexts = {"own": (user, TEAM_A), "other_user": (other, TEAM_A), "other_team": (other, TEAM_B)}
     for resource, (subject, team) in contexts.items():
         await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=subject,
-                user_id=None,
-                key=f"fact {resource}",
-                value=secrets[resource],
+            user_fact(
+                subject,
+                f"fact {resource}",
+                secrets[resource],
                 status="active",
                 team_id=team,
             )

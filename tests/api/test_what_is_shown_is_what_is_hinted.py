@@ -30,6 +30,7 @@ from store.postgres.store import PostgresMemoryStore
 from store.rules.hint import KNOWN_HEADER
 from store.rules.keys import is_invisible, storable_value
 from tests.api.conftest import AUTH, DIM, SECRET, TEAM_A
+from tests.factories import user_fact
 
 # characters a smuggler reaches for: tags, bidi controls, zero-width ones, variation selectors,
 # fillers, controls, a lone surrogate, and whitespace of every kind
@@ -236,12 +237,10 @@ def test_no_query_cursor_or_credential_makes_the_api_answer_5xx(
     for n in range(5):
         served.run(
             served.store.upsert(
-                NewMemory(
-                    scope="user",
-                    owner_id=user,
-                    user_id=None,
-                    key=f"fact {n}",
-                    value=f"Likes {n}",
+                user_fact(
+                    user,
+                    f"fact {n}",
+                    f"Likes {n}",
                     status="active",
                     team_id=TEAM_A,
                     observed_at=datetime(2023, 8, n + 1, tzinfo=UTC),

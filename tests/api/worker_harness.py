@@ -17,7 +17,7 @@ from typing import IO
 
 import httpx
 
-from worker.embedded import free_port
+from worker.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,6 +34,20 @@ class WorkerNames:
         """Names no other test uses."""
         tag = uuid.uuid4().hex[:8]
         return cls(subject=f"t{tag}.conversation.ended", stream=f"CHAT_{tag}")
+
+
+def worker_process(env: dict[str, str], log: int | IO[str] = subprocess.PIPE) -> subprocess.Popen[str]:
+    """`pmem worker` started in the repository with `env`; its log on `log` (the stderr pipe: for
+    a process read to its end; a long-lived one logs to a file, as a pipe nobody reads would block
+    it, event loop included, once the log outgrows the pipe's buffer)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        text=True,
+    )
 
 
 @contextmanager
@@ -61,27 +75,13 @@ def running_worker(
         PMEM_SETTINGS_CACHE_S="0",
         PYTHONPATH=str(REPO),
     )
-    # its log goes to a file: a pipe nobody reads until the end would block the worker (and its
-    # event loop) once the log outgrows the pipe's buffer
     with tempfile.TemporaryFile(mode="w+") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            text=True,
-        )
+        process = worker_process(env, log)
         try:
             _wait_ready(process, port, log, timeout_s)
             yield
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout_s=15)
 
 
 def _wait_ready(process: subprocess.Popen[str], port: int, log: IO[str], timeout_s: float) -> None:

@@ -25,7 +25,7 @@ import yaml
 from tests.deploy.deploy_files import DASHBOARDS, prometheus_tool
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import base_settings, conversation
-from worker.embedded import EmbeddedNats, free_port
+from worker.embedded import EmbeddedNats, free_port, stop_process
 from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.slow
@@ -67,35 +67,40 @@ def wait_until(check: Any, *, within: float, what: str) -> Any:
 
 
 @contextlib.contextmanager
-def running_pmem(args: list[str], env: Mapping[str, str], *, port: int, logs: Path) -> Iterator[str]:
-    """A `pmem ARGS` process whose /metrics is on `port`; yields its scrape address when /readyz
-    answers 200."""
+def running(
+    command: list[str], *, name: str, ready_url: str, logs: Path, env: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """`command` running, its output in `logs`, from when GET `ready_url` answers 200; stopped after."""
     log = logs.open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", *args],
-        env={**os.environ, **env},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    address = f"127.0.0.1:{port}"
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
 
         def ready() -> bool:
             if process.poll() is not None:
-                raise AssertionError(f"pmem {' '.join(args)} exited: {logs.read_text()[-3000:]}")
-            with urllib.request.urlopen(f"http://{address}/readyz", timeout=2) as response:
+                raise AssertionError(f"{name} exited: {logs.read_text()[-3000:]}")
+            with urllib.request.urlopen(ready_url, timeout=2) as response:
                 return bool(response.status == 200)
 
-        wait_until(ready, within=60, what=f"pmem {' '.join(args)} to be ready")
-        yield address
+        wait_until(ready, within=60, what=f"{name} to be ready")
+        yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=30)
         log.close()
+
+
+@contextlib.contextmanager
+def running_pmem(args: list[str], env: Mapping[str, str], *, port: int, logs: Path) -> Iterator[str]:
+    """A `pmem ARGS` process whose /metrics is on `port`; yields its scrape address when /readyz
+    answers 200."""
+    address = f"127.0.0.1:{port}"
+    with running(
+        [sys.executable, "-m", "worker.cli", *args],
+        name=f"pmem {' '.join(args)}",
+        ready_url=f"http://{address}/readyz",
+        logs=logs,
+        env={**os.environ, **env},
+    ):
+        yield address
 
 
 @contextlib.contextmanager
@@ -109,36 +114,15 @@ def running_prometheus(targets: Mapping[str, str], workdir: Path) -> Iterator[st
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            prometheus_tool("prometheus"),
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()[-3000:]}")
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-
-        wait_until(ready, within=60, what="Prometheus to be ready")
+    command = [
+        prometheus_tool("prometheus"),
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with running(command, name="Prometheus", ready_url=f"{url}/-/ready", logs=workdir / "prometheus.log"):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:

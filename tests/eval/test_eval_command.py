@@ -104,19 +104,24 @@ def test_options_from_args() -> None:
     )
 
 
-async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
-    """A turn's embedding is the mean direction of its own text's and its text-with-context's."""
-    conversation = load_locomo(FIXTURE)[0]
-    embedder = CachingEmbedder(HashingEmbedder(dim=64))
-    base = EvalOptions(
+def _options(unit: str = "observation", **changes: object) -> EvalOptions:
+    options = EvalOptions(
         file=FIXTURE,
-        unit="dialog",
+        unit="observation",
         ks=(5,),
         retrievers=("hybrid",),
         embedding_provider="hashing",
         database_url=None,
         data_dir=None,
     )
+    return replace(options, unit=unit, **changes)  # type: ignore[arg-type]
+
+
+async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
+    """A turn's embedding is the mean direction of its own text's and its text-with-context's."""
+    conversation = load_locomo(FIXTURE)[0]
+    embedder = CachingEmbedder(HashingEmbedder(dim=64))
+    base = _options("dialog")
     alone = await unit_vectors(embedder, conversation, replace(base, dialog_context=0))
     mixed = await unit_vectors(embedder, conversation, replace(base, dialog_context=2))
     texts = conversation.context_texts("dialog", 2)
@@ -133,19 +138,6 @@ async def test_dialog_unit_vectors_mix_the_turn_with_its_context() -> None:
         embedder, conversation, replace(base, unit="observation", observation_context="none")
     )
     assert observations == await embedder.embed([u.text for u in conversation.units("observation")])
-
-
-def _options(unit: str = "observation", **changes: object) -> EvalOptions:
-    options = EvalOptions(
-        file=FIXTURE,
-        unit="observation",
-        ks=(5,),
-        retrievers=("hybrid",),
-        embedding_provider="hashing",
-        database_url=None,
-        data_dir=None,
-    )
-    return replace(options, unit=unit, **changes)  # type: ignore[arg-type]
 
 
 async def test_observation_unit_vectors_mix_the_fact_with_the_turns_it_cites() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from extraction.types import Candidate, ExtractionResult
+from tests.factories import past_turn
 from worker.cli import build_parser, main
 from worker.commands.evaluate import options_from_args
 from worker.evaluation.extracted import session_events
@@ -207,18 +208,12 @@ async def test_the_no_evidence_ablation_drops_only_the_evidence_numbers() -> Non
 def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_speakers() -> None:
     from datetime import UTC, datetime
 
-    from store.model import RecallItem, Turn
+    from store.model import RecallItem
     from worker.evaluation.product_run import recalled_of
 
-    said = Turn(
-        id=uuid.uuid4(),
-        channel_id=uuid.uuid4(),
-        event_id=uuid.uuid4(),
-        user_id=uuid.uuid4(),
-        persona_id=None,
-        team_id=None,
+    said = past_turn(
+        "Madeira, twice!",
         role="assistant",
-        text="Madeira, twice!",
         at=datetime(2023, 5, 8, 13, 56, tzinfo=UTC),
         position=4,
         speaker="Melanie",

@@ -12,6 +12,7 @@ import pytest
 from extraction.dedup import DedupThresholds, cosine, decide_dedup, dedup_candidates
 from extraction.types import Candidate
 from store.model import Memory, OwnerRef, Scope
+from tests.factories import stored_fact
 
 USER = uuid.uuid4()
 OTHER_USER = uuid.uuid4()
@@ -20,19 +21,8 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def memory(key: str, value: str, *, scope: Scope = "user", owner: uuid.UUID = USER) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        scope=scope,
-        owner_id=owner,
-        user_id=USER if scope == "persona_user" else None,
-        key=key,
-        value=value,
-        source_channel_id=None,
-        confidence=0.9,
-        status="active",
-        created_at=NOW,
-        updated_at=NOW,
-    )
+    user = USER if scope == "persona_user" else None
+    return stored_fact(key, value, at=NOW, scope=scope, owner_id=owner, user_id=user)
 
 
 def cand(key: str, value: str, scope: Scope = "user") -> Candidate:

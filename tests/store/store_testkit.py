@@ -21,6 +21,7 @@ from store.postgres.connections import PgConnections
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from store.sqlite.store import SqliteMemoryStore
+from tests.factories import user_fact
 
 Store = PostgresMemoryStore | SqliteMemoryStore
 MakeStore = Callable[..., Awaitable[Store]]
@@ -224,12 +225,11 @@ def fact(
     owner: uuid.UUID, key: str, value: str, *, team: uuid.UUID | None = None, scope: str = "user"
 ) -> NewMemory:
     """A pending fact of a user-less owner, embedded by the 384-d hashing embedder."""
-    return NewMemory(
-        scope=scope,  # type: ignore[arg-type]
-        owner_id=owner,
-        user_id=None,
-        key=key,
-        value=value,
+    return user_fact(
+        owner,
+        key,
+        value,
+        scope=scope,
         confidence=0.9,
         status="pending_review",
         embedding=hashing_vector(f"{key}: {value}", 384),

@@ -20,9 +20,10 @@ from store.core.recall import (
     query_cues,
     term_stats,
 )
-from store.model import Memory, NewMemory
+from store.model import Memory
 from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
 from store.sqlite.store import bm25_expression
+from tests.factories import stored_fact, user_fact
 from tests.store.store_testkit import MakeStore, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -129,18 +130,8 @@ def test_mean_direction_is_unit_length_between_its_inputs() -> None:
 
 
 def _memory(key: str, *, created: datetime = NOW, channel: uuid.UUID | None = None) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        scope="user",
-        owner_id=uuid.UUID(int=1),
-        user_id=None,
-        key=key,
-        value=key,
-        source_channel_id=channel,
-        confidence=1.0,
-        status="active",
-        created_at=created,
-        updated_at=created,
+    return stored_fact(
+        key, key, at=created, owner_id=uuid.UUID(int=1), source_channel_id=channel, confidence=1.0
     )
 
 
@@ -196,12 +187,10 @@ async def test_recall_uses_the_time_cue_and_owner_term_statistics_on_both_stores
     ]
     for key, value, when in facts:
         await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=user,
-                user_id=None,
-                key=key,
-                value=value,
+            user_fact(
+                user,
+                key,
+                value,
                 status="active",
                 observed_at=when,
             )
@@ -224,11 +213,7 @@ async def test_informative_words_cue_changes_the_query_vector_on_both_stores(mak
     hobbies = ("tea", "jazz", "chess", "rain", "dogs", "maps", "figs", "vinyl", "kites", "trains", "opera")
     values = ["Caroline paints"] + [f"Caroline likes {x}" for x in hobbies]
     for i, value in enumerate([*values, "Caroline went hiking", "Caroline adopted a dog"]):
-        await store.upsert(
-            NewMemory(
-                scope="user", owner_id=user, user_id=None, key=f"fact {i}", value=value, status="active"
-            )
-        )
+        await store.upsert(user_fact(user, f"fact {i}", value, status="active"))
     embedder.texts.clear()
     await store.recall(user, None, "what does Caroline paint", 3, retriever="vector")
     assert embedder.texts == [["what does Caroline paint", "what does paint"]]
@@ -249,12 +234,10 @@ async def test_conversation_cue_lifts_a_sibling_fact_on_both_stores(make_store: 
     ]
     for key, value, channel in rows:
         await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=user,
-                user_id=None,
-                key=key,
-                value=value,
+            user_fact(
+                user,
+                key,
+                value,
                 status="active",
                 source_channel_id=channel,
             )
@@ -334,12 +317,10 @@ class AngleEmbedder:
         """Active memories of `user`, one per (key, value, cosine to the query), each on its own axis."""
         for axis, (key, value, cosine) in enumerate(rows, start=1):
             await store.upsert(
-                NewMemory(
-                    scope="user",
-                    owner_id=user,
-                    user_id=None,
-                    key=key,
-                    value=value,
+                user_fact(
+                    user,
+                    key,
+                    value,
                     status="active",
                     embedding=self.at(cosine, axis),
                 )
@@ -376,9 +357,7 @@ async def test_key_weight_ranks_a_word_in_the_value_against_the_same_word_in_the
     store = await make_store(fusion=ScoreFusion(key_weight=key_weight, conversation_boost=0.0))
     user = uuid.uuid4()
     for key, value in (("in key zebra", "quiet morning"), ("in value morning", "quiet zebra")):
-        await store.upsert(
-            NewMemory(scope="user", owner_id=user, user_id=None, key=key, value=value, status="active")
-        )
+        await store.upsert(user_fact(user, key, value, status="active"))
     hits = await store.recall(user, None, "zebra", 2, retriever="keyword")
     assert hits[0].memory.key == first
     assert hits[0].score > hits[1].score

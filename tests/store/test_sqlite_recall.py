@@ -15,10 +15,11 @@ from extraction.embeddings import HashingEmbedder
 from store.core.recall import top_cosines, unit_rows
 from store.model import NewMemory, OwnerRef
 from store.sqlite.store import SqliteMemoryStore, owner_match, owner_token
+from tests.factories import user_fact
 
 
 def _new(owner: uuid.UUID, key: str, value: str, **kw: object) -> NewMemory:
-    return NewMemory(scope="user", owner_id=owner, user_id=None, key=key, value=value, status="active", **kw)  # type: ignore[arg-type]
+    return user_fact(owner, key, value, status="active", **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from store.core.channel_turns import first_line
-from store.model import ConversationQuery, NewTurn
+from store.model import ConversationQuery
+from tests.factories import exchange
 from tests.store.store_testkit import Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
@@ -27,19 +28,9 @@ async def say(
 ) -> uuid.UUID:
     """One event of `lines` (user and assistant in turn) in `channel`; its event id."""
     event_id = uuid.uuid4()
-    turns = [
-        NewTurn(
-            channel_id=channel,
-            user_id=user,
-            persona_id=persona,
-            team_id=team,
-            role="user" if i % 2 == 0 else "assistant",
-            text=text,
-            at=at + timedelta(minutes=i),
-            position=i + 1,
-        )
-        for i, text in enumerate(lines)
-    ]
+    turns = exchange(
+        lines, channel=channel, user=user, persona=persona, team=team, at=at, apart=timedelta(minutes=1)
+    )
     await store.write_event(event_id=event_id, memories=[], turns=turns)
     return event_id
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -22,9 +24,26 @@ def cli_env(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return database_url
 
 
+@asynccontextmanager
+async def opened(database_url: str) -> AsyncIterator[PostgresMemoryStore]:
+    """A store on the CLI's database, to set up or read what the CLI sees; closed after."""
+    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=384))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 async def pmem(*argv: str) -> int:
     """Run the CLI in a thread (it starts its own event loop)."""
     return await asyncio.to_thread(main, list(argv))
+
+
+@pytest.fixture
+async def migrated(cli_env: str) -> str:
+    """The CLI's database after `pmem migrate` succeeded on it."""
+    assert await pmem("migrate") == 0
+    return cli_env
 
 
 def test_pmem_migrate_reports_what_it_did_and_is_idempotent(
@@ -54,16 +73,12 @@ def test_pmem_migrate_refuses_an_unusable_url(capsys: pytest.CaptureFixture[str]
     assert "names no file" in capsys.readouterr().err
 
 
-async def test_pmem_recall_prints_json_and_a_table(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert await pmem("migrate") == 0
+async def test_pmem_recall_prints_json_and_a_table(migrated: str, capsys: pytest.CaptureFixture[str]) -> None:
     user, persona = uuid.uuid4(), uuid.uuid4()
-    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
-    try:
+    async with opened(migrated) as store:
         await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
         await store.upsert(mem(scope="persona_user", owner=persona, user=user, key="level", value="Beginner"))
         await store.upsert(mem(owner=user, key="pending", value="Lisbon maybe", status="pending_review"))
-    finally:
-        await store.close()
     capsys.readouterr()
 
     assert (
@@ -98,18 +113,14 @@ def test_pmem_recall_rejects_a_non_uuid_user(capsys: pytest.CaptureFixture[str])
 
 
 async def test_pmem_review_lists_approves_rejects_and_edits(
-    cli_env: str, capsys: pytest.CaptureFixture[str]
+    migrated: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert await pmem("migrate") == 0
     user = uuid.uuid4()
-    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
-    try:
+    async with opened(migrated) as store:
         pending = await store.upsert(mem(owner=user, key="pet", value="Has a cat", status="pending_review"))
         rejected = await store.upsert(mem(owner=user, key="city", value="Porto", status="pending_review"))
         active = await store.upsert(mem(owner=user, key="diet", value="Is vegetarian"))
         await store.upsert(mem(owner=user, key="diet", value="Is vegan", status="pending_review"))
-    finally:
-        await store.close()
     capsys.readouterr()
 
     assert await pmem("review", "list", "--json") == 0
@@ -135,25 +146,20 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
     assert await pmem("review", "list") == 0
     assert capsys.readouterr().out.startswith("0 memories")
 
-    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
-    try:
+    async with opened(migrated) as store:
         log = await store.audit_log(pending.memory_id)
-    finally:
-        await store.close()
     assert (log[-1].action, log[-1].actor) == ("approve", "admin:ana")
 
 
 async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
-    cli_env: str, capsys: pytest.CaptureFixture[str]
+    migrated: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from datetime import UTC, datetime
 
     from store.model import NewTurn
 
-    assert await pmem("migrate") == 0
     user = uuid.uuid4()
-    store = PostgresMemoryStore(cli_env, HashingEmbedder(dim=384))
-    try:
+    async with opened(migrated) as store:
         await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
         said = NewTurn(
             channel_id=uuid.uuid4(),
@@ -167,8 +173,6 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
             speaker="Ada",
         )
         await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
-    finally:
-        await store.close()
     capsys.readouterr()
     assert await pmem("recall", "--user-id", str(user), "--json", "Lisbon") == 0
     records = json.loads(capsys.readouterr().out)

@@ -49,19 +49,11 @@ from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable  # 
 from store.migrate import migrate_async  # noqa: E402
 from store.model import NewMemory  # noqa: E402
 from store.postgres.store import PostgresMemoryStore  # noqa: E402
+from tests.factories import user_fact  # noqa: E402
 
 
 def memory(owner: uuid.UUID, key: str, value: str) -> NewMemory:
-    return NewMemory(
-        scope="user",
-        owner_id=owner,
-        user_id=None,
-        key=key,
-        value=value,
-        confidence=0.9,
-        status="pending_review",
-        embedding=[0.5] * 8,
-    )
+    return user_fact(owner, key, value, confidence=0.9, embedding=[0.5] * 8)
 
 
 async def test_an_unreachable_database_is_store_unavailable() -> None:

@@ -29,6 +29,7 @@ from store.migrate import (
 from store.postgres.store import PostgresMemoryStore
 from store.rules.urls import to_sqlalchemy_url
 from store.sqlite.store import SqliteMemoryStore
+from tests.factories import user_fact
 
 NewDatabase = Callable[[], str]
 
@@ -217,16 +218,12 @@ async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_da
     try:
         import uuid
 
-        from store.model import NewMemory
-
         user = uuid.uuid4()
         await store.upsert(
-            NewMemory(
-                scope="user",
-                owner_id=user,
-                user_id=None,
-                key="city",
-                value="Lives in Lisbon",
+            user_fact(
+                user,
+                "city",
+                "Lives in Lisbon",
                 status="active",
             )
         )

@@ -17,6 +17,7 @@ from store.postgres.params import float4_array
 from store.postgres.recall_sql import RecallTuning, recall_sql, session_settings_sql
 from store.postgres.store import PostgresMemoryStore
 from store.postgres.write_sql import insert_new_statement
+from tests.factories import user_fact
 
 DIM = 16
 OWNER_ROWS = 20
@@ -162,18 +163,11 @@ async def test_rows_with_and_without_embeddings_are_inserted_in_one_statement(
 ) -> None:
     from sqlalchemy import text
 
-    from store.model import NewMemory
-
     url = new_database()
     migrate(url, DIM)
     store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM))
     owner = uuid.uuid4()
-    rows = [
-        NewMemory(
-            scope="user", owner_id=owner, user_id=None, key=key, value=f"value of {key}", confidence=0.9
-        )
-        for key in ("a", "b", "c")
-    ]
+    rows = [user_fact(owner, key, f"value of {key}", confidence=0.9) for key in ("a", "b", "c")]
     vectors = [[0.5] * DIM, None, [0.25] * DIM]
     sql, params = insert_new_statement(
         build_schema(DIM, "postgresql"),

@@ -37,6 +37,7 @@ from store.postgres.recall_sql import owner_sql, recall_sql
 from store.rules.hint import build_memory_hint
 from store.rules.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
 from store.rules.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
+from tests.factories import user_fact
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 USER = uuid.UUID(int=1)
@@ -69,7 +70,7 @@ def memory(
 
 
 def new(value: str, status: Status = "pending_review") -> NewMemory:
-    return NewMemory(scope="user", owner_id=USER, user_id=None, key="k", value=value, status=status)
+    return user_fact(USER, "k", value, status=status)
 
 
 def revision(new_value: str) -> Revision:
@@ -368,7 +369,7 @@ def test_dedup_verdicts_split_an_event_into_skipped_respelled_and_stored_keys() 
     now = datetime(2026, 1, 1, tzinfo=UTC)
 
     def new(key: str) -> NewMemory:
-        return NewMemory(scope="user", owner_id=owner, user_id=None, key=key, value=key, confidence=0.9)
+        return user_fact(owner, key, key, confidence=0.9)
 
     def stored(memory_id: uuid.UUID, key: str) -> Neighbour:
         memory = Memory(
@@ -398,7 +399,7 @@ def test_occurrence_rounds_put_a_repeated_key_in_a_later_round_keeping_the_order
     owner, other = uuid.uuid4(), uuid.uuid4()
 
     def new(key: str, who: uuid.UUID = owner) -> NewMemory:
-        return NewMemory(scope="user", owner_id=who, user_id=None, key=key, value=key, confidence=0.9)
+        return user_fact(who, key, key, confidence=0.9)
 
     rows = [new("city"), new("pet"), new("city"), new("city", other), new("city"), new("pet")]
     assert occurrence_rounds(rows, [0, 1, 2, 3, 4, 5]) == [[0, 1, 3], [2, 5], [4]]
@@ -417,7 +418,7 @@ def test_stored_keys_are_planned_in_order_as_plan_upsert_decides() -> None:
     open_job = dataclasses.replace(revision("Works as a surgeon"), memory_id=stored["job"].id)
     open_food = dataclasses.replace(revision("Eats no meat"), memory_id=stored["food"].id)
     rows = [
-        NewMemory(scope="user", owner_id=USER, user_id=None, key=key, value=value)
+        user_fact(USER, key, value)
         for key, value in (
             ("city", "Lives in Porto"),  # pending: updated
             ("pet", "Has a dog"),  # reviewed: a new proposal

@@ -10,15 +10,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.model import MemorySettings, NewMemory, OwnerRef, ReviewQuery, UserMemoryQuery
+from tests.factories import user_fact
 from tests.store.store_testkit import MakeStore, Store
 
 TEAM_A, TEAM_B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 
+# examples share the function-scoped store fixture: each writes under a fresh owner
+STORE_EXAMPLES = settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# (team or none, key) rows one example writes
+TEAMED_KEYS = st.lists(
+    st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
+    min_size=1,
+    max_size=8,
+)
+
 
 def team_memory(user: uuid.UUID, key: str, value: str, team: uuid.UUID | None) -> NewMemory:
-    return NewMemory(
-        scope="user", owner_id=user, user_id=None, key=key, value=value, status="active", team_id=team
-    )
+    return user_fact(user, key, value, status="active", team_id=team)
 
 
 async def test_a_teams_memory_is_recalled_only_in_that_team(store: Store) -> None:
@@ -37,11 +47,7 @@ async def test_a_teams_memory_is_recalled_only_in_that_team(store: Store) -> Non
 async def test_the_same_key_in_two_teams_is_two_rows_never_a_revision(store: Store) -> None:
     user = uuid.uuid4()
     first = await store.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
-    second = await store.upsert(
-        NewMemory(
-            scope="user", owner_id=user, user_id=None, key="employer", value="Works at Beta", team_id=TEAM_B
-        )
-    )
+    second = await store.upsert(user_fact(user, "employer", "Works at Beta", team_id=TEAM_B))
     assert second.action == "created" and second.memory_id != first.memory_id
     memory = await store.get_by_id(first.memory_id)
     assert memory is not None and memory.value == "Works at Acme" and memory.team_id == TEAM_A
@@ -58,13 +64,9 @@ async def test_memories_for_dedup_stay_inside_the_team(store: Store) -> None:
     assert {m.key for m in in_a} == {"employer", "pet"}
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@STORE_EXAMPLES
 @given(
-    rows=st.lists(
-        st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
-        min_size=1,
-        max_size=8,
-    ),
+    rows=TEAMED_KEYS,
     context=st.sampled_from([TEAM_A, TEAM_B, None]),
 )
 async def test_recall_and_dedup_never_cross_a_team_boundary(
@@ -108,13 +110,9 @@ def test_pmem_min_confidence_reaches_the_settings_defaults(monkeypatch: pytest.M
     assert (defaults.min_confidence, defaults.pending_days) == (0.9, 7)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@STORE_EXAMPLES
 @given(
-    rows=st.lists(
-        st.tuples(st.sampled_from([TEAM_A, TEAM_B, None]), st.sampled_from(["a", "b", "c"])),
-        min_size=1,
-        max_size=8,
-    ),
+    rows=TEAMED_KEYS,
     admin_of=st.sampled_from([frozenset({TEAM_A}), frozenset({TEAM_B}), frozenset({TEAM_A, TEAM_B}), None]),
 )
 async def test_the_review_queue_and_lists_never_cross_a_team_boundary(
@@ -123,9 +121,7 @@ async def test_the_review_queue_and_lists_never_cross_a_team_boundary(
     user = uuid.uuid4()
     written: dict[uuid.UUID, uuid.UUID | None] = {}
     for team, key in rows:
-        result = await store.upsert(
-            NewMemory(scope="user", owner_id=user, user_id=None, key=key, value=f"v {key}", team_id=team)
-        )
+        result = await store.upsert(user_fact(user, key, f"v {key}", team_id=team))
         written[result.memory_id] = team
     page = await store.review_queue(ReviewQuery(teams=admin_of, user_id=user, limit=50))
     # the oracle: a team admin sees their teams' rows only, an admin (None) sees every row

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.model import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
+from tests.factories import user_fact
 from tests.store.store_testkit import Store
 
 TEAM_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
@@ -49,7 +50,7 @@ def turn(
 
 
 def fact(user: uuid.UUID, key: str, value: str, **fields: object) -> NewMemory:
-    return NewMemory(scope="user", owner_id=user, user_id=None, key=key, value=value, **fields)  # type: ignore[arg-type]
+    return user_fact(user, key, value, **fields)  # type: ignore[arg-type]
 
 
 async def test_evidence_and_time_are_kept_and_shown_wherever_the_memory_is(store: Store) -> None:

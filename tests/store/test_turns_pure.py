@@ -21,40 +21,17 @@ from store.core.turns import (
 )
 from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
 from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
+from tests.factories import past_turn, stored_fact
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 
 
 def memory(key: str, value: str, observed: datetime | None = None) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        scope="user",
-        owner_id=uuid.uuid4(),
-        user_id=None,
-        key=key,
-        value=value,
-        source_channel_id=None,
-        confidence=0.9,
-        status="active",
-        created_at=NOW,
-        updated_at=NOW,
-        observed_at=observed,
-    )
+    return stored_fact(key, value, at=NOW, observed_at=observed)
 
 
 def turn(text: str, role: TurnRole = "user") -> Turn:
-    return Turn(
-        id=uuid.uuid4(),
-        channel_id=uuid.uuid4(),
-        event_id=uuid.uuid4(),
-        user_id=uuid.uuid4(),
-        persona_id=None,
-        team_id=None,
-        role=role,
-        text=text,
-        at=NOW,
-        position=1,
-    )
+    return past_turn(text, role=role, at=NOW)
 
 
 def test_the_best_turns_lead_and_facts_interleave_after_them() -> None:

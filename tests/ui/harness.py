@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 import httpx
 import jwt
 import psycopg
+
+from worker.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "ui-test-secret-" + "x" * 32
@@ -86,7 +87,8 @@ async def _seed(database_url: str) -> Seeded:
     from extraction.embeddings import HashingEmbedder
     from store.factory import open_store
     from store.migrate import migrate_async
-    from store.model import NewMemory, NewTurn
+    from store.model import NewMemory
+    from tests.factories import exchange
 
     await migrate_async(database_url, 384)
     store = await open_store(database_url, HashingEmbedder(dim=384))
@@ -127,19 +129,7 @@ async def _seed(database_url: str) -> Seeded:
              SAID_AT + timedelta(days=1)),
             (CHANNEL, BOB, None, ["My two cats hate the vet"], SAID_AT),
         ):  # fmt: skip
-            turns = [
-                NewTurn(
-                    channel_id=channel,
-                    user_id=user,
-                    persona_id=persona,
-                    team_id=TEAM_A,
-                    role="user" if i % 2 == 0 else "assistant",
-                    text=text,
-                    at=at + timedelta(seconds=i),
-                    position=i + 1,
-                )
-                for i, text in enumerate(lines)
-            ]
+            turns = exchange(lines, channel=channel, user=user, persona=persona, team=TEAM_A, at=at)
             await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     finally:
         await store.close()
@@ -182,12 +172,6 @@ def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
         pool.submit(lambda: asyncio.run(_add_pending(database_url, owner, count))).result()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def serving(database_url: str) -> Iterator[str]:
     """`pmem serve` as a real process on a loopback port; yields its base URL."""
@@ -227,12 +211,7 @@ def serving(database_url: str) -> Iterator[str]:
                 time.sleep(0.1)
             yield base
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout_s=10)
 
 
 def end_sessions_by_time(database_url: str) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.ui.harness import REPO, free_port
+from tests.ui.harness import REPO
+from worker.embedded import free_port
 
 pytestmark = pytest.mark.slow
 

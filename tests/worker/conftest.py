@@ -9,7 +9,7 @@ import pytest
 
 from store.migrate import migrate_async
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
-from tests.worker.worker_harness import Harness, base_settings
+from tests.worker.worker_harness import Harness
 from worker.embedded import EmbeddedNats
 from worker.testing.fake_openai import FakeOpenAI
 
@@ -24,13 +24,6 @@ async def harness(
     await migrate_async(database_url, 384)
     nc = await nats.connect(nats_server.url)
     try:
-        yield Harness(
-            base=base_settings(
-                nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
-            ),
-            database_url=database_url,
-            fake=fake_openai,
-            nc=nc,
-        )
+        yield Harness.on(nats_url=nats_server.url, database_url=database_url, fake=fake_openai, nc=nc)
     finally:
         await nc.close()

@@ -11,6 +11,7 @@ import threading
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from tests.worker.worker_harness import http_get
 from worker.app import _covered, consumer_config, consumer_config_diff, dlq_headers, heartbeat_interval
 from worker.events import DLQ_REASON_HEADER
 from worker.health import HealthServer
@@ -50,16 +51,6 @@ def test_subject_coverage() -> None:
     assert not _covered("chat.conversation.ended", {"chat.*"})
     assert not _covered("chat", {"chat.>"})
     assert not _covered("pmem.dlq.x", {"chat.>"})
-
-
-async def http_get(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    head, _, body = data.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 async def test_health_endpoints() -> None:

@@ -17,7 +17,8 @@ from sqlalchemy import text
 from extraction.embeddings import HashingEmbedder, embedding_identity
 from store.factory import open_store
 from store.migrate import EmbeddingModelMismatch, migrate_async
-from store.model import EmbeddingIdentity, NewMemory
+from store.model import EmbeddingIdentity
+from tests.factories import user_fact
 from tests.worker.worker_harness import Harness
 from worker.app import build_worker
 from worker.settings import load_settings
@@ -43,12 +44,10 @@ async def seed(url: str, count: int) -> None:
     try:
         owner = uuid.uuid4()
         memories = [
-            NewMemory(
-                scope="user",
-                owner_id=owner,
-                user_id=None,
-                key=f"fact {i}",
-                value=f"Value number {i}",
+            user_fact(
+                owner,
+                f"fact {i}",
+                f"Value number {i}",
                 confidence=0.9,
                 status="pending_review",
             )

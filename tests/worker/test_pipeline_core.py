@@ -146,23 +146,16 @@ def test_decide_failure(exc: BaseException, delivered: int, action: str, label: 
     assert decision.reason
 
 
-def test_retry_after_wins_over_backoff_and_is_capped() -> None:
-    hinted = decide_failure(
-        TransientExtractionError("429", retry_after_s=7.0),
+@pytest.mark.parametrize(("retry_after_s", "delay_s"), [(7.0, 7.0), (3600.0, 60)])
+def test_retry_after_wins_over_backoff_and_is_capped(retry_after_s: float, delay_s: float) -> None:
+    decision = decide_failure(
+        TransientExtractionError("429", retry_after_s=retry_after_s),
         delivery_count=1,
         max_deliver=5,
         retry_delay_s=1.0,
         max_retry_delay_s=60,
     )
-    assert hinted.delay_s == 7.0
-    capped = decide_failure(
-        TransientExtractionError("429", retry_after_s=3600.0),
-        delivery_count=1,
-        max_deliver=5,
-        retry_delay_s=1.0,
-        max_retry_delay_s=60,
-    )
-    assert capped.delay_s == 60
+    assert decision.delay_s == delay_s
 
 
 def test_backoff_is_exponential_and_capped() -> None:

@@ -17,7 +17,7 @@ import nats
 import pytest
 
 from store.migrate import migrate_async
-from tests.worker.worker_harness import Harness, base_settings, conversation, wait_for
+from tests.worker.worker_harness import Harness, conversation, wait_for
 from worker.embedded import EmbeddedNats, EmbeddedPostgres
 from worker.testing.fake_openai import FakeOpenAI
 
@@ -135,14 +135,7 @@ async def test_postgres_stopped_and_restarted_mid_run(
         await migrate_async(database_url, 384)
         fake_openai.chat_latency_s = 0.05
         nc = await nats.connect(nats_server.url)
-        h = Harness(
-            base=base_settings(
-                nats_url=nats_server.url, database_url=database_url, llm_url=fake_openai.base_url
-            ),
-            database_url=database_url,
-            fake=fake_openai,
-            nc=nc,
-        )
+        h = Harness.on(nats_url=nats_server.url, database_url=database_url, fake=fake_openai, nc=nc)
         try:
             batch = events(200)
             await publish_all(h, batch)

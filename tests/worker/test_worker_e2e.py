@@ -3,7 +3,6 @@ to the fake OpenAI-compatible server over HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
@@ -14,7 +13,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 from extraction.embeddings import close_embedder
-from tests.worker.worker_harness import Harness, conversation, memory_values, wait_for
+from tests.worker.worker_harness import Harness, conversation, http_get, memory_values, wait_for
 from worker.app import build_worker, consumer_config
 from worker.events import DLQ_REASON_HEADER, ConversationEnded
 from worker.pipeline import Outcome, process_event
@@ -56,8 +55,8 @@ async def test_happy_path_without_and_with_persona(harness: Harness) -> None:
         await h.publish(with_persona)
         await processed_at_least(h, 2)
         await wait_for(lambda: _extracted_count(h, 2), what="memory.extracted messages")
-        readyz = await _http(worker.health.port if worker.health else 0, "/readyz")
-        metrics = await _http(worker.health.port if worker.health else 0, "/metrics")
+        readyz = await http_get(worker.health.port if worker.health else 0, "/readyz")
+        metrics = await http_get(worker.health.port if worker.health else 0, "/metrics")
     got = await rows(h)
     plain_channel, persona_channel = uuid.UUID(plain["channel_id"]), uuid.UUID(with_persona["channel_id"])
     assert sorted((r[0], r[3], r[1], r[2], r[6]) for r in got) == sorted(
@@ -470,20 +469,10 @@ async def _outcome(worker: Any, outcome: str, n: int) -> bool:
 
 async def _value(worker: Any, name: str, **labels: str) -> float:
     """A sample as Prometheus would scrape it: from the worker's /metrics (0 when absent)."""
-    status, body = await _http(worker.health.port, "/metrics")
+    status, body = await http_get(worker.health.port, "/metrics")
     assert status == 200
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return 0.0
-
-
-async def _http(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    head, _, body = data.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from extraction.types import Candidate, TranscriptMessage
-from tests.worker.worker_harness import Harness, conversation, wait_for
+from tests.worker.worker_harness import Harness, conversation
 from worker.pipeline import ground_candidates, grounding_sources
 
 USER = TranscriptMessage(role="user", content="I live in Lisbon. We adopted a greyhound named Biscuit.")
@@ -76,17 +76,9 @@ async def test_the_worker_drops_ungrounded_candidates_counts_them_and_logs_no_te
     )
     user = uuid.uuid4()
     caplog.set_level(logging.INFO)
-    async with h.worker() as worker:
-        await h.publish(conversation("I live in Lisbon with my greyhound.", "Lovely!", user_id=user))
-
-        async def processed() -> bool:
-            return await h.processed() >= 1
-
-        await wait_for(processed, what="the event to be processed")
-        dropped = worker.metrics.registry.get_sample_value(
-            "pmem_candidates_dropped_total", {"reason": "ungrounded"}
-        )
-    got = {r[0]: r[1] for r in await h.sql("SELECT key, value FROM memories WHERE owner_id = %s", user)}
+    said = conversation("I live in Lisbon with my greyhound.", "Lovely!", user_id=user)
+    dropped = await h.drops_processing(said, "ungrounded")
+    got = await h.memories_of(user)
     assert got == {"home city": "Lives in Lisbon"}
     assert dropped == 2
     lines = [r.getMessage() for r in caplog.records if "ungrounded" in r.getMessage()]

@@ -10,9 +10,9 @@ import uuid
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.model import NewMemory
 from store.postgres.store import PostgresMemoryStore
-from tests.worker.worker_harness import Harness, conversation, wait_for
+from tests.factories import user_fact
+from tests.worker.worker_harness import Harness, conversation
 
 pytestmark = pytest.mark.asyncio
 
@@ -35,17 +35,9 @@ async def test_nul_one_word_key_and_normal_fact_keep_the_good_facts_after_one_ll
     h.fake.set_chat_responder(lambda _body: HOSTILE_REPLY)
     user = uuid.uuid4()
     caplog.set_level(logging.INFO)
-    async with h.worker() as worker:
-        await h.publish(conversation("I'm vegetarian, I live in Lyon, green tea daily.", "Ok.", user_id=user))
-
-        async def processed() -> bool:
-            return await h.processed() >= 1
-
-        await wait_for(processed, what="the event to be processed")
-        dropped = worker.metrics.registry.get_sample_value(
-            "pmem_candidates_dropped_total", {"reason": "key_too_many_words"}
-        )
-    got = {r[0]: r[1] for r in await h.sql("SELECT key, value FROM memories WHERE owner_id = %s", user)}
+    said = conversation("I'm vegetarian, I live in Lyon, green tea daily.", "Ok.", user_id=user)
+    dropped = await h.drops_processing(said, "key_too_many_words")
+    got = await h.memories_of(user)
     assert got["diet"] == "Is vegetarian"
     assert got["home city"] == "Lives in Lyon"
     assert got["favourite drink"] == "Drinks green tea daily"  # cleaned, not lost
@@ -68,12 +60,10 @@ async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
     await migrate_async(database_url, 16)
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16))
     try:
-        bad = NewMemory(
-            scope="user",
-            owner_id=uuid.uuid4(),
-            user_id=None,
-            key="secret plan",
-            value="the value nobody may log\x00",  # Postgres refuses NUL: the write fails
+        bad = user_fact(
+            uuid.uuid4(),
+            "secret plan",
+            "the value nobody may log\x00",  # Postgres refuses NUL: the write fails
             confidence=0.9,
             status="pending_review",
             embedding=[0.25] * 16,

@@ -8,16 +8,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.api.worker_harness import worker_process
 from tests.worker.worker_harness import Harness
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def closed_port() -> int:
@@ -42,16 +39,17 @@ def start(h: Harness, processes: list[subprocess.Popen[str]], **overrides: objec
         **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
         **h.env(**overrides),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = worker_process(env)
     processes.append(proc)
     return proc
+
+
+def signalled(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, float]:
+    """Send `sig`; the exit status and the seconds the process took to end after it."""
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    code = proc.wait(timeout=10)
+    return code, time.monotonic() - sent
 
 
 def read_until(proc: subprocess.Popen[str], fragment: str, *, within: float) -> list[str]:
@@ -119,10 +117,8 @@ def test_a_signal_during_startup_ends_the_process_within_5s(
 ) -> None:
     proc = start(harness, processes, nats_url=f"nats://127.0.0.1:{closed_port()}", startup_timeout_s=120)
     read_until(proc, "connecting to NATS", within=30)
-    sent = time.monotonic()
-    proc.send_signal(sig)
-    proc.wait(timeout=10)
-    assert time.monotonic() - sent < 5
+    _, seconds = signalled(proc, sig)
+    assert seconds < 5
 
 
 def test_sigterm_while_running_ends_the_process_within_5s(
@@ -130,11 +126,9 @@ def test_sigterm_while_running_ends_the_process_within_5s(
 ) -> None:
     proc = start(harness, processes)
     read_until(proc, "with 4 handlers", within=30)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=10)
+    code, seconds = signalled(proc)
     assert code == 0
-    assert time.monotonic() - sent < 5
+    assert seconds < 5
 
 
 def test_a_second_signal_during_the_graceful_shutdown_exits_at_once(
@@ -159,11 +153,9 @@ def test_a_second_signal_during_the_graceful_shutdown_exits_at_once(
         time.sleep(0.02)  # polling the fake's counter, bounded by the deadline
     proc.send_signal(signal.SIGTERM)
     read_until(proc, "finishing in-flight events", within=10)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=10)
+    code, seconds = signalled(proc)
     assert code == 1
-    assert time.monotonic() - sent < 5
+    assert seconds < 5
 
 
 async def _publish_one(base: dict[str, object], event: dict[str, object]) -> None:

