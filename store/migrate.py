@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from store.core.schema import Schema, build_schema
 from store.model import EmbeddingIdentity
 from store.rules.urls import backend_of, to_sqlalchemy_url
+from store.sqlite.schema import SQLITE
 
 MIGRATIONS_DIR = Path(__file__).parent / "postgres" / "migrations"
 VERSION_TABLE = "pmem_alembic_version"
@@ -235,7 +236,7 @@ def _migrate_sqlite(
     database_url: str, embedding_dim: int, embedding: EmbeddingIdentity | None
 ) -> MigrationReport:
     with _one_transaction(database_url) as conn:
-        create_sqlite_schema(conn, build_schema(embedding_dim, "sqlite"))
+        create_sqlite_schema(conn, build_schema(embedding_dim, SQLITE))
         if embedding is not None:
             record_embedding(conn, embedding)
     return MigrationReport(

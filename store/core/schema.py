@@ -3,7 +3,8 @@ tsvector), and beside it the audit trail, pending revisions, processed events, m
 chat history.
 
 The embedding dimension is a deployment setting (`PMEM_EMBEDDING_DIM`), so the tables are built by
-`build_schema(dim, dialect)`. Postgres gets its schema from the alembic migrations (`store.migrate`);
+`build_schema(dim, dialect)`, with the backend's `SchemaDialect` (`store.postgres.schema`,
+`store.sqlite.schema`). Postgres gets its schema from the alembic migrations (`store.migrate`);
 these definitions are what the stores query and what SQLite creates directly. A test checks that
 the migrated Postgres database and these definitions do not drift apart.
 """
@@ -11,40 +12,31 @@ the migrated Postgres database and these definitions do not drift apart.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
-    Computed,
     DateTime,
     Dialect,
     ForeignKey,
-    Identity,
     Index,
     Integer,
     MetaData,
     Table,
     Text,
     TypeDecorator,
-    Uuid,
     func,
     literal_column,
     text,
 )
-from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
-from sqlalchemy.types import Float, TypeEngine
-
-Dialect_ = Literal["postgresql", "sqlite"]
+from sqlalchemy.types import TypeEngine
 
 NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
 # pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
@@ -63,21 +55,6 @@ TURN_TSV_SQL = (
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text), 'A') || "
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(search_text, '')), 'B')"
 )
-
-
-class TextUuid(TypeDecorator[uuid.UUID]):
-    """UUID stored as canonical dashed TEXT on SQLite."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        """UUID (or its string) → dashed text."""
-        return None if value is None else str(uuid.UUID(str(value)))
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
-        """Dashed text → UUID."""
-        return None if value is None else uuid.UUID(str(value))
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -102,25 +79,6 @@ class UtcDateTime(TypeDecorator[datetime]):
             return None
         moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
-class JsonVector(TypeDecorator[list[float]]):
-    """An embedding as a JSON array in TEXT (SQLite has no vector type)."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        """List of floats → compact JSON."""
-        return None if value is None else json.dumps([float(x) for x in value], separators=(",", ":"))
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> list[float] | None:
-        """JSON → list of floats."""
-        return None if value is None else [float(x) for x in json.loads(value)]
-
-
-def _guid(dialect: Dialect_) -> TypeEngine[uuid.UUID]:
-    return TextUuid() if dialect == "sqlite" else Uuid(as_uuid=True)
 
 
 def array_literal(values: Sequence[object]) -> str:
@@ -154,15 +112,6 @@ def _vector_format(dim: int) -> str:
     return "[" + ",".join(["%.9g"] * dim) + "]"
 
 
-def _real(dialect: Dialect_) -> TypeEngine[float]:
-    # the column contract says REAL; SQLAlchemy's Float would be double precision on Postgres
-    return Float() if dialect == "sqlite" else REAL()
-
-
-def _embedding_type(dim: int, dialect: Dialect_) -> TypeEngine[Any]:
-    return JsonVector() if dialect == "sqlite" else VECTOR(dim)
-
-
 def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:
     """(indexed expression, operator class) of the HNSW index for a dimension; None above 4000."""
     if embedding_dim <= HNSW_VECTOR_MAX_DIM:
@@ -188,19 +137,35 @@ class Schema:
     embedding_config: Table
     directory: Table
     embedding_dim: int
-    dialect: Dialect_
 
 
-def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
-    guid = _guid(dialect)
-    embedding_type = _embedding_type(dim, dialect)
-    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SchemaDialect:
+    """What one backend's tables differ in (`store.postgres.schema.POSTGRES`,
+    `store.sqlite.schema.SQLITE`): column types, the nil UUID in SQL, a memory id's server default,
+    and what it adds to the shared tables (Postgres: generated full-text columns, GIN, HNSW and
+    partial indexes)."""
+
+    guid: TypeEngine[uuid.UUID]
+    real: TypeEngine[float]
+    embedding: Callable[[int], TypeEngine[Any]]
+    serial: TypeEngine[int]
+    # the arguments that make an integer primary key number itself (Postgres: an identity column)
+    numbered: Callable[[], tuple[Any, ...]]
+    nil: str
+    new_id: Any
+    # adds to (memories, conversation_turns) for an embedding dimension
+    extend: Callable[[Table, Table, int], None]
+
+
+def _memories(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
+    guid, nil = dialect.guid, dialect.nil
     columns: list[Any] = [
         Column(
             "id",
             guid,
             primary_key=True,
-            server_default=func.gen_random_uuid() if dialect == "postgresql" else None,
+            server_default=dialect.new_id,
         ),
         Column("scope", Text, nullable=False),
         Column("owner_id", guid, nullable=False),
@@ -208,9 +173,9 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         Column("key", Text, nullable=False),
         Column("value", Text, nullable=False),
         Column("source_channel_id", guid, nullable=True),
-        Column("confidence", _real(dialect), nullable=False, server_default=text("1.0")),
+        Column("confidence", dialect.real, nullable=False, server_default=text("1.0")),
         Column("status", Text, nullable=False, server_default=text("'pending_review'")),
-        Column("embedding", embedding_type, nullable=True),
+        Column("embedding", dialect.embedding(dim), nullable=True),
         Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("updated_at", UtcDateTime(), nullable=False, server_default=func.now()),
         # the team of the conversation that wrote it: recalled, listed and merged only in that team
@@ -223,14 +188,6 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
         CheckConstraint("(scope = 'persona_user') = (user_id IS NOT NULL)", name="ck_memories_user_id"),
     ]
-    if dialect == "postgresql":
-        columns.append(
-            Column(
-                "search_tsv",
-                TSVECTOR,
-                Computed(MEMORY_TSV_SQL, persisted=True),
-            )
-        )
     table = Table("memories", md, *columns)
     Index("ix_memories_scope_owner_status", table.c.scope, table.c.owner_id, table.c.status)
     Index(
@@ -277,46 +234,13 @@ def _memories(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         func.coalesce(table.c.user_id, literal_column(nil)),
         table.c.updated_at.desc(),
     )
-    if dialect == "postgresql":
-        Index("ix_memories_search_tsv", table.c.search_tsv, postgresql_using="gin")
-        hnsw = hnsw_expression(dim)
-        if hnsw is not None:
-            expression, opclass = hnsw
-            target: Any = table.c.embedding if expression == "embedding" else text(expression)
-            # reviewed memories only: the worker writes pending rows, and an HNSW insert into a
-            # large graph costs ~20× a row's other indexes (bench/README.md); a row enters the
-            # graph when it is approved. Recall reads active rows only; the near-duplicate read
-            # ranks a large owner's pending rows exactly (ix_memories_owner_pending)
-            Index(
-                "ix_memories_embedding_hnsw",
-                target,
-                postgresql_using="hnsw",
-                postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
-                postgresql_where=text("status = 'active'"),
-            )
-        # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
-        # read's bounded window), and reviewed ones (the read under the owner lock: rows made
-        # active since its HNSW read, without the dead versions a rewritten pending row leaves)
-        for name, status in (
-            ("ix_memories_owner_pending", "pending_review"),
-            ("ix_memories_owner_reviewed", "active"),
-        ):
-            Index(
-                name,
-                table.c.scope,
-                table.c.owner_id,
-                func.coalesce(table.c.user_id, literal_column(nil)),
-                table.c.updated_at.desc(),
-                postgresql_where=text(f"status = '{status}'"),
-            )
     return table
 
 
-def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
+def _turns(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
     """`conversation_turns`: the messages of past conversations (conversation memory), each
     recalled only in its own context (user, persona or none, team or none)."""
-    guid = _guid(dialect)
-    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
+    guid, nil = dialect.guid, dialect.nil
     columns: list[Any] = [
         Column("id", guid, primary_key=True),
         Column("channel_id", guid, nullable=False),
@@ -333,13 +257,11 @@ def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         # `Speaker: text` with the turns around it: what full text matches the turn by
         Column("search_text", Text, nullable=True),
         # the turn embedded with its neighbouring turns
-        Column("embedding", _embedding_type(dim, dialect), nullable=True),
+        Column("embedding", dialect.embedding(dim), nullable=True),
         Column("created_at", UtcDateTime(), nullable=False, server_default=func.now()),
         CheckConstraint("role IN ('user', 'assistant')", name="ck_conversation_turns_role"),
         CheckConstraint("position >= 1", name="ck_conversation_turns_position"),
     ]
-    if dialect == "postgresql":
-        columns.append(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
     table = Table("conversation_turns", md, *columns)
     # one row per message of an event: a redelivered event cannot store its turns twice
     Index("uq_conversation_turns_event_position", table.c.event_id, table.c.position, unique=True)
@@ -352,24 +274,21 @@ def _turns(md: MetaData, dim: int, dialect: Dialect_) -> Table:
         table.c.at.desc(),
     )
     Index("ix_conversation_turns_at", table.c.at)
-    if dialect == "postgresql":
-        Index("ix_conversation_turns_search_tsv", table.c.search_tsv, postgresql_using="gin")
     # no HNSW index: every event writes a dozen turns, and an HNSW insert into a large graph
     # costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most recent
     # turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
     return table
 
 
-def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema:
-    """Tables for one dialect and embedding dimension (a fresh MetaData each call)."""
+def build_schema(embedding_dim: int, dialect: SchemaDialect) -> Schema:
+    """Tables for one backend and embedding dimension (a fresh MetaData each call)."""
     if embedding_dim < 1:
         raise ValueError(f"embedding dimension must be positive, got {embedding_dim}")
     md = MetaData()
-    guid = _guid(dialect)
-    real = _real(dialect)
-    serial: TypeEngine[int] = Integer() if dialect == "sqlite" else BigInteger()
-    identity: list[Any] = [] if dialect == "sqlite" else [Identity()]
+    guid, real, serial = dialect.guid, dialect.real, dialect.serial
     memories = _memories(md, embedding_dim, dialect)
+    turns = _turns(md, embedding_dim, dialect)
+    dialect.extend(memories, turns, embedding_dim)
 
     revisions = Table(
         "memory_revisions",
@@ -380,7 +299,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         Column("new_value", Text, nullable=False),
         Column("confidence", real, nullable=False),
         # the proposal's embedding, so approving needs no embedding call inside the transaction
-        Column("embedding", _embedding_type(embedding_dim, dialect), nullable=True),
+        Column("embedding", dialect.embedding(embedding_dim), nullable=True),
         Column("source_channel_id", guid, nullable=True),
         Column("source_event_id", guid, nullable=True),
         Column("status", Text, nullable=False, server_default=text("'pending'")),
@@ -412,7 +331,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
     audit = Table(
         "memory_audit",
         md,
-        Column("id", serial, *identity, primary_key=True),
+        Column("id", serial, *dialect.numbered(), primary_key=True),
         # no foreign key: the trail must outlive a hard delete
         Column("memory_id", guid, nullable=True),
         Column("action", Text, nullable=False),
@@ -455,7 +374,7 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
     settings = Table(
         "memory_settings",
         md,
-        Column("id", serial, *identity, primary_key=True),
+        Column("id", serial, *dialect.numbered(), primary_key=True),
         Column("level", Text, nullable=False),
         Column("target_id", guid, nullable=True),
         Column("enabled", Boolean, nullable=True),
@@ -480,11 +399,10 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         ),
         CheckConstraint("history_days IS NULL OR history_days >= 1", name="ck_memory_settings_history_days"),
     )
-    nil = NIL_UUID_SQL if dialect == "postgresql" else "'00000000-0000-0000-0000-000000000000'"
     Index(
         "uq_memory_settings_level_target",
         settings.c.level,
-        func.coalesce(settings.c.target_id, literal_column(nil)),
+        func.coalesce(settings.c.target_id, literal_column(dialect.nil)),
         unique=True,
     )
 
@@ -565,7 +483,6 @@ def build_schema(embedding_dim: int, dialect: Dialect_ = "postgresql") -> Schema
         audit=audit,
         processed_events=processed_events,
         settings=settings,
-        turns=_turns(md, embedding_dim, dialect),
+        turns=turns,
         embedding_dim=embedding_dim,
-        dialect=dialect,
     )

@@ -40,6 +40,7 @@ from store.postgres.event_write import PgEventWriter
 from store.postgres.neighbours_sql import EXACT_OWNER_ROWS, OwnerSizes
 from store.postgres.recall import PgRecall
 from store.postgres.recall_sql import RecallTuning, session_settings_sql
+from store.postgres.schema import POSTGRES
 from store.protocols import Embedder
 
 
@@ -80,7 +81,7 @@ class PostgresMemoryStore(CoreStore):
                 connect_timeout_s, statement_timeout_s, parallel_query=parallel_query
             ),
         )
-        schema = build_schema(embedder.dim, "postgresql")
+        schema = build_schema(embedder.dim, POSTGRES)
         # the owners' sizes choose the near-duplicate read's shape, for the writer and the core alike
         owner_sizes = OwnerSizes(cap=EXACT_OWNER_ROWS + 1)
         super().__init__(

@@ -63,6 +63,7 @@ from store.protocols import Embedder
 from store.rules.cues import informative_query
 from store.rules.urls import to_sqlalchemy_url
 from store.sqlite.backend import SqliteBackend
+from store.sqlite.schema import SQLITE
 
 # FTS5 mirror of memories.key and memories.value, plus one `owner` token per active row naming its
 # owner (`owner_token`), so a recall's MATCH reads only the caller's owners' posting lists. Its
@@ -228,7 +229,7 @@ class SqliteMemoryStore(CoreStore):
         self._busy_timeout_ms = busy_timeout_ms
         event.listen(engine.sync_engine, "connect", self._configure_connection)
         event.listen(engine.sync_engine, "begin", self._begin_immediate)
-        schema = build_schema(embedder.dim, "sqlite")
+        schema = build_schema(embedder.dim, SQLITE)
         super().__init__(
             engine=engine,
             schema=schema,

@@ -8,12 +8,13 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
 from store.core.schema import build_schema
+from store.postgres.schema import POSTGRES
 
 VERSION_TABLE = "pmem_alembic_version"
 
 config = context.config
 embedding_dim = int(config.attributes.get("embedding_dim") or config.get_main_option("embedding_dim") or 384)
-target_metadata = build_schema(embedding_dim, "postgresql").metadata
+target_metadata = build_schema(embedding_dim, POSTGRES).metadata
 
 
 def _run(connection: Connection) -> None:

@@ -1,0 +1,68 @@
+"""The Postgres side of the tables (`store.core.schema`): native UUIDs, `real`, pgvector's `vector`,
+identity columns, and what only Postgres has: the generated full-text columns with their GIN
+indexes, the HNSW index of reviewed memories and the partial indexes of an owner's recent rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgvector.sqlalchemy import VECTOR
+from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, literal_column, text
+from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
+
+from store.core.schema import MEMORY_TSV_SQL, NIL_UUID_SQL, TURN_TSV_SQL, SchemaDialect, hnsw_expression
+
+__all__ = ["POSTGRES"]
+
+
+def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
+    memories.append_column(Column("search_tsv", TSVECTOR, Computed(MEMORY_TSV_SQL, persisted=True)))
+    turns.append_column(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
+    Index("ix_memories_search_tsv", memories.c.search_tsv, postgresql_using="gin")
+    Index("ix_conversation_turns_search_tsv", turns.c.search_tsv, postgresql_using="gin")
+    hnsw = hnsw_expression(dim)
+    if hnsw is not None:
+        expression, opclass = hnsw
+        target: Any = memories.c.embedding if expression == "embedding" else text(expression)
+        # reviewed memories only: the worker writes pending rows, and an HNSW insert into a
+        # large graph costs ~20× a row's other indexes (bench/README.md); a row enters the
+        # graph when it is approved. Recall reads active rows only; the near-duplicate read
+        # ranks a large owner's pending rows exactly (ix_memories_owner_pending)
+        Index(
+            "ix_memories_embedding_hnsw",
+            target,
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
+            postgresql_where=text("status = 'active'"),
+        )
+    # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
+    # read's bounded window), and reviewed ones (the read under the owner lock: rows made
+    # active since its HNSW read, without the dead versions a rewritten pending row leaves)
+    for name, status in (
+        ("ix_memories_owner_pending", "pending_review"),
+        ("ix_memories_owner_reviewed", "active"),
+    ):
+        Index(
+            name,
+            memories.c.scope,
+            memories.c.owner_id,
+            func.coalesce(memories.c.user_id, literal_column(NIL_UUID_SQL)),
+            memories.c.updated_at.desc(),
+            postgresql_where=text(f"status = '{status}'"),
+        )
+    # no HNSW index on turns: every event writes a dozen turns, and an HNSW insert into a large
+    # graph costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most
+    # recent turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
+
+
+POSTGRES = SchemaDialect(
+    guid=Uuid(as_uuid=True),
+    # the column contract says REAL; SQLAlchemy's Float would be double precision
+    real=REAL(),
+    embedding=VECTOR,
+    serial=BigInteger(),
+    numbered=lambda: (Identity(),),
+    nil=NIL_UUID_SQL,
+    new_id=func.gen_random_uuid(),
+    extend=_search_and_vector_indexes,
+)
