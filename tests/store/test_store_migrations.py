@@ -26,6 +26,7 @@ from store.migrate import (
     head_revision,
     migrate,
 )
+from store.postgres.schema import POSTGRES
 from store.postgres.store import PostgresMemoryStore
 from store.rules.urls import to_sqlalchemy_url
 from store.sqlite.store import SqliteMemoryStore
@@ -125,9 +126,9 @@ def test_the_migrated_schema_matches_the_table_definitions(new_database: NewData
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-            assert compare_metadata(context, build_schema(384).metadata) == []
+            assert compare_metadata(context, build_schema(384, POSTGRES).metadata) == []
             # and the comparison does notice a difference
-            assert compare_metadata(context, build_schema(768).metadata) != []
+            assert compare_metadata(context, build_schema(768, POSTGRES).metadata) != []
     finally:
         engine.dispose()
 

@@ -15,6 +15,7 @@ from store.core.schema import build_schema
 from store.migrate import migrate
 from store.postgres.params import float4_array
 from store.postgres.recall_sql import RecallTuning, recall_sql, session_settings_sql
+from store.postgres.schema import POSTGRES
 from store.postgres.store import PostgresMemoryStore
 from store.postgres.write_sql import insert_new_statement
 from tests.factories import user_fact
@@ -170,7 +171,7 @@ async def test_rows_with_and_without_embeddings_are_inserted_in_one_statement(
     rows = [user_fact(owner, key, f"value of {key}", confidence=0.9) for key in ("a", "b", "c")]
     vectors = [[0.5] * DIM, None, [0.25] * DIM]
     sql, params = insert_new_statement(
-        build_schema(DIM, "postgresql"),
+        build_schema(DIM, POSTGRES),
         [uuid.uuid4() for _ in rows],
         rows,
         vectors,
