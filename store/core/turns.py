@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -26,8 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.recall import (
     ScoreFusion,
+    TermStats,
+    candidate_count,
+    embedding_queries,
     fuse_scores,
     keyword_terms,
+    mean_direction,
     query_cues,
     query_terms,
     unit_rows,
@@ -78,8 +82,6 @@ _BM25_B = 0.75
 # full text: a query word found only among the turns around a turn (its `search_text`) counts this
 # much beside one found in the turn's own text (the dialog unit's key weight, chosen on LoCoMo dev)
 CONTEXT_WORD_WEIGHT = 0.75
-# Postgres `ts_rank` weights {D, C, B, A}: the turn's own words are A, the turns around it B
-_TS_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WORD_WEIGHT}, 1.0}}"
 
 _TURN_COLUMNS = (
     "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, "
@@ -140,13 +142,42 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
+# the context's most recent `%(window)s` turns, then each message once: an event sent once per
+# participant stores its messages once per event, and a second copy would take a candidate's place
+# in each ranking (the copy kept is the newest; both copies read and score the same)
+_WINDOW_CTES = (
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, t.at, {columns} "
+    f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s), "
+    "once AS (SELECT DISTINCT ON (r.channel_id, r.position, r.text) r.id FROM recent r "
+    "ORDER BY r.channel_id, r.position, r.text, r.at DESC, r.id), "
+    "w AS MATERIALIZED (SELECT r.* FROM recent r WHERE r.id IN (SELECT id FROM once))"
+)
+
+
+def turn_term_stats_sql() -> str:
+    """Postgres: per query word (`%(words)s`), its lexemes and how many of the context's window
+    turns (each message once) hold each in their full text, plus the number of turns and their
+    mean lexeme count: rows for `store.core.recall.term_stats`."""
+    return (
+        "WITH "
+        + _WINDOW_CTES.format(columns="t.search_tsv")
+        + ", words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
+        "lexes AS (SELECT DISTINCT lex FROM words), "
+        "df AS (SELECT x.lex, count(w.search_tsv) AS containing FROM lexes x "
+        "LEFT JOIN w ON w.search_tsv @@ plainto_tsquery('simple', x.lex) GROUP BY x.lex) "
+        "SELECT u.word, u.lex, df.containing, (SELECT count(*) FROM w), "
+        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM w) FROM words u JOIN df ON df.lex = u.lex"
+    )
+
+
 def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
-    """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) and by
-    full text (`tq`), each its best `k`; rows of turn columns plus `source`, `rank`."""
-    ctes = [
-        "w AS MATERIALIZED (SELECT t.id, t.embedding, t.search_tsv FROM conversation_turns t "
-        f"WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
-    ]
+    """Postgres: the context's most recent `window` turns, each message once, ranked by vector
+    distance (`qv`) and by full text (`tq`: BM25 with binary term frequency, each query lexeme
+    its idf from `lexemes`/`idfs`, one found only among the turns around a turn weighing
+    `context_weight` of it), each its best `k`; rows of turn columns plus `source`, `rank`,
+    `score`."""
+    ctes = [_WINDOW_CTES.format(columns="t.embedding, t.search_tsv")]
     ranked: list[str] = []
     if vector:
         ctes.append(
@@ -159,10 +190,19 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
             "1 - distance AS score FROM vec"
         )
     if text:
+        # the turn's own words are the full text's weight-A lexemes (`TURN_TSV_SQL`)
+        weight = (
+            "l.idf * CASE WHEN ts_filter(w.search_tsv, '{a}') @@ plainto_tsquery('simple', l.lex) "
+            "THEN 1 ELSE %(context_weight)s END"
+        )
         ctes.append(
-            f"txt AS (SELECT w.id, ts_rank('{_TS_RANK_WEIGHTS}', w.search_tsv, q.query) AS relevance FROM w, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query "
-            "ORDER BY relevance DESC, w.id LIMIT %(k)s)"
+            "txt AS (SELECT w.id, "
+            f"coalesce((SELECT sum({weight}) FROM "
+            "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS l(lex, idf) "
+            "WHERE w.search_tsv @@ plainto_tsquery('simple', l.lex)), 0) "
+            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(w.search_tsv) / %(avglen)s)) "
+            f"AS relevance FROM w, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
+            "WHERE w.search_tsv @@ q.query ORDER BY relevance DESC, w.id LIMIT %(k)s)"
         )
         ranked.append(
             "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
@@ -197,9 +237,15 @@ def turn_window(
     stamp: tuple[int, int] = (0, 0),
     search_texts: Sequence[str | None] | None = None,
 ) -> TurnWindow:
-    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go); a missing or
-    wrong-sized embedding is a zero row, which matches nothing. `search_texts` (one per turn, None
-    for none): the words of the turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go), each message
+    once (`once_each`: the first of its copies is kept); a missing or wrong-sized embedding is a
+    zero row, which matches nothing. `search_texts` (one per turn, None for none): the words of the
+    turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    kept = once_each(turns)
+    if len(kept) < len(turns):
+        turns = [turns[i] for i in kept]
+        embeddings = [embeddings[i] for i in kept]
+        search_texts = None if search_texts is None else [search_texts[i] for i in kept]
     present = [i for i, raw in enumerate(embeddings) if raw is not None]
     matrix = np.zeros((len(turns), dim), dtype=np.float32)
     if present:
@@ -223,6 +269,36 @@ def turn_window(
         stamp=stamp,
         context_words=context_words,
     )
+
+
+def once_each(turns: Sequence[Turn]) -> builtins.list[int]:
+    """Indexes of `turns` holding each message once (`same_message`): the first of its copies."""
+    seen: set[tuple[uuid.UUID, int, str]] = set()
+    kept: list[int] = []
+    for index, turn in enumerate(turns):
+        key = same_message(turn)
+        if key not in seen:
+            seen.add(key)
+            kept.append(index)
+    return kept
+
+
+def window_term_stats(window: TurnWindow, text: str) -> TermStats:
+    """How many of the window's turns hold each query word in their full text (their own words
+    or the turns' around them), as `store.core.recall.TermStats` (word shares; the window's BM25
+    computes its own idf)."""
+    documents = len(window.ids)
+    if not documents:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    around = window.context_words or {}
+    empty: frozenset[str] = frozenset()
+    share = {
+        word: sum(1 for tid in window.ids if word in window.words[tid] or word in around.get(tid, empty))
+        / documents
+        for word in query_terms(text)
+    }
+    mean_length = sum(window.lengths.values()) / documents
+    return TermStats(documents=documents, mean_length=mean_length, idf={}, word_share=share)
 
 
 def window_scores(
@@ -507,13 +583,19 @@ class ConversationTurns(SettingsRows):
         match the query, among the context's most recent `TURN_WINDOW`; an empty query finds none."""
         if limit <= 0 or not query_terms(query):
             return []
-        k = max(limit * 3, 30)
-        vector = (
-            self._check_dim(query_embedding, "query embedding")
-            if query_embedding is not None
-            else (await self.embed_queries([query]))[0]
+        # as the memory recall: the words naming a time are a cue, not words to match, and the
+        # query is embedded also without the words most of the context's turns hold (the speakers'
+        # names), so what the question is about steers the vector
+        text = query_cues(query, now=datetime.now(UTC)).text
+        stats = await self._backend.turn_term_stats(user_id, persona_id, team_id, text)
+        if query_embedding is not None:
+            vector = self._check_dim(query_embedding, "query embedding")
+        else:
+            vectors = await self.embed_queries(embedding_queries(text, stats.word_share, TURN_FUSION))
+            vector = vectors[0] if len(vectors) == 1 else mean_direction(vectors)
+        return await self._backend.recall_turns(
+            user_id, persona_id, team_id, query, vector, candidate_count(limit), limit, text=text, stats=stats
         )
-        return await self._backend.recall_turns(user_id, persona_id, team_id, query, vector, k, limit)
 
     async def _read_turn_window(
         self,
