@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
 TURN_WINDOW = 4000
+# how many of a context's most recent turns (each message once) estimate the query words'
+# document frequencies (idf, and the words most turns hold): as the memory recall samples its own
+TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
 # reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
@@ -142,71 +145,86 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
-# the context's most recent `%(window)s` turns, then each message once: an event sent once per
-# participant stores its messages once per event, and a second copy would take a candidate's place
-# in each ranking (the copy kept is the newest; both copies read and score the same)
-_WINDOW_CTES = (
-    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, t.at, {columns} "
-    f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s), "
-    "once AS (SELECT DISTINCT ON (r.channel_id, r.position, r.text) r.id FROM recent r "
-    "ORDER BY r.channel_id, r.position, r.text, r.at DESC, r.id), "
-    "w AS MATERIALIZED (SELECT r.* FROM recent r WHERE r.id IN (SELECT id FROM once))"
+# the context's most recent turns (`%(window)s` of them), newest first
+_RECENT_CTE = (
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, {columns} "
+    f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
+)
+# one row per message (`same_message`) among `{rows}`, the first by `{order}`: an event sent once per
+# participant stores its messages once per event, and a copy must not take a candidate's place
+_ONCE_SQL = (
+    'SELECT DISTINCT ON (x.channel_id, x.position, x.text COLLATE "C") x.* FROM {rows} x '
+    'ORDER BY x.channel_id, x.position, x.text COLLATE "C", {order}'
 )
 
 
 def turn_term_stats_sql() -> str:
-    """Postgres: per query word (`%(words)s`), its lexemes and how many of the context's window
-    turns (each message once) hold each in their full text, plus the number of turns and their
-    mean lexeme count: rows for `store.core.recall.term_stats`."""
+    """Postgres: per query word (`%(words)s`), its lexemes and how many of the context's `%(sample)s`
+    most recent messages (`TURN_STATS_SAMPLE`; each message once among its `%(window)s` most recent
+    turns) hold each in their full text, plus the number of those turns and their mean lexeme count: rows for
+    `store.core.recall.term_stats`."""
     return (
         "WITH "
-        + _WINDOW_CTES.format(columns="t.search_tsv")
-        + ", words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        + _RECENT_CTE.format(columns="t.search_tsv, t.at")
+        + ", w AS MATERIALIZED (SELECT * FROM ("
+        + _ONCE_SQL.format(rows="recent", order="x.at DESC, x.id")
+        + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
         f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
-        "lexes AS (SELECT DISTINCT lex FROM words), "
+        "lexes AS MATERIALIZED (SELECT x.lex, plainto_tsquery('simple', x.lex) AS query "
+        "FROM (SELECT DISTINCT lex FROM words) AS x), "
         "df AS (SELECT x.lex, count(w.search_tsv) AS containing FROM lexes x "
-        "LEFT JOIN w ON w.search_tsv @@ plainto_tsquery('simple', x.lex) GROUP BY x.lex) "
+        "LEFT JOIN w ON w.search_tsv @@ x.query GROUP BY x.lex) "
         "SELECT u.word, u.lex, df.containing, (SELECT count(*) FROM w), "
         "(SELECT coalesce(avg(length(search_tsv)), 0) FROM w) FROM words u JOIN df ON df.lex = u.lex"
     )
 
 
 def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
-    """Postgres: the context's most recent `window` turns, each message once, ranked by vector
-    distance (`qv`) and by full text (`tq`: BM25 with binary term frequency, each query lexeme
-    its idf from `lexemes`/`idfs`, one found only among the turns around a turn weighing
-    `context_weight` of it), each its best `k`; rows of turn columns plus `source`, `rank`,
+    """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) and by
+    full text (`tq`: BM25 with binary term frequency, each query lexeme its idf from
+    `lexemes`/`idfs`, one found only among the turns around a turn weighing `context_weight` of
+    it), each its best `k` messages (the best `2k` rows, each message once: a message stored by
+    both events of a conversation takes one place); rows of turn columns plus `source`, `rank`,
     `score`."""
-    ctes = [_WINDOW_CTES.format(columns="t.embedding, t.search_tsv")]
+    ctes = [_RECENT_CTE.format(columns="t.embedding, t.search_tsv")]
     ranked: list[str] = []
     if vector:
         ctes.append(
-            f"vec AS (SELECT w.id, w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance "
-            "FROM w "
-            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT %(k)s)"
+            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text, "
+            f"w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance FROM recent w "
+            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT 2 * %(k)s)"
         )
+        ctes.append("vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")")
         ranked.append(
             "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
-            "1 - distance AS score FROM vec"
+            "1 - distance AS score FROM (SELECT * FROM vec ORDER BY distance, id LIMIT %(k)s) AS v"
         )
     if text:
-        # the turn's own words are the full text's weight-A lexemes (`TURN_TSV_SQL`)
-        weight = (
-            "l.idf * CASE WHEN ts_filter(w.search_tsv, '{a}') @@ plainto_tsquery('simple', l.lex) "
-            "THEN 1 ELSE %(context_weight)s END"
+        # each query lexeme's tsquery built once; the rows matching any of them, each with its own
+        # words (the full text's weight-A lexemes, `TURN_TSV_SQL`) filtered once
+        ctes.append(
+            "lex AS MATERIALIZED (SELECT l.idf, l.n, plainto_tsquery('simple', l.lex) AS query "
+            "FROM unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) "
+            "WITH ORDINALITY AS l(lex, idf, n))"
         )
         ctes.append(
-            "txt AS (SELECT w.id, "
-            f"coalesce((SELECT sum({weight}) FROM "
-            "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS l(lex, idf) "
-            "WHERE w.search_tsv @@ plainto_tsquery('simple', l.lex)), 0) "
-            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(w.search_tsv) / %(avglen)s)) "
-            f"AS relevance FROM w, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) "
-            "WHERE w.search_tsv @@ q.query ORDER BY relevance DESC, w.id LIMIT %(k)s)"
+            "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text, w.search_tsv, "
+            "ts_filter(w.search_tsv, '{a}') AS own FROM recent w, "
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query)"
         )
+        ctes.append(
+            "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text, "
+            # summed in the query's lexeme order, so copies of a message score exactly alike
+            "sum(l.idf * CASE WHEN h.own @@ l.query THEN 1 ELSE %(context_weight)s END ORDER BY l.n) "
+            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * max(length(h.search_tsv)) / %(avglen)s)) "
+            "AS relevance FROM hit h JOIN lex l ON h.search_tsv @@ l.query "
+            "GROUP BY h.id, h.channel_id, h.position, h.text ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)"
+        )
+        ctes.append("txt AS (" + _ONCE_SQL.format(rows="txt_rows", order="x.relevance DESC, x.id") + ")")
         ranked.append(
             "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
-            "relevance AS score FROM txt"
+            "relevance AS score FROM (SELECT * FROM txt ORDER BY relevance DESC, id LIMIT %(k)s) AS x"
         )
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
@@ -284,20 +302,21 @@ def once_each(turns: Sequence[Turn]) -> builtins.list[int]:
 
 
 def window_term_stats(window: TurnWindow, text: str) -> TermStats:
-    """How many of the window's turns hold each query word in their full text (their own words
-    or the turns' around them), as `store.core.recall.TermStats` (word shares; the window's BM25
-    computes its own idf)."""
-    documents = len(window.ids)
+    """How many of the window's `TURN_STATS_SAMPLE` most recent turns hold each query word in their
+    full text (their own words or the turns' around them), as `store.core.recall.TermStats` (word
+    shares; the window's BM25 computes its own idf)."""
+    sample = window.ids[:TURN_STATS_SAMPLE]
+    documents = len(sample)
     if not documents:
         return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
     around = window.context_words or {}
     empty: frozenset[str] = frozenset()
     share = {
-        word: sum(1 for tid in window.ids if word in window.words[tid] or word in around.get(tid, empty))
+        word: sum(1 for tid in sample if word in window.words[tid] or word in around.get(tid, empty))
         / documents
         for word in query_terms(text)
     }
-    mean_length = sum(window.lengths.values()) / documents
+    mean_length = sum(window.lengths[tid] for tid in sample) / documents
     return TermStats(documents=documents, mean_length=mean_length, idf={}, word_share=share)
 
 

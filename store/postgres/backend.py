@@ -18,6 +18,7 @@ from store.core.rows import memory_from_row
 from store.core.schema import NIL_UUID_SQL, Schema
 from store.core.turns import (
     CONTEXT_WORD_WEIGHT,
+    TURN_STATS_SAMPLE,
     TURN_WINDOW,
     fuse_turn_scores,
     turn_from_row,
@@ -116,7 +117,13 @@ class PgBackend:
         words = query_terms(text)
         if not words:
             return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
-        params = {**_context_params(user_id, persona_id, team_id), "window": TURN_WINDOW, "words": words}
+        params = {
+            **_context_params(user_id, persona_id, team_id),
+            # a message is stored at most once per participant's event: twice the sample holds it
+            "window": 2 * TURN_STATS_SAMPLE,
+            "sample": TURN_STATS_SAMPLE,
+            "words": words,
+        }
         rows = await self._connections.fetch(turn_term_stats_sql(), params)
         return term_stats([tuple(row.values()) for row in rows])
 
