@@ -188,7 +188,11 @@ def test_a_window_holds_each_message_once_and_counts_word_shares_over_them() -> 
         [sailed, copy, rained],
         ["[1, 0]", "[1, 0]", "[0, 1]"],
         2,
-        search_texts=["Ada: we sailed to Madeira", "Ada: we sailed to Madeira", "Ada: sailed\nBea: it rained"],
+        search_texts=[
+            "Ada: we sailed to Madeira",
+            "Ada: we sailed to Madeira",
+            "Ada: sailed\nBea: it rained",
+        ],
     )
     assert window.ids == (sailed.id, rained.id)
     assert window.matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]
