@@ -10,10 +10,11 @@ constants, without a store:
 
     python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite] [--no-evidence]
         [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
+        [--embedding-cache DIR]
 
 The variant with the best dev R@10 + A@10 is chosen (ties: the best R@25 + A@25); its dev, test
 and all figures are printed beside turns alone and memories alone. Embeddings are cached in
-.pmem/eval-cache."""
+--embedding-cache (default .pmem/eval-cache, as `pmem eval`)."""
 
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
         database_url=None,
         data_dir=args.data_dir,
         store=args.store,
-        embedding_cache=DEFAULT_EMBEDDING_CACHE,
+        embedding_cache=args.embedding_cache,
     )
     everything = load_locomo(args.file)
     split_by_id = {c.sample_id: split_of(i, len(everything)) for i, c in enumerate(everything)}
@@ -223,6 +224,12 @@ def main() -> int:
     parser.add_argument("file", type=Path)
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=DEFAULT_EMBEDDING_CACHE,
+        help="directory of saved vectors, shared with `pmem eval` (default .pmem/eval-cache)",
+    )
     parser.add_argument("--evidence", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--fusion",

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.core.recall import TermStats
 from store.model import Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
 
 
@@ -57,6 +58,12 @@ class Backend(Protocol):
         """Store an event's turns in the caller's transaction; a turn already stored is kept."""
         ...
 
+    async def turn_term_stats(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
+    ) -> TermStats:
+        """How many of the context's recent turns (each message once) hold each word of `text`."""
+        ...
+
     async def recall_turns(
         self,
         user_id: uuid.UUID,
@@ -66,7 +73,13 @@ class Backend(Protocol):
         vector: Sequence[float],
         k: int,
         limit: int,
+        *,
+        text: str,
+        stats: TermStats,
     ) -> list[TurnHit]:
         """The `limit` turns of the context (user, persona or none, team or none) that best match
-        the query and its embedding, among its most recent ones; `k` candidates per ranking."""
+        `text` (the query's words to match, `stats` their document frequencies from
+        `turn_term_stats`) and the query's embedding, among its most recent ones, each message
+        once; `k` candidates per ranking; the query's cues (`query`) lift turns as the memory
+        recall's do."""
         ...

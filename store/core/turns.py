@@ -17,7 +17,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -26,8 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.recall import (
     ScoreFusion,
+    TermStats,
+    candidate_count,
+    embedding_queries,
     fuse_scores,
     keyword_terms,
+    mean_direction,
     query_cues,
     query_terms,
     unit_rows,
@@ -57,6 +61,9 @@ if TYPE_CHECKING:
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
 TURN_WINDOW = 4000
+# how many of a context's most recent turns (each message once) estimate the query words'
+# document frequencies (idf, and the words most turns hold): as the memory recall samples its own
+TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
 # reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
@@ -78,8 +85,6 @@ _BM25_B = 0.75
 # full text: a query word found only among the turns around a turn (its `search_text`) counts this
 # much beside one found in the turn's own text (the dialog unit's key weight, chosen on LoCoMo dev)
 CONTEXT_WORD_WEIGHT = 0.75
-# Postgres `ts_rank` weights {D, C, B, A}: the turn's own words are A, the turns around it B
-_TS_RANK_WEIGHTS = f"{{0.1, 0.2, {CONTEXT_WORD_WEIGHT}, 1.0}}"
 
 _TURN_COLUMNS = (
     "t.id, t.channel_id, t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.text, t.at, "
@@ -140,33 +145,86 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
+# the context's most recent turns (`%(window)s` of them), newest first
+_RECENT_CTE = (
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, {columns} "
+    f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
+)
+# one row per message (`same_message`) among `{rows}`, the first by `{order}`: an event sent once per
+# participant stores its messages once per event, and a copy must not take a candidate's place
+_ONCE_SQL = (
+    'SELECT DISTINCT ON (x.channel_id, x.position, x.text COLLATE "C") x.* FROM {rows} x '
+    'ORDER BY x.channel_id, x.position, x.text COLLATE "C", {order}'
+)
+
+
+def turn_term_stats_sql() -> str:
+    """Postgres: per query word (`%(words)s`), its lexemes and how many of the context's `%(sample)s`
+    most recent messages (`TURN_STATS_SAMPLE`; each message once among its `%(window)s` most recent
+    turns) hold each in their full text, plus the number of those turns and their mean lexeme count: rows for
+    `store.core.recall.term_stats`."""
+    return (
+        "WITH "
+        + _RECENT_CTE.format(columns="t.search_tsv, t.at")
+        + ", w AS MATERIALIZED (SELECT * FROM ("
+        + _ONCE_SQL.format(rows="recent", order="x.at DESC, x.id")
+        + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
+        "lexes AS MATERIALIZED (SELECT x.lex, plainto_tsquery('simple', x.lex) AS query "
+        "FROM (SELECT DISTINCT lex FROM words) AS x), "
+        "df AS (SELECT x.lex, count(w.search_tsv) AS containing FROM lexes x "
+        "LEFT JOIN w ON w.search_tsv @@ x.query GROUP BY x.lex) "
+        "SELECT u.word, u.lex, df.containing, (SELECT count(*) FROM w), "
+        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM w) FROM words u JOIN df ON df.lex = u.lex"
+    )
+
+
 def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) and by
-    full text (`tq`), each its best `k`; rows of turn columns plus `source`, `rank`."""
-    ctes = [
-        "w AS MATERIALIZED (SELECT t.id, t.embedding, t.search_tsv FROM conversation_turns t "
-        f"WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
-    ]
+    full text (`tq`: BM25 with binary term frequency, each query lexeme its idf from
+    `lexemes`/`idfs`, one found only among the turns around a turn weighing `context_weight` of
+    it), each its best `k` messages (the best `2k` rows, each message once: a message stored by
+    both events of a conversation takes one place); rows of turn columns plus `source`, `rank`,
+    `score`."""
+    ctes = [_RECENT_CTE.format(columns="t.embedding, t.search_tsv")]
     ranked: list[str] = []
     if vector:
         ctes.append(
-            f"vec AS (SELECT w.id, w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance "
-            "FROM w "
-            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT %(k)s)"
+            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text, "
+            f"w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance FROM recent w "
+            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT 2 * %(k)s)"
         )
+        ctes.append("vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")")
         ranked.append(
             "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
-            "1 - distance AS score FROM vec"
+            "1 - distance AS score FROM (SELECT * FROM vec ORDER BY distance, id LIMIT %(k)s) AS v"
         )
     if text:
+        # each query lexeme's tsquery built once; the rows matching any of them, each with its own
+        # words (the full text's weight-A lexemes, `TURN_TSV_SQL`) filtered once
         ctes.append(
-            f"txt AS (SELECT w.id, ts_rank('{_TS_RANK_WEIGHTS}', w.search_tsv, q.query) AS relevance FROM w, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query "
-            "ORDER BY relevance DESC, w.id LIMIT %(k)s)"
+            "lex AS MATERIALIZED (SELECT l.idf, l.n, plainto_tsquery('simple', l.lex) AS query "
+            "FROM unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) "
+            "WITH ORDINALITY AS l(lex, idf, n))"
         )
+        ctes.append(
+            "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text, w.search_tsv, "
+            "ts_filter(w.search_tsv, '{a}') AS own FROM recent w, "
+            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query)"
+        )
+        ctes.append(
+            "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text, "
+            # summed in the query's lexeme order, so copies of a message score exactly alike
+            "sum(l.idf * CASE WHEN h.own @@ l.query THEN 1 ELSE %(context_weight)s END ORDER BY l.n) "
+            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * max(length(h.search_tsv)) / %(avglen)s)) "
+            "AS relevance FROM hit h JOIN lex l ON h.search_tsv @@ l.query "
+            "GROUP BY h.id, h.channel_id, h.position, h.text ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)"
+        )
+        ctes.append("txt AS (" + _ONCE_SQL.format(rows="txt_rows", order="x.relevance DESC, x.id") + ")")
         ranked.append(
             "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
-            "relevance AS score FROM txt"
+            "relevance AS score FROM (SELECT * FROM txt ORDER BY relevance DESC, id LIMIT %(k)s) AS x"
         )
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
@@ -197,9 +255,15 @@ def turn_window(
     stamp: tuple[int, int] = (0, 0),
     search_texts: Sequence[str | None] | None = None,
 ) -> TurnWindow:
-    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go); a missing or
-    wrong-sized embedding is a zero row, which matches nothing. `search_texts` (one per turn, None
-    for none): the words of the turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go), each message
+    once (`once_each`: the first of its copies is kept); a missing or wrong-sized embedding is a
+    zero row, which matches nothing. `search_texts` (one per turn, None for none): the words of the
+    turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    kept = once_each(turns)
+    if len(kept) < len(turns):
+        turns = [turns[i] for i in kept]
+        embeddings = [embeddings[i] for i in kept]
+        search_texts = None if search_texts is None else [search_texts[i] for i in kept]
     present = [i for i, raw in enumerate(embeddings) if raw is not None]
     matrix = np.zeros((len(turns), dim), dtype=np.float32)
     if present:
@@ -223,6 +287,37 @@ def turn_window(
         stamp=stamp,
         context_words=context_words,
     )
+
+
+def once_each(turns: Sequence[Turn]) -> builtins.list[int]:
+    """Indexes of `turns` holding each message once (`same_message`): the first of its copies."""
+    seen: set[tuple[uuid.UUID, int, str]] = set()
+    kept: list[int] = []
+    for index, turn in enumerate(turns):
+        key = same_message(turn)
+        if key not in seen:
+            seen.add(key)
+            kept.append(index)
+    return kept
+
+
+def window_term_stats(window: TurnWindow, text: str) -> TermStats:
+    """How many of the window's `TURN_STATS_SAMPLE` most recent turns hold each query word in their
+    full text (their own words or the turns' around them), as `store.core.recall.TermStats` (word
+    shares; the window's BM25 computes its own idf)."""
+    sample = window.ids[:TURN_STATS_SAMPLE]
+    documents = len(sample)
+    if not documents:
+        return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+    around = window.context_words or {}
+    empty: frozenset[str] = frozenset()
+    share = {
+        word: sum(1 for tid in sample if word in window.words[tid] or word in around.get(tid, empty))
+        / documents
+        for word in query_terms(text)
+    }
+    mean_length = sum(window.lengths[tid] for tid in sample) / documents
+    return TermStats(documents=documents, mean_length=mean_length, idf={}, word_share=share)
 
 
 def window_scores(
@@ -507,13 +602,19 @@ class ConversationTurns(SettingsRows):
         match the query, among the context's most recent `TURN_WINDOW`; an empty query finds none."""
         if limit <= 0 or not query_terms(query):
             return []
-        k = max(limit * 3, 30)
-        vector = (
-            self._check_dim(query_embedding, "query embedding")
-            if query_embedding is not None
-            else (await self.embed_queries([query]))[0]
+        # as the memory recall: the words naming a time are a cue, not words to match, and the
+        # query is embedded also without the words most of the context's turns hold (the speakers'
+        # names), so what the question is about steers the vector
+        text = query_cues(query, now=datetime.now(UTC)).text
+        stats = await self._backend.turn_term_stats(user_id, persona_id, team_id, text)
+        if query_embedding is not None:
+            vector = self._check_dim(query_embedding, "query embedding")
+        else:
+            vectors = await self.embed_queries(embedding_queries(text, stats.word_share, TURN_FUSION))
+            vector = vectors[0] if len(vectors) == 1 else mean_direction(vectors)
+        return await self._backend.recall_turns(
+            user_id, persona_id, team_id, query, vector, candidate_count(limit), limit, text=text, stats=stats
         )
-        return await self._backend.recall_turns(user_id, persona_id, team_id, query, vector, k, limit)
 
     async def _read_turn_window(
         self,

@@ -13,13 +13,16 @@ from sqlalchemy import ColumnElement, Table, literal_column
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import websearch_or_query
+from store.core.recall import Bm25, TermStats, query_terms, term_stats, websearch_or_query
 from store.core.rows import memory_from_row
 from store.core.schema import NIL_UUID_SQL, Schema
 from store.core.turns import (
+    CONTEXT_WORD_WEIGHT,
+    TURN_STATS_SAMPLE,
     TURN_WINDOW,
     fuse_turn_scores,
     turn_from_row,
+    turn_term_stats_sql,
     turn_window_sql,
     turns_insert_statement,
 )
@@ -107,6 +110,23 @@ class PgBackend:
         )
         await conn.exec_driver_sql(sql, params)
 
+    async def turn_term_stats(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
+    ) -> TermStats:
+        """The query words' document frequencies among the context's window (one round trip)."""
+        words = query_terms(text)
+        if not words:
+            return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+        params = {
+            **_context_params(user_id, persona_id, team_id),
+            # a message is stored at most once per participant's event: twice the sample holds it
+            "window": 2 * TURN_STATS_SAMPLE,
+            "sample": TURN_STATS_SAMPLE,
+            "words": words,
+        }
+        rows = await self._connections.fetch(turn_term_stats_sql(), params)
+        return term_stats([tuple(row.values()) for row in rows])
+
     async def recall_turns(
         self,
         user_id: uuid.UUID,
@@ -116,20 +136,31 @@ class PgBackend:
         vector: Sequence[float],
         k: int,
         limit: int,
+        *,
+        text: str,
+        stats: TermStats,
     ) -> list[TurnHit]:
         """The context's recent turns ranked by vector distance and full text in one statement
         (`turn_window_sql`), fused in Python."""
-        tq = websearch_or_query(query)
-        sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=tq is not None)
+        tq = websearch_or_query(text)
+        full_text = tq is not None and bool(stats.idf)
+        sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=full_text)
         params: dict[str, Any] = {
-            "user_id": user_id,
-            "persona": persona_id or NIL_UUID,
-            "team": team_id or NIL_UUID,
+            **_context_params(user_id, persona_id, team_id),
             "window": TURN_WINDOW,
             "k": k,
             "qv": float4_array(vector),
-            "tq": tq,
         }
+        if full_text:
+            params.update(
+                tq=tq,
+                lexemes=list(stats.idf),
+                idfs=list(stats.idf.values()),
+                k1=_BM25.k1,
+                b=_BM25.b,
+                avglen=max(stats.mean_length, 1.0),
+                context_weight=CONTEXT_WORD_WEIGHT,
+            )
         turns: dict[uuid.UUID, Turn] = {}
         scores: dict[str, dict[uuid.UUID, float]] = {}
         for row in await self._connections.fetch(sql, params):
@@ -137,3 +168,13 @@ class PgBackend:
             turns[turn.id] = turn
             scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
         return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
+
+
+_BM25 = Bm25()
+
+
+def _context_params(
+    user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+) -> dict[str, Any]:
+    """The turn context's statement parameters (`_CONTEXT_SQL`: nil for no persona or team)."""
+    return {"user_id": user_id, "persona": persona_id or NIL_UUID, "team": team_id or NIL_UUID}

@@ -17,9 +17,10 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.base import checked_vector, owner_clause, team_clause
+from store.core.recall import TermStats
 from store.core.rows import memory_columns, memory_from_row
 from store.core.schema import Schema
-from store.core.turns import TurnWindow, fuse_turn_scores, window_scores
+from store.core.turns import TurnWindow, fuse_turn_scores, window_scores, window_term_stats
 from store.model import NIL_UUID, Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
 
 # the recent turns of a (user, persona, team) context, prepared for ranking
@@ -137,6 +138,12 @@ class SqliteBackend:
         )
         await conn.execute(insert)
 
+    async def turn_term_stats(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
+    ) -> TermStats:
+        """The query words' shares of the context's cached window."""
+        return window_term_stats(await self._turn_windows(user_id, persona_id, team_id), text)
+
     async def recall_turns(
         self,
         user_id: uuid.UUID,
@@ -146,10 +153,13 @@ class SqliteBackend:
         vector: Sequence[float],
         k: int,
         limit: int,
+        *,
+        text: str,
+        stats: TermStats,
     ) -> list[TurnHit]:
         """The context's recent turns (the store's cached window) ranked with numpy and BM25."""
         window = await self._turn_windows(user_id, persona_id, team_id)
-        scores = await asyncio.to_thread(window_scores, window, query, vector, k)
+        scores = await asyncio.to_thread(window_scores, window, text, vector, k)
         return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
 
 

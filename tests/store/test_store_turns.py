@@ -384,3 +384,21 @@ async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_on
         "the harbour lighthouse again",
         "the lighthouse keeper waved",
     ]
+
+
+async def test_the_window_statistics_count_each_message_once(store: Store) -> None:
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    for _ in range(2):  # the same conversation sent once per participant
+        await store.write_event(
+            event_id=uuid.uuid4(),
+            memories=[],
+            turns=[
+                turn(user, 1, "the lighthouse keeper waved", channel=channel, speaker="Ada"),
+                turn(user, 2, "the harbour at dusk", channel=channel, speaker="Bea"),
+            ],
+        )
+    stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
+    assert stats.documents == 2
+    assert stats.word_share["lighthouse"] == 0.5
+    # nobody else's turns: an empty window
+    assert (await store._backend.turn_term_stats(uuid.uuid4(), None, None, "lighthouse")).documents == 0  # type: ignore[attr-defined]

@@ -16,8 +16,11 @@ from store.core.turns import (
     distinct_turns,
     fuse_turn_scores,
     merge_recall,
+    once_each,
     parse_include,
+    turn_window,
     vector_ranking,
+    window_term_stats,
 )
 from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
 from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
@@ -150,3 +153,29 @@ def test_turn_scores_fuse_as_memory_scores_do_and_a_repeated_message_counts_once
     # equally similar, but said in the conversation of the best hit: it leads the other
     assert [h.turn.id for h in hits[1:]] == [beside.id, far.id]
     assert hits[0].sources == ("vector", "text")
+
+
+def test_a_window_holds_each_message_once_and_counts_word_shares_over_them() -> None:
+    session = uuid.uuid4()
+    sailed = replace(turn("we sailed to Madeira"), channel_id=session, position=2, speaker="Ada")
+    copy = replace(sailed, id=uuid.uuid4(), event_id=uuid.uuid4())  # the other event's copy
+    rained = replace(turn("it rained all week"), channel_id=session, position=3, speaker="Bea")
+    assert once_each([sailed, copy, rained]) == [0, 2]
+    window = turn_window(
+        [sailed, copy, rained],
+        ["[1, 0]", "[1, 0]", "[0, 1]"],
+        2,
+        search_texts=[
+            "Ada: we sailed to Madeira",
+            "Ada: we sailed to Madeira",
+            "Ada: sailed\nBea: it rained",
+        ],
+    )
+    assert window.ids == (sailed.id, rained.id)
+    assert window.matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    stats = window_term_stats(window, "Did Ada see Madeira?")
+    assert stats.documents == 2
+    # a word said around a turn counts for it: the name is in both turns' full text
+    assert stats.word_share["ada"] == 1.0 and stats.word_share["madeira"] == 0.5
+    assert stats.word_share["see"] == 0.0
+    assert window_term_stats(turn_window([], [], 2), "Ada").documents == 0
