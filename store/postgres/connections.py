@@ -132,6 +132,11 @@ class PgConnections:
         finally:
             if not kept:
                 async with translating_errors():
+                    if driver.closed or driver.info.transaction_status != TransactionStatus.IDLE:
+                        # a use cut short (its task cancelled, a SIGTERM, an error mid-statement)
+                        # leaves the connection busy: the pool cannot reset it, so it is dropped
+                        # and the interruption, not a reset error, is what the caller sees
+                        await conn.invalidate()
                     await conn.close()
 
     def round_trip(self, driver: DriverConnection[Any]) -> AbstractAsyncContextManager[Any]:

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 
 from store.migrate import SchemaError
 from worker.evaluation.locomo import OBSERVATION_CONTEXTS, SPLITS, LocomoFormatError, parse_ks
@@ -245,16 +246,30 @@ def run(args: argparse.Namespace) -> int:
     when interrupted (Ctrl-C or SIGTERM), after the embedded Postgres it started is stopped."""
     # SIGTERM unwinds the run as Ctrl-C does, so the context managers stop the embedded Postgres
     # instead of leaving it running on the data directory.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    interrupted: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        interrupted.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         options = options_from_args(args)
         report = asyncio.run(run_locomo(options))
-    except (ValueError, LocomoFormatError, EvalError, SchemaError) as exc:
-        print(f"pmem eval: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("pmem eval: interrupted; nothing reported", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if interrupted:
+            # the interruption can land mid-statement, and what fails while the run unwinds (a
+            # busy connection that cannot be reset) is its consequence, not a separate error
+            stopping = type(exc).__name__
+            print(f"pmem eval: interrupted; nothing reported ({stopping} while stopping)", file=sys.stderr)
+            return 130
+        if isinstance(exc, ValueError | LocomoFormatError | EvalError | SchemaError):
+            print(f"pmem eval: {exc}", file=sys.stderr)
+            return 2
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:
