@@ -368,17 +368,24 @@ async def test_the_speaker_is_kept_shown_and_exported_and_the_search_text_finds_
     assert speakers["Madeira, twice!"] == "Ada"
 
 
-async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_once(store: Store) -> None:
+async def stored_twice(store: Store, second: str) -> uuid.UUID:
+    """A new user's two-message conversation, written by two events as it is sent once per
+    participant; the user."""
     user, channel = uuid.uuid4(), uuid.uuid4()
-    for _ in range(2):  # the same conversation sent once per participant
+    for _ in range(2):
         await store.write_event(
             event_id=uuid.uuid4(),
             memories=[],
             turns=[
                 turn(user, 1, "the lighthouse keeper waved", channel=channel, speaker="Ada"),
-                turn(user, 2, "the harbour lighthouse again", channel=channel, speaker="Bea"),
+                turn(user, 2, second, channel=channel, speaker="Bea"),
             ],
         )
+    return user
+
+
+async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_once(store: Store) -> None:
+    user = await stored_twice(store, "the harbour lighthouse again")
     hits = await store.recall_turns(user, None, "lighthouse", 10)
     assert sorted(h.turn.text for h in hits) == [
         "the harbour lighthouse again",
@@ -387,16 +394,7 @@ async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_on
 
 
 async def test_the_window_statistics_count_each_message_once(store: Store) -> None:
-    user, channel = uuid.uuid4(), uuid.uuid4()
-    for _ in range(2):  # the same conversation sent once per participant
-        await store.write_event(
-            event_id=uuid.uuid4(),
-            memories=[],
-            turns=[
-                turn(user, 1, "the lighthouse keeper waved", channel=channel, speaker="Ada"),
-                turn(user, 2, "the harbour at dusk", channel=channel, speaker="Bea"),
-            ],
-        )
+    user = await stored_twice(store, "the harbour at dusk")
     stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
     assert stats.documents == 2
     assert stats.word_share["lighthouse"] == 0.5
