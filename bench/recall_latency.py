@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from extraction.embeddings import HashingEmbedder, build_embedder, close_embedder, hashing_vector
 from store.core.recall import ScoreFusion
 from store.migrate import migrate
-from store.model import Retriever
+from store.model import RecallQuery, Retriever
 from store.postgres.recall_sql import RecallTuning
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
@@ -428,9 +428,15 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
             user = population.users[0]
             persona = population.personas[0] if population.personas else None
             for retriever in RETRIEVER_ORDER:
-                plans[retriever] = await store.explain_recall(
-                    user, persona, "which ramen does she prefer on fridays", args.limit, retriever=retriever
+                asked = RecallQuery(
+                    user_id=user,
+                    persona_id=persona,
+                    team_id=None,
+                    text="which ramen does she prefer on fridays",
+                    limit=args.limit,
+                    retriever=retriever,
                 )
+                plans[retriever] = await store.explain_recall(asked)
     finally:
         await store.close()
         await close_embedder(embedder)

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 Scope = Literal["user", "persona", "persona_user"]
 Status = Literal["active", "pending_review", "archived"]
@@ -241,6 +241,26 @@ class ReviewQuery:
     min_confidence: float | None = None
     limit: int = 50
     cursor: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallQuery:
+    """One memory recall: the user's (and persona's) active memories visible in the team context
+    (rows of no team and of that team), the best `limit` for `text` by `retriever`.
+    `query_embedding` stands in for the embedder's vector of `text`."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    text: str
+    limit: int
+    retriever: Retriever = "hybrid"
+    query_embedding: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        retrievers = get_args(Retriever)
+        if self.retriever not in retrievers:
+            raise ValueError(f"retriever must be one of {', '.join(retrievers)}, got {self.retriever!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

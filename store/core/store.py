@@ -2,8 +2,8 @@
 role: writes (`store.core.writes`), review (`store.core.review`), listing (`store.core.listing`),
 erasure and retention (`store.core.erasure`), settings (`store.core.settings`), API keys
 (`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`) and conversation turns
-(`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Recall lives in
-each backend.
+(`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Memory recall's
+arguments are checked here; each backend ranks the memories itself (`_recall_memories`).
 
 Decisions come from pure modules (`store.rules.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -11,6 +11,10 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 """
 
 from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Sequence
 
 from store.core.api_keys import ApiKeys
 from store.core.channel_turns import ChannelConversations
@@ -22,6 +26,7 @@ from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
 from store.core.ui_sessions import UiSessions
 from store.core.writes import MemoryWrites
+from store.model import RecallHit, RecallQuery, Retriever
 
 
 class CoreStore(
@@ -36,4 +41,35 @@ class CoreStore(
     EmbeddingModels,
     DirectoryNames,
 ):
-    """Everything but recall, shared by the Postgres and SQLite stores."""
+    """Everything the Postgres and SQLite stores share; each ranks recalled memories its own way."""
+
+    async def recall(
+        self,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        query: str,
+        limit: int = 20,
+        *,
+        retriever: Retriever = "hybrid",
+        query_embedding: Sequence[float] | None = None,
+        team_id: uuid.UUID | None = None,
+    ) -> builtins.list[RecallHit]:
+        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
+        and of that team), hybrid-ranked; empty query → top by confidence. An unknown `retriever`
+        raises ValueError."""
+        asked = RecallQuery(
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            text=query,
+            limit=limit,
+            retriever=retriever,
+            query_embedding=query_embedding,
+        )
+        if limit <= 0:
+            return []
+        return await self._recall_memories(asked)
+
+    async def _recall_memories(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+        """The backend's ranking of the memories for a checked recall (`limit` above 0)."""
+        raise NotImplementedError

@@ -20,7 +20,6 @@ from typing import Any
 
 from store.core.base import checked_vector, embed_queries
 from store.core.recall import (
-    RETRIEVERS,
     Bm25,
     ScoreFusion,
     TermStats,
@@ -37,7 +36,7 @@ from store.core.recall import (
     websearch_or_query,
 )
 from store.core.rows import memory_from_row
-from store.model import Memory, OwnerRef, RecallHit, Retriever
+from store.model import Memory, OwnerRef, RecallHit, RecallQuery
 from store.postgres.connections import PgConnections
 from store.postgres.params import float4_array
 from store.postgres.recall_sql import recall_sql, term_stats_sql
@@ -85,22 +84,10 @@ class PgRecall:
         self._fusion = fusion
         self._bm25 = bm25
 
-    async def recall(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-        query_embedding: Sequence[float] | None = None,
-        team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
-        and of that team), hybrid-ranked; empty query → top by confidence."""
-        if limit <= 0:
-            return []
-        plan = await self._plan(user_id, persona_id, query, limit, retriever, query_embedding, team_id)
+    async def recall(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+        """The recall's memories (`limit` above 0) ranked in one statement; empty query → top by
+        confidence."""
+        plan = await self._plan(asked)
         if plan is None:
             return []
         memories: dict[uuid.UUID, Memory] = {}
@@ -115,27 +102,19 @@ class PgRecall:
                 scores.setdefault(source, {})[memory.id] = float(row["score"])
         if "top" in ranks:
             rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
-            return fuse(memories.values(), rankings, limit=limit, weights=self._weights)
+            return fuse(memories.values(), rankings, limit=asked.limit, weights=self._weights)
         return fuse_scores(
             memories.values(),
             scores,
-            limit=limit,
+            limit=asked.limit,
             fusion=self._fusion,
             time_window=plan.time_window,
             when=plan.when,
         )
 
-    async def explain(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-    ) -> str:
+    async def explain(self, asked: RecallQuery) -> str:
         """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""
-        plan = await self._plan(user_id, persona_id, query, limit, retriever, None)
+        plan = await self._plan(asked)
         if plan is None:
             return "(no statement: the query has no searchable terms for this retriever)"
         rows = await self._connections.fetch("EXPLAIN (ANALYZE, BUFFERS) " + plan.sql, plan.params)
@@ -151,32 +130,22 @@ class PgRecall:
             settings[name] = str(next(iter(row.values())))
         return settings
 
-    async def _plan(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int,
-        retriever: Retriever,
-        query_embedding: Sequence[float] | None,
-        team_id: uuid.UUID | None = None,
-    ) -> RecallPlan | None:
+    async def _plan(self, asked: RecallQuery) -> RecallPlan | None:
         """The recall SQL, its parameters and the query's time window; None when no branch can run."""
-        if retriever not in RETRIEVERS:
-            raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
-        owners = resolve_scopes(user_id, persona_id)
+        owners = resolve_scopes(asked.user_id, asked.persona_id)
         params: dict[str, Any] = {
-            "k": candidate_count(limit),
-            "user_id": user_id,
-            "persona_id": persona_id,
-            "team_id": team_id,
+            "k": candidate_count(asked.limit),
+            "user_id": asked.user_id,
+            "persona_id": asked.persona_id,
+            "team_id": asked.team_id,
         }
-        if is_empty_query(query):
+        if is_empty_query(asked.text):
             sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._dim)
             return RecallPlan(sql=sql, params=params, time_window=None)
-        cues = query_cues(query, now=datetime.now(UTC))
+        cues = query_cues(asked.text, now=datetime.now(UTC))
         text = cues.text
         branches: list[str] = []
+        retriever, query_embedding = asked.retriever, asked.query_embedding
         needs_stats = retriever != "vector" or query_embedding is None
         stats = await self._term_stats(owners, params, text) if needs_stats else None
         if retriever in ("hybrid", "vector"):

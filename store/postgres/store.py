@@ -12,8 +12,7 @@ psycopg 3), composed of parts that each own one job:
 from __future__ import annotations
 
 import builtins
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,7 +32,7 @@ from store.migrate import (
     existing_embedding_dim,
     head_revision,
 )
-from store.model import EventWrite, MemorySettings, RecallHit, Retriever
+from store.model import EventWrite, MemorySettings, RecallHit, RecallQuery
 from store.postgres.backend import PgBackend
 from store.postgres.connections import PgConnections, postgres_connect_args
 from store.postgres.event_write import PgEventWriter
@@ -148,40 +147,13 @@ class PostgresMemoryStore(CoreStore):
             return await self._event_writer.write(batch, dedup)
         return await super()._write_event_once(batch)
 
-    async def recall(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-        query_embedding: Sequence[float] | None = None,
-        team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
-        and of that team), hybrid-ranked; empty query → top by confidence (`PgRecall.recall`)."""
-        return await self._recall.recall(
-            user_id,
-            persona_id,
-            query,
-            limit,
-            retriever=retriever,
-            query_embedding=query_embedding,
-            team_id=team_id,
-        )
+    async def _recall_memories(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+        """Ranked in one SQL statement (`PgRecall.recall`)."""
+        return await self._recall.recall(asked)
 
-    async def explain_recall(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-    ) -> str:
+    async def explain_recall(self, asked: RecallQuery) -> str:
         """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""
-        return await self._recall.explain(user_id, persona_id, query, limit, retriever=retriever)
+        return await self._recall.explain(asked)
 
     async def session_settings(self) -> dict[str, str]:
         """The recall settings a pooled connection actually runs with (see `RecallTuning`)."""

@@ -36,7 +36,6 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from store.core.recall import (
     DEFAULT_WEIGHTS,
-    RETRIEVERS,
     ScoreFusion,
     candidate_count,
     embedding_queries,
@@ -58,7 +57,7 @@ from store.core.store import CoreStore
 from store.core.turns import TurnWindow
 from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
-from store.model import Memory, MemorySettings, OwnerRef, RecallHit, Retriever
+from store.model import Memory, MemorySettings, OwnerRef, RecallHit, RecallQuery
 from store.protocols import Embedder
 from store.rules.cues import informative_query
 from store.rules.urls import to_sqlalchemy_url
@@ -307,41 +306,26 @@ class SqliteMemoryStore(CoreStore):
         async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
-    async def recall(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-        query_embedding: Sequence[float] | None = None,
-        team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
-        """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
-        and of that team), hybrid-ranked; empty query → top by confidence."""
-        if retriever not in RETRIEVERS:
-            raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
-        if limit <= 0:
-            return []
-        owners = resolve_scopes(user_id, persona_id)
-        k = candidate_count(limit)
+    async def _recall_memories(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+        """Ranked in numpy over the owners' memories held in memory (`OwnerIndex`) and FTS5."""
+        owners = resolve_scopes(asked.user_id, asked.persona_id)
+        k = candidate_count(asked.limit)
         branches: dict[str, Awaitable[dict[uuid.UUID, float]]] = {}
         async with self._reading() as conn:
-            index = await self._owner_index(conn, owners, team_id)
-            if is_empty_query(query):
+            index = await self._owner_index(conn, owners, asked.team_id)
+            if is_empty_query(asked.text):
                 top = [m.id for m in top_order(index.memories)[:k]]
                 rows = [index.by_id[mid] for mid in index.with_same_key(set(top))]
-                return fuse(rows, {"top": top}, limit=limit, weights=self._weights)
-            cues = query_cues(query, now=datetime.now(UTC))
+                return fuse(rows, {"top": top}, limit=asked.limit, weights=self._weights)
+            cues = query_cues(asked.text, now=datetime.now(UTC))
             # FTS5 clamps the idf of a word in more than half of the rows to ~0: beside rarer words
             # it only adds noise that score normalisation would blow up, so it is not matched
             words = query_terms(cues.text)
             match = fts5_match(informative_query(" ".join(words), index.word_share(words), max_share=0.5))
-            if retriever in ("hybrid", "keyword") and match is not None:
-                branches["text"] = self._text_scores(conn, owners, team_id, match, k)
-            if retriever in ("hybrid", "vector"):
-                branches["vector"] = self._vector_scores(cues.text, query_embedding, index, k)
+            if asked.retriever in ("hybrid", "keyword") and match is not None:
+                branches["text"] = self._text_scores(conn, owners, asked.team_id, match, k)
+            if asked.retriever in ("hybrid", "vector"):
+                branches["vector"] = self._vector_scores(cues.text, asked.query_embedding, index, k)
             # both branches wait on threads (SQLite's, numpy's) or the embedder: run them side by side,
             # and let both finish before the connection is returned, even when one fails
             results = await asyncio.gather(*branches.values(), return_exceptions=True)
@@ -358,7 +342,7 @@ class SqliteMemoryStore(CoreStore):
         return fuse_scores(
             rows,
             scores,
-            limit=limit,
+            limit=asked.limit,
             fusion=self._fusion,
             time_window=cues.time_window,
             when=cues.when,
