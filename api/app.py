@@ -36,7 +36,6 @@ from api.openapi import document_errors, path_methods
 from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocols import ControlPlaneStore
-from store.services.context_recall import CachedSettingsStore
 from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")
@@ -157,7 +156,6 @@ def create_app(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
-        recall_store=CachedSettingsStore(store, settings_cache),
         settings_cache=settings_cache,
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,

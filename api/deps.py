@@ -18,7 +18,7 @@ from api.auth import (
 )
 from api.errors import Forbidden
 from api.principal import PERSON_ROLES, Principal
-from store.protocols import ControlPlaneStore, RecallStore
+from store.protocols import ControlPlaneStore
 from store.services.settings_cache import SettingsCache
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -31,8 +31,7 @@ class AppState:
     store: ControlPlaneStore
     auth: AuthConfig
     keys: ApiKeyCache
-    recall_store: RecallStore  # the store, with settings cached for the recall hot path
-    settings_cache: SettingsCache  # recall_store's
+    settings_cache: SettingsCache  # the settings the platform's recall (the hot path) reads
     max_input_tokens: int
     max_body_bytes: int
     ui_session_s: float = 8 * 3600  # how long a web-UI session lasts after sign-in

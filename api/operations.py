@@ -16,14 +16,12 @@ from extraction.prompt import PromptBudget, render_prompts
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.errors import NothingPending
 from store.model import (
-    INCLUDE_ALL,
     AuditEntry,
     ChannelConversation,
     ConversationQuery,
     Memory,
     MemorySettings,
     Page,
-    RecallInclude,
     RecallItem,
     ReviewItem,
     ReviewQuery,
@@ -40,7 +38,7 @@ from store.rules.hint import build_hint
 from store.rules.keys import storable_value
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
-from store.services.context_recall import items_in_context
+from store.services.context_recall import ContextRecall, items_in_context
 from store.services.settings_cache import SettingsCache
 
 Decision = Literal["approve", "reject", "edit"]
@@ -376,35 +374,17 @@ async def put_settings(
 # -- the platform ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PlatformRecall:
-    """Whom a service recalls for, in which context, and what for."""
-
-    user_id: uuid.UUID
-    persona_id: uuid.UUID | None
-    team_id: uuid.UUID | None
-    query: str
-    limit: int
-    include: Sequence[RecallInclude] = INCLUDE_ALL
-
-
 async def platform_recall(
-    store: RecallStore, principal: Principal, asked: PlatformRecall
+    store: RecallStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
 ) -> list[RecallItem]:
     """Recall (memories and turns, as `include` says) for the user a service acts for (same as
-    `pmem recall --json`)."""
+    `pmem recall --json`), with the context's settings from `settings`."""
     access.require_service(principal)
-    return await items_in_context(
-        store,
-        user_id=asked.user_id,
-        persona_id=asked.persona_id,
-        team_id=asked.team_id,
-        query=asked.query,
-        limit=_limit(asked.limit),
-        include=asked.include,
-    )
+    return await items_in_context(store, replace(asked, limit=_limit(asked.limit)), settings=settings)
 
 
-async def platform_hint(store: RecallStore, principal: Principal, asked: PlatformRecall) -> str:
+async def platform_hint(
+    store: RecallStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
+) -> str:
     """The prompt hint for the same recall."""
-    return build_hint(await platform_recall(store, principal, asked))
+    return build_hint(await platform_recall(store, principal, asked, settings))

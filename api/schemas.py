@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.operations import BulkResult, MemoryDetail, PlatformRecall, SettingsView
+from api.operations import BulkResult, MemoryDetail, SettingsView
 from store.model import (
     AuditEntry,
     ChannelConversation,
@@ -20,6 +20,7 @@ from store.model import (
     Turn,
     UserExport,
 )
+from store.services.context_recall import ContextRecall
 
 
 class _Body(BaseModel):
@@ -52,9 +53,9 @@ class RecallBody(_Body):
         default=["memories", "turns"], min_length=1, max_length=2
     )
 
-    def asked(self) -> PlatformRecall:
+    def asked(self) -> ContextRecall:
         """What the service asks, as the operations take it."""
-        return PlatformRecall(**self.model_dump())
+        return ContextRecall(**self.model_dump())
 
 
 class SettingsBody(_Body):

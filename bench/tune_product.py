@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store.core.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
 from store.model import RecallHit, RecallItem, TurnHit
-from store.services.context_recall import items_in_context
+from store.services.context_recall import ContextRecall, items_in_context
 from worker.evaluation import product_run
 from worker.evaluation.cache import CachingEmbedder, cache_file
 from worker.evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
@@ -172,14 +172,11 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
 
             async def both(query: str, owner: uuid.UUID = owner) -> tuple[list[RecallItem], list[RecallItem]]:
                 async with semaphore:
-                    memories = await items_in_context(
-                        opened, user_id=owner, persona_id=None, team_id=None, query=query, limit=DEPTH,
-                        include=("memories",),
-                    )  # fmt: skip
-                    turns = await items_in_context(
-                        opened, user_id=owner, persona_id=None, team_id=None, query=query, limit=DEPTH,
-                        include=("turns",),
-                    )  # fmt: skip
+                    asked = ContextRecall(
+                        user_id=owner, persona_id=None, team_id=None, query=query, limit=DEPTH
+                    )
+                    memories = await items_in_context(opened, replace(asked, include=("memories",)))
+                    turns = await items_in_context(opened, replace(asked, include=("turns",)))
                 return memories, turns
 
             answers = await asyncio.gather(*(both(q.question) for q in conversation.questions))

@@ -20,7 +20,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
     """Active memories and earlier conversations' turns (`include`) for the user (and persona) in
     the team's context, one list best first, each item with its `kind`; the same items as
     `pmem recall --json`."""
-    items = await operations.platform_recall(state.recall_store, principal, body.asked())
+    items = await operations.platform_recall(state.store, principal, body.asked(), state.settings_cache)
     # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
     return JSONResponse({"items": [item_record(item) for item in items]})
 
@@ -28,7 +28,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
 @router.post("/v1/hint")
 async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
     """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
-    text = await operations.platform_hint(state.recall_store, principal, body.asked())
+    text = await operations.platform_hint(state.store, principal, body.asked(), state.settings_cache)
     return {"hint": text}
 
 

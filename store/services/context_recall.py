@@ -1,5 +1,5 @@
-"""Recall and hint in a conversation's context: the (team, persona) settings decide whether memory is
-on at all, and the team decides which memories are visible. One function for the CLI, the API and
+"""Recall in a conversation's context: the (team, persona) settings decide whether memory is on at
+all, and the team decides which memories are visible. One function for the CLI, the API and
 the tools, so the same inputs give the same answer everywhere."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from store.core.turns import merge_recall
 from store.model import (
     INCLUDE_ALL,
-    MemorySettings,
     RecallHit,
     RecallInclude,
     RecallItem,
@@ -21,7 +22,6 @@ from store.model import (
     TurnHit,
 )
 from store.protocols import RecallStore
-from store.rules.hint import build_hint
 from store.services.settings_cache import SettingsCache
 
 
@@ -42,61 +42,49 @@ async def recall_in_context(
     return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextRecall:
+    """One recall in a conversation's context: for whom (user, persona or none), in which team's
+    context, what for, how many, and which kinds (`include`)."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    query: str
+    limit: int
+    include: Sequence[RecallInclude] = INCLUDE_ALL
+    retriever: Retriever = "hybrid"
+
+
 async def items_in_context(
-    store: RecallStore,
-    *,
-    user_id: uuid.UUID,
-    persona_id: uuid.UUID | None,
-    team_id: uuid.UUID | None,
-    query: str,
-    limit: int,
-    include: Sequence[RecallInclude] = INCLUDE_ALL,
-    retriever: Retriever = "hybrid",
+    store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
 ) -> list[RecallItem]:
     """Memories and turns of this context in one ranked list (`store.core.turns.merge_recall`), each
     kind only when `include` names it: nothing when memory is disabled there, no turns when the
-    setting `history` is off."""
-    policy = await store.settings_for(team_id, persona_id)
-    if not policy.enabled or limit <= 0:
+    setting `history` is off. `settings`: where the context's settings are kept between requests
+    (the API's recall is the hot path; a settings change applies within the cache's `ttl_s`)."""
+    key = (asked.team_id, asked.persona_id)
+    load = partial(store.settings_for, *key)
+    policy = await (load() if settings is None else settings.settings(key, load))
+    if not policy.enabled or asked.limit <= 0:
         return []
+    user_id, persona_id, query, limit = asked.user_id, asked.persona_id, asked.query, asked.limit
 
     async def memories() -> list[RecallHit]:
-        if "memories" not in include:
+        if "memories" not in asked.include:
             return []
-        return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
+        return await store.recall(
+            user_id, persona_id, query, limit, retriever=asked.retriever, team_id=asked.team_id
+        )
 
     async def turns() -> list[TurnHit]:
-        if "turns" not in include or not policy.history:
+        if "turns" not in asked.include or not policy.history:
             return []
-        return await store.recall_turns(user_id, persona_id, query, limit, team_id=team_id)
+        return await store.recall_turns(user_id, persona_id, query, limit, team_id=asked.team_id)
 
     # side by side: each waits on its own query embedding and statement
     found_memories, found_turns = await asyncio.gather(memories(), turns())
     return merge_recall(found_memories, found_turns, limit)
-
-
-async def hint_in_context(
-    store: RecallStore,
-    *,
-    user_id: uuid.UUID,
-    persona_id: uuid.UUID | None,
-    team_id: uuid.UUID | None,
-    query: str,
-    limit: int,
-    include: Sequence[RecallInclude] = INCLUDE_ALL,
-) -> str:
-    """The prompt hint (what is known, from earlier conversations; capped) for the same recall;
-    empty when memory is disabled."""
-    items = await items_in_context(
-        store,
-        user_id=user_id,
-        persona_id=persona_id,
-        team_id=team_id,
-        query=query,
-        limit=limit,
-        include=include,
-    )
-    return build_hint(items)
 
 
 def hit_record(hit: RecallHit) -> dict[str, Any]:
@@ -152,49 +140,3 @@ def item_record(item: RecallItem) -> dict[str, Any]:
     else:
         raise ValueError(f"a recall item of kind {item.kind!r} without its {item.kind}")
     return {"kind": item.kind, **record}
-
-
-class CachedSettingsStore:
-    """A RecallStore whose `settings_for` answers come from `cache`: recall is the hot path, and
-    settings change rarely (a change applies within the cache's `ttl_s`, or at once where the
-    writer forgets the cache)."""
-
-    def __init__(self, store: RecallStore, cache: SettingsCache) -> None:
-        self._store = store
-        self._cache = cache
-
-    async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
-        """The effective settings, from the cache while fresh."""
-        return await self._cache.settings(
-            (team_id, persona_id), lambda: self._store.settings_for(team_id, persona_id)
-        )
-
-    async def recall(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 20,
-        *,
-        retriever: Retriever = "hybrid",
-        team_id: uuid.UUID | None = None,
-    ) -> list[RecallHit]:
-        """The store's recall."""
-        return await self._store.recall(
-            user_id, persona_id, query, limit, retriever=retriever, team_id=team_id
-        )
-
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        query: str,
-        limit: int = 10,
-        *,
-        team_id: uuid.UUID | None = None,
-        query_embedding: Sequence[float] | None = None,
-    ) -> list[TurnHit]:
-        """The store's turn recall."""
-        return await self._store.recall_turns(
-            user_id, persona_id, query, limit, team_id=team_id, query_embedding=query_embedding
-        )

@@ -8,11 +8,12 @@ import uuid
 import pytest
 
 from store.errors import StoreTimeout
-from store.model import MemorySettings, RecallHit
-from store.services.context_recall import CachedSettingsStore
+from store.model import MemorySettings, RecallHit, TurnHit
+from store.services.context_recall import ContextRecall, items_in_context
 from store.services.settings_cache import SettingsCache
 from store.services.ttl_cache import TtlCache
 
+USER = uuid.uuid4()
 PERSONA = uuid.uuid4()
 TEAM = uuid.uuid4()
 
@@ -104,28 +105,37 @@ async def test_a_failed_reload_leaves_the_next_caller_to_reload() -> None:
 
 
 class SettingsOnlyStore:
-    """A RecallStore that counts `settings_for` calls; recall returns nothing."""
+    """A RecallStore that counts `settings_for` calls and the recalls it is asked for (of the
+    contexts whose memory is on); recall returns nothing."""
 
     def __init__(self) -> None:
         self.reads: list[tuple[uuid.UUID | None, uuid.UUID | None]] = []
+        self.recalls: list[uuid.UUID | None] = []
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         self.reads.append((team_id, persona_id))
         return MemorySettings(enabled=team_id is None)
 
-    async def recall(self, *_asked: object, **_options: object) -> list[RecallHit]:
+    async def recall(
+        self, *_asked: object, team_id: uuid.UUID | None = None, **_options: object
+    ) -> list[RecallHit]:
         """Nothing, whatever is asked: these tests count settings reads."""
+        self.recalls.append(team_id)
+        return []
+
+    async def recall_turns(self, *_asked: object, **_options: object) -> list[TurnHit]:
+        """Nothing, whatever is asked."""
         return []
 
 
 async def test_recall_reads_each_team_and_persona_settings_once_while_fresh() -> None:
-    inner = SettingsOnlyStore()
-    store = CachedSettingsStore(inner, SettingsCache(ttl_s=60))
-    assert (await store.settings_for(None, PERSONA)).enabled
-    assert not (await store.settings_for(TEAM, PERSONA)).enabled
-    await store.settings_for(None, PERSONA)
-    await store.settings_for(TEAM, PERSONA)
-    assert inner.reads == [(None, PERSONA), (TEAM, PERSONA)]
+    store = SettingsOnlyStore()
+    cache = SettingsCache(ttl_s=60)
+    for team_id in (None, TEAM, None, TEAM):
+        asked = ContextRecall(user_id=USER, persona_id=PERSONA, team_id=team_id, query="x", limit=5)
+        assert await items_in_context(store, asked, settings=cache) == []
+    assert store.reads == [(None, PERSONA), (TEAM, PERSONA)]
+    assert store.recalls == [None, None]  # memory is off in TEAM's context
 
 
 async def test_a_load_that_spans_a_forget_is_not_remembered() -> None:

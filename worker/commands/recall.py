@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from store.core.recall import RETRIEVERS
 from store.core.turns import parse_include
 from store.factory import open_store
-from store.model import INCLUDE_ALL, RecallInclude, RecallItem, Retriever
-from store.services.context_recall import item_record, items_in_context
+from store.model import INCLUDE_ALL, RecallItem
+from store.services.context_recall import ContextRecall, item_record, items_in_context
 from worker.commands.errors import run_reporting_database_errors
 from worker.settings import Settings, load_settings
 
@@ -86,17 +86,7 @@ def format_table(items: Sequence[RecallItem]) -> str:
     return "\n".join(lines)
 
 
-async def recall_items(
-    settings: Settings,
-    *,
-    user_id: uuid.UUID,
-    persona_id: uuid.UUID | None,
-    team_id: uuid.UUID | None = None,
-    query: str,
-    limit: int,
-    retriever: Retriever,
-    include: Sequence[RecallInclude] = INCLUDE_ALL,
-) -> list[RecallItem]:
+async def recall_items(settings: Settings, asked: ContextRecall) -> list[RecallItem]:
     """Open the configured store and embedder, recall memories and turns, close both."""
     from extraction.embeddings import build_embedder, close_embedder
 
@@ -106,16 +96,7 @@ async def recall_items(
             settings.database_url, embedder, settings_defaults=settings.memory_defaults()
         )
         try:
-            return await items_in_context(
-                store,
-                user_id=user_id,
-                persona_id=persona_id,
-                team_id=team_id,
-                query=query,
-                limit=limit,
-                retriever=retriever,
-                include=include,
-            )
+            return await items_in_context(store, asked)
         finally:
             await store.close()
     finally:
@@ -136,13 +117,15 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(
                 recall_items(
                     settings,
-                    user_id=args.user_id,
-                    persona_id=args.persona_id,
-                    team_id=args.team_id,
-                    query=" ".join(args.query),
-                    limit=args.limit,
-                    retriever=args.retriever,
-                    include=parse_include(args.include),
+                    ContextRecall(
+                        user_id=args.user_id,
+                        persona_id=args.persona_id,
+                        team_id=args.team_id,
+                        query=" ".join(args.query),
+                        limit=args.limit,
+                        retriever=args.retriever,
+                        include=parse_include(args.include),
+                    ),
                 )
             )
         )

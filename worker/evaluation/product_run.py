@@ -15,7 +15,7 @@ from typing import Any
 
 from store.model import RecallItem
 from store.rules.hint import dated_bullet, dated_turn_line
-from store.services.context_recall import items_in_context
+from store.services.context_recall import ContextRecall, items_in_context
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, QuestionResult
 from worker.evaluation.product import (
@@ -174,15 +174,10 @@ async def product_recall(
     store: Any, *, owner: uuid.UUID, query: str, limit: int, include: Include
 ) -> tuple[Recalled, ...]:
     """The product's recall for `owner` outside any persona or team, as the evaluation reads it."""
-    items = await items_in_context(
-        store,
-        user_id=owner,
-        persona_id=None,
-        team_id=None,
-        query=query,
-        limit=limit,
-        include=include_kinds(include),
+    asked = ContextRecall(
+        user_id=owner, persona_id=None, team_id=None, query=query, limit=limit, include=include_kinds(include)
     )
+    items = await items_in_context(store, asked)
     return tuple(recalled_of(item) for item in items)
 
 
