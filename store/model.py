@@ -401,8 +401,9 @@ class NewTurn:
     embedding: list[float] | None = None
     # who said it, when the platform names them (`EventMessage.name`); None: only the role is known
     speaker: str | None = None
-    # what full text matches the turn by: `Speaker: text` with the turns around it (what it answers
-    # and what answered it); None: the turn's text alone
+    # what full text matches the turn by: `Speaker said, "text"` with the turns around it (what it
+    # answers and what answered it; rows stored before 2026-12-04 read `Speaker: text`); None: the
+    # turn's text alone
     search_text: str | None = None
 
 

@@ -281,10 +281,13 @@ def turn_texts(event: ConversationEnded, redacted: Sequence[str] | None = None) 
 
 
 def turn_line(event: ConversationEnded, index: int, text: str) -> str:
-    """Message `index` as a turn reads to search: `Speaker: text`, the speaker's name when the
-    event gives one, else the role."""
+    """Message `index` as a turn reads to search (its embedding's input and `search_text`, never
+    its displayed text): `Speaker said, "text"`, the speaker's name when the event gives one, else
+    the role; the LoCoMo dialog unit's wording (`dialog_text`), chosen on dev over `Speaker: text`.
+    Turns stored before 2026-12-04 keep the `Speaker: text` they were embedded and searched as (no
+    migration rewrites them)."""
     message = event.messages[index]
-    return f"{message.name or message.role}: {text}"
+    return f'{message.name or message.role} said, "{text}"'
 
 
 def plan_turns(

@@ -254,7 +254,8 @@ def _turns(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
         Column("position", Integer, nullable=False),
         # who said it, when the platform named them
         Column("speaker", Text, nullable=True),
-        # `Speaker: text` with the turns around it: what full text matches the turn by
+        # `Speaker said, "text"` with the turns around it (`Speaker: text` in rows stored before
+        # 2026-12-04): what full text matches the turn by
         Column("search_text", Text, nullable=True),
         # the turn embedded with its neighbouring turns
         Column("embedding", dialect.embedding(dim), nullable=True),

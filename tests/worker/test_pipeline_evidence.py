@@ -77,8 +77,8 @@ def test_turns_are_the_user_and_assistant_messages_numbered_as_the_prompt_number
     turns, own, around = plan_turns(CONVERSATION, now=OCCURRED)
     assert [(t.position, t.role, t.at) for t in turns] == [(2, "user", SAID), (3, "assistant", OCCURRED)]
     assert "4111" not in turns[0].text
-    assert own[1] == "assistant: Noted."
-    assert around[1] == own[0] + "\nassistant: Noted."  # the turn after what it answers
+    assert own[1] == 'assistant said, "Noted."'
+    assert around[1] == own[0] + '\nassistant said, "Noted."'  # the turn after what it answers
 
 
 def unit(v: list[float]) -> list[float]:
@@ -116,13 +116,13 @@ def test_a_named_turn_reads_and_is_searched_as_its_speaker_with_the_turns_around
     )
     turns, own, around = plan_turns(named, now=OCCURRED)
     assert [t.speaker for t in turns] == ["Bea", "Ada Lovelace", None, "Ada Lovelace"]
-    assert own == ["Bea: Where did you sail?", "Ada Lovelace: Madeira, twice!", "user: Lovely", own[3]]
-    assert around[1] == "Bea: Where did you sail?\nAda Lovelace: Madeira, twice!"
+    bea, ada = 'Bea said, "Where did you sail?"', 'Ada Lovelace said, "Madeira, twice!"'
+    assert own == [bea, ada, 'user said, "Lovely"', own[3]]
+    assert around[1] == f"{bea}\n{ada}"
+    assert [t.text for t in turns] == ["Where did you sail?", "Madeira, twice!", "Lovely", "Next year Porto"]
     # two turns before, the turn, one after
-    assert turns[0].search_text == "Bea: Where did you sail?\nAda Lovelace: Madeira, twice!"
-    assert (
-        turns[3].search_text == "Ada Lovelace: Madeira, twice!\nuser: Lovely\nAda Lovelace: Next year Porto"
-    )
+    assert turns[0].search_text == f"{bea}\n{ada}"
+    assert turns[3].search_text == f'{ada}\nuser said, "Lovely"\nAda Lovelace said, "Next year Porto"'
     assert turns[2].search_text == "\n".join(own)
 
 
