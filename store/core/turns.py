@@ -145,7 +145,7 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
-# the context's most recent turns (`%(window)s` of them), newest first
+# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}`
 _RECENT_CTE = (
     "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, {columns} "
     f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
@@ -186,14 +186,20 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     `lexemes`/`idfs`, one found only among the turns around a turn weighing `context_weight` of
     it), each its best `k` messages (the best `2k` rows, each message once: a message stored by
     both events of a conversation takes one place); rows of turn columns plus `source`, `rank`,
-    `score`."""
-    ctes = [_RECENT_CTE.format(columns="t.embedding, t.search_tsv")]
+    `score`, the vector ranking's first, each ranking best first."""
+    # the window keeps each turn's distance, not its vector, and the columns of a result: its rows
+    # stay narrow (no spill past `work_mem`), and the results need no second read of the table
+    # (a lookup by primary key per result, most of them outside the buffer cache)
+    recent = ["t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.at, t.speaker, t.search_tsv"]
+    if vector:
+        recent.append(f"t.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance")
+    ctes = [_RECENT_CTE.format(columns=", ".join(recent))]
     ranked: list[str] = []
     if vector:
+        # a turn without an embedding has no distance (`<=>` is strict)
         ctes.append(
-            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text, "
-            f"w.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance FROM recent w "
-            "WHERE w.embedding IS NOT NULL ORDER BY distance, w.id LIMIT 2 * %(k)s)"
+            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text, w.distance FROM recent w "
+            "WHERE w.distance IS NOT NULL ORDER BY w.distance, w.id LIMIT 2 * %(k)s)"
         )
         ctes.append("vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")")
         ranked.append(
@@ -229,7 +235,7 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
         "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
-        "JOIN conversation_turns t ON t.id = r.id"
+        "JOIN recent t ON t.id = r.id ORDER BY r.source DESC, r.rank"
     )
 
 
