@@ -67,7 +67,8 @@ def test_a_number_naming_no_message_is_dropped_never_the_fact() -> None:
 
 
 def test_evidence_is_capped_per_message_and_in_all() -> None:
-    long = event(*({"role": "user", "content": "word " * 1000} for _ in range(10)))
+    message: dict[str, object] = {"role": "user", "content": "word " * 1000}
+    long = event(*([message] * 10))
     found = resolve_evidence(long, tuple(range(1, 11)))
     assert found.text is not None and len(found.text) <= EVIDENCE_MAX_CHARS
     assert all(len(line) <= len("user: ") + EVIDENCE_MESSAGE_CHARS for line in found.text.split("\n"))
