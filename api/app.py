@@ -10,19 +10,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
@@ -32,6 +24,7 @@ from api.auth import ApiKeyCache, AuthConfig
 from api.deps import AppState
 from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
+from api.metrics import ApiMetrics, route_template
 from api.openapi import document_errors, path_methods
 from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
@@ -179,25 +172,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.pmem = state
-    registry = CollectorRegistry()
-    requests_total = Counter(
-        "pmem_api_requests_total",
-        "HTTP requests by route and status",
-        ["method", "route", "status"],
-        registry=registry,
-    )
-    duration = Histogram(
-        "pmem_api_request_duration_seconds",
-        "HTTP request latency by route",
-        ["method", "route"],
-        registry=registry,
-    )
-    queue_depth = Gauge(
-        "pmem_review_queue_depth",
-        "Pending memories and proposed changes by scope",
-        ["scope"],
-        registry=registry,
-    )
+    metrics_set = ApiMetrics()
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -238,10 +213,9 @@ def create_app(
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         start = time.perf_counter()
         response = await call_next(request)
-        route: Any = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        requests_total.labels(request.method, path, str(response.status_code)).inc()
-        duration.labels(request.method, path).observe(time.perf_counter() - start)
+        path = route_template(request.scope, app.router.routes)
+        metrics_set.requests.labels(request.method, path, str(response.status_code)).inc()
+        metrics_set.duration.labels(request.method, path).observe(time.perf_counter() - start)
         response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
@@ -284,10 +258,10 @@ def create_app(
             depth_read_at[0] = now
             try:
                 for scope, count in (await store.pending_counts()).items():
-                    queue_depth.labels(scope).set(count)
+                    metrics_set.queue_depth.labels(scope).set(count)
             except Exception as exc:
                 log.warning("could not read the review-queue depth: %s", type(exc).__name__)
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics_set.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
