@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
+
+from api.metrics import ApiMetrics
+from worker.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
 PROMETHEUS = DEPLOY / "prometheus"
 DASHBOARDS = DEPLOY / "grafana" / "dashboards"
+
+# Grafana's interval variables, as the dashboard's time range would set them.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "5m"}
+# a pmem_ metric name in PromQL (string literals removed first: a label value is no metric)
+METRIC = re.compile(r"\bpmem_[a-zA-Z0-9_]+\b")
+STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 
 PROMETHEUS_INSTALL_HINT = (
     "Prometheus is not installed: `apt-get install -y prometheus` (Debian; gives prometheus and "
@@ -52,3 +65,60 @@ def prometheus_tool(name: str) -> str:
             pytest.fail(PROMETHEUS_INSTALL_HINT)
         pytest.skip(PROMETHEUS_INSTALL_HINT)
     return path
+
+
+def registries() -> dict[str, CollectorRegistry]:
+    """The metric registries of the product's processes, fresh: what each one's /metrics exports."""
+    return {"pmem worker": Metrics().registry, "pmem serve": ApiMetrics().registry}
+
+
+def exported_series_names() -> set[str]:
+    """Every series name the product exports, with the suffixes of counters (`_total`) and
+    histograms (`_bucket`, `_sum`, `_count`)."""
+    names: set[str] = set()
+    for registry in registries().values():
+        for family in registry.collect():
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            elif family.type == "histogram":
+                names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+            else:
+                names.add(family.name)
+    return names
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """The pmem_ metric names a PromQL expression reads."""
+    return set(METRIC.findall(STRING.sub('""', expr)))
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    """One target of one Grafana panel."""
+
+    dashboard: str
+    panel_id: int
+    title: str
+    ref_id: str
+    expr: str  # Grafana variables substituted
+
+    @property
+    def label(self) -> str:
+        return f"{self.dashboard}: {self.title} ({self.ref_id})"
+
+
+def dashboard_files() -> list[Path]:
+    return sorted(DASHBOARDS.glob("*.json"))
+
+
+def dashboard_queries() -> list[PanelQuery]:
+    """Every target of every panel of every dashboard, Grafana variables substituted."""
+    queries: list[PanelQuery] = []
+    for path in dashboard_files():
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                expr = target["expr"]
+                for variable, value in GRAFANA_VARIABLES.items():
+                    expr = expr.replace(variable, value)
+                queries.append(PanelQuery(path.stem, panel["id"], panel["title"], target["refId"], expr))
+    return queries

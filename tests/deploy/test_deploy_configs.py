@@ -1,35 +1,26 @@
-"""Static checks of deploy/ (no Docker engine here): every file parses, every metric the dashboard
-and the alert rules use exists in worker/metrics.py, and every PMEM_* variable the manifests set is
-a real setting. The real tools run in the other tests of this folder."""
+"""Static checks of deploy/ (no Docker engine here): every file parses, every metric the dashboards
+and the alert rules use is one the worker (worker/metrics.py) or the API (api/metrics.py) exports,
+and every PMEM_* variable the manifests set is a real setting. The real tools run in the other
+tests of this folder."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from worker.metrics import Metrics
+from tests.deploy.deploy_files import (
+    DASHBOARDS,
+    DEPLOY,
+    dashboard_queries,
+    exported_series_names,
+    metric_names_in,
+)
 from worker.settings import Settings
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-METRIC = re.compile(r"\bpmem_[a-z0-9_]+\b")
 ENV_NAME = re.compile(r"\bPMEM_[A-Z0-9_]+\b")
-
-
-def exported_names() -> set[str]:
-    """Every series name the registry exports, with the suffixes of counters and histograms."""
-    names: set[str] = set()
-    for family in Metrics().registry.collect():
-        if family.type == "counter":
-            names.add(family.name + "_total")
-        elif family.type == "histogram":
-            names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
-        else:
-            names.add(family.name)
-    return names
 
 
 def yaml_files() -> list[Path]:
@@ -43,6 +34,7 @@ def test_deploy_files_exist() -> None:
         "prometheus/alerts.yml",
         "prometheus/prometheus.yml",
         "grafana/dashboards/pmem-worker.json",
+        "grafana/dashboards/pmem-api.json",
         "k8s/deployment.yaml",
         "k8s/service.yaml",
         "k8s/configmap.yaml",
@@ -57,19 +49,25 @@ def test_yaml_parses(path: Path) -> None:
     assert documents, f"{path} is empty"
 
 
-def test_dashboard_and_rules_use_only_existing_metrics() -> None:
-    exported = exported_names()
-    dashboard = json.loads((DEPLOY / "grafana/dashboards/pmem-worker.json").read_text())
-    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+def test_dashboards_and_rules_use_only_existing_metrics() -> None:
+    exported = exported_series_names()
+    exprs = [query.expr for query in dashboard_queries()]
     rules = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text())
     exprs += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
-    used = {name for expr in exprs for name in METRIC.findall(expr)}
+    used = {name for expr in exprs for name in metric_names_in(expr)}
     assert used, "no pmem_ metric referenced at all"
     assert sorted(used - exported) == []
-    # and the dashboard shows the headline metrics
-    dashboard_text = json.dumps(dashboard)
-    for name in ("pmem_events_total", "pmem_dlq_total", "pmem_llm_duration_seconds_bucket"):
-        assert name in dashboard_text
+    # and the dashboards show the headline metrics of both processes
+    dashboards = "".join(path.read_text() for path in DASHBOARDS.glob("*.json"))
+    for name in (
+        "pmem_events_total",
+        "pmem_dlq_total",
+        "pmem_llm_duration_seconds_bucket",
+        "pmem_api_requests_total",
+        "pmem_api_request_duration_seconds_bucket",
+        "pmem_review_queue_depth",
+    ):
+        assert name in dashboards
 
 
 def test_alert_rules_are_well_formed() -> None:
