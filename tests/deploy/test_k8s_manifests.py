@@ -8,6 +8,9 @@ the stream and consumer the worker's configuration names."""
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,11 @@ from tests.deploy.deploy_files import (
 
 # The Kubernetes version the manifests target (schemas shipped by kubernetes-validate).
 KUBERNETES_VERSION = "1.33"
+ROOT = K8S.parents[1]
+# the release the manifests deploy: the image tag they run and the migrate Job's name
+RELEASE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = "persona-memory"
+MIGRATE_JOB = f"pmem-migrate-{RELEASE}"
 KEDA_KINDS = {("keda.sh/v1alpha1", "ScaledObject"): ScaledObject}
 
 
@@ -86,8 +94,23 @@ def test_every_manifest_matches_its_schema(obj: dict[str, Any]) -> None:
         ("ScaledObject", "pmem-worker", lambda o: o["spec"].update(minReplicas=1)),
         ("ScaledObject", "pmem-worker", lambda o: o["spec"]["triggers"][0].pop("type")),
         ("ScaledObject", "pmem-worker", lambda o: o["spec"]["scaleTargetRef"].pop("name")),
+        ("HorizontalPodAutoscaler", "pmem-api", lambda o: o["spec"].pop("maxReplicas")),
+        ("HorizontalPodAutoscaler", "pmem-api", lambda o: o["spec"].update(targetCPU=70)),
+        ("PodDisruptionBudget", "pmem-api", lambda o: o["spec"].update(minAvailable=[1])),
+        ("Job", MIGRATE_JOB, lambda o: o["spec"]["template"]["spec"].pop("containers")),
     ],
-    ids=["unknown-field", "wrong-type", "missing-required", "keda-typo", "keda-no-type", "keda-no-target"],
+    ids=[
+        "unknown-field",
+        "wrong-type",
+        "missing-required",
+        "keda-typo",
+        "keda-no-type",
+        "keda-no-target",
+        "hpa-no-max",
+        "hpa-unknown-field",
+        "pdb-wrong-type",
+        "job-no-containers",
+    ],
 )
 def test_the_schema_check_rejects_a_broken_manifest(kind: str, name: str, breaks: Any) -> None:
     broken = copy.deepcopy(find_object(kind, name))
@@ -226,3 +249,75 @@ def test_files_are_where_the_readme_says(readme: Path) -> None:
     for path in k8s_manifest_files():
         if path.name != "secret.example.yaml":
             assert path.name in text, f"README does not mention deploy/k8s/{path.name}"
+
+
+def test_the_api_scales_on_cpu_and_keeps_a_pod_through_disruptions() -> None:
+    api = find_object("Deployment", "pmem-api")
+    hpa = find_object("HorizontalPodAutoscaler", "pmem-api")
+    pdb = find_object("PodDisruptionBudget", "pmem-api")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == ("apps/v1", "Deployment", "pmem-api")
+    assert "replicas" not in api["spec"], "the HorizontalPodAutoscaler owns the replica count"
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["type"] == "Resource" and metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"]["type"] == "Utilization"
+    assert 0 < metric["resource"]["target"]["averageUtilization"] < 100
+    # utilization is measured against the request: every container must have one
+    for container in api["spec"]["template"]["spec"]["containers"]:
+        assert container["resources"]["requests"]["cpu"]
+    assert 2 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    # the budget selects exactly the API's pods and still lets one of the minimum be evicted
+    pod_labels = api["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    for other in all_k8s_objects():
+        if other["kind"] == "Deployment" and other["metadata"]["name"] != "pmem-api":
+            labels = other["spec"]["template"]["metadata"]["labels"]
+            assert not pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert 1 <= pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
+
+
+def images() -> list[str]:
+    """Every container image the manifests run."""
+    return [c["image"] for _, pod in pod_specs() for c in pod["containers"]]
+
+
+def test_the_migrate_job_is_named_after_the_release_it_runs() -> None:
+    """A Job's template is immutable: the next release's Job must be a new object, so its name
+    carries the image tag it runs (and every workload runs the same release)."""
+    assert images() and set(images()) == {f"{IMAGE}:{RELEASE}"}
+    [job] = [o for o in all_k8s_objects() if o["kind"] == "Job"]
+    assert job["metadata"]["name"] == MIGRATE_JOB
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["migrate"]
+    assert container["image"].rsplit(":", 1)[1] == job["metadata"]["name"].removeprefix("pmem-migrate-")
+    for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
+        assert labels["app.kubernetes.io/version"] == RELEASE
+    # a Job name is a DNS subdomain of at most 63 characters (it becomes the pods' job-name label)
+    assert len(MIGRATE_JOB) <= 63
+
+
+def test_the_readme_applies_this_release_s_migrate_job(readme: Path) -> None:
+    text = readme.read_text()
+    assert f"job/{MIGRATE_JOB}" in text
+    assert "pmem-migrate-<version>" in text
+
+
+def test_kustomize_builds_every_object() -> None:
+    """`kubectl kustomize` (kustomize built into kubectl) renders the directory; skipped where
+    kubectl is not installed."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    built = subprocess.run(
+        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    rendered = sorted(
+        (doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(built) if doc is not None
+    )
+    expected = sorted(
+        (doc["kind"], doc["metadata"]["name"])
+        for doc in all_k8s_objects()
+        if doc["kind"] != "Secret"  # created by the operator (secret.example.yaml)
+    )
+    assert rendered == expected
+    assert ("Job", MIGRATE_JOB) in rendered
