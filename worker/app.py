@@ -906,7 +906,9 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     retries it on a fresh one. `plan_cache_mode = auto` (recall's force_custom_plan is not the
     worker's concern): the prepared claim and insert of every write then keep a generic plan
     instead of being planned on every event; Postgres keeps custom plans where it judges them
-    cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on")."""
+    cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on").
+    Once open, the pool × PMEM_EXPECTED_REPLICAS is checked against the server's max_connections
+    (a WARNING when it does not fit: worker/connection_budget.py)."""
     from store.factory import open_store, schema_checked
     from store.rules.urls import backend_of
 
@@ -927,4 +929,13 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
         parallel_query=False,
         tuning=RecallTuning(plan_cache_mode="auto"),
     )
-    return await schema_checked(store)
+    store = await schema_checked(store)
+    from worker.connection_budget import warn_if_over_budget
+
+    await warn_if_over_budget(
+        store,
+        process="pmem worker",
+        replicas=settings.expected_replicas,
+        pool_source=f"PMEM_DB_POOL_SIZE={settings.db_pool_size}",
+    )
+    return store

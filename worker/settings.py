@@ -21,6 +21,10 @@ class Settings(BaseSettings):
     # Storage
     database_url: str = DEFAULT_DATABASE_URL
     db_pool_size: int = Field(default=10, ge=1)
+    # The most processes of this kind (`pmem worker`, or `pmem serve`) running at once: the worker's
+    # maxReplicaCount, the API's maxReplicas. Only for the start-up check of the connection budget
+    # (worker/connection_budget.py): this times the process's pool must fit in max_connections.
+    expected_replicas: int = Field(default=1, ge=1)
     # Opening a Postgres connection gives up after this long (an unreachable host fails, not hangs).
     db_connect_timeout_s: float = Field(default=5.0, gt=0)
     # Postgres statement_timeout of the worker's and the store's sessions; 0 = none.

@@ -2,8 +2,10 @@
 `kubernetes-validate`, strict: unknown fields are errors) and KEDA's ScaledObject CRD (PyPI
 `cloudcoil-models-keda`, models generated from KEDA's CRDs, version in pyproject), plus the
 consistency kustomize does not check: every ConfigMap/Secret and key a pod references exists, every
-selector matches a pod template, every named port exists, and the ScaledObject scales the worker on
-the stream and consumer the worker's configuration names."""
+selector matches a pod template, every named port exists, the ScaledObject scales the worker on
+the stream and consumer the worker's configuration names, the API's autoscaler and disruption
+budget fit its Deployment, the migrate Job is named after the release it runs, and the declared
+replica counts match the connection budget the README states."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import pytest
 import yaml
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 
+from extraction.embeddings import HashingEmbedder
+from store.postgres.store import PostgresMemoryStore
 from tests.deploy.deploy_files import (
     K8S,
     all_k8s_objects,
@@ -28,6 +32,7 @@ from tests.deploy.deploy_files import (
     k8s_documents,
     k8s_manifest_files,
 )
+from worker.connection_budget import pool_capacity
 
 # The Kubernetes version the manifests target (schemas shipped by kubernetes-validate).
 KUBERNETES_VERSION = "1.33"
@@ -321,3 +326,21 @@ def test_kustomize_builds_every_object() -> None:
     )
     assert rendered == expected
     assert ("Job", MIGRATE_JOB) in rendered
+
+
+def test_the_manifests_declare_their_connection_budget(readme: Path) -> None:
+    """PMEM_EXPECTED_REPLICAS is each Deployment's most replicas (what the start-up warning
+    multiplies the pool by), and the README states the max_connections these manifests need."""
+    worker = find_object("ConfigMap", "pmem-worker")["data"]
+    api = find_object("ConfigMap", "pmem-api")["data"]
+    workers = find_object("ScaledObject", "pmem-worker")["spec"]["maxReplicaCount"]
+    api_pods = find_object("HorizontalPodAutoscaler", "pmem-api")["spec"]["maxReplicas"]
+    assert int(worker["PMEM_EXPECTED_REPLICAS"]) == workers
+    assert int(api["PMEM_EXPECTED_REPLICAS"]) == api_pods
+    # pmem serve's and pmem retention's store: store.factory's pool (nothing connects here)
+    serve_pool, _ = pool_capacity(PostgresMemoryStore("postgresql://pmem@db/pmem", HashingEmbedder(dim=8)))
+    assert serve_pool == 20
+    needed = workers * int(worker["PMEM_DB_POOL_SIZE"]) + api_pods * serve_pool + serve_pool
+    text = " ".join(readme.read_text().split())
+    assert f"needs `max_connections` ≥ {needed}" in text
+    assert "pmem serve replicas × 20" in text

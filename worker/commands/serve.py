@@ -14,6 +14,7 @@ import uvicorn
 from api.auth import AuthConfig
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.store_session import opened_store
+from worker.connection_budget import warn_if_over_budget
 from worker.settings import Settings, load_settings
 
 INSECURE_BANNER = (
@@ -51,6 +52,7 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
     from api.app import create_app
 
     async with opened_store(settings) as store:
+        await warn_if_over_budget(store, process="pmem serve", replicas=settings.expected_replicas)
         app = create_app(
             store=store,
             auth=auth_config(settings, insecure_dev=insecure_dev),
