@@ -1,20 +1,23 @@
-"""The product's memory-vs-turn fusion, chosen on the LoCoMo `dev` split only and reported on `test`
-and `all`, from ONE ingestion: every session of every conversation through the real per-event
-pipeline (rules extractor unless PMEM_EXTRACTOR says otherwise) into a fresh store, as
-`pmem eval locomo --unit product` does; then per question the product's two rankings, memories
-and turns (`store.context_recall.items_in_context` with one include each, at depth 50).
+"""How recall merges memories and turns (`store.core.turns.ItemMerge`), chosen on the LoCoMo `dev`
+split only and reported on `test` and `all`, from ONE ingestion: every session of every
+conversation through the real per-event pipeline into a fresh store, as `pmem eval locomo --unit
+product` does, with the configured extractor (PMEM_EXTRACTOR; rules offline) or `--extractor
+reference` (LoCoMo's own observations, facts as a capable model writes them); then per question the
+product's two rankings, memories and turns (`store.context_recall.items_in_context` with one
+include each, at depth 50).
 
-The merged list recall returns is `store.turns.merge_recall` of exactly these two rankings (the
-product's own function, pure), so every fusion variant is scored by merging them again with its
-constants, without a store:
+The merged list recall returns is `store.core.turns.merge_recall` of exactly these two rankings
+(the product's own function, pure), so every variant of the memories' lead is scored by merging
+them again, without a store:
 
-    python bench/tune_product.py /path/to/locomo10.json [--store postgres|sqlite] [--no-evidence]
-        [--fusion K:MEMORY:TURN ...] [--json-out bench/results/tune_product_postgres.json]
-        [--embedding-cache DIR]
+    python bench/tune_product.py /path/to/locomo10.json [--extractor reference] [--store sqlite]
+        [--no-evidence] [--merge MARGIN:SHARE ...] [--json-out FILE] [--embedding-cache DIR]
+        [--rankings FILE.pkl]
 
-The variant with the best dev R@10 + A@10 is chosen (ties: the best R@25 + A@25); its dev, test
-and all figures are printed beside turns alone and memories alone. Embeddings are cached in
---embedding-cache (default .pmem/eval-cache, as `pmem eval`)."""
+The variant with the best dev R@10 + A@10 is chosen (ties: the best R@20 + A@20); dev, test and
+all figures of the product's merge, the chosen one and no lead are printed beside turns alone and
+memories alone, with how many facts and turns the default hint (limit 20) holds. Embeddings are
+cached in --embedding-cache (default .pmem/eval-cache, as `pmem eval`)."""
 
 from __future__ import annotations
 
@@ -34,8 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.core.turns import ITEM_RRF_K, MEMORY_ITEM_WEIGHT, TURN_ITEM_WEIGHT, merge_recall
+from store.core.turns import ITEM_MERGE, ItemMerge, merge_recall
 from store.model import RecallHit, RecallItem, TurnHit
+from store.rules.hint import EARLIER_HEADER, build_hint
 from store.services.context_recall import ContextRecall, items_in_context
 from worker.evaluation import product_run
 from worker.evaluation.cache import CachingEmbedder, cache_file
@@ -50,28 +54,23 @@ from worker.evaluation.product import question_result, session_index
 from worker.evaluation.runner import extraction_pipeline
 from worker.evaluation.stores import open_store
 
-KS = (5, 10, 25, 50)
-DEPTH = max(KS)
+KS = (10, 20)
+DEPTH = 50  # each ranking as recalled: deeper than any list it is merged into
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fusion:
-    """The memory-vs-turn merge: each item scores `weight / (k + its rank in its own list)`."""
-
-    k: int
-    memory_weight: float
-    turn_weight: float
-
-    @property
-    def label(self) -> str:
-        """`k=10 memory=1.5 turn=1`."""
-        return f"k={self.k} memory={self.memory_weight:g} turn={self.turn_weight:g}"
+def parse_merge(text: str) -> ItemMerge:
+    """`MARGIN:SHARE` → the lead of `store.core.turns.ItemMerge` (`none`: no memory leads)."""
+    if text == "none":
+        return ItemMerge(lead_margin=None)
+    margin, share = text.split(":")
+    return ItemMerge(lead_margin=float(margin), lead_share=float(share))
 
 
-def parse_fusion(text: str) -> Fusion:
-    """`K:MEMORY:TURN` → Fusion."""
-    k, memory, turn = text.split(":")
-    return Fusion(k=int(k), memory_weight=float(memory), turn_weight=float(turn))
+def merge_label(merge: ItemMerge) -> str:
+    """`lead margin=0.05 share=0.3`, or `no lead` (ranks only)."""
+    if merge.lead_margin is None:
+        return f"no lead (k={merge.k} memory={merge.memory_weight:g} turn={merge.turn_weight:g})"
+    return f"lead margin={merge.lead_margin:g} share={merge.lead_share:g}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,44 +84,56 @@ class Asked:
     turns: tuple[TurnHit, ...]
 
 
-def merged(asked: Asked, fusion: Fusion | None, include: str) -> list[RecallItem]:
-    """The list recall returns for `include` (both: merged with `fusion`); the turn ranking holds
-    each message once already (`store.turns.distinct_turns`)."""
-    turns = asked.turns
+def merged(asked: Asked, merge: ItemMerge | None, include: str, limit: int) -> list[RecallItem]:
+    """The list recall returns at `limit` for `include` (both: merged by `merge`); the turn ranking
+    holds each message once already (`store.turns.distinct_turns`)."""
     if include == "memories":
-        return merge_recall(asked.memories, (), DEPTH)
+        return merge_recall(asked.memories, (), limit)
     if include == "turns":
-        return merge_recall((), turns, DEPTH)
-    assert fusion is not None
-    return merge_recall(
-        asked.memories,
-        turns,
-        DEPTH,
-        memory_weight=fusion.memory_weight,
-        turn_weight=fusion.turn_weight,
-        k=fusion.k,
-    )
+        return merge_recall((), asked.turns, limit)
+    assert merge is not None
+    return merge_recall(asked.memories, asked.turns, limit, merge=merge)
 
 
-def scores(asked: Sequence[Asked], fusion: Fusion | None, include: str) -> dict[str, Any]:
-    """Evidence R@k and answer recall@k (the official scoring) over `asked`, and per category."""
-    results: list[QuestionResult] = []
+def scores(asked: Sequence[Asked], merge: ItemMerge | None, include: str) -> dict[str, Any]:
+    """Evidence R@k and answer recall@k (the official scoring) over `asked`, and per category, each
+    k from the list recall returns at limit k (a lead's share is of the limit)."""
     indexes = {}
+    summary: dict[str, Any] = {}
+    for k in KS:
+        results: list[QuestionResult] = []
+        for item in asked:
+            key = item.conversation.sample_id
+            if key not in indexes:
+                indexes[key] = session_index(item.conversation, item.owner)
+            recalled = [product_run.recalled_of(entry) for entry in merged(item, merge, include, k)]
+            results.append(question_result(item.conversation.questions[item.index], recalled, indexes[key]))
+        at_k = summarise(results, (k,))
+        summary.update({name: value for name, value in at_k.items() if name != "by_category"})
+        summary.setdefault("by_category", {})
+        for category, figures in at_k.get("by_category", {}).items():
+            summary["by_category"].setdefault(category, {}).update(figures)
+    return summary
+
+
+def composition(asked: Sequence[Asked], merge: ItemMerge, limit: int) -> dict[str, float]:
+    """Per question on average, how many facts and turns the hint of the list at `limit` holds
+    (`store.rules.hint.build_hint`: every fact that fits, at most `HINT_TURNS` turns)."""
+    facts = turns = 0
     for item in asked:
-        key = item.conversation.sample_id
-        if key not in indexes:
-            indexes[key] = session_index(item.conversation, item.owner)
-        recalled = [product_run.recalled_of(entry) for entry in merged(item, fusion, include)]
-        results.append(question_result(item.conversation.questions[item.index], recalled, indexes[key]))
-    return summarise(results, KS)
+        hint = build_hint(merged(item, merge, "both", limit))
+        known, _, earlier = hint.partition(EARLIER_HEADER)
+        facts += sum(1 for line in known.splitlines() if line.startswith("- "))
+        turns += sum(1 for line in earlier.splitlines() if line.startswith("- "))
+    return {"facts": facts / max(1, len(asked)), "turns": turns / max(1, len(asked))}
 
 
 def line(label: str, summary: dict[str, Any]) -> str:
     """One printed row."""
     cells = (
-        "  ".join(f"R@{k} {summary[f'recall@{k}']:.3f}" for k in (10, 25))
+        "  ".join(f"R@{k} {summary[f'recall@{k}']:.3f}" for k in KS)
         + "  "
-        + "  ".join(f"A@{k} {summary[f'answer_recall@{k}']:.3f}" for k in (10, 25))
+        + "  ".join(f"A@{k} {summary[f'answer_recall@{k}']:.3f}" for k in KS)
     )
     return f"{label:<44} {cells}"
 
@@ -157,7 +168,13 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_embedder, embedder.inner)
         opened = await open_store(options, embedder, stack)
-        pipeline = extraction_pipeline(settings, opened, embedder, evidence=args.evidence)
+        pipeline = extraction_pipeline(
+            settings,
+            opened,
+            embedder,
+            evidence=args.evidence,
+            reference=everything if args.extractor == "reference" else None,
+        )
         semaphore = asyncio.Semaphore(args.concurrency)
         wanted = everything
         if args.conversations:
@@ -187,12 +204,12 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
                         owner=owner,
                         index=index,
                         memories=tuple(
-                            RecallHit(memory=m.memory, score=m.score, sources=m.sources)
+                            RecallHit(memory=m.memory, score=m.score, sources=m.sources, cosine=m.cosine)
                             for m in memories
                             if m.memory is not None
                         ),
                         turns=tuple(
-                            TurnHit(turn=t.turn, score=t.score, sources=t.sources)
+                            TurnHit(turn=t.turn, score=t.score, sources=t.sources, cosine=t.cosine)
                             for t in turns
                             if t.turn is not None
                         ),
@@ -209,7 +226,7 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
                 flush=True,
             )
     written = sum(item["written"] for item in usage)
-    meta = {"store": args.store, "evidence": args.evidence, "embedder": provider}
+    meta = {"store": args.store, "evidence": args.evidence, "embedder": provider, "extractor": args.extractor}
     return asked, split_by_id, {**meta, "events": len(usage), "memories_written": written}
 
 
@@ -229,16 +246,18 @@ def main() -> int:
     )
     parser.add_argument("--evidence", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
-        "--fusion",
+        "--extractor",
+        choices=("configured", "reference"),
+        default="configured",
+        help="configured (PMEM_EXTRACTOR, rules offline) or reference (LoCoMo's own observations)",
+    )
+    parser.add_argument(
+        "--merge",
         nargs="+",
-        default=[
-            f"{ITEM_RRF_K}:{MEMORY_ITEM_WEIGHT}:{TURN_ITEM_WEIGHT}",
-            "10:1:1", "10:0.75:1", "10:0.5:1", "10:0.25:1",
-            "60:1.5:1", "60:1:1", "60:0.75:1", "60:0.5:1",
-            "30:1:1", "30:0.5:1", "1:1:1", "1:0.5:1",
-        ],
-        help="K:MEMORY_WEIGHT:TURN_WEIGHT variants of the memory-vs-turn merge (the first: today's)",
-    )  # fmt: skip
+        default=["none", *(f"{m}:{sh}" for m in (0, 0.05, 0.1, 0.15, 0.2) for sh in (0.3, 0.5))],
+        help="MARGIN:SHARE variants of the memories' lead (`store.core.turns.ItemMerge`; none: no "
+        "lead, the merge by rank alone as before)",
+    )
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument("--concurrency", type=int, default=8, help="questions in flight (SQLite: 1)")
     parser.add_argument(
@@ -270,38 +289,51 @@ def main() -> int:
     print("conversations measured:", measured)
     if len(measured["all"]) < len(split_by_id):
         del of_split["all"]  # "all" is every conversation or nothing
-    fusions = [parse_fusion(text) for text in args.fusion]
+    merges = [parse_merge(text) for text in args.merge]
     print(meta)
     document: dict[str, Any] = {**meta, "conversations": measured}
     tried = []
-    best: tuple[tuple[float, float], Fusion] | None = None
-    for fusion in fusions:
-        summary = scores(of_split["dev"], fusion, "both")
-        tried.append({"fusion": fusion.label, "dev": summary})
-        print(line(f"  dev both {fusion.label}", summary))
-        # ties at 10 go to the variant better at 25 (facts that cost no recall deeper down)
+    best: tuple[tuple[float, float], ItemMerge] | None = None
+    for merge in merges:
+        summary = scores(of_split["dev"], merge, "both")
+        tried.append({"merge": merge_label(merge), "dev": summary})
+        print(line(f"  dev both {merge_label(merge)}", summary))
+        # ties at 10 go to the variant better at 20 (the API's default limit)
         total = (
             summary["recall@10"] + summary["answer_recall@10"],
-            summary["recall@25"] + summary["answer_recall@25"],
+            summary["recall@20"] + summary["answer_recall@20"],
         )
         if best is None or total > best[0]:
-            best = (total, fusion)
+            best = (total, merge)
     assert best is not None
     chosen = best[1]
-    print(f"chosen on dev: {chosen.label}")
+    print(f"chosen on dev: {merge_label(chosen)}; the product's: {merge_label(ITEM_MERGE)}")
     figures: dict[str, dict[str, Any]] = {}
+    hints: dict[str, dict[str, float]] = {}
     for name, members in of_split.items():
         if not members:
             continue
         figures[name] = {
+            "both (product)": scores(members, ITEM_MERGE, "both"),
             "both (chosen)": scores(members, chosen, "both"),
-            "both (before)": scores(members, fusions[0], "both"),
+            "both (no lead)": scores(members, ItemMerge(lead_margin=None), "both"),
             "turns": scores(members, None, "turns"),
             "memories": scores(members, None, "memories"),
         }
+        hints[name] = {
+            "product": composition(members, ITEM_MERGE, 20),
+            "no lead": composition(members, ItemMerge(lead_margin=None), 20),
+        }
         for label, summary in figures[name].items():
             print(line(f"{name}: {label}", summary), flush=True)
-    document["as_stored"] = {"tried_on_dev": tried, "chosen": chosen.label, "figures": figures}
+        print(f"{name}: the default hint (limit 20) holds, per question: {hints[name]}")
+    document["as_stored"] = {
+        "tried_on_dev": tried,
+        "chosen": merge_label(chosen),
+        "product": merge_label(ITEM_MERGE),
+        "figures": figures,
+        "hint_at_limit_20": hints,
+    }
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(document, indent=2) + "\n")
     return 0

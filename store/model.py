@@ -114,6 +114,9 @@ class RecallHit:
     memory: Memory
     score: float
     sources: tuple[str, ...] = field(default_factory=tuple)  # "vector", "text", "top"
+    # the query's raw cosine with the memory's embedding (None: the vector branch did not find it);
+    # unlike `score`, comparable across recalls, so memories and turns can be merged on it
+    cosine: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -437,6 +440,7 @@ class TurnHit:
     turn: Turn
     score: float
     sources: tuple[str, ...] = field(default_factory=tuple)  # "vector", "text"
+    cosine: float | None = None  # as `RecallHit.cosine`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -448,6 +452,7 @@ class RecallItem:
     memory: Memory | None = None
     turn: Turn | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
+    cosine: float | None = None  # as `RecallHit.cosine`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

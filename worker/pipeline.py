@@ -42,6 +42,7 @@ from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
 from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
 from store.protocols import WorkerStore
+from store.rules.hint import quoted_text
 from store.rules.keys import embedding_text
 from store.services.settings_cache import SettingsCache
 from worker.events import ConversationEnded, EventMessage, event_names
@@ -110,19 +111,36 @@ class Dropped:
 
 
 def grounding_sources(
-    candidate: Candidate, messages: Sequence[TranscriptMessage], *, redacted: Sequence[str] | None = None
+    candidate: Candidate,
+    messages: Sequence[TranscriptMessage],
+    *,
+    redacted: Sequence[str] | None = None,
+    names: Sequence[str] = (),
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(cited, transcript): the redacted texts a candidate is checked against: the messages it
     cites (numbers from 1; one naming no message is ignored) first, then the transcript.
 
     For the transcript: the user's messages, as facts are the user's to state — an assistant's
     suggestion is not the user's fact; a persona-scope candidate is about the assistant, so for it
-    every message counts. `redacted`: the messages' redacted texts, when the caller has them."""
+    every message counts. `redacted`: the messages' redacted texts, when the caller has them.
+    `names`: the participants' names the event gives (`participant_names`); a fact that names the
+    person it is about ("Melanie paints") is not unsupported for the name, as nobody says their
+    own name, so both sources hold them."""
     texts = redacted_texts(messages) if redacted is None else tuple(redacted)
+    known = (" ".join(names),) if names else ()
     cited = tuple(texts[n - 1] for n in candidate.evidence if 0 < n <= len(texts))
+    if cited:
+        cited += known
     if candidate.scope == "persona":
-        return cited, texts
-    return cited, tuple(text for text, m in zip(texts, messages, strict=True) if m.role == "user")
+        return cited, texts + known
+    return cited, tuple(text for text, m in zip(texts, messages, strict=True) if m.role == "user") + known
+
+
+def participant_names(event: ConversationEnded) -> tuple[str, ...]:
+    """The names of who took part, as the event gives them: each message's speaker, the user's and
+    the persona's display names."""
+    named = [m.name for m in event.messages] + [event.user_name, event.persona_name]
+    return tuple(dict.fromkeys(name for name in named if name))
 
 
 def ground_candidates(
@@ -130,18 +148,20 @@ def ground_candidates(
     messages: Sequence[TranscriptMessage],
     *,
     redacted: Sequence[str] | None = None,
+    names: Sequence[str] = (),
     config: GroundingConfig = DEFAULT_GROUNDING,
     persona_config: GroundingConfig = PERSONA_GROUNDING,
 ) -> tuple[tuple[Candidate, ...], tuple[Dropped, ...]]:
     """Keep candidates their messages support (partial support lowers the confidence); the rest
     are dropped as `ungrounded` (extraction/grounding.py). `redacted`: the messages' redacted
-    texts (`redacted_texts`), when the caller has them."""
+    texts (`redacted_texts`), when the caller has them; `names`: the participants' names
+    (`grounding_sources`)."""
     kept: list[Candidate] = []
     dropped: list[Dropped] = []
     if redacted is None:
         redacted = redacted_texts(messages) if candidates else ()
     for candidate in candidates:
-        cited, texts = grounding_sources(candidate, messages, redacted=redacted)
+        cited, texts = grounding_sources(candidate, messages, redacted=redacted, names=names)
         rule = persona_config if candidate.scope == "persona" else config
         verdict = grounding(candidate.key, candidate.value, cited=cited, transcript=texts, config=rule)
         if verdict.outcome == "reject":
@@ -185,8 +205,8 @@ def screen_candidates(
     return tuple(kept), tuple(dropped)
 
 
-# what a memory keeps of the messages it comes from: each message's first characters, and all of them
-EVIDENCE_MESSAGE_CHARS = 600
+# what a memory keeps of the messages it comes from: each message's first characters
+# (`store.rules.hint.EVIDENCE_MESSAGE_CHARS`), and all of them
 EVIDENCE_MAX_CHARS = 1500
 # a turn's embedding is the mean direction of its own text's and that of the turn after the up to
 # this many turns before it (what it answers): the LoCoMo dialog unit's choice on dev
@@ -238,7 +258,7 @@ def resolve_evidence(
         if first is None:
             first = index
         said = redact(content)[0] if redacted is None else redacted[index]
-        text = " ".join(said.split())[:EVIDENCE_MESSAGE_CHARS]
+        text = quoted_text(said)
         line = f"{message.role}: {text}"
         if used + len(line) > EVIDENCE_MAX_CHARS:
             break
@@ -661,7 +681,9 @@ async def process_event(
     metrics.llm_calls.inc(result.llm_calls)
 
     said = redacted_texts(event.messages)
-    grounded, ungrounded = ground_candidates(result.candidates, request.messages, redacted=said)
+    grounded, ungrounded = ground_candidates(
+        result.candidates, request.messages, redacted=said, names=participant_names(event)
+    )
     kept, screened = screen_candidates(grounded, allowed=scopes, min_confidence=policy.min_confidence)
     dropped = ungrounded + screened
     evidences = [resolve_evidence(event, c.evidence, said) for c in kept]

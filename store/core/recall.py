@@ -281,7 +281,8 @@ def fuse_scores(
         for mid, entry in features.items()
     }
     scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
-    return merge_by_key(by_id.values(), scored, limit=limit)
+    cosines = {mid: entry["cosine"] for mid, entry in features.items() if entry["vector_rank"]}
+    return merge_by_key(by_id.values(), scored, limit=limit, cosines=cosines)
 
 
 def _normalise(
@@ -307,32 +308,38 @@ def merge_by_key(
     scored: Mapping[uuid.UUID, tuple[float, tuple[str, ...]]],
     *,
     limit: int,
+    cosines: Mapping[uuid.UUID, float] | None = None,
 ) -> list[RecallHit]:
-    """One hit per key (most specific scope shown, best score of the group), best first."""
+    """One hit per key (most specific scope shown, best score of the group, and the group's best
+    raw query cosine of `cosines` when the vector branch found one), best first."""
     groups: dict[str, list[Memory]] = {}
     for memory in rows:
         groups.setdefault(normalize_key(memory.key), []).append(memory)
-    fused: list[tuple[float, tuple[int, float, timedelta, uuid.UUID], Memory, set[str]]] = []
+    fused: list[tuple[float, tuple[int, float, timedelta, uuid.UUID], Memory, set[str], float | None]] = []
     for members in groups.values():
         best = 0.0
         names: set[str] = set()
+        cosine: float | None = None
         for m in members:
             entry = scored.get(m.id)
             if entry is not None:
                 best = max(best, entry[0])
                 names.update(entry[1])
+            if cosines is not None and m.id in cosines:
+                cosine = cosines[m.id] if cosine is None else max(cosine, cosines[m.id])
         if not names:
             continue
         winner = members[0] if len(members) == 1 else min(members, key=_winner_order)
-        fused.append((-best, _winner_order(winner), winner, names))
+        fused.append((-best, _winner_order(winner), winner, names, cosine))
     fused.sort(key=lambda item: (item[0], item[1]))
     return [
         RecallHit(
             memory=winner,
             score=-negative_score,
             sources=tuple(sorted(names, key=lambda n: (_SOURCE_ORDER.get(n, 3), n))),
+            cosine=cosine,
         )
-        for negative_score, _, winner, names in fused[:limit]
+        for negative_score, _, winner, names, cosine in fused[:limit]
     ]
 
 

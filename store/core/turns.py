@@ -52,6 +52,7 @@ from store.model import (
     TurnHit,
 )
 from store.postgres.params import float4_array
+from store.rules.hint import evidence_said, quoted_text
 from store.rules.pagination import newest_first_page
 from store.rules.policy import merge_settings
 
@@ -66,13 +67,16 @@ TURN_WINDOW = 4000
 TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
-# reciprocal-rank constant and weights of the merged list, chosen on LoCoMo dev with the rules
-# extractor (bench/tune_product.py): any fact placed among the first turns cost evidence and
-# answer recall there, so a memory's first rank scores as a turn's 34th and facts follow the best
-# turns (0.5 tied at 10 and cost recall at 25); rerun the tuning for an LLM extractor's facts
+# how recall merges memories and turns into one list (`merge_recall`), chosen on LoCoMo dev with the
+# reference extractor (facts as a capable model writes them; bench/tune_product.py) and checked with
+# the rules extractor: a memory about as close to the question as the best turn (its cosine at least
+# the best turn's minus `lead_margin`) leads, up to `lead_share` of the limit; the rest are merged
+# by rank, each scored `weight / (k + rank in its own list)`
 ITEM_RRF_K = 10
 MEMORY_ITEM_WEIGHT = 0.25
 TURN_ITEM_WEIGHT = 1.0
+LEAD_MARGIN = 0.1
+LEAD_SHARE = 0.5
 # how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
 # score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
 # (turns of one conversation asked together lift each other; a "When …?" question lifts turns
@@ -485,8 +489,45 @@ def fuse_turn_scores(
         when=cues.when,
     )
     return distinct_turns(
-        [TurnHit(turn=turns[hit.memory.id], score=hit.score, sources=hit.sources) for hit in hits]
+        [
+            TurnHit(turn=turns[hit.memory.id], score=hit.score, sources=hit.sources, cosine=hit.cosine)
+            for hit in hits
+        ]
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemMerge:
+    """How recall merges its memories and turns into one list: which memories lead (`lead_margin`,
+    `lead_share`) and how the rest interleave (`k`, `memory_weight`, `turn_weight`)."""
+
+    lead_margin: float | None = LEAD_MARGIN  # None: no memory leads for its closeness alone
+    lead_share: float = LEAD_SHARE
+    k: int = ITEM_RRF_K
+    memory_weight: float = MEMORY_ITEM_WEIGHT
+    turn_weight: float = TURN_ITEM_WEIGHT
+
+
+ITEM_MERGE = ItemMerge()
+
+
+def leading_memories(
+    memories: Sequence[RecallHit], turns: Sequence[TurnHit], limit: int, merge: ItemMerge = ITEM_MERGE
+) -> int:
+    """How many of the best memories lead the merged list: those, in their own order, whose cosine
+    with the query is at least the best turn's minus `lead_margin` (every one when no turn has a
+    cosine), at most `lead_share` of `limit` rounded up. A memory found by full text alone has no
+    cosine and ends the lead: the lead is the memories' own ranking, cut, never reordered."""
+    if merge.lead_margin is None or not memories:
+        return 0
+    cap = min(len(memories), math.ceil(merge.lead_share * limit))
+    best_turn = max((t.cosine for t in turns if t.cosine is not None), default=None)
+    lead = 0
+    for hit in memories[:cap]:
+        if hit.cosine is None or (best_turn is not None and hit.cosine < best_turn - merge.lead_margin):
+            break
+        lead += 1
+    return lead
 
 
 def merge_recall(
@@ -494,22 +535,55 @@ def merge_recall(
     turns: Sequence[TurnHit],
     limit: int,
     *,
-    memory_weight: float = MEMORY_ITEM_WEIGHT,
-    turn_weight: float = TURN_ITEM_WEIGHT,
-    k: int = ITEM_RRF_K,
+    merge: ItemMerge = ITEM_MERGE,
 ) -> builtins.list[RecallItem]:
-    """Memories and turns in one ranked list: each scored `weight / (k + rank in its own list)`;
-    with the defaults the best turns come first and facts interleave after them."""
+    """Memories and turns in one ranked list of at most `limit`: the memories that answer the
+    question about as well as the best turn lead (`leading_memories`); the rest follow merged by
+    rank, each scored `weight / (k + rank in its own list)`. Each list's own order is kept."""
+    lead = leading_memories(memories, turns, limit, merge)
     items = [
-        RecallItem(kind="memory", score=memory_weight / (k + rank), memory=hit.memory, sources=hit.sources)
+        RecallItem(
+            kind="memory",
+            score=merge.memory_weight / (merge.k + rank),
+            memory=hit.memory,
+            sources=hit.sources,
+            cosine=hit.cosine,
+        )
         for rank, hit in enumerate(memories, start=1)
-    ] + [
-        RecallItem(kind="turn", score=turn_weight / (k + rank), turn=hit.turn, sources=hit.sources)
+    ]
+    leaders, rest = items[:lead], items[lead:]
+    rest += [
+        RecallItem(
+            kind="turn",
+            score=merge.turn_weight / (merge.k + rank),
+            turn=hit.turn,
+            sources=hit.sources,
+            cosine=hit.cosine,
+        )
         for rank, hit in enumerate(turns, start=1)
     ]
     # stable: at equal score a memory stays before a turn
-    items.sort(key=lambda item: -item.score)
-    return items[:limit]
+    rest.sort(key=lambda item: -item.score)
+    return without_quoted_turns(leaders + rest, limit)
+
+
+def without_quoted_turns(items: Sequence[RecallItem], limit: int) -> builtins.list[RecallItem]:
+    """The first `limit` of `items`, leaving out each turn that a memory placed above it already
+    quotes (its evidence holds the turn's text, from the same conversation): turns add what the
+    facts do not hold."""
+    quoted: set[tuple[uuid.UUID, str]] = set()
+    kept: builtins.list[RecallItem] = []
+    for item in items:
+        if len(kept) >= limit:
+            break
+        if item.memory is not None:
+            if item.memory.source_channel_id is not None:
+                channel = item.memory.source_channel_id
+                quoted.update((channel, text) for text in evidence_said(item.memory.evidence))
+        elif item.turn is not None and (item.turn.channel_id, quoted_text(item.turn.text)) in quoted:
+            continue
+        kept.append(item)
+    return kept
 
 
 def parse_include(values: Sequence[str] | None) -> tuple[RecallInclude, ...]:

@@ -61,6 +61,8 @@ EARLIER_HEADER = "From earlier conversations:"
 HINT_TURNS = 5
 HINT_TURN_CHARS = 300
 HINT_TURN_SHARE = 0.35
+# a fact's line quotes the messages it comes from, at most this long
+HINT_QUOTE_CHARS = 200
 
 
 def said_on(moment: datetime) -> str:
@@ -85,11 +87,40 @@ _MONTHS = (
 )
 
 
+# what a memory's evidence keeps of each message it cites (its first characters, on one line)
+EVIDENCE_MESSAGE_CHARS = 600
+
+
+def quoted_text(text: str) -> str:
+    """A message's text as a memory's evidence quotes it: on one line, `EVIDENCE_MESSAGE_CHARS` at most."""
+    return _one_line(text)[:EVIDENCE_MESSAGE_CHARS]
+
+
+def evidence_said(evidence: str | None) -> tuple[str, ...]:
+    """The texts of the messages a memory's evidence quotes (its `role: text` lines, one a
+    message), each on one line."""
+    said: list[str] = []
+    for line in (evidence or "").splitlines():
+        role, separator, text = line.partition(": ")
+        text = text if separator and role in ("user", "assistant") else line
+        if text.strip():
+            said.append(_one_line(text))
+    return tuple(said)
+
+
 def dated_bullet(memory: Memory) -> str:
-    """`- key: value (said 8 May 2023)`: the date it was said, when known (what a question about
-    "when" or "lately" needs)."""
+    """`- key: value (said 8 May 2023) — "what was said"`: the date it was said, when known (what a
+    question about "when" or "lately" needs), and the messages it comes from, clipped to
+    `HINT_QUOTE_CHARS` (the words a question is asked in are often the speaker's, not the fact's)."""
     line = bullet(memory)
-    return f"{line} (said {said_on(memory.observed_at)})" if memory.observed_at else line
+    if memory.observed_at:
+        line = f"{line} (said {said_on(memory.observed_at)})"
+    quote = " / ".join(evidence_said(memory.evidence))
+    if quote:
+        if len(quote) > HINT_QUOTE_CHARS:
+            quote = quote[: HINT_QUOTE_CHARS - 1].rstrip() + "…"
+        line = f'{line} — "{quote}"'
+    return line
 
 
 def turn_line(turn: Turn) -> str:

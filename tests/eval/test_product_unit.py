@@ -225,3 +225,49 @@ def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_spea
     events = session_events(conversation, uuid.uuid4())
     turns = [t for t in conversation.turns if t.session == events[0].session]
     assert [m.name for m in events[0].event.messages] == [t.speaker for t in turns]
+
+
+async def test_the_reference_extractor_answers_each_session_with_its_speakers_observations() -> None:
+    from extraction.types import ExtractionRequest, TranscriptMessage
+    from worker.evaluation.reference import ReferenceExtractor, observation_key
+    from worker.pipeline import transcript
+
+    conversation = load_locomo(FIXTURE)[0]
+    extractor = ReferenceExtractor([conversation])
+    replies = {}
+    for item in session_events(conversation, uuid.uuid4()):
+        request = ExtractionRequest(messages=transcript(item.event), allowed_scopes=("user", "persona"))
+        replies[(item.session, item.speaker)] = (await extractor.extract(request)).candidates
+    ada = replies[(1, "Ada")]
+    assert [(c.key, c.value, c.scope, c.evidence) for c in ada] == [
+        ("adopted grey cat named", "Ada adopted a grey cat named Pixel.", "user", (1,)),
+        ("works marine biologist lisbon", "Ada works as a marine biologist in Lisbon.", "user", (3,)),
+    ]
+    # dia_ids name messages of this session only; one of another session is left out
+    assert [c.evidence for c in replies[(2, "Bo")]] == [(1,), (3,)]
+    assert observation_key("Bo's sister Clara lives in Oslo.", "Bo") == "sister_clara_lives_oslo"
+    unknown = ExtractionRequest(
+        messages=(TranscriptMessage(role="user", content="hi"),), allowed_scopes=("user",)
+    )
+    result = await extractor.extract(unknown)
+    assert result.candidates == () and [r.code for r in result.rejected] == ["refused"]
+
+
+@pytest.mark.parametrize("store", ["postgres", "sqlite"])
+def test_the_reference_extractor_runs_through_the_pipeline_on_both_stores(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "eval", "locomo", str(FIXTURE), "--unit", "product", "--json", "--store", store,
+        "--embedding-provider", "hashing", "--no-embedding-cache", "--data-dir", str(tmp_path / "db"),
+        "--k", "10,50", "--include", "memories,both", "--extractor", "reference",
+    ]  # fmt: skip
+    if store == "postgres":
+        argv += ["--database-url", request.getfixturevalue("database_url")]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["extractor"] == "reference"
+    # each of the fixture's 9 observations is a fact its conversation supports (the names count)
+    assert report["extraction"]["written_total"] == 9
+    assert report["extraction"]["llm_calls_total"] == 0
+    assert report["retrievers"]["memories"]["recall@50"] > 0.5

@@ -11,16 +11,19 @@ import pytest
 
 from extraction.validate import evidence_numbers, parse_output
 from store.core.turns import (
+    ItemMerge,
     bm25_ranking,
     bm25_scores,
     distinct_turns,
     fuse_turn_scores,
+    leading_memories,
     merge_recall,
     once_each,
     parse_include,
     turn_window,
     vector_ranking,
     window_term_stats,
+    without_quoted_turns,
 )
 from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
 from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
@@ -37,20 +40,73 @@ def turn(text: str, role: TurnRole = "user") -> Turn:
     return past_turn(text, role=role, at=NOW)
 
 
-def test_the_best_turns_lead_and_facts_interleave_after_them() -> None:
-    facts = [RecallHit(memory=memory(f"k{i}", "v"), score=1.0) for i in range(3)]
-    turns = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(3)]
+def fact_hit(key: str, cosine: float | None, **fields: object) -> RecallHit:
+    return RecallHit(memory=replace(memory(key, "v"), **fields), score=1.0, cosine=cosine)  # type: ignore[arg-type]
+
+
+def turn_hit(text: str, cosine: float | None, **fields: object) -> TurnHit:
+    return TurnHit(turn=replace(turn(text), **fields), score=1.0, cosine=cosine)  # type: ignore[arg-type]
+
+
+def test_facts_about_as_close_as_the_best_turn_lead_up_to_their_share_of_the_limit() -> None:
+    merge = ItemMerge(lead_margin=0.1, lead_share=0.3)
+    facts = [fact_hit(f"k{i}", 0.6) for i in range(5)]
+    turns = [turn_hit(f"t{i}", 0.65 - i * 0.01) for i in range(20)]
+    merged = merge_recall(facts, turns, 10, merge=merge)
+    # ceil(0.3 * 10) = 3 facts lead, in their own order; the rest interleave by rank
+    assert [i.kind for i in merged[:4]] == ["memory"] * 3 + ["turn"]
+    assert [i.memory.key for i in merged[:3] if i.memory] == ["k0", "k1", "k2"]
+    assert len(merged) == 10
+    assert [i.turn.text for i in merged if i.turn] == [f"t{i}" for i in range(7)]
+
+
+def test_a_fact_far_less_close_than_the_best_turn_does_not_lead_and_neither_do_those_after_it() -> None:
+    merge = ItemMerge(lead_margin=0.1, lead_share=0.5)
+    facts = [fact_hit("close", 0.6), fact_hit("far", 0.3), fact_hit("close again", 0.6)]
+    turns = [turn_hit(f"t{i}", 0.65) for i in range(30)]
+    assert leading_memories(facts, turns, 10, merge) == 1
+    merged = merge_recall(facts, turns, 10, merge=merge)
+    assert merged[0].memory is not None and merged[0].memory.key == "close"
+    # the rest by rank: a fact's first rank after the lead scores as a turn's 34th, past the limit
+    assert [i.kind for i in merged[1:]] == ["turn"] * 9
+
+
+def test_a_fact_found_by_full_text_alone_or_with_no_turns_to_compare() -> None:
+    merge = ItemMerge(lead_margin=0.1, lead_share=0.5)
+    turns = [turn_hit("t", 0.5)]
+    assert leading_memories([fact_hit("text only", None)], turns, 10, merge) == 0
+    # no turn has a cosine (history off, or turns found by full text alone): facts lead
+    assert leading_memories([fact_hit("k", 0.2)], [turn_hit("t", None)], 10, merge) == 1
+    assert leading_memories([fact_hit("k", 0.2)], [], 10, merge) == 1
+    assert leading_memories([fact_hit("k", 0.9)], turns, 10, ItemMerge(lead_margin=None)) == 0
+
+
+def test_a_turn_a_fact_above_it_quotes_is_left_out_and_the_next_one_takes_its_place() -> None:
+    channel = uuid.uuid4()
+    said = "I went   vegan last spring"
+    quoting = fact_hit("diet", 0.9, evidence="user: I went vegan last spring", source_channel_id=channel)
+    turns = [
+        turn_hit(said, 0.8, channel_id=channel),
+        turn_hit(said, 0.8),  # the same words in another conversation: not what the fact quotes
+        turn_hit("Lyon has good vegan places", 0.7, channel_id=channel),
+    ]
+    merged = merge_recall([quoting], turns, 3)
+    assert merged[0].memory is not None
+    assert [i.turn.channel_id == channel for i in merged[1:] if i.turn] == [False, True]
+    assert [i.turn.text for i in merged[1:] if i.turn] == [said, "Lyon has good vegan places"]
+    # a turn placed above the fact stays: only what comes after a quoting fact repeats it
+    assert [i.kind for i in without_quoted_turns(merge_recall([], turns, 3), 3)] == ["turn"] * 3
+
+
+def test_merged_recall_keeps_each_lists_order_and_the_limit() -> None:
+    facts = [fact_hit(f"k{i}", 0.1) for i in range(3)]
+    turns = [turn_hit(f"t{i}", 0.9) for i in range(3)]
     merged = merge_recall(facts, turns, 6)
-    assert [i.kind for i in merged][:2] == ["turn", "turn"]
-    # a fact's first rank scores as a turn's 34th, and leads it (the constants chosen on LoCoMo dev)
-    many = [TurnHit(turn=turn(f"t{i}"), score=1.0) for i in range(40)]
-    assert [i.kind for i in merge_recall(facts, many, 40)].index("memory") == 33
-    weighted = merge_recall(facts, turns, 6, memory_weight=1.5)
-    assert [i.kind for i in weighted][:2] == ["memory", "memory"]
-    assert sorted(i.kind for i in merged) == ["memory"] * 3 + ["turn"] * 3
-    assert [i.score for i in merged] == sorted((i.score for i in merged), reverse=True)
+    assert [i.memory.key for i in merged if i.memory] == ["k0", "k1", "k2"]
+    assert [i.turn.text for i in merged if i.turn] == ["t0", "t1", "t2"]
     assert merge_recall([], turns, 2)[0].turn == turns[0].turn
     assert len(merge_recall(facts, turns, 4)) == 4
+    assert [i.cosine for i in merge_recall(facts, [], 1)] == [0.1]
 
 
 def test_include_takes_memories_and_or_turns() -> None:

@@ -8,10 +8,10 @@ import uuid
 from datetime import UTC, datetime
 
 from extraction.types import Candidate
+from store.rules.hint import EVIDENCE_MESSAGE_CHARS
 from worker.events import MESSAGE_NAME_MAX_CHARS, ConversationEnded
 from worker.pipeline import (
     EVIDENCE_MAX_CHARS,
-    EVIDENCE_MESSAGE_CHARS,
     Evidence,
     build_row,
     embedding_batch,

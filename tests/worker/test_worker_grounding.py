@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,18 @@ def test_ground_candidates_drops_filler_and_invented_values_and_keeps_the_rest_i
         ("ungrounded", "I love it!"),
         ("ungrounded", "Has a parrot named Kiwi"),
     ]
+
+
+def test_a_fact_naming_a_participant_by_the_name_the_event_gives_is_grounded() -> None:
+    said = TranscriptMessage(role="user", content="Hey Caroline! I'm swamped with the kids & work.")
+    named = Candidate(
+        key="busy", value="Melanie is managing kids and work", confidence=0.9, scope="user", evidence=(1,)
+    )
+    assert ground_candidates([named], (said,))[0] == ()  # nobody says their own name
+    assert ground_candidates([named], (said,), names=("Melanie", "Caroline"))[0] == (named,)
+    # a name nobody in the conversation has is still unsupported
+    invented = replace(named, value="Priya is managing kids and work")
+    assert ground_candidates([invented], (said,), names=("Melanie", "Caroline"))[0] == ()
 
 
 def test_an_assistants_suggestion_is_not_the_users_fact_but_grounds_a_persona_fact() -> None:

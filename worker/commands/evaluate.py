@@ -124,6 +124,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="--unit product: memories keep the messages the extractor cites (default on; "
         "--no-evidence drops them, so memories are bare facts: the ablation)",
     )
+    locomo.add_argument(
+        "--extractor",
+        choices=("configured", "reference"),
+        default="configured",
+        help="--unit product/extracted: which extractor reads the sessions: the configured one "
+        "(PMEM_EXTRACTOR: rules offline, or an LLM), or 'reference': LoCoMo's own observations as "
+        "the reply, a stand-in for a capable model (default configured)",
+    )
     locomo.add_argument("--k", default=DEFAULT_KS, help=f"comma-separated cut-offs (default {DEFAULT_KS})")
     locomo.add_argument(
         "--retriever",
@@ -238,6 +246,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         dialog_key_after=args.dialog_key_after,
         include=parse_includes(args.include),
         evidence=args.evidence,
+        extractor=None if args.extractor == "configured" else args.extractor,
     )
 
 

@@ -16,11 +16,12 @@ def checkpoint_file(options: EvalOptions, settings: Any) -> Path | None:
     """Where an extracted-unit run keeps finished conversations (None: other units, or no cache)."""
     if options.unit != "extracted" or options.embedding_cache is None:
         return None
-    model = settings.llm_model if settings.effective_extractor == "llm" else "rules"
+    extractor = options.extractor or settings.effective_extractor
+    model = settings.llm_model if extractor == "llm" else extractor
     data = options.file.resolve()
     stamp = f"{data.name}-{data.stat().st_size if data.exists() else 0}"
     name = (
-        f"extracted-{stamp}-{options.split}-{options.store}-{settings.effective_extractor}-{model}-"
+        f"extracted-{stamp}-{options.split}-{options.store}-{extractor}-{model}-"
         f"{options.embedding_provider}-{'-'.join(options.retrievers)}-k{max(options.ks)}"
     ).replace("/", "_")
     return options.embedding_cache / f"{name}.json"

@@ -133,3 +133,6 @@ class EvalOptions:
     # product unit: memories keep the evidence the extractor cites (False: the extractor's evidence
     # numbers are dropped, so memories are bare facts, as before they kept what was said)
     evidence: bool = True
+    # product and extracted units: "reference" answers each session with LoCoMo's own observations
+    # (`worker.evaluation.reference`); None: the configured extractor (rules offline, or an LLM)
+    extractor: str | None = None

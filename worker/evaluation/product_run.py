@@ -59,9 +59,9 @@ class WithoutEvidence:
 def recalled_of(item: RecallItem) -> Recalled:
     """The evaluation's view of one item of the product's recall; each reads as the hint shows it.
     A turn reads `[day] speaker: text` (`store.hint.dated_turn_line`) and stands for itself (its
-    conversation and position, numbered from 1). A memory reads `key: value (said day)`
-    (`store.hint.dated_bullet`; its evidence is not read for answer recall, so the facts are scored
-    on what they say) and stands for the messages of its evidence."""
+    conversation and position, numbered from 1). A memory reads `key: value (said day) — "what was
+    said"` (`store.rules.hint.dated_bullet`: the hint quotes its evidence, clipped) and stands for
+    the messages of its evidence."""
     if item.turn is not None:
         turn = item.turn
         quote = Quote(channel_id=turn.channel_id, position=turn.position - 1, text=turn.text)

@@ -142,7 +142,13 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             await part.inner.embed(["warm-up"])
         store = await open_store(options, embedder, stack)
         pipeline = (
-            extraction_pipeline(settings, store, embedder, evidence=options.evidence)
+            extraction_pipeline(
+                settings,
+                store,
+                embedder,
+                evidence=options.evidence,
+                reference=everything if options.extractor == "reference" else None,
+            )
             if options.unit in PIPELINE_UNITS
             else None
         )
@@ -233,7 +239,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         report["evidence"] = options.evidence
         report["top_10_kinds"] = {include: kinds_count(items, 10) for include, items in composition.items()}
     if options.unit in PIPELINE_UNITS:
-        report["extractor"] = settings.effective_extractor
+        report["extractor"] = options.extractor or settings.effective_extractor
         report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
     return report
 
@@ -258,16 +264,23 @@ class ExtractionPipeline:
 
 
 def extraction_pipeline(
-    settings: Any, store: Any, embedder: CachingEmbedder, *, evidence: bool = True
+    settings: Any,
+    store: Any,
+    embedder: CachingEmbedder,
+    *,
+    evidence: bool = True,
+    reference: Sequence[Conversation] | None = None,
 ) -> ExtractionPipeline:
-    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured);
-    without `evidence`, the extractor's evidence numbers are dropped."""
+    """The worker's pipeline with the configured extractor (rules offline, an LLM when configured),
+    or with `reference`, the reference extractor of those conversations' observations
+    (`worker.evaluation.reference`); without `evidence`, the extractor's evidence numbers are dropped."""
     from extraction.factory import build_extractor
+    from worker.evaluation.reference import ReferenceExtractor
     from worker.metrics import Metrics
     from worker.pipeline import PipelineDeps
 
     metrics = Metrics()
-    extractor = build_extractor(settings)
+    extractor: Any = ReferenceExtractor(reference) if reference is not None else build_extractor(settings)
     if not evidence:
         extractor = product_run.WithoutEvidence(extractor)
     deps = PipelineDeps(store=store, extractor=extractor, embedder=embedder, metrics=metrics)
