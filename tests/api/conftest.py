@@ -95,7 +95,7 @@ async def client(api_store: PostgresMemoryStore) -> AsyncIterator[httpx.AsyncCli
 async def each_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[PostgresMemoryStore | SqliteMemoryStore]:
-    """An empty store of each backend: Postgres (the session's API database) and SQLite (a file)."""
+    """An empty store of each backend: Postgres (the API tests' database, emptied) and SQLite (a file)."""
     store: PostgresMemoryStore | SqliteMemoryStore
     if request.param == "postgres":
         url = request.getfixturevalue("api_db_url")
