@@ -23,6 +23,7 @@ from store.model import (
     MemorySettings,
     Page,
     RecallItem,
+    Rejection,
     ReviewItem,
     ReviewQuery,
     Revision,
@@ -161,6 +162,17 @@ async def decide(
     return result
 
 
+async def reject_and_forget(store: ControlPlaneStore, principal: Principal, item_id: uuid.UUID) -> Rejection:
+    """Reject one review item as `decide` does, and erase what was said that it comes from (the
+    conversation turns its evidence cites, within the memory's team)."""
+    access.require_reviewer(principal)
+    memory = access.reviewable(principal, await store.review_target(item_id))
+    rejection = await store.reject_memory(memory.id, actor=principal.actor, forget=True)
+    if rejection is None:
+        raise Conflict(f"memory {memory.id} has nothing pending to reject")
+    return rejection
+
+
 async def bulk_decide(
     store: ControlPlaneStore,
     principal: Principal,
@@ -235,6 +247,20 @@ async def edit_mine(
     if edited is None:
         raise NotFound("no such memory")
     return edited
+
+
+async def reject_mine(
+    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, *, forget: bool
+) -> Rejection:
+    """A person rejects one of their own memories, whatever its status: no assistant uses it and
+    extraction does not propose the same value again; with `forget`, their turns it comes from are
+    erased too."""
+    person = access.require_person(principal)
+    memory = access.own(principal, await store.get_by_id(memory_id))
+    rejection = await store.reject_memory(memory.id, actor=principal.actor, forget=forget, person=person)
+    if rejection is None:
+        raise Conflict(f"memory {memory.id} is already rejected")
+    return rejection
 
 
 async def erase_mine(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> None:

@@ -14,6 +14,7 @@ from store.model import (
     AuditEntry,
     ChannelConversation,
     Memory,
+    Rejection,
     ReviewItem,
     Revision,
     SettingsRow,
@@ -31,6 +32,13 @@ class ValueBody(_Body):
     """A new value for a memory."""
 
     value: str = Field(min_length=1, max_length=2000)
+
+
+class RejectBody(_Body):
+    """How to reject: `forget` also erases what was said that the memory comes from (the
+    conversation turns its evidence cites), leaving no text of them."""
+
+    forget: bool = False
 
 
 class BulkBody(_Body):
@@ -102,6 +110,15 @@ def memory_json(memory: Memory) -> dict[str, Any]:
         "evidence": memory.evidence,
         "observed_at": _time(memory.observed_at),
     }
+
+
+def rejection_json(rejection: Rejection, *, forget: bool) -> dict[str, Any]:
+    """A rejected memory as JSON; having forgotten what was said, with `forgotten_turns`: how many
+    conversation turns were erased."""
+    body = memory_json(rejection.memory)
+    if forget:
+        body["forgotten_turns"] = rejection.forgotten_turns
+    return body
 
 
 def review_item_json(item: ReviewItem) -> dict[str, Any]:

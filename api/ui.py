@@ -55,6 +55,8 @@ templates = Environment(
 NOTICES = {
     "approved": "Approved.",
     "rejected": "Rejected.",
+    "forgotten": "Rejected, and what was said was erased.",
+    "forgotten_mine": "Rejected, and what you said there was erased. No assistant uses it.",
     "edited": "Saved and approved.",
     "bulk": "Done: the selected items were decided.",
     "saved": "Saved.",
@@ -529,10 +531,17 @@ async def _decide(request: Request, item_id: str, action: ops.Decision) -> Respo
     session, form = signed
     back = _back(form)
     value = str(form.get("value") or "")
+    forget = action == "reject" and form.get("forget") == "yes"
     try:
-        decided = await ops.decide(
-            _store(request), session.principal, _id_or_not_found(item_id), action, value
-        )
+        if forget:
+            rejection = await ops.reject_and_forget(
+                _store(request), session.principal, _id_or_not_found(item_id)
+            )
+            decided = rejection.memory
+        else:
+            decided = await ops.decide(
+                _store(request), session.principal, _id_or_not_found(item_id), action, value
+            )
     except (NotFound, Forbidden, Conflict) as exc:
         return await _refuse(request, session, exc)
     except BadInput as exc:
@@ -545,7 +554,9 @@ async def _decide(request: Request, item_id: str, action: ops.Decision) -> Respo
             value=value,
             back=back,
         )
-    notice = {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
+    notice = (
+        "forgotten" if forget else {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
+    )
     if _wants_json(request):
         return _json(200, message=NOTICES[notice], done=[item_id], value=decided.value)
     return RedirectResponse(f"/ui/review?{back}&notice={notice}".replace("?&", "?"), status_code=303)
@@ -771,6 +782,24 @@ async def _erase_all_mine(
         errors = {confirm: "Tick this box to confirm; nothing was deleted."}
         return await _my_page(request, session, errors=errors, notice=None)
     await erase(_store(request), session.principal)
+    return _redirect("/ui/me", notice=notice)
+
+
+@router.post("/me/memories/{memory_id}/reject")
+async def me_reject(request: Request, memory_id: str) -> Response:
+    """Reject one of the person's own memories; with `forget=yes`, and erase what they said there."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    forget = form.get("forget") == "yes"
+    try:
+        await ops.reject_mine(_store(request), session.principal, _id_or_not_found(memory_id), forget=forget)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    notice = "forgotten_mine" if forget else "rejected"
+    if _wants_json(request):
+        return _json(200, message=NOTICES[notice])
     return _redirect("/ui/me", notice=notice)
 
 

@@ -337,6 +337,15 @@ class SettingsRow:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Rejection:
+    """A rejected memory (or the memory whose proposed change was rejected), and how many
+    conversation turns were erased with it (reject and forget what was said)."""
+
+    memory: Memory
+    forgotten_turns: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RetentionReport:
     """What one retention run did."""
 

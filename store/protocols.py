@@ -27,6 +27,7 @@ from store.model import (
     OwnerRef,
     Page,
     RecallHit,
+    Rejection,
     Retriever,
     ReviewItem,
     ReviewQuery,
@@ -158,6 +159,18 @@ class ReviewStore(Protocol):
     async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
 
     async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
+
+    async def reject_memory(
+        self,
+        memory_id: uuid.UUID,
+        *,
+        actor: str,
+        forget: bool = False,
+        person: uuid.UUID | None = None,
+    ) -> Rejection | None:
+        """Reject (a reviewer; or a person, their own memory whatever its status), and with
+        `forget` erase the conversation turns its evidence cites, leaving no text of them."""
+        ...
 
     async def edit(
         self,

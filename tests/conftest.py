@@ -1,13 +1,16 @@
 """Session fixtures: a real Postgres + pgvector, a real nats-server with JetStream and a real
 llama.cpp server with a small instruct model, all on loopback in a temporary directory. Nothing
-here is mocked."""
+here is mocked. And the backstop of the per-test time limit (`timeout` in pyproject.toml)."""
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import os
+import sys
+import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,51 @@ from worker.embedded import EmbeddedNats, EmbeddedPostgres
 from worker.testing.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 
 _database_counter = itertools.count()
+
+# how long after its time limit a test that pytest-timeout's signal could not stop ends the run
+TIME_LIMIT_BACKSTOP_S = 60.0
+
+
+def _time_limit(item: pytest.Item) -> float:
+    """The test's time limit as pytest-timeout reads it (marker, --timeout, ini); 0: none."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0] or 0)
+    option = item.config.getoption("timeout", default=None)
+    if option is not None:
+        return float(option)
+    return float(item.config.getini("timeout") or 0)
+
+
+def _end_the_run(config: pytest.Config, nodeid: str, limit: float) -> None:
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)  # else what follows goes to the test's capture
+    sys.stderr.write(f"\n{nodeid} ran past its {limit:g} s time limit and could not be stopped; stacks:\n")
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    """Past its time limit pytest-timeout fails a test (SIGALRM: the test fails with its name, the
+    run goes on). A test the signal cannot reach (a callback spinning inside the event loop, C code
+    that never returns) ends the run `TIME_LIMIT_BACKSTOP_S` later, naming the test, instead of
+    hanging it."""
+    limit = _time_limit(item)
+    timer = None
+    if limit > 0:
+        timer = threading.Timer(
+            limit + TIME_LIMIT_BACKSTOP_S, _end_the_run, args=(item.config, item.nodeid, limit)
+        )
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 @pytest.fixture(scope="session")

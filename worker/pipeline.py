@@ -718,7 +718,11 @@ async def process_event(
                 turns=stored_turns,
             ),
         )
-    if not write.duplicate and len(write.results) != len(rows):
+    if write.duplicate:
+        # another delivery committed the same event between our check and our write (or the event
+        # came again as a new message): nothing was written, so there are no results to read
+        return await duplicate(result.usage)
+    if len(write.results) != len(rows):
         raise RuntimeError(
             f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
         )
@@ -744,9 +748,6 @@ async def process_event(
             extra={"rejection": rejection.code},
         )
         log.debug("rejected candidate (%s), redacted: %s", rejection.code, rejection.raw)
-    if write.duplicate:
-        # another delivery committed the same event between our check and our write
-        return await duplicate(result.usage)
     written = tuple(
         Written(id=r.memory_id, action=r.action, scope=row.scope, key=row.key)
         for r, row in zip(write.results, rows, strict=True)

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import ValueBody, conversation_json, export_json, memory_json
+from api.schemas import RejectBody, ValueBody, conversation_json, export_json, memory_json, rejection_json
 from store.model import Scope, Status
 
 router = APIRouter(prefix="/v1/me", tags=["me"])
@@ -46,6 +46,19 @@ async def edit_my_memory(
 ) -> dict[str, object]:
     """Edit an own memory; a person's edit makes it active."""
     return memory_json(await operations.edit_mine(state.store, principal, memory_id, body.value))
+
+
+@router.post("/memories/{memory_id}/reject")
+async def reject_my_memory(
+    memory_id: uuid.UUID, principal: Caller, state: State, body: RejectBody | None = None
+) -> dict[str, object]:
+    """Reject an own memory, whatever its status: archived, no assistant uses it and extraction does
+    not propose the same value again. With `{"forget": true}` the caller's conversation turns its
+    evidence cites are erased too (with their words in the turns beside them and in the
+    conversation's evidence); the answer adds `forgotten_turns`."""
+    forget = body is not None and body.forget
+    rejection = await operations.reject_mine(state.store, principal, memory_id, forget=forget)
+    return rejection_json(rejection, forget=forget)
 
 
 @router.delete("/memories/{memory_id}", status_code=204)

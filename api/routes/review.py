@@ -8,7 +8,16 @@ from fastapi import APIRouter, Query
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import BulkBody, ValueBody, bulk_json, detail_json, memory_json, review_item_json
+from api.schemas import (
+    BulkBody,
+    RejectBody,
+    ValueBody,
+    bulk_json,
+    detail_json,
+    memory_json,
+    rejection_json,
+    review_item_json,
+)
 from store.model import Scope
 
 router = APIRouter(tags=["review"])
@@ -54,8 +63,17 @@ async def approve(item_id: uuid.UUID, principal: Caller, state: State) -> dict[s
 
 
 @router.post("/v1/review/{item_id}/reject")
-async def reject(item_id: uuid.UUID, principal: Caller, state: State) -> dict[str, object]:
-    """Reject a pending memory (archived, so it is not proposed again), or discard a proposed change."""
+async def reject(
+    item_id: uuid.UUID, principal: Caller, state: State, body: RejectBody | None = None
+) -> dict[str, object]:
+    """Reject a pending memory (archived, so it is not proposed again), or discard a proposed change.
+    The conversation it comes from stays remembered (history on: recalled as conversation turns).
+    With `{"forget": true}` what was said is erased too: the conversation turns its evidence cites
+    (every copy in the memory's team), their words in the turns beside them and in the
+    conversation's evidence; the answer adds `forgotten_turns`."""
+    if body is not None and body.forget:
+        rejection = await operations.reject_and_forget(state.store, principal, item_id)
+        return rejection_json(rejection, forget=True)
     return memory_json(await operations.decide(state.store, principal, item_id, "reject"))
 
 

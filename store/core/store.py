@@ -1,6 +1,7 @@
 """The part of the store both backends share, in SQLAlchemy Core, assembled from one module per
 role: writes (`store.core.writes`), review (`store.core.review`), listing (`store.core.listing`),
-erasure and retention (`store.core.erasure`), settings (`store.core.settings`), API keys
+erasure and retention (`store.core.erasure`), rejecting and forgetting what was said
+(`store.core.forgetting`), settings (`store.core.settings`), API keys
 (`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`) and conversation turns
 (`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Memory recall's
 arguments are checked here; each backend ranks the memories itself (`_recall_memories`).
@@ -21,6 +22,7 @@ from store.core.channel_turns import ChannelConversations
 from store.core.directory import DirectoryNames
 from store.core.embedding_models import EmbeddingModels
 from store.core.erasure import MemoryErasure
+from store.core.forgetting import RejectAndForget
 from store.core.listing import MemoryListing
 from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
@@ -30,6 +32,7 @@ from store.model import RecallHit, RecallQuery, Retriever
 
 
 class CoreStore(
+    RejectAndForget,
     MemoryWrites,
     MemoryReview,
     MemoryListing,

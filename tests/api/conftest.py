@@ -1,11 +1,13 @@
 """API fixtures: a migrated Postgres database per session (emptied per test), the app in process
-(httpx over ASGI), and tokens for every role."""
+(httpx over ASGI), and tokens for every role; the `each_*` fixtures run a test on Postgres and on
+SQLite."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +17,7 @@ from api.auth import AuthConfig, mint_jwt
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
+from store.sqlite.store import SqliteMemoryStore
 from tests.store.conftest import truncate
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"
@@ -83,6 +86,46 @@ async def people(api_store: PostgresMemoryStore) -> People:
 async def client(api_store: PostgresMemoryStore) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client talking to the app in process."""
     app = create_app(store=api_store, auth=AUTH, max_body_bytes=64_000)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://pmem.test") as http:
+        yield http
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+async def each_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[PostgresMemoryStore | SqliteMemoryStore]:
+    """An empty store of each backend: Postgres (the API tests' database, emptied) and SQLite (a file)."""
+    store: PostgresMemoryStore | SqliteMemoryStore
+    if request.param == "postgres":
+        url = request.getfixturevalue("api_db_url")
+        truncate(url)
+        store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM))
+    else:
+        store = SqliteMemoryStore(f"sqlite:///{tmp_path}/api.db", HashingEmbedder(dim=DIM))
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def each_people(each_store: PostgresMemoryStore | SqliteMemoryStore) -> People:
+    """Fresh people and a service key, on `each_store`."""
+    _, key = await each_store.create_api_key("chat-backend")
+    return People(
+        user=uuid.uuid4(),
+        other_user=uuid.uuid4(),
+        team_admin=uuid.uuid4(),
+        admin=uuid.uuid4(),
+        service_key=key,
+    )
+
+
+@pytest.fixture
+async def each_client(
+    each_store: PostgresMemoryStore | SqliteMemoryStore,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client talking to the app in process over `each_store`."""
+    app = create_app(store=each_store, auth=AUTH, max_body_bytes=64_000)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://pmem.test") as http:
         yield http

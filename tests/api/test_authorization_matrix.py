@@ -74,6 +74,15 @@ TABLE: tuple[Case, ...] = (
         None,
         {"anonymous": 401, "user": per(204, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
     ),
+    *(
+        Case(
+            "POST",
+            "/v1/me/memories/{id}/reject",
+            body,
+            {"anonymous": 401, "user": per(200, 404, 404), "team_admin": 404, "admin": 404, "service": 403},
+        )
+        for body in (None, {"forget": True})
+    ),
     Case("GET", "/v1/me/conversations", None, ANY_PERSON),
     Case(
         "DELETE",
@@ -85,6 +94,7 @@ TABLE: tuple[Case, ...] = (
     Case("GET", "/v1/review", None, {**REVIEWERS, "team_admin": 200}),
     Case("POST", "/v1/review/{id}/approve", None, REVIEWERS),
     Case("POST", "/v1/review/{id}/reject", None, REVIEWERS),
+    Case("POST", "/v1/review/{id}/reject", {"forget": True}, REVIEWERS),
     Case("POST", "/v1/review/{id}/edit", {"value": "edited"}, REVIEWERS),
     Case("POST", "/v1/review/bulk", {"action": "approve", "ids": ["{id}"]}, {**REVIEWERS, "team_admin": 200}),
     Case("GET", "/v1/memories/{id}", None, REVIEWERS),

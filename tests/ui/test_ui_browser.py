@@ -216,7 +216,7 @@ def test_admin_approves_rejects_and_edits_in_place_and_the_database_follows(
     assert page.get_by_role("status").inner_text() == "Approved."
     assert int(count.inner_text()) == before - 1
 
-    row(page, seeded["job"]).get_by_role("button", name="Reject").click()
+    row(page, seeded["job"]).get_by_role("button", name="Reject", exact=True).click()
     row(page, seeded["job"]).wait_for(state="detached")
     assert h.status_of(database, seeded["job"]) in ("archived", None)
 
@@ -334,10 +334,26 @@ def test_a_proposed_change_can_be_decided_from_the_memory_page(
     page.goto(f"{base_url}/ui/memories/{seeded['colour']}")
     proposal = page.get_by_role("region", name="A change waits for review")
     assert "Likes green now" in proposal.inner_text()
-    page.get_by_role("button", name="Reject the change").click()
+    page.get_by_role("button", name="Reject the change", exact=True).click()
     page.wait_for_url(re.compile(r"/ui/review\?.*notice=rejected"))
     assert h.value_of(database, seeded["colour"]) == "Likes blue"
     assert h.pending_revisions(database, seeded["colour"]) == 0
+
+
+def test_a_reviewer_rejects_and_forgets_what_was_said(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.admin_token())
+    said = "I stopped eating meat two years ago"  # the diet memory's evidence, one of Alice's turns
+    assert said in h.turn_texts(database, h.ALICE)
+    row(page, seeded["diet"]).get_by_role("button", name="Reject and forget what was said").click()
+    row(page, seeded["diet"]).wait_for(state="detached")
+    assert page.get_by_role("status").inner_text() == "Rejected, and what was said was erased."
+    assert h.status_of(database, seeded["diet"]) == "archived"
+    assert said not in h.turn_texts(database, h.ALICE)
+    assert "Noted: vegetarian recipes." in h.turn_texts(database, h.ALICE)  # the rest stays
+    assert h.turn_texts(database, h.BOB) == ["My two cats hate the vet"]
+    assert ("reject", f"admin:{h.ADMIN}") in h.audit_actors(database, seeded["diet"])
 
 
 # --- settings ---------------------------------------------------------------------------------
@@ -473,6 +489,21 @@ def test_a_user_sees_evidence_and_conversations_and_deletes_them(
     assert h.turn_texts(database, h.ALICE) == []
     assert h.turn_texts(database, h.BOB) == ["My two cats hate the vet"]
     assert h.status_of(database, seeded["diet"]) == "pending_review"  # memories stay
+
+
+def test_a_user_rejects_a_memory_and_forgets_what_they_said(
+    page: Any, base_url: str, seeded: h.Seeded, database: str
+) -> None:
+    sign_in(page, base_url, h.alice_token())
+    said = "I stopped eating meat two years ago"
+    row(page, seeded["diet"]).get_by_role("button", name="Reject and forget what was said").click()
+    row(page, seeded["diet"]).wait_for(state="detached")
+    assert "what you said there was erased" in page.get_by_role("status").inner_text()
+    assert h.status_of(database, seeded["diet"]) == "archived"
+    assert said not in h.turn_texts(database, h.ALICE)
+    page.reload()  # the conversation's first line is now what followed it
+    assert said not in page.get_by_role("region", name="Conversations remembered").inner_text()
+    assert ("reject", f"user:{h.ALICE}") in h.audit_actors(database, seeded["diet"])
 
 
 def test_reviewers_see_the_evidence_and_when_it_was_said(page: Any, base_url: str, seeded: h.Seeded) -> None:

@@ -124,6 +124,30 @@ async def test_duplicates_write_one_set_of_rows(harness: Harness) -> None:
     assert h.fake.counters["chat"] == 2
 
 
+async def test_an_event_sent_again_as_a_new_message_is_a_duplicate_on_its_first_delivery(
+    harness: Harness,
+) -> None:
+    h = harness
+    event = conversation("I live in Porto and I work as a nurse.", "Nice.")
+    async with h.worker() as worker:
+        await h.publish(event, msg_id=f"{event['event_id']}-first")
+        await processed_at_least(h, 1)
+        await wait_for(lambda: _settled(h), what="consumer drained")
+        # the same event again under another message id: JetStream delivers it, the write refuses it
+        await h.publish(event, msg_id=f"{event['event_id']}-second")
+        await wait_for(lambda: _outcome(worker, "duplicate", 1), what="duplicate outcome")
+        await wait_for(lambda: _settled(h), what="consumer drained")
+        info = await h.nc.jsm().consumer_info(h.base["stream"], h.base["durable"])
+        assert await _value(worker, "pmem_events_total", outcome="processed") == 1
+        assert await _value(worker, "pmem_events_total", outcome="duplicate") == 1
+        assert await _value(worker, "pmem_events_total", outcome="retried") == 0
+        assert await _value(worker, "pmem_retries_total", reason="unexpected") == 0
+    # two messages, one delivery each: the duplicate was decided on its first delivery
+    assert info.delivered.consumer_seq == 2 and info.num_redelivered == 0
+    assert await h.processed() == 1
+    assert await h.dlq() == []
+
+
 async def test_a_redelivered_committed_event_never_reaches_the_llm(harness: Harness) -> None:
     # what a redelivery after "committed, then crashed before the ack" does
     h = harness

@@ -15,7 +15,9 @@ from extraction.validate import DEFAULT_LIMITS
 from tests.worker.worker_harness import Harness, wait_for
 from worker.testing.llama_server import LlamaServer
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+# its own deadline for the events is 10 minutes, and starting llama-server may take 2 more: above the
+# suite's per-test limit (pyproject.toml), so the test's deadline is the one that speaks
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples" / "conversations.jsonl"
 

@@ -1,0 +1,139 @@
+"""Reject and forget what was said, through the API on Postgres and SQLite: a reviewer's
+`POST /v1/review/{id}/reject {"forget": true}` and a person's `POST /v1/me/memories/{id}/reject`
+erase the conversation turns the memory's evidence cites (no table keeps any text of them, and
+recall no longer finds them); a plain rejection keeps them, and recall still finds them."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from store.postgres.store import PostgresMemoryStore
+from store.sqlite.store import SqliteMemoryStore
+from tests.api.conftest import TEAM_A, TEAM_B, People
+from tests.store.as_the_worker import event_of, write_as_the_worker
+from tests.store.test_store_turns import holding
+
+Store = PostgresMemoryStore | SqliteMemoryStore
+WORD = "Quillberry"
+SAID = [
+    "Hello again",
+    "Hi! What's new?",
+    f"I named my new bicycle {WORD} after my grandmother's garden",
+    "What a lovely name for a bicycle",
+    "Thanks, see you",
+]
+
+
+async def told(
+    store: Store, people: People, *, team: uuid.UUID = TEAM_A, key: str = "bicycle name"
+) -> tuple[uuid.UUID, uuid.UUID]:
+    """The user's conversation (and the other participant's copy of it); the memory from it citing
+    the bicycle message, pending review, and the conversation's channel."""
+    channel = uuid.uuid4()
+    [memory_id] = await write_as_the_worker(
+        store,
+        event_of(SAID, user=people.user, channel=channel, team=team),
+        [(key, "Has a named bicycle", (3,))],
+    )
+    await write_as_the_worker(store, event_of(SAID, user=people.other_user, channel=channel, team=team))
+    return memory_id, channel
+
+
+async def recalled_turns(client: httpx.AsyncClient, people: People, user: uuid.UUID) -> list[str]:
+    """The turn texts the platform's recall gives for the bicycle, in the user's context."""
+    answer = await client.post(
+        "/v1/recall",
+        json={
+            "user_id": str(user),
+            "team_id": str(TEAM_A),
+            "query": "bicycle name garden",
+            "include": ["turns"],
+        },
+        headers=people.headers("service"),
+    )
+    assert answer.status_code == 200, answer.text
+    return [item["text"] for item in answer.json()["items"]]
+
+
+async def test_a_reviewer_rejects_and_forgets_what_was_said(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    memory_id, _ = await told(each_store, people)
+    assert SAID[2] in await recalled_turns(each_client, people, people.user)
+    answer = await each_client.post(
+        f"/v1/review/{memory_id}/reject", json={"forget": True}, headers=people.headers("team_admin")
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["status"] == "archived" and body["evidence"] is None and body["forgotten_turns"] == 2
+    assert holding(each_store, WORD) == []  # no table or column holds any of it
+    for user in (people.user, people.other_user):
+        assert all(WORD not in text for text in await recalled_turns(each_client, people, user))
+        assert [t.text for t in await each_store.export_turns(user)] == [s for s in SAID if WORD not in s]
+    detail = await each_client.get(f"/v1/memories/{memory_id}", headers=people.headers("admin"))
+    assert [entry["action"] for entry in detail.json()["history"]][-1] == "reject"
+    again = await each_client.post(
+        f"/v1/review/{memory_id}/reject", json={"forget": True}, headers=people.headers("admin")
+    )
+    assert again.status_code == 409 and "error" in again.json()
+
+
+async def test_a_plain_rejection_keeps_the_conversation_for_recall(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    for n, body in enumerate((None, {"forget": False})):
+        memory_id, _ = await told(each_store, people, key=f"bicycle name {n}")
+        kwargs = {} if body is None else {"json": body}
+        answer = await each_client.post(
+            f"/v1/review/{memory_id}/reject", headers=people.headers("admin"), **kwargs
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "archived" and "forgotten_turns" not in answer.json()
+        assert WORD in answer.json()["evidence"]
+    assert SAID[2] in await recalled_turns(each_client, people, people.user)
+    assert "conversation_turns.text" in holding(each_store, WORD)
+
+
+async def test_a_person_rejects_their_own_memory_and_forgets_their_own_turns(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    memory_id, _ = await told(each_store, people)
+    me = people.headers("user")
+    answer = await each_client.post(f"/v1/me/memories/{memory_id}/reject", json={"forget": True}, headers=me)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "archived" and answer.json()["forgotten_turns"] == 1
+    assert all(WORD not in text for text in await recalled_turns(each_client, people, people.user))
+    # the other participant's copy of the conversation is theirs
+    assert SAID[2] in await recalled_turns(each_client, people, people.other_user)
+    mine = (await each_client.get("/v1/me/memories", headers=me)).json()["items"]
+    assert [(m["id"], m["status"], m["evidence"]) for m in mine] == [(str(memory_id), "archived", None)]
+    again = await each_client.post(f"/v1/me/memories/{memory_id}/reject", headers=me)
+    assert again.status_code == 409
+    # somebody else's memory is not found (an admin too acts here as a person), and stays as it is
+    theirs, _ = await told(each_store, people, key="other bicycle")
+    other = await each_client.post(
+        f"/v1/me/memories/{theirs}/reject", json={"forget": True}, headers=people.headers("admin")
+    )
+    assert other.status_code == 404 and WORD not in other.text
+    kept = await each_store.get_by_id(theirs)
+    assert kept is not None and kept.status == "pending_review"
+
+
+async def test_a_team_admin_cannot_forget_another_teams_conversation(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    memory_id, _ = await told(each_store, people, team=TEAM_B)
+    answer = await each_client.post(
+        f"/v1/review/{memory_id}/reject", json={"forget": True}, headers=people.headers("team_admin")
+    )
+    assert answer.status_code == 404
+    assert WORD not in answer.text
+    assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
+    memory = await each_store.get_by_id(memory_id)
+    assert memory is not None and memory.status == "pending_review"
