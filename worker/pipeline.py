@@ -42,7 +42,8 @@ from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
 from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
 from store.protocols import WorkerStore
-from store.rules.hint import quoted_text
+from store.rules.evidence import quoted_text
+from store.rules.forgetting import TURN_SEARCH_AFTER, TURN_SEARCH_BEFORE
 from store.rules.keys import embedding_text
 from store.services.settings_cache import SettingsCache
 from worker.events import ConversationEnded, EventMessage, event_names
@@ -206,14 +207,13 @@ def screen_candidates(
 
 
 # what a memory keeps of the messages it comes from: each message's first characters
-# (`store.rules.hint.EVIDENCE_MESSAGE_CHARS`), and all of them
+# (`store.rules.evidence.EVIDENCE_MESSAGE_CHARS`), and all of them
 EVIDENCE_MAX_CHARS = 1500
 # a turn's embedding is the mean direction of its own text's and that of the turn after the up to
-# this many turns before it (what it answers): the LoCoMo dialog unit's choice on dev
-TURN_CONTEXT = 2
-# a turn's full text also holds the up to `TURN_CONTEXT` turns before it and this many after it
-# (what it answers and what answered it): the LoCoMo dialog unit's key context, chosen on dev
-TURN_SEARCH_AFTER = 1
+# this many turns before it (what it answers), and its full text also holds them and the
+# `TURN_SEARCH_AFTER` turns after it (what answered it): the LoCoMo dialog unit's choices on dev,
+# kept in the store, which reads a turn again after forgetting one beside it
+TURN_CONTEXT = TURN_SEARCH_BEFORE
 # how much a memory's embedding leans towards its evidence: the direction of
 # unit(fact) + EVIDENCE_EMBEDDING_WEIGHT * unit(evidence, then fact); 0 ignores the evidence
 EVIDENCE_EMBEDDING_WEIGHT = 1.0

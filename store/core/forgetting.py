@@ -34,15 +34,8 @@ from store.core.review import MemoryReview
 from store.core.turns import ConversationTurns
 from store.errors import StoreError
 from store.model import NIL_UUID, Memory, Rejection, Revision
-from store.rules.forgetting import (
-    SaidLine,
-    StoredTurn,
-    TurnReading,
-    cites,
-    evidence_lines,
-    reread_beside,
-    without_lines,
-)
+from store.rules.evidence import SaidLine, evidence_lines
+from store.rules.forgetting import StoredTurn, TurnReading, cites, reread_beside, without_lines
 from store.rules.keys import embedding_text
 from store.rules.policy import check_may_decide, plan_reject
 

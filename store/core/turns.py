@@ -52,7 +52,8 @@ from store.model import (
     TurnHit,
 )
 from store.postgres.params import float4_array
-from store.rules.hint import evidence_said, quoted_text
+from store.rules.evidence import quoted_text
+from store.rules.hint import evidence_said
 from store.rules.pagination import newest_first_page
 from store.rules.policy import merge_settings
 

@@ -2,7 +2,7 @@
 evidence once lines are forgotten, and how the turns beside an erased one read to search afterwards.
 
 A memory's evidence is the cited messages as `role: text` lines, each message's text with its
-whitespace collapsed and cut at `EVIDENCE_LINE_CHARS` (the worker's `resolve_evidence`). A stored
+whitespace collapsed and cut (`store.rules.evidence`, the worker's `resolve_evidence`). A stored
 turn keeps the message's text (redacted, cut at `TURN_MAX_CHARS`), so a line cites a turn of the
 same conversation when the role is the same and the line's text is the turn's, read the same way.
 
@@ -17,44 +17,17 @@ import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-# the worker's EVIDENCE_MESSAGE_CHARS, TURN_CONTEXT and TURN_SEARCH_AFTER (a test keeps them equal)
-EVIDENCE_LINE_CHARS = 600
+from store.rules.evidence import SaidLine, quoted_text
+
+# how a stored turn reads to search: the up to this many turns before it and after it (the worker's
+# `plan_turns` reads these)
 TURN_SEARCH_BEFORE = 2
 TURN_SEARCH_AFTER = 1
-_ROLES = ("user", "assistant")
-
-
-@dataclass(frozen=True, slots=True)
-class SaidLine:
-    """One line of an evidence: who said it and what (as the evidence holds it)."""
-
-    role: str
-    text: str
-
-    @property
-    def line(self) -> str:
-        """The line as the evidence holds it."""
-        return f"{self.role}: {self.text}"
-
-
-def evidence_lines(evidence: str | None) -> list[SaidLine]:
-    """The `role: text` lines of an evidence (a line of another shape is skipped)."""
-    lines: list[SaidLine] = []
-    for raw in (evidence or "").split("\n"):
-        role, sep, text = raw.partition(": ")
-        if sep and role in _ROLES and text.strip():
-            lines.append(SaidLine(role=role, text=text))
-    return lines
-
-
-def as_evidence_text(text: str) -> str:
-    """A message's text as an evidence line holds it: whitespace collapsed, cut."""
-    return " ".join(text.split())[:EVIDENCE_LINE_CHARS]
 
 
 def cites(lines: Iterable[SaidLine], role: str, text: str) -> bool:
     """Whether one of the lines is this message (its role and text as a stored turn holds them)."""
-    said = as_evidence_text(text)
+    said = quoted_text(text)
     return any(line.role == role and line.text.strip() == said.strip() for line in lines)
 
 

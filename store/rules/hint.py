@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Turn
+from store.rules.evidence import evidence_lines
 
 DEFAULT_MAX_CHARS = 6000
 
@@ -87,25 +88,9 @@ _MONTHS = (
 )
 
 
-# what a memory's evidence keeps of each message it cites (its first characters, on one line)
-EVIDENCE_MESSAGE_CHARS = 600
-
-
-def quoted_text(text: str) -> str:
-    """A message's text as a memory's evidence quotes it: on one line, `EVIDENCE_MESSAGE_CHARS` at most."""
-    return _one_line(text)[:EVIDENCE_MESSAGE_CHARS]
-
-
 def evidence_said(evidence: str | None) -> tuple[str, ...]:
-    """The texts of the messages a memory's evidence quotes (its `role: text` lines, one a
-    message), each on one line."""
-    said: list[str] = []
-    for line in (evidence or "").splitlines():
-        role, separator, text = line.partition(": ")
-        text = text if separator and role in ("user", "assistant") else line
-        if text.strip():
-            said.append(_one_line(text))
-    return tuple(said)
+    """The texts of the messages a memory's evidence quotes, each on one line."""
+    return tuple(_one_line(line.text) for line in evidence_lines(evidence))
 
 
 def dated_bullet(memory: Memory) -> str:

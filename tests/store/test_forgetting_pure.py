@@ -9,18 +9,10 @@ import uuid
 import numpy as np
 
 from store.core.forgetting import folded
-from store.rules import forgetting
-from store.rules.forgetting import (
-    StoredTurn,
-    cites,
-    evidence_lines,
-    readings,
-    reread_beside,
-    without_lines,
-)
+from store.rules.evidence import evidence_lines
+from store.rules.forgetting import StoredTurn, cites, readings, reread_beside, without_lines
 from tests.store.as_the_worker import SAID as SAID_AT
 from tests.store.as_the_worker import event_of
-from worker import pipeline
 from worker.pipeline import plan_turns, redacted_texts, resolve_evidence, split_embeddings
 
 LONG = "word " * 200 + "\n\n  spaced    out   " + "x" * 900
@@ -32,12 +24,6 @@ SAID = [
     "z" * 5000,
     "bye",
 ]
-
-
-def test_the_constants_are_the_workers() -> None:
-    assert forgetting.EVIDENCE_LINE_CHARS == pipeline.EVIDENCE_MESSAGE_CHARS
-    assert forgetting.TURN_SEARCH_BEFORE == pipeline.TURN_CONTEXT
-    assert forgetting.TURN_SEARCH_AFTER == pipeline.TURN_SEARCH_AFTER
 
 
 def test_each_evidence_line_cites_the_turn_of_its_message_and_no_other() -> None:

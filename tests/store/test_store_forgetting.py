@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 from sqlalchemy import select
 
-from store.rules.forgetting import as_evidence_text
+from store.rules.evidence import quoted_text as as_evidence_text
 from tests.store.as_the_worker import event_of, write_as_the_worker
 from tests.store.store_testkit import Store
 from tests.store.test_store_turns import holding

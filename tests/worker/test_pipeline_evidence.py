@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from extraction.types import Candidate
-from store.rules.hint import EVIDENCE_MESSAGE_CHARS
+from store.rules.evidence import EVIDENCE_MESSAGE_CHARS
 from worker.events import MESSAGE_NAME_MAX_CHARS, ConversationEnded
 from worker.pipeline import (
     EVIDENCE_MAX_CHARS,
