@@ -68,11 +68,12 @@ TURN_WINDOW = 4000
 TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
-# how recall merges memories and turns into one list (`merge_recall`), chosen on LoCoMo dev with the
-# reference extractor (facts as a capable model writes them; bench/tune_product.py) and checked with
-# the rules extractor: a memory about as close to the question as the best turn (its cosine at least
-# the best turn's minus `lead_margin`) leads, up to `lead_share` of the limit; the rest are merged
-# by rank, each scored `weight / (k + rank in its own list)`
+# how recall merges memories and turns into one list (`merge_recall`): a memory about as close to
+# the question as the best turn (its cosine at least the best turn's minus `LEAD_MARGIN`) leads, up
+# to `LEAD_SHARE` of the limit; the rest are merged by rank, each scored `weight / (k + rank in its
+# own list)`. The lead was chosen on LoCoMo dev with the reference extractor (facts as a capable
+# model writes them; bench/tune_product.py) among the variants that cost the rules extractor
+# nothing on dev; the rank constants were the rules extractor's choice before there was a lead
 ITEM_RRF_K = 10
 MEMORY_ITEM_WEIGHT = 0.25
 TURN_ITEM_WEIGHT = 1.0
@@ -514,21 +515,22 @@ ITEM_MERGE = ItemMerge()
 
 def leading_memories(
     memories: Sequence[RecallHit], turns: Sequence[TurnHit], limit: int, merge: ItemMerge = ITEM_MERGE
-) -> int:
-    """How many of the best memories lead the merged list: those, in their own order, whose cosine
-    with the query is at least the best turn's minus `lead_margin` (every one when no turn has a
-    cosine), at most `lead_share` of `limit` rounded up. A memory found by full text alone has no
-    cosine and ends the lead: the lead is the memories' own ranking, cut, never reordered."""
+) -> builtins.list[int]:
+    """Which of the memories lead the merged list (their indexes, in the memories' own order):
+    those whose cosine with the query is at least the best turn's minus `lead_margin` (every one
+    with a cosine when no turn has one), at most `lead_share` of `limit` rounded up. A memory
+    found by full text alone has no cosine and does not lead."""
     if merge.lead_margin is None or not memories:
-        return 0
-    cap = min(len(memories), math.ceil(merge.lead_share * limit))
+        return []
+    cap = math.ceil(merge.lead_share * limit)
     best_turn = max((t.cosine for t in turns if t.cosine is not None), default=None)
-    lead = 0
-    for hit in memories[:cap]:
-        if hit.cosine is None or (best_turn is not None and hit.cosine < best_turn - merge.lead_margin):
-            break
-        lead += 1
-    return lead
+    floor = None if best_turn is None else best_turn - merge.lead_margin
+    leading = [
+        index
+        for index, hit in enumerate(memories)
+        if hit.cosine is not None and (floor is None or hit.cosine >= floor)
+    ]
+    return leading[:cap]
 
 
 def merge_recall(
@@ -540,8 +542,9 @@ def merge_recall(
 ) -> builtins.list[RecallItem]:
     """Memories and turns in one ranked list of at most `limit`: the memories that answer the
     question about as well as the best turn lead (`leading_memories`); the rest follow merged by
-    rank, each scored `weight / (k + rank in its own list)`. Each list's own order is kept."""
-    lead = leading_memories(memories, turns, limit, merge)
+    rank, each scored `weight / (k + rank in its own list)`, and a turn a memory above it quotes is
+    left out (`without_quoted_turns`). Each list's own order is kept among its items that follow."""
+    leading = leading_memories(memories, turns, limit, merge)
     items = [
         RecallItem(
             kind="memory",
@@ -552,7 +555,9 @@ def merge_recall(
         )
         for rank, hit in enumerate(memories, start=1)
     ]
-    leaders, rest = items[:lead], items[lead:]
+    chosen = set(leading)
+    leaders = [items[index] for index in leading]
+    rest = [item for index, item in enumerate(items) if index not in chosen]
     rest += [
         RecallItem(
             kind="turn",
