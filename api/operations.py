@@ -35,8 +35,8 @@ from store.model import (
     UserMemoryQuery,
 )
 from store.protocols import ControlPlaneStore, RecallStore
+from store.rules.admission import admit, refusal
 from store.rules.hint import build_hint
-from store.rules.keys import storable_value
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.services.context_recall import ContextRecall, items_in_context
@@ -83,10 +83,15 @@ def _limit(limit: int) -> int:
 
 
 def _value(value: str) -> str:
-    # stored as every reader sees it: no invisible characters, one line (what the hint sends)
-    cleaned = storable_value(value)
+    # stored as every reader sees it: admitted (no invisible characters, secrets redacted), one line
+    # (what the hint sends)
+    admitted = admit(value, one_line=True)
+    cleaned = admitted.text
     if not cleaned:
         raise BadInput("value is empty (or only invisible characters); to remove a memory, delete it")
+    problem = refusal("value", admitted, fix="save the value without it")
+    if problem is not None:
+        raise BadInput(problem)
     if len(cleaned) > MAX_VALUE_CHARS:
         raise BadInput(f"value is {len(cleaned)} characters; the limit is {MAX_VALUE_CHARS}")
     return cleaned
@@ -386,6 +391,9 @@ async def put_settings(
     within PMEM_SETTINGS_CACHE_S)."""
     access.check_settings_access(principal, level, target, write=True)
     row = replace(values, level=level, target_id=target)
+    if row.extraction_prompt is not None:
+        # checked and stored as admitted: invisible characters removed, secrets redacted
+        row = replace(row, extraction_prompt=admit(row.extraction_prompt).text)
     try:
         check_settings_row(row)
     except ValueError as exc:

@@ -33,6 +33,7 @@ from api.deps import AppState
 from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 from api.schemas import export_json
 from store.model import Page, ReviewItem, SettingsLevel, SettingsRow, UiSession
+from store.rules.admission import admit
 
 log = logging.getLogger("pmem.api")
 
@@ -244,7 +245,8 @@ async def _refuse(request: Request, session: Session, exc: Exception) -> Respons
 async def _edit_refused(
     request: Request, session: Session, exc: BadInput, *, title: str, action: str, value: str, back: str
 ) -> Response:
-    """A refused edit: the error next to the field (JSON for scripts, else the form again)."""
+    """A refused edit: the error next to the field (JSON for scripts, else the form again, holding
+    what was sent as admitted: a refused secret is not painted back into the page)."""
     if _wants_json(request):
         return _json(422, error=str(exc), field="value")
     return await _page(
@@ -254,7 +256,7 @@ async def _edit_refused(
         title=title,
         status_code=422,
         action=action,
-        value=value,
+        value=admit(value).text,
         error=str(exc),
         back=back,
     )

@@ -27,6 +27,7 @@ from typing import Any, cast
 from extraction.redact import is_secret_key, redact, screen_candidate
 from extraction.types import Candidate, Rejection, RejectionCode
 from store.model import SCOPES, Scope
+from store.rules.admission import has_content
 from store.rules.keys import normalize_key, storable_text, storable_value
 
 __all__ = [
@@ -258,7 +259,7 @@ def _validate_item(
         return _reject("key_missing", "key missing or not a string", item, limits)
     key = normalize_key(storable_text(key_raw))
     words = len(key.split())
-    if words == 0:
+    if words == 0 or not has_content(key):  # nothing but punctuation is no label either
         return _reject("key_empty", "key is empty", item, limits)
     if not limits.min_key_words <= words <= limits.max_key_words:
         return _reject(
@@ -271,7 +272,7 @@ def _validate_item(
         return _reject("key_too_long", f"key longer than {limits.max_key_chars} characters", item, limits)
 
     value = storable_value(value_raw) if isinstance(value_raw, str) else ""
-    if not value:
+    if not has_content(value):  # the store keeps no value without a word (store.rules.admission)
         return _reject("value_empty", "value missing or empty", item, limits)
     if len(value) > limits.max_value_chars:
         return _reject(

@@ -9,7 +9,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import strategies as st
+
 from store.model import Memory, NewMemory, NewTurn, Turn
+from store.rules.keys import is_invisible
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -79,3 +82,41 @@ def exchange(
         )
         for i, text in enumerate(lines)
     ]
+
+
+# Hostile text for the gate's property tests (every door): secrets the redactor detects and
+# characters a reader cannot see, among short plain words. Sampled, never generated: a property
+# over every door runs in seconds.
+SECRET_SAMPLES = (
+    "sk-proj1234567890abcdefABCDEF",  # an OpenAI-style API key
+    "AKIAIOSFODNN7EXAMPLE",  # an AWS access key id
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlX29mX3RoZV90b2tlbg",  # a JWT
+    "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",  # a GitHub token
+    "4111 1111 1111 1111",  # a card number
+)
+# a bidi override, a zero-width space, a bidi isolate, tag characters, NUL, a byte order mark
+INVISIBLE_SAMPLES = ("\u202e", "\u200b", "\u2066", "\U000e0041\U000e007f", "\x00", "\ufeff")
+PLAIN_SAMPLES = ("I live in Lisbon", "ok", "thanks", "my key is", "...", "Ana", "vegan since spring")
+
+
+def _hidden(token: str, invisible: str, at: int) -> str:
+    at %= len(token) + 1
+    return token[:at] + invisible + token[at:]
+
+
+# a token, maybe with an invisible character hidden inside it (inside a secret too)
+HOSTILE_TOKEN = st.builds(
+    _hidden,
+    st.sampled_from(PLAIN_SAMPLES + SECRET_SAMPLES),
+    st.sampled_from(("", *INVISIBLE_SAMPLES)),
+    st.integers(min_value=0, max_value=60),
+)
+HOSTILE_TEXT = st.lists(HOSTILE_TOKEN, min_size=1, max_size=4).map(" ".join)
+
+
+def leaks(text: str) -> list[str]:
+    """What of the hostile samples `text` still holds: a secret (its first 12 characters are
+    enough to tell) or an invisible character. [] for text the gate admitted."""
+    found = [f"secret {secret[:6]}…" for secret in SECRET_SAMPLES if secret[:12] in text]
+    found += [f"invisible U+{ord(char):04X}" for char in text if is_invisible(char)]
+    return found

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from store.core.directory import directory_entries
 from store.model import DirectoryEntry, Scope, UpsertAction
+from store.rules.admission import admit
 from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")
@@ -49,9 +50,10 @@ class EventMessage(BaseModel):
     @field_validator("name", mode="before")
     @classmethod
     def _lenient_name(cls, value: object) -> object:
-        # a name that is not a string, or a blank one, is left out: the message itself stays
+        # a name that is not a string, or a blank one, is left out: the message itself stays. It is
+        # admitted (store.rules.admission) before it is cut, so a cut cannot hide a secret's end
         if isinstance(value, str):
-            return " ".join(value.split())[:MESSAGE_NAME_MAX_CHARS] or None
+            return admit(value, one_line=True).text[:MESSAGE_NAME_MAX_CHARS] or None
         if value is not None:
             log.info("ignored a message name that is not a string (%s)", type(value).__name__)
         return None

@@ -34,7 +34,6 @@ import numpy as np
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
-from extraction.redact import redact
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
 from store.core.recall import STOPWORDS, query_terms
@@ -42,6 +41,7 @@ from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
 from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
 from store.protocols import WorkerStore
+from store.rules.admission import admit, has_content
 from store.rules.evidence import quoted_text
 from store.rules.forgetting import TURN_SEARCH_AFTER, TURN_SEARCH_BEFORE
 from store.rules.keys import embedding_text
@@ -93,9 +93,10 @@ def transcript(event: ConversationEnded) -> tuple[TranscriptMessage, ...]:
 
 
 def redacted_texts(messages: Sequence[TranscriptMessage] | Sequence[EventMessage]) -> tuple[str, ...]:
-    """Each message's text with its secrets redacted: what grounding, evidence and turns read
-    (redacted once per event, not once by each)."""
-    return tuple(redact(m.content)[0] for m in messages)
+    """Each message's text as the product may keep it (`store.rules.admission.admit`: invisible
+    characters removed, secrets redacted): what grounding, evidence and turns read (admitted once
+    per event, not once by each)."""
+    return tuple(admit(m.content).text for m in messages)
 
 
 DropReason = Literal[
@@ -257,7 +258,7 @@ def resolve_evidence(
             continue
         if first is None:
             first = index
-        said = redact(content)[0] if redacted is None else redacted[index]
+        said = admit(content).text if redacted is None else redacted[index]
         text = quoted_text(said)
         line = f"{message.role}: {text}"
         if used + len(line) > EVIDENCE_MAX_CHARS:
@@ -291,12 +292,28 @@ def _folded(
 
 def turn_texts(event: ConversationEnded, redacted: Sequence[str] | None = None) -> list[tuple[int, str]]:
     """(0-based index, text) of the event's messages kept as turns: user and assistant messages
-    with text, redacted, capped at `TURN_MAX_CHARS`. `redacted`: the event's `redacted_texts`."""
+    with content (`store.rules.admission.has_content`: a letter, digit or emoji once redaction
+    markers are removed), admitted, capped at `TURN_MAX_CHARS`. A message without content (only
+    redacted secrets, whitespace or punctuation) is logged with its reason and not kept.
+    `redacted`: the event's `redacted_texts`."""
     said = redacted_texts(event.messages) if redacted is None else redacted
     kept: list[tuple[int, str]] = []
     for index, (message, text) in enumerate(zip(event.messages, said, strict=True)):
-        if message.role in ("user", "assistant") and text.strip():
-            kept.append((index, text.strip()[:TURN_MAX_CHARS]))
+        if message.role not in ("user", "assistant"):
+            continue
+        if not has_content(text):
+            # the reason and the size only: what was said stays out of the log
+            reason = "only a redacted secret" if "[REDACTED:" in text else "no words"
+            log.info(
+                "turn %d of event %s not stored: %s (%d characters)",
+                index + 1,
+                event.event_id,
+                reason,
+                len(text),
+                extra={"rejection": "turn_without_content"},
+            )
+            continue
+        kept.append((index, text.strip()[:TURN_MAX_CHARS]))
     return kept
 
 

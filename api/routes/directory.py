@@ -12,6 +12,7 @@ from api.deps import Caller, State
 from api.errors import BadInput, Forbidden
 from store.core.directory import MAX_NAME_CHARS, clean_name
 from store.model import DirectoryEntry, DirectoryKind
+from store.rules.admission import admit, refusal
 
 router = APIRouter(prefix="/v1/directory", tags=["directory"])
 
@@ -36,6 +37,7 @@ async def put_name(
         raise Forbidden("display names are set by the platform's service key or an admin")
     name = clean_name(body.name)
     if name is None:
-        raise BadInput("field name: has no printable characters")
+        problem = refusal("field name", admit(body.name, one_line=True), fix="give the name without it")
+        raise BadInput(problem or "field name: has no printable characters")
     await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
     return {"kind": kind, "id": str(item_id), "name": name}

@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 from store.core.base import StoreBase
 from store.errors import StoreError
 from store.model import ApiKey
+from store.rules.admission import admit
 
 KEY_PREFIX = "pmem_sk_"
 
@@ -25,8 +26,9 @@ class ApiKeys(StoreBase):
     """Create, list, revoke and verify API keys."""
 
     async def create_api_key(self, name: str) -> tuple[ApiKey, str]:
-        """A new key named `name` (unique among active keys): its record and the key, shown only now."""
-        name = name.strip()
+        """A new key named `name` (unique among active keys; admitted on one line, as every stored
+        text: `store.rules.admission`): its record and the key, shown only now."""
+        name = admit(name, one_line=True).text
         if not name or len(name) > 100:
             raise ValueError("an API key needs a name of 1-100 characters, e.g. the service using it")
         key = KEY_PREFIX + secrets.token_urlsafe(32)

@@ -13,6 +13,7 @@ from sqlalchemy import delete, select
 
 from store.core.base import StoreBase
 from store.model import DirectoryEntry, DirectoryKind
+from store.rules.admission import admit, has_content
 
 MAX_NAME_CHARS = 200
 
@@ -20,13 +21,13 @@ log = logging.getLogger("pmem.store.directory")
 
 
 def clean_name(name: str | None) -> str | None:
-    """A display name as stored: whitespace folded, control characters dropped, capped; None when
-    nothing printable is left (such a name is ignored, never an error)."""
+    """A display name as stored: admitted on one line (`store.rules.admission`: invisible
+    characters removed, secrets redacted, whitespace folded), capped; None when nothing is left
+    with content (such a name is ignored, never an error)."""
     if name is None:
         return None
-    printable = "".join(ch for ch in name if ch.isprintable() or ch in " \t\n")
-    folded = " ".join(printable.split())
-    if not folded:
+    folded = admit(name, one_line=True).text
+    if not has_content(folded):
         return None
     if len(folded) > MAX_NAME_CHARS:
         log.info("display name cut to %d characters (was %d)", MAX_NAME_CHARS, len(folded))
@@ -58,7 +59,13 @@ class DirectoryNames(StoreBase):
     """Read and write display names."""
 
     async def set_names(self, entries: Sequence[DirectoryEntry]) -> None:
-        """Store each entry's name (the latest write wins)."""
+        """Store each entry's name (the latest write wins), as `clean_name` gives it; an entry
+        without a usable name is left out."""
+        entries = [
+            DirectoryEntry(kind=entry.kind, id=entry.id, name=name)
+            for entry in entries
+            if (name := clean_name(entry.name)) is not None
+        ]
         if not entries:
             return
         d = self._schema.directory

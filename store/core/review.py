@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.core.base import StoreBase, audit_entry, change_audit_values
 from store.errors import NothingPending, StoreError
 from store.model import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
+from store.rules.admission import admit, refusal
 from store.rules.pagination import newest_first_page
 from store.rules.policy import ReviewKind, check_may_decide, plan_approve, plan_reject, storable_confidence
 
@@ -129,9 +130,17 @@ class MemoryReview(StoreBase):
         Without `activate` the status is kept. With it (a person's edit, or a reviewer's edit-and-
         approve) the memory becomes `active` and an open proposal is closed: what the person wrote
         supersedes it. With `pending_only` (a reviewer's edit-and-approve) a memory with nothing
-        waiting for review, as approve would find it, is left alone: `NothingPending`."""
+        waiting for review, as approve would find it, is left alone: `NothingPending`.
+
+        The value is written as admitted (`store.rules.admission`: one line, invisible characters
+        removed, secrets redacted); ValueError when nothing is left of it but a secret."""
         if not value.strip():
             raise ValueError("the new value is empty; to remove a memory use archive or delete")
+        admitted = admit(value, one_line=True)
+        problem = refusal("value", admitted, fix="save the value without it")
+        if problem is not None:
+            raise ValueError(problem)
+        value = admitted.text
         if activate:
             check_may_decide(actor)
         current = await self.get_by_id(memory_id)

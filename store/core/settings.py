@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from store.core.base import StoreBase
 from store.model import MemorySettings, SettingsLevel, SettingsRow
+from store.rules.admission import admit
 from store.rules.policy import check_settings_row, merge_settings, storable_confidence
 
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
@@ -60,6 +62,8 @@ class SettingsRows(StoreBase):
             )
         if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
             raise ValueError(f"min_confidence must be within 0..1, got {min_confidence}")
+        if extraction_prompt is not None:
+            extraction_prompt = admit(extraction_prompt).text  # the gate for stored text
         s = self._schema.settings
         values = {
             "enabled": enabled,
@@ -110,7 +114,10 @@ class SettingsRows(StoreBase):
         )
 
     async def replace_settings(self, row: SettingsRow) -> None:
-        """Write one level's row exactly as given: a None field inherits from the level above."""
+        """Write one level's row as given (the extraction prompt admitted: `store.rules.admission`):
+        a None field inherits from the level above."""
+        if row.extraction_prompt is not None:
+            row = replace(row, extraction_prompt=admit(row.extraction_prompt).text)
         check_settings_row(row)
         s = self._schema.settings
         values = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,7 @@ from store.model import (
     UpsertAction,
     UpsertResult,
 )
+from store.rules.admission import admit_memory, admit_turns
 from store.rules.policy import (
     plan_upsert,
     same_value,
@@ -42,6 +44,8 @@ _EVENT_AUDIT_ACTIONS: dict[AuditAction, UpsertAction] = {
     "propose": "revision_proposed",
 }
 
+
+log = logging.getLogger("pmem.store.writes")
 
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
 CONFLICT_RETRIES = 3
@@ -361,7 +365,10 @@ class MemoryWrites(ConversationTurns):
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
     ) -> UpsertResult:
-        """Create or update by (scope, owner, user, key) following `store.rules.policy`; audited."""
+        """Create or update by (scope, owner, user, key) following `store.rules.policy`; audited.
+        Key, value and evidence are written as admitted (`store.rules.admission.admit_memory`):
+        ValueError when the key or the value holds nothing but a secret or no words."""
+        memory = admit_memory(memory)
         validate_new_memory(memory)
         (embedding,) = await self._embeddings_for([memory])
         async with self._transaction() as conn:
@@ -387,9 +394,22 @@ class MemoryWrites(ConversationTurns):
         of one owner cannot both miss each other's fact): the `neighbours` nearest stored memories
         of each new one are read in one statement, and `dedup` decides per memory to skip it (the
         result then names the memory that already says it, `near_duplicate=True`) or to write it,
-        possibly under the stored spelling of its key."""
+        possibly under the stored spelling of its key.
+
+        Every memory and turn is written as admitted (`store.rules.admission`): a memory whose key
+        or value has no content raises ValueError; a turn without content is left out (logged)."""
+        memories = [admit_memory(memory) for memory in memories]
         for memory in memories:
             validate_new_memory(memory)
+        turns, refused = admit_turns(turns)
+        for position, reason in refused:
+            log.info(
+                "turn %d of event %s not stored: %s",
+                position,
+                event_id,
+                reason,
+                extra={"rejection": "turn_without_content"},
+            )
         validate_new_turns(turns)
         batch = EventBatch(
             event_id=event_id,

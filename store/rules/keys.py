@@ -52,7 +52,22 @@ def storable_text(text: str) -> str:
     """`text` without the characters a reviewer cannot see (`is_invisible`; NUL and lone surrogates,
     which no database stores, are among them): what is stored is what a person reviewing it saw.
     Every visible character stays, in order; tabs and newlines stay."""
-    return "".join(char for char in text if not is_invisible(char))
+    # most text holds none: `isprintable` rules out the control, format and surrogate categories
+    # at C speed (and fails on separators other than the space, which `_visible` keeps)
+    if _IGNORABLE.search(text) is not None:
+        text = _IGNORABLE.sub("", text)
+    if text.translate(_LAYOUT).isprintable():
+        return text
+    return "".join(char for char in text if char.isprintable() or _visible(char))
+
+
+# tab, newline and carriage return read as spaces for `str.isprintable`
+_LAYOUT = str.maketrans("\t\n\r", "   ")
+
+
+def _visible(char: str) -> bool:
+    """`not is_invisible(char)` for a character that is not a default-ignorable one."""
+    return char in "\t\n\r" or unicodedata.category(char) not in ("Cc", "Cf", "Cs")
 
 
 def storable_value(text: str) -> str:

@@ -37,6 +37,7 @@ for an unknown tool or bad arguments.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -47,8 +48,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from store.core.recall import normalize_key, resolve_scopes, writable_owner
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.protocols import MemoryStore
-from store.rules.keys import storable_value
+from store.rules.admission import admit, refusal
 from store.services.context_recall import recall_in_context
+
+log = logging.getLogger("pmem.tools")
 
 MAX_KEY_CHARS = 120
 MAX_VALUE_CHARS = 2000
@@ -219,11 +222,13 @@ def is_self_subject(subject: str, user_id: uuid.UUID) -> bool:
 
 
 def fact_key(subject: str, key: str, user_id: uuid.UUID) -> str:
-    """The memories key for a bot-plan fact: the key itself for the user, `subject / key` otherwise."""
-    key = " ".join(key.split())
+    """The memories key for a bot-plan fact: the key itself for the user, `subject / key` otherwise
+    (each admitted on one line, as the store keeps keys, so a lookup finds what a save stored)."""
+    key = admit(key, one_line=True).text
+    subject = admit(subject, one_line=True).text
     if is_self_subject(subject, user_id):
         return key
-    return f"{' '.join(subject.split())}{SUBJECT_SEPARATOR}{key}"
+    return f"{subject}{SUBJECT_SEPARATOR}{key}"
 
 
 def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
@@ -354,9 +359,24 @@ class MemoryTools:
 
     async def _save(self, key: str, value: str, confidence: float) -> dict[str, Any]:
         ctx = self.context
-        key, value = storable_value(key), storable_value(value)
-        if not key or not value:
-            raise ToolCallError("key and value need visible characters; say the fact in words")
+        # the gate for stored text, before anything is written: a key or value holding nothing but
+        # a secret is refused with the fix, one holding a secret among words is saved redacted
+        admitted = {"key": admit(key, one_line=True), "value": admit(value, one_line=True)}
+        for field, text in admitted.items():
+            if not text.text:
+                raise ToolCallError("key and value need visible characters; say the fact in words")
+            problem = refusal(field, text)
+            if problem is not None:
+                raise ToolCallError(problem)
+        key, value = admitted["key"].text, admitted["value"].text
+        redacted = [kind for text in admitted.values() for kind in text.secrets]
+        if redacted:
+            log.info(
+                "tool save: %d secrets redacted (%s)",
+                len(redacted),
+                ", ".join(sorted(set(redacted))),
+                extra={"redacted": len(redacted)},
+            )
         policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
         if not policy.enabled:
             return {
@@ -380,7 +400,7 @@ class MemoryTools:
             ),
             actor=ctx.audit_actor,
         )
-        return {
+        saved = {
             "saved": True,
             "id": str(result.memory_id),
             "action": result.action,
@@ -388,6 +408,10 @@ class MemoryTools:
             "status": status,
             "key": key,
         }
+        if redacted:
+            # tell the model: what it saved is not what it sent
+            saved["redacted"] = sorted(set(redacted))
+        return saved
 
     async def _memory_save(self, args: MemorySaveArgs) -> dict[str, Any]:
         return await self._save(" ".join(args.key.split()), args.value, args.confidence)
@@ -450,7 +474,7 @@ class MemoryTools:
             hits = await self._recall_hits("", 20)
             matches = [h.memory for h in hits]
         else:
-            prefix = f"{' '.join(args.subject.split())}{SUBJECT_SEPARATOR}"
+            prefix = f"{admit(args.subject, one_line=True).text}{SUBJECT_SEPARATOR}"
             matches = await self._find(owners, key=None, prefix=prefix)
         facts = _most_specific(matches)
         result: dict[str, Any] = {"found": bool(facts), "facts": [memory_view(m) for m in facts]}

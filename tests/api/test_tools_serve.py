@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +29,8 @@ from tests.factories import user_fact
 
 PERSONA = uuid.UUID(int=0x9)
 OTHER_TEAM_SECRET = "office-in-berlin-6a1f"
+API_KEY = "sk-proj1234567890abcdefABCDEF"
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +189,24 @@ ROWS: tuple[Row, ...] = (
     Row("conversation_search", {"query": "office in berlin"}, ('"count": 0',)),
     Row("conversation_search", {"query": ""}, ("bad arguments for conversation_search",), error=True),
     Row("no_such_tool", {}, ("unknown tool",), error=True),
+    # the one gate for text: a secret is redacted, a value that is only a secret is refused
+    Row(
+        "memory_save",
+        {"key": "work\u202e", "value": f"Uses {API_KEY}\u200b daily"},
+        ('"key": "work"', '"redacted": ["api_key"]'),
+    ),
+    Row(
+        "memory_save",
+        {"key": "work api key", "value": f" {API_KEY} "},
+        ("value: holds only a secret (api key); secrets are not stored", "save the fact without it"),
+        error=True,
+    ),
+    Row(
+        "remember",
+        {"subject": "me", "key": "aws", "value": AWS_KEY},
+        ("holds only a secret (aws key)",),
+        error=True,
+    ),
 )
 
 
@@ -218,6 +238,23 @@ async def test_python_http_and_mcp_give_the_same_answer(
         left = await store.list(MemoryFilter(owner_id=user, key="office"))
         assert [m.value for m in left] == [OTHER_TEAM_SECRET]
     assert all(answer == answers["python"] for answer in answers.values()), answers
+
+
+async def test_a_save_that_is_only_a_secret_stores_nothing_through_any_channel(
+    served: Served, store: PostgresMemoryStore
+) -> None:
+    arguments = {"key": "work api key", "value": API_KEY}
+    channels: dict[str, Callable[[uuid.UUID], Awaitable[Answer]]] = {
+        "python": lambda user: call_python(store, user, "memory_save", arguments),
+        "http": lambda user: call_http(served, user, "memory_save", arguments),
+        "mcp": lambda user: call_mcp(served, user, "memory_save", arguments),
+    }
+    for channel, call in channels.items():
+        user = uuid.uuid4()
+        answer = await call(user)
+        assert "holds only a secret" in answer["error"], (channel, answer)
+        assert await store.list(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
+        assert await store.list(MemoryFilter(owner_id=user)) == [], channel
 
 
 async def test_tool_lists_agree(served: Served) -> None:

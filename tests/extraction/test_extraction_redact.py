@@ -211,7 +211,7 @@ def test_screen_passes_ordinary_candidates_unchanged() -> None:
 
 
 def test_every_detector_kind_has_a_known_marker() -> None:
-    from extraction import redact as module
+    from store.rules import secrets as module
 
     kinds = {kind for kind, _, _, _ in module._TOKEN_PATTERNS} | {"card_number", "iban"}
     assert kinds == set(module.KINDS)
@@ -256,7 +256,7 @@ _SECRET_TEXTS = [
 def test_the_pattern_pre_screen_finds_what_a_full_scan_finds(
     parts: list[tuple[str, str]], separator: str
 ) -> None:
-    import extraction.redact as module
+    import store.rules.secrets as module
 
     text = separator.join(getattr(part, case)() if case != "same" else part for part, case in parts)
     screened = redact(text)

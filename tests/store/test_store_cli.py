@@ -138,6 +138,8 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
     assert "[archived] city" in capsys.readouterr().out
     assert await pmem("review", "edit", str(active.memory_id), "Eats fish on Fridays") == 0
     assert "diet: Eats fish on Fridays" in capsys.readouterr().out
+    assert await pmem("review", "edit", str(active.memory_id), "sk-proj1234567890abcdefABCDEF") == 1
+    assert "value: holds only a secret (api key)" in capsys.readouterr().err
     assert await pmem("review", "approve", str(active.memory_id)) == 1
     assert "nothing to do" in capsys.readouterr().err
     assert await pmem("review", "approve", str(uuid.uuid4())) == 1

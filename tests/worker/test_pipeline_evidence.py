@@ -7,6 +7,8 @@ import math
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from extraction.types import Candidate
 from store.rules.evidence import EVIDENCE_MESSAGE_CHARS
 from worker.events import MESSAGE_NAME_MAX_CHARS, ConversationEnded
@@ -135,3 +137,45 @@ def test_a_message_name_is_optional_and_one_that_is_not_a_string_is_left_out() -
         {"role": "user", "content": "hi"},
     )
     assert [m.name for m in parsed.messages] == [None, None, "x" * MESSAGE_NAME_MAX_CHARS, None]
+
+
+def test_a_message_name_is_admitted_before_it_is_cut() -> None:
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlX29mX3RoZV90b2tlbg"
+    parsed = event({"role": "user", "content": "hi", "name": f"Bea\u202e {token}"})
+    assert parsed.messages[0].name == "Bea [REDACTED:jwt]"
+
+
+def test_invisible_characters_and_secrets_never_reach_turns_or_evidence() -> None:
+    smuggled = event(
+        {
+            "role": "user",
+            "content": "I live in Lis\u200bbon, key sk-proj1234\u2066567890abcdefABCDEF\U000e0041",
+        },
+        {"role": "assistant", "content": "Noted\u202e."},
+    )
+    turns, own, _ = plan_turns(smuggled, now=OCCURRED)
+    assert [t.text for t in turns] == ["I live in Lisbon, key [REDACTED:api_key]", "Noted."]
+    assert "sk-proj" not in "".join(own)
+    found = resolve_evidence(smuggled, (1, 2))
+    assert found.text == "user: I live in Lisbon, key [REDACTED:api_key]\nassistant: Noted."
+
+
+def test_a_message_without_content_is_not_a_turn_and_the_reason_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    said = event(
+        {"role": "user", "content": "my key: sk-proj1234567890abcdefABCDEF"},
+        {"role": "user", "content": "sk-proj1234567890abcdefABCDEF"},
+        {"role": "assistant", "content": "..."},
+        {"role": "user", "content": "\u200b?!"},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": "👍"},
+    )
+    with caplog.at_level("INFO", logger="pmem.pipeline"):
+        turns, _, _ = plan_turns(said, now=OCCURRED)
+    assert [(t.position, t.text) for t in turns] == [(1, "my key: [REDACTED:api_key]"), (5, "ok"), (6, "👍")]
+    logged = [r.getMessage() for r in caplog.records if getattr(r, "rejection", "") == "turn_without_content"]
+    assert [line.split(" of event")[0] for line in logged] == ["turn 2", "turn 3", "turn 4"]
+    assert (
+        "only a redacted secret" in logged[0] and "no words" in logged[1] and "sk-proj" not in "".join(logged)
+    )

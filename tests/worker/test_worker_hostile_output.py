@@ -60,10 +60,11 @@ async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
     await migrate_async(database_url, 16)
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16))
     try:
+        # a key too long for the key index (random, so it does not compress): the write fails
         bad = user_fact(
             uuid.uuid4(),
-            "secret plan",
-            "the value nobody may log\x00",  # Postgres refuses NUL: the write fails
+            "secret plan " + "".join(uuid.uuid4().hex for _ in range(200)),
+            "the value nobody may log",
             confidence=0.9,
             status="pending_review",
             embedding=[0.25] * 16,

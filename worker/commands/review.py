@@ -160,7 +160,11 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
     elif args.action == "reject":
         after = await store.reject(memory_id, actor=args.actor)
     else:
-        after = await store.edit(memory_id, args.value, actor=args.actor)
+        try:
+            after = await store.edit(memory_id, args.value, actor=args.actor)
+        except ValueError as exc:  # an empty value, or one that holds only a secret: the fix named
+            print(f"pmem review edit: {exc}", file=sys.stderr)
+            return 1
     if after is None:
         print(
             f"pmem review {args.action}: memory {memory_id} is {before.status} with no proposed change; "
