@@ -11,7 +11,7 @@ The merged list recall returns is `store.core.turns.merge_recall` of exactly the
 them again, without a store:
 
     python bench/tune_product.py /path/to/locomo10.json [--extractor reference] [--store sqlite]
-        [--no-evidence] [--merge MARGIN:SHARE ...] [--json-out FILE] [--embedding-cache DIR]
+        [--no-evidence] [--merge MARGIN:MAX ...] [--json-out FILE] [--embedding-cache DIR]
         [--rankings FILE.pkl]
 
 The variant with the best dev R@10 + A@10 is chosen (ties: the best R@20 + A@20); dev, test and
@@ -59,18 +59,18 @@ DEPTH = 50  # each ranking as recalled: deeper than any list it is merged into
 
 
 def parse_merge(text: str) -> ItemMerge:
-    """`MARGIN:SHARE` → the lead of `store.core.turns.ItemMerge` (`none`: no memory leads)."""
+    """`MARGIN:MAX` → the lead of `store.core.turns.ItemMerge` (`none`: no memory leads)."""
     if text == "none":
         return ItemMerge(lead_margin=None)
-    margin, share = text.split(":")
-    return ItemMerge(lead_margin=float(margin), lead_share=float(share))
+    margin, most = text.split(":")
+    return ItemMerge(lead_margin=float(margin), lead_max=int(most))
 
 
 def merge_label(merge: ItemMerge) -> str:
-    """`lead margin=0.05 share=0.3`, or `no lead` (ranks only)."""
+    """`lead margin=0.1 max=5`, or `no lead` (ranks only)."""
     if merge.lead_margin is None:
         return f"no lead (k={merge.k} memory={merge.memory_weight:g} turn={merge.turn_weight:g})"
-    return f"lead margin={merge.lead_margin:g} share={merge.lead_share:g}"
+    return f"lead margin={merge.lead_margin:g} max={merge.lead_max}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,7 @@ def merged(asked: Asked, merge: ItemMerge | None, include: str, limit: int) -> l
 
 def scores(asked: Sequence[Asked], merge: ItemMerge | None, include: str) -> dict[str, Any]:
     """Evidence R@k and answer recall@k (the official scoring) over `asked`, and per category, each
-    k from the list recall returns at limit k (a lead's share is of the limit)."""
+    k from the list recall returns at limit k."""
     indexes = {}
     summary: dict[str, Any] = {}
     for k in KS:
@@ -254,8 +254,8 @@ def main() -> int:
     parser.add_argument(
         "--merge",
         nargs="+",
-        default=["none", *(f"{m}:{sh}" for m in (0, 0.05, 0.1, 0.15, 0.2) for sh in (0.3, 0.5))],
-        help="MARGIN:SHARE variants of the memories' lead (`store.core.turns.ItemMerge`; none: no "
+        default=["none", *(f"{m}:{n}" for m in (0, 0.05, 0.1, 0.15, 0.2) for n in (3, 5, 8))],
+        help="MARGIN:MAX variants of the memories' lead (`store.core.turns.ItemMerge`; none: no "
         "lead, the merge by rank alone as before)",
     )
     parser.add_argument("--json-out", type=Path, default=None)

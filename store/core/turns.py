@@ -69,16 +69,17 @@ TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
 # how recall merges memories and turns into one list (`merge_recall`): a memory about as close to
-# the question as the best turn (its cosine at least the best turn's minus `LEAD_MARGIN`) leads, up
-# to `LEAD_SHARE` of the limit; the rest are merged by rank, each scored `weight / (k + rank in its
-# own list)`. The lead was chosen on LoCoMo dev with the reference extractor (facts as a capable
-# model writes them; bench/tune_product.py) among the variants that cost the rules extractor
-# nothing on dev; the rank constants were the rules extractor's choice before there was a lead
+# the question as the best turn (its cosine at least the best turn's minus `LEAD_MARGIN`) leads, at
+# most `LEAD_MAX` of them whatever the limit (so a longer list starts as a shorter one does); the
+# rest are merged by rank, each scored `weight / (k + rank in its own list)`. The lead was chosen on
+# LoCoMo dev with the reference extractor (facts as a capable model writes them;
+# bench/tune_product.py) among the variants that cost the rules extractor nothing on dev; the rank
+# constants were the rules extractor's choice before there was a lead
 ITEM_RRF_K = 10
 MEMORY_ITEM_WEIGHT = 0.25
 TURN_ITEM_WEIGHT = 1.0
 LEAD_MARGIN = 0.1
-LEAD_SHARE = 0.5
+LEAD_MAX = 6
 # how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
 # score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
 # (turns of one conversation asked together lift each other; a "When …?" question lifts turns
@@ -501,10 +502,10 @@ def fuse_turn_scores(
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ItemMerge:
     """How recall merges its memories and turns into one list: which memories lead (`lead_margin`,
-    `lead_share`) and how the rest interleave (`k`, `memory_weight`, `turn_weight`)."""
+    `lead_max`) and how the rest interleave (`k`, `memory_weight`, `turn_weight`)."""
 
     lead_margin: float | None = LEAD_MARGIN  # None: no memory leads for its closeness alone
-    lead_share: float = LEAD_SHARE
+    lead_max: int = LEAD_MAX
     k: int = ITEM_RRF_K
     memory_weight: float = MEMORY_ITEM_WEIGHT
     turn_weight: float = TURN_ITEM_WEIGHT
@@ -518,11 +519,11 @@ def leading_memories(
 ) -> builtins.list[int]:
     """Which of the memories lead the merged list (their indexes, in the memories' own order):
     those whose cosine with the query is at least the best turn's minus `lead_margin` (every one
-    with a cosine when no turn has one), at most `lead_share` of `limit` rounded up. A memory
-    found by full text alone has no cosine and does not lead."""
+    with a cosine when no turn has one), at most `lead_max` and `limit`. A memory found by full
+    text alone has no cosine and does not lead."""
     if merge.lead_margin is None or not memories:
         return []
-    cap = math.ceil(merge.lead_share * limit)
+    cap = min(merge.lead_max, limit)
     best_turn = max((t.cosine for t in turns if t.cosine is not None), default=None)
     floor = None if best_turn is None else best_turn - merge.lead_margin
     leading = [

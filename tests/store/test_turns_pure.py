@@ -48,20 +48,23 @@ def turn_hit(text: str, cosine: float | None, **fields: object) -> TurnHit:
     return TurnHit(turn=replace(turn(text), **fields), score=1.0, cosine=cosine)  # type: ignore[arg-type]
 
 
-def test_facts_about_as_close_as_the_best_turn_lead_up_to_their_share_of_the_limit() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_share=0.3)
+def test_facts_about_as_close_as_the_best_turn_lead_at_most_lead_max_whatever_the_limit() -> None:
+    merge = ItemMerge(lead_margin=0.1, lead_max=3)
     facts = [fact_hit(f"k{i}", 0.6) for i in range(5)]
     turns = [turn_hit(f"t{i}", 0.65 - i * 0.01) for i in range(20)]
     merged = merge_recall(facts, turns, 10, merge=merge)
-    # ceil(0.3 * 10) = 3 facts lead, in their own order; the rest interleave by rank
+    # 3 facts lead, in their own order; the rest interleave by rank
     assert [i.kind for i in merged[:4]] == ["memory"] * 3 + ["turn"]
     assert [i.memory.key for i in merged[:3] if i.memory] == ["k0", "k1", "k2"]
     assert len(merged) == 10
     assert [i.turn.text for i in merged if i.turn] == [f"t{i}" for i in range(7)]
+    # a longer list starts as the shorter one does
+    assert merge_recall(facts, turns, 20, merge=merge)[:10] == merged
+    assert [i.kind for i in merge_recall(facts, turns, 2, merge=merge)] == ["memory"] * 2
 
 
 def test_a_fact_far_less_close_than_the_best_turn_does_not_lead() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_share=0.5)
+    merge = ItemMerge(lead_margin=0.1, lead_max=5)
     facts = [fact_hit("close", 0.6), fact_hit("far", 0.3), fact_hit("close again", 0.6)]
     turns = [turn_hit(f"t{i}", 0.65) for i in range(30)]
     assert leading_memories(facts, turns, 10, merge) == [0, 2]
@@ -72,7 +75,7 @@ def test_a_fact_far_less_close_than_the_best_turn_does_not_lead() -> None:
 
 
 def test_a_fact_found_by_full_text_alone_or_with_no_turns_to_compare() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_share=0.5)
+    merge = ItemMerge(lead_margin=0.1, lead_max=5)
     turns = [turn_hit("t", 0.5)]
     assert leading_memories([fact_hit("text only", None), fact_hit("k", 0.45)], turns, 10, merge) == [1]
     # no turn has a cosine (history off, or turns found by full text alone): facts lead
