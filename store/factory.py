@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 from store.model import MemorySettings
@@ -21,14 +22,24 @@ async def open_store(
     settings_defaults: MemorySettings | None = None,
     connect_timeout_s: float | None = 10.0,
     statement_timeout_s: float | None = 60.0,
+    read_urls: Sequence[str] = (),
+    read_max_lag_s: float = 5.0,
 ) -> PostgresMemoryStore | SqliteMemoryStore:
     """A Postgres store for postgresql:// URLs, a SQLite store for sqlite:/// URLs.
 
     With `check_schema` (default) the database is reached once: a missing or outdated schema, or an
     embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`.
-    The timeouts apply to Postgres (`PostgresMemoryStore`; None or 0: none)."""
+    The timeouts apply to Postgres (`PostgresMemoryStore`; None or 0: none), and so do the read
+    replicas (`read_urls`, `read_max_lag_s`): a SQLite store with them raises ValueError."""
     store: PostgresMemoryStore | SqliteMemoryStore
+    for url in read_urls:
+        if backend_of(url) != "postgresql":
+            raise ValueError("read replicas (PMEM_DATABASE_READ_URL) must be postgresql:// URLs")
     if backend_of(database_url) == "sqlite":
+        if read_urls:
+            raise ValueError(
+                "read replicas (PMEM_DATABASE_READ_URL) need the Postgres store; SQLite has none"
+            )
         store = SqliteMemoryStore(database_url, embedder, settings_defaults=settings_defaults)
     else:
         store = PostgresMemoryStore(
@@ -37,6 +48,8 @@ async def open_store(
             settings_defaults=settings_defaults,
             connect_timeout_s=connect_timeout_s,
             statement_timeout_s=statement_timeout_s,
+            read_urls=read_urls,
+            read_max_lag_s=read_max_lag_s,
         )
     return await schema_checked(store) if check_schema else store
 
