@@ -26,9 +26,11 @@ from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
 from api.metrics import ApiMetrics, route_template
 from api.openapi import document_errors, path_methods
+from api.read_routing import CHECK_MARGIN_S, RecentWriters, after_request, request_scope
 from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocols import ControlPlaneStore
+from store.read_scope import read_scope
 from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")
@@ -145,6 +147,10 @@ def create_app(
 ) -> FastAPI:
     """The control-plane app over an open store."""
     settings_cache = SettingsCache(ttl_s=settings_cache_s)
+    # a store with read replicas (`PostgresMemoryStore(read_urls=…)`): reads after a write go to
+    # the primary for the lag bound and the check's margin (api.read_routing)
+    replicas = getattr(store, "replicas", None)
+    writers = None if replicas is None else RecentWriters(window_s=replicas.max_lag_s + CHECK_MARGIN_S)
     state = AppState(
         store=store,
         auth=auth,
@@ -154,6 +160,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         ui_session_s=ui_session_s,
         sign_in_max_s=sign_in_max_s,
+        recent_writers=writers,
     )
     _, mcp_manager = build_mcp(state)
 
@@ -173,6 +180,8 @@ def create_app(
     )
     app.state.pmem = state
     metrics_set = ApiMetrics()
+    if replicas is not None:
+        metrics_set.watch_replicas(replicas)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -212,7 +221,12 @@ def create_app(
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         start = time.perf_counter()
-        response = await call_next(request)
+        if writers is None:
+            response = await call_next(request)
+        else:
+            with read_scope(request_scope(request)) as scope:
+                response = await call_next(request)
+            after_request(request, response, scope, writers)
         path = route_template(request.scope, app.router.routes)
         metrics_set.requests.labels(request.method, path, str(response.status_code)).inc()
         metrics_set.duration.labels(request.method, path).observe(time.perf_counter() - start)
