@@ -9,6 +9,7 @@ from store.model import MemorySettings
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from store.rules.urls import backend_of
+from store.services.query_embeddings import SharedQueryEmbeddings
 from store.sqlite.store import SqliteMemoryStore
 
 StoreT = TypeVar("StoreT", bound=PostgresMemoryStore | SqliteMemoryStore)
@@ -30,8 +31,10 @@ async def open_store(
     With `check_schema` (default) the database is reached once: a missing or outdated schema, or an
     embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`.
     The timeouts apply to Postgres (`PostgresMemoryStore`; None or 0: none), and so do the read
-    replicas (`read_urls`, `read_max_lag_s`): a SQLite store with them raises ValueError."""
+    replicas (`read_urls`, `read_max_lag_s`): a SQLite store with them raises ValueError. Recall's
+    query vectors are embedded once per text (`SharedQueryEmbeddings`)."""
     store: PostgresMemoryStore | SqliteMemoryStore
+    embedder = SharedQueryEmbeddings(embedder)
     for url in read_urls:
         if backend_of(url) != "postgresql":
             raise ValueError("read replicas (PMEM_DATABASE_READ_URL) must be postgresql:// URLs")
