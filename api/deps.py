@@ -50,8 +50,9 @@ class AppState:
         return Principal(role=role, subject=session.subject, teams=frozenset(session.teams))
 
 
-def app_state(request: Request) -> AppState:
-    """The app's state."""
+async def app_state(request: Request) -> AppState:
+    """The app's state (a coroutine: FastAPI runs a plain function dependency in its thread pool,
+    a thread hop on every request)."""
     state: AppState = request.app.state.pmem
     return state
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
 
-from starlette.requests import Request
-from starlette.responses import Response
-
-from store.read_scope import ReadScope
+from starlette.datastructures import MutableHeaders
+from starlette.types import Scope
 
 COOKIE = "pmem_read_primary"
 # the lag check runs at most every second and takes at most a second more
@@ -62,24 +61,20 @@ class RecentWriters:
         return False
 
 
-def request_scope(request: Request) -> ReadScope:
-    """The read scope of a request: the primary when its cookie says the caller wrote lately."""
-    return ReadScope(primary=COOKIE in request.cookies)
+def wants_primary(scope: Scope) -> bool:
+    """Whether a request carries the cookie of a recent write (its reads go to the primary)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"cookie" and COOKIE.encode() in value:
+            return COOKIE in SimpleCookie(value.decode("latin-1"))
+    return False
 
 
-def after_request(request: Request, response: Response, scope: ReadScope, writers: RecentWriters) -> None:
-    """Remember a caller whose write committed in this request, here and in the cookie."""
-    if not scope.wrote:
-        return
-    principal = getattr(request.state, "principal", None)
+def after_write(scope: Scope, headers: MutableHeaders, writers: RecentWriters) -> None:
+    """A write committed in this request: remember its caller here, and in the response's cookie."""
+    principal = scope.get("state", {}).get("principal")
     if principal is not None:
         writers.note(principal.actor)
-    response.set_cookie(
-        COOKIE,
-        "1",
-        max_age=max(1, round(writers.window_s)),
-        path="/",
-        secure=request.url.scheme == "https",
-        httponly=True,
-        samesite="lax",
-    )
+    cookie = f"{COOKIE}=1; Max-Age={max(1, round(writers.window_s))}; Path=/; HttpOnly; SameSite=lax"
+    if scope.get("scheme") == "https":
+        cookie += "; Secure"
+    headers.append("set-cookie", cookie)
