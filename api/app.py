@@ -153,9 +153,10 @@ class Observe:
         writers = self.writers
         read = None if writers is None else ReadScope(primary=wants_primary(scope))
         status = 500  # what a request that raised past the app's handlers answers
+        path: str | None = None
 
         async def observed_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, path
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = MutableHeaders(scope=message)
@@ -176,7 +177,8 @@ class Observe:
                 with read_scope(read):
                     await self.app(scope, receive, observed_send)
         finally:
-            path = route_template(scope, self.routes)
+            if path is None:
+                path = route_template(scope, self.routes)
             method = scope["method"]
             self.metrics.requests.labels(method, path, str(status)).inc()
             self.metrics.duration.labels(method, path).observe(time.perf_counter() - start)
