@@ -25,13 +25,16 @@ async def open_store(
     statement_timeout_s: float | None = 60.0,
     read_urls: Sequence[str] = (),
     read_max_lag_s: float = 5.0,
+    pool_size: int = 10,
+    max_overflow: int = 10,
 ) -> PostgresMemoryStore | SqliteMemoryStore:
     """A Postgres store for postgresql:// URLs, a SQLite store for sqlite:/// URLs.
 
     With `check_schema` (default) the database is reached once: a missing or outdated schema, or an
     embedding column of another dimension than the embedder's, raises `store.migrate.SchemaError`.
     The timeouts apply to Postgres (`PostgresMemoryStore`; None or 0: none), and so do the read
-    replicas (`read_urls`, `read_max_lag_s`): a SQLite store with them raises ValueError. Recall's
+    replicas (`read_urls`, `read_max_lag_s`): a SQLite store with them raises ValueError, and the
+    pool's size (`pool_size` kept open, up to `max_overflow` more under load). Recall's
     query vectors are embedded once per text (`SharedQueryEmbeddings`)."""
     store: PostgresMemoryStore | SqliteMemoryStore
     embedder = SharedQueryEmbeddings(embedder)
@@ -53,6 +56,8 @@ async def open_store(
             statement_timeout_s=statement_timeout_s,
             read_urls=read_urls,
             read_max_lag_s=read_max_lag_s,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
         )
     return await schema_checked(store) if check_schema else store
 

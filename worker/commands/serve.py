@@ -99,7 +99,7 @@ def listening(host: str, port: int, workers: int) -> None:
 
 async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool) -> None:
     """Open the store, then serve until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
-    async with opened_store(settings, read_replicas=True) as store:
+    async with opened_store(settings, read_replicas=True, steady_pool=True) as store:
         await warn_if_over_budget(store, process="pmem serve", replicas=settings.expected_replicas)
         app = build_app(store, settings, insecure_dev=insecure_dev)
         config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))
@@ -135,7 +135,9 @@ class ServedApp:
         startup = await receive()
         async with contextlib.AsyncExitStack() as stack:
             try:
-                store = await stack.enter_async_context(opened_store(self._settings, read_replicas=True))
+                store = await stack.enter_async_context(
+                    opened_store(self._settings, read_replicas=True, steady_pool=True)
+                )
                 app = self._app = build_app(store, self._settings, insecure_dev=self._insecure_dev)
             except Exception as exc:
                 await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
@@ -166,7 +168,7 @@ def served_app() -> ServedApp:
 async def _check_before_forking(settings: Settings, workers: int) -> None:
     """Once, in the parent: the schema and embedding checks (a clear error before any process
     starts) and the connection budget of all `workers` processes."""
-    async with opened_store(settings, read_replicas=False) as store:
+    async with opened_store(settings, read_replicas=False, steady_pool=True) as store:
         await warn_if_over_budget(
             store, process="pmem serve", replicas=settings.expected_replicas, processes=workers
         )
