@@ -129,8 +129,9 @@ class Observe:
     replicas the request's `ReadScope` (the primary when the caller wrote lately: api.read_routing).
 
     Plain ASGI rather than `@app.middleware("http")`: that one runs every request in a task group
-    and streams its response through a memory channel, which cost the platform's recall about a
-    millisecond of CPU and two more socket writes per request."""
+    and streams its response through a memory channel (with a dependency's thread hop, removed at
+    the same time, 1.3–1.5 ms of the API's CPU per platform request: bench/README.md, "Platform
+    load")."""
 
     def __init__(
         self,
