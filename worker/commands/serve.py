@@ -18,7 +18,7 @@ from uvicorn.supervisors import Multiprocess
 
 from api.auth import AuthConfig
 from api.metrics import MULTIPROCESS_ENV
-from worker.commands.errors import run_reporting_database_errors
+from worker.commands.errors import one_line, redact, run_reporting_database_errors, secrets_in
 from worker.commands.store_session import Store, opened_store
 from worker.connection_budget import warn_if_over_budget
 from worker.settings import Settings, load_settings
@@ -140,7 +140,8 @@ class ServedApp:
                 )
                 app = self._app = build_app(store, self._settings, insecure_dev=self._insecure_dev)
             except Exception as exc:
-                await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                message = redact(one_line(f"{type(exc).__name__}: {exc}"), secrets_in(os.environ))
+                await send({"type": "lifespan.startup.failed", "message": f"pmem serve: {message}"})
                 return
             replayed = False
 
