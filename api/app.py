@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -16,8 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import ApiKeyCache, AuthConfig
@@ -26,9 +27,11 @@ from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
 from api.metrics import ApiMetrics, route_template
 from api.openapi import document_errors, path_methods
+from api.read_routing import CHECK_MARGIN_S, RecentWriters, after_write, wants_primary
 from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocols import ControlPlaneStore
+from store.read_scope import ReadScope, read_scope
 from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")
@@ -121,6 +124,67 @@ def _too_large(max_bytes: int) -> JSONResponse:
     return JSONResponse({"error": f"request body over {max_bytes} bytes"}, status_code=413)
 
 
+class Observe:
+    """ASGI middleware: request metrics by route template, the security headers, and with read
+    replicas the request's `ReadScope` (the primary when the caller wrote lately: api.read_routing).
+
+    Plain ASGI rather than `@app.middleware("http")`: that one runs every request in a task group
+    and streams its response through a memory channel (with a dependency's thread hop, removed at
+    the same time, 1.3–1.5 ms of the API's CPU per platform request: bench/README.md, "Platform
+    load")."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        routes: list[BaseRoute],
+        metrics: ApiMetrics,
+        writers: RecentWriters | None,
+    ) -> None:
+        self.app = app
+        self.routes = routes
+        self.metrics = metrics
+        self.writers = writers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        writers = self.writers
+        read = None if writers is None else ReadScope(primary=wants_primary(scope))
+        status = 500  # what a request that raised past the app's handlers answers
+        path: str | None = None
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status, path
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+                headers.setdefault("X-Content-Type-Options", "nosniff")
+                headers.setdefault("Referrer-Policy", "no-referrer")
+                path = route_template(scope, self.routes)
+                if not path.startswith("/docs") and path != "/openapi.json":
+                    headers.setdefault("Cache-Control", "no-store")
+                if read is not None and writers is not None and read.wrote:
+                    after_write(scope, headers, writers)
+            await send(message)
+
+        try:
+            if read is None:
+                await self.app(scope, receive, observed_send)
+            else:
+                with read_scope(read):
+                    await self.app(scope, receive, observed_send)
+        finally:
+            if path is None:
+                path = route_template(scope, self.routes)
+            method = scope["method"]
+            self.metrics.requests.labels(method, path, str(status)).inc()
+            self.metrics.duration.labels(method, path).observe(time.perf_counter() - start)
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     """`field <loc>: <message>` for each problem; never the input value (it may be a secret)."""
     parts = []
@@ -145,6 +209,10 @@ def create_app(
 ) -> FastAPI:
     """The control-plane app over an open store."""
     settings_cache = SettingsCache(ttl_s=settings_cache_s)
+    # a store with read replicas (`PostgresMemoryStore(read_urls=…)`): reads after a write go to
+    # the primary for the lag bound and the check's margin (api.read_routing)
+    replicas = getattr(store, "replicas", None)
+    writers = None if replicas is None else RecentWriters(window_s=replicas.max_lag_s + CHECK_MARGIN_S)
     state = AppState(
         store=store,
         auth=auth,
@@ -154,6 +222,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         ui_session_s=ui_session_s,
         sign_in_max_s=sign_in_max_s,
+        recent_writers=writers,
     )
     _, mcp_manager = build_mcp(state)
 
@@ -173,6 +242,8 @@ def create_app(
     )
     app.state.pmem = state
     metrics_set = ApiMetrics()
+    if replicas is not None:
+        metrics_set.watch_replicas(replicas)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -208,20 +279,6 @@ def create_app(
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
         return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        path = route_template(request.scope, app.router.routes)
-        metrics_set.requests.labels(request.method, path, str(response.status_code)).inc()
-        metrics_set.duration.labels(request.method, path).observe(time.perf_counter() - start)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "no-referrer")
-        if not path.startswith("/docs") and path != "/openapi.json":
-            response.headers.setdefault("Cache-Control", "no-store")
-        return response
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
@@ -296,6 +353,7 @@ def create_app(
             install(app)
         else:
             app.include_router(ui.router)
+    app.add_middleware(Observe, routes=app.router.routes, metrics=metrics_set, writers=writers)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     document_errors(app)
     return app

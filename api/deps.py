@@ -18,7 +18,9 @@ from api.auth import (
 )
 from api.errors import Forbidden
 from api.principal import PERSON_ROLES, Principal
+from api.read_routing import RecentWriters
 from store.protocols import ControlPlaneStore
+from store.read_scope import current_scope
 from store.services.settings_cache import SettingsCache
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -36,6 +38,8 @@ class AppState:
     max_body_bytes: int
     ui_session_s: float = 8 * 3600  # how long a web-UI session lasts after sign-in
     sign_in_max_s: float = 600  # the longest life a sign-in token may have
+    # with read replicas: who wrote lately, so their reads go to the primary (api.read_routing)
+    recent_writers: RecentWriters | None = None
 
     async def session_principal(self, cookie: str) -> Principal | None:
         """The person signed in with this session cookie; None when it is unknown, ended or expired."""
@@ -46,8 +50,9 @@ class AppState:
         return Principal(role=role, subject=session.subject, teams=frozenset(session.teams))
 
 
-def app_state(request: Request) -> AppState:
-    """The app's state."""
+async def app_state(request: Request) -> AppState:
+    """The app's state (a coroutine: FastAPI runs a plain function dependency in its thread pool,
+    a thread hop on every request)."""
     state: AppState = request.app.state.pmem
     return state
 
@@ -77,6 +82,11 @@ async def current_principal(request: Request, state: Annotated[AppState, Depends
         if not csrf_ok(cookie, presented, state.auth):
             raise Forbidden("the form's CSRF token is missing or wrong; reload the page and try again")
     request.state.principal = principal
+    writers = state.recent_writers
+    if writers is not None and writers.wrote_recently(principal.actor):
+        scope = current_scope()
+        if scope is not None:
+            scope.primary = True  # this caller's own recent write must show
     return principal
 
 

@@ -4,15 +4,21 @@ listed in the README's metrics table; tests/deploy checks both against this regi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 # the `route` label of a request no route matched (a 404): one series, whatever the path
 UNMATCHED = "unmatched"
+# set (by `pmem serve --workers N`, before its processes start): the processes write their metrics
+# to files there and `/metrics` answers with their sum, whichever process serves it
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass(kw_only=True)
@@ -40,10 +46,41 @@ class ApiMetrics:
             "Pending memories and proposed changes by scope",
             ["scope"],
             registry=r,
+            multiprocess_mode="mostrecent",
         )
+        self.read_fallbacks = Counter(
+            "pmem_read_fallbacks_total",
+            "Reads a read replica could have served that went to the primary, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.replica_lag = Gauge(
+            "pmem_read_replica_lag_seconds",
+            "Replay lag of each read replica at its last check (-1: unreachable)",
+            ["replica"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self._replicas: Any = None
+
+    def watch_replicas(self, replicas: Any) -> None:
+        """Count the fallbacks of a store's `ReadReplicas` and report each replica's lag."""
+        for reason in replicas.fallbacks:
+            self.read_fallbacks.labels(reason)
+        replicas.on_fallback = lambda reason: self.read_fallbacks.labels(reason).inc()
+        self._replicas = replicas
 
     def exposition(self) -> bytes:
-        """The registry in the Prometheus text format."""
+        """The registry in the Prometheus text format (every process's sum under `pmem serve
+        --workers N`)."""
+        if self._replicas is not None:
+            for replica in self._replicas.replicas:
+                lag = -1.0 if replica.lag_s is None else float(replica.lag_s)
+                self.replica_lag.labels(replica.label).set(lag)
+        if os.environ.get(MULTIPROCESS_ENV):
+            summed = CollectorRegistry()
+            MultiProcessCollector(summed)  # type: ignore[no-untyped-call]
+            return generate_latest(summed)
         return generate_latest(self.registry)
 
 

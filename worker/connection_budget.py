@@ -74,11 +74,12 @@ async def read_max_connections(store: PostgresMemoryStore) -> int:
 
 
 async def warn_if_over_budget(
-    store: object, *, process: str, replicas: int, pool_source: str | None = None
+    store: object, *, process: str, replicas: int, pool_source: str | None = None, processes: int = 1
 ) -> str | None:
     """Read `max_connections` once and log the warning (returned too) when this process's pool
     × `replicas` does not fit. Postgres only (SQLite has one file and no server); any failure to
-    read is logged at INFO and ignored."""
+    read is logged at INFO and ignored. `processes`: processes of one replica each opening such a
+    pool (`pmem serve --workers`)."""
     if not isinstance(store, PostgresMemoryStore):
         return None
     try:
@@ -87,6 +88,8 @@ async def warn_if_over_budget(
         log.info("could not read Postgres's max_connections (%s): budget not checked", type(exc).__name__)
         return None
     pool, described = pool_capacity(store)
+    if processes > 1:
+        pool, described = pool * processes, f"{processes} processes (PMEM_API_WORKERS) × {described}"
     claim = PoolClaim(process=process, pool=pool, pool_source=pool_source or described, replicas=replicas)
     warning = budget_warning(claim, max_connections)
     if warning is not None:

@@ -20,6 +20,11 @@ class Settings(BaseSettings):
 
     # Storage
     database_url: str = DEFAULT_DATABASE_URL
+    # Read replicas of the database for `pmem serve` (comma-separated postgresql:// URLs): recall,
+    # the hint, listing, export and the review queue read there (store.postgres.replicas).
+    database_read_url: str | None = None
+    # A replica whose replay lag passes this is skipped (its reads go to the primary).
+    read_max_lag_s: float = Field(default=5.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
     # The most processes of this kind (`pmem worker`, or `pmem serve`) running at once: the worker's
     # maxReplicaCount, the API's maxReplicas. Only for the start-up check of the connection budget
@@ -134,6 +139,8 @@ class Settings(BaseSettings):
     ui_sign_in_max_s: int = Field(default=600, ge=10)
     # uvicorn's idle keep-alive timeout (seconds) between requests on one connection
     api_keep_alive_s: int = Field(default=5, ge=1)
+    # API processes of one `pmem serve` on its port (uvicorn workers), each with its own pool
+    api_workers: int = Field(default=1, ge=1, le=64)
 
     # Observability
     http_port: int = Field(default=9464, ge=0, le=65535)
@@ -151,6 +158,35 @@ class Settings(BaseSettings):
                 f"got {value.split('://', 1)[0]!r}"
             )
         return value
+
+    @field_validator("database_read_url")
+    @classmethod
+    def _read_urls_are_postgres(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for url in value.split(","):
+            if not url.strip().startswith(("postgresql", "postgres://")):
+                raise ValueError(
+                    "PMEM_DATABASE_READ_URL must be postgresql://… URLs of read replicas, "
+                    f"comma-separated, got {url.strip().split('://', 1)[0]!r}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _read_replicas_need_postgres(self) -> Settings:
+        if self.database_read_url is not None and self.database_url.startswith("sqlite"):
+            raise ValueError(
+                "PMEM_DATABASE_READ_URL names Postgres read replicas, but PMEM_DATABASE_URL is a SQLite "
+                "file, which has none: unset PMEM_DATABASE_READ_URL"
+            )
+        return self
+
+    @property
+    def database_read_urls(self) -> tuple[str, ...]:
+        """The read replicas' URLs (PMEM_DATABASE_READ_URL, comma-separated); empty: none."""
+        if self.database_read_url is None:
+            return ()
+        return tuple(url.strip() for url in self.database_read_url.split(",") if url.strip())
 
     @field_validator("stream_max_age", "dlq_max_age", mode="before")
     @classmethod

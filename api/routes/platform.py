@@ -25,11 +25,12 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
     return JSONResponse({"items": [item_record(item) for item in items]})
 
 
-@router.post("/v1/hint")
-async def hint(body: RecallBody, principal: Caller, state: State) -> dict[str, str]:
+@router.post("/v1/hint", response_model=dict[str, str])
+async def hint(body: RecallBody, principal: Caller, state: State) -> JSONResponse:
     """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
     text = await operations.platform_hint(state.store, principal, body.asked(), state.settings_cache)
-    return {"hint": text}
+    # as the recall: a JSONResponse skips FastAPI's validation and encoding of the return value
+    return JSONResponse({"hint": text})
 
 
 @router.delete("/v1/users/{user_id}/memories")

@@ -7,14 +7,20 @@ is given once and can send the store's one vector parameter (`store.postgres.par
 
 The raw SQL of the hot paths (recall, the event write) goes to the driver in its own `%(name)s`
 parameter style: `fetch` for one statement, `driver` and `round_trip` for a pipeline of them.
+
+Reads can be sent elsewhere: inside `reads_on(replica)` (a read replica's own `PgConnections`),
+`reading` and `fetch` use the replica's connections instead of these. Writes (`engine.begin()`,
+`driver`) never move.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from psycopg import AsyncConnection as DriverConnection
@@ -46,6 +52,25 @@ def postgres_connect_args(
     if options:
         args["options"] = " ".join(options)
     return args
+
+
+_READS_ON: ContextVar[PgConnections | None] = ContextVar("pmem_reads_on", default=None)
+
+
+@contextmanager
+def reads_on(connections: PgConnections | None) -> Iterator[None]:
+    """Inside the block (and the tasks it starts), `PgConnections.reading` and `.fetch` of any store
+    connections run on `connections` (a read replica's); None: on their own."""
+    token = _READS_ON.set(connections)
+    try:
+        yield
+    finally:
+        _READS_ON.reset(token)
+
+
+def reads_routed() -> bool:
+    """Whether reads are being sent to other connections (`reads_on`) right now."""
+    return _READS_ON.get() is not None
 
 
 class PgConnections:
@@ -92,8 +117,10 @@ class PgConnections:
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncConnection]:
         """A SQLAlchemy connection in autocommit: reads run one statement each under READ
-        COMMITTED anyway, and a transaction around them only costs the BEGIN and ROLLBACK."""
-        async with translating_errors(), self.read_engine.connect() as conn:
+        COMMITTED anyway, and a transaction around them only costs the BEGIN and ROLLBACK. On a
+        replica's connections inside `reads_on`."""
+        engine = (_READS_ON.get() or self).read_engine
+        async with translating_errors(), engine.connect() as conn:
             yield conn
 
     @asynccontextmanager
@@ -150,10 +177,21 @@ class PgConnections:
 
         This skips SQLAlchemy's statement and row processing (about a millisecond per call) and
         the BEGIN/COMMIT round trips; psycopg prepares the few statement shapes server-side
-        after their fifth use."""
-        async with self.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
+        after their fifth use. On a replica's connections inside `reads_on`."""
+        target = _READS_ON.get() or self
+        async with target.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(sql, params)
             return await cursor.fetchall()
+
+    async def drop_idle(self) -> None:
+        """Close the kept connections and the pool's idle ones (after the server went away: they
+        are dead); connections in use are dropped when they come back."""
+        idle = self._idle
+        while idle:
+            conn, _ = idle.pop()
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+        await self.engine.dispose()
 
     async def close(self) -> None:
         """Close the kept connections, then the pool."""

@@ -37,6 +37,11 @@ def _redact(url: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
 
 
+def redacted_url(url: str) -> str:
+    """`url` with its password replaced by `***` (for logs and error messages)."""
+    return _redact(url)
+
+
 def backend_of(url: str) -> Backend:
     """Which store a URL selects: `postgresql` or `sqlite`; raise `DatabaseUrlError` for anything else."""
     scheme = _scheme(url)

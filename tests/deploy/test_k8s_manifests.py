@@ -340,7 +340,8 @@ def test_the_manifests_declare_their_connection_budget(readme: Path) -> None:
     # pmem serve's and pmem retention's store: store.factory's pool (nothing connects here)
     serve_pool, _ = pool_capacity(PostgresMemoryStore("postgresql://pmem@db/pmem", HashingEmbedder(dim=8)))
     assert serve_pool == 20
-    needed = workers * int(worker["PMEM_DB_POOL_SIZE"]) + api_pods * serve_pool + serve_pool
+    api_processes = int(api.get("PMEM_API_WORKERS", "1"))
+    needed = workers * int(worker["PMEM_DB_POOL_SIZE"]) + api_pods * api_processes * serve_pool + serve_pool
     text = " ".join(readme.read_text().split())
     assert f"needs `max_connections` ≥ {needed}" in text
-    assert "pmem serve replicas × 20" in text
+    assert "pmem serve replicas × PMEM_API_WORKERS × 20" in text

@@ -96,7 +96,7 @@ def test_pmem_serve_warns_once_at_start_up(new_database: Callable[[], str]) -> N
         assert len(lines) == expected, lines
         if expected:
             assert lines[0].startswith("pmem serve: connection budget exceeded: 1000 replicas")
-            assert "(a pool of 10 + 10 overflow) = 20000" in lines[0]
+            assert "(a pool of 20) = 20000" in lines[0]
 
 
 def test_pmem_worker_warns_once_at_start_up(new_database: Callable[[], str]) -> None:

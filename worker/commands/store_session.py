@@ -14,9 +14,15 @@ Store = PostgresMemoryStore | SqliteMemoryStore
 
 
 @asynccontextmanager
-async def opened_store(settings: Settings) -> AsyncIterator[Store]:
+async def opened_store(
+    settings: Settings, *, read_replicas: bool = False, steady_pool: bool = False
+) -> AsyncIterator[Store]:
     """The store at PMEM_DATABASE_URL with the configured embedder, settings defaults and database
-    timeouts (PMEM_DB_CONNECT_TIMEOUT_S, PMEM_DB_STATEMENT_TIMEOUT_S)."""
+    timeouts (PMEM_DB_CONNECT_TIMEOUT_S, PMEM_DB_STATEMENT_TIMEOUT_S); with `read_replicas`, the
+    read replicas of PMEM_DATABASE_READ_URL too (`pmem serve` only: the other commands read what
+    they write). Its pool: 10 connections and up to 10 more under load; with `steady_pool`, the
+    same 20 kept open (`pmem serve`: opening and closing overflow connections under a burst costs
+    Postgres a backend start and cold caches each, which turned an overload into a collapse)."""
     from extraction.embeddings import build_embedder, close_embedder
 
     embedder = build_embedder(settings)
@@ -27,6 +33,10 @@ async def opened_store(settings: Settings) -> AsyncIterator[Store]:
             settings_defaults=settings.memory_defaults(),
             connect_timeout_s=settings.db_connect_timeout_s,
             statement_timeout_s=settings.db_statement_timeout_s,
+            read_urls=settings.database_read_urls if read_replicas else (),
+            read_max_lag_s=settings.read_max_lag_s,
+            pool_size=20 if steady_pool else 10,
+            max_overflow=0 if steady_pool else 10,
         )
         try:
             yield store
