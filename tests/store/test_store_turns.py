@@ -136,7 +136,8 @@ async def test_recall_items_merges_memories_and_turns_and_include_selects(store:
     await store.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
     await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")])
     both = await store.recall_items(user, None, "Porto Ana", 10)
-    assert [i.kind for i in both] == ["turn", "memory"]  # the best turn, then facts (merge_recall)
+    # the reviewed fact leads: no turn is closer to the question (this turn has no embedding)
+    assert [i.kind for i in both] == ["memory", "turn"]
     only_turns = await store.recall_items(user, None, "Porto Ana", 10, include=("turns",))
     assert [i.kind for i in only_turns] == ["turn"]
     only_memories = await store.recall_items(user, None, "Porto Ana", 10, include=("memories",))
