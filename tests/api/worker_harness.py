@@ -95,13 +95,17 @@ def _wait_ready(process: subprocess.Popen[str], port: int, log: IO[str], timeout
             last = f"{answer.status_code} {answer.text.strip()}"
         except httpx.TransportError as exc:
             last = f"{type(exc).__name__}: {exc}"
-        if process.poll() is not None or time.monotonic() > deadline:
+        exited = process.poll()
+        if exited is not None or time.monotonic() > deadline:
             process.kill()
             process.wait()
             log.seek(0)
-            raise AssertionError(
-                f"pmem worker was not ready within {timeout_s:.0f} s (/readyz: {last}): {log.read()[-3000:]}"
+            what = (
+                f"exited with code {exited} before it was ready"
+                if exited is not None
+                else f"was not ready within {timeout_s:.0f} s"
             )
+            raise AssertionError(f"pmem worker {what} (/readyz: {last}): {log.read()[-3000:]}")
         time.sleep(0.2)
 
 
