@@ -20,7 +20,6 @@ from typing import TextIO
 
 import nats
 
-from worker.app import ConfigurationError, ensure_stream
 from worker.commands.errors import ServiceUnreachable, UsageError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.settings import Settings, load_settings
@@ -96,6 +95,8 @@ async def publish_file(
     tally = Tally(total=len(items))
     tally.invalid.extend(item for item in items if isinstance(item, str))
     lines = [item for item in items if isinstance(item, Line)]
+    from worker.app import ensure_stream  # the worker's stream declaration: imported to publish only
+
     connection = await nats.connect(
         settings.nats_url, connect_timeout=5, max_reconnect_attempts=3, error_cb=_report_at_the_end
     )
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(**overrides)
     if not args.file.exists():
         raise UsageError(f"{args.file} does not exist; pass the path of a JSONL file of events")
+    from worker.app import ConfigurationError
+
     try:
         tally = asyncio.run(
             publish_file(args.file, settings, validate=not args.no_validate, progress=sys.stderr)
