@@ -897,7 +897,7 @@ async def build_worker(
 
 
 async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
-    """The store, with a connection pool sized for the worker (store.factory has no pool options).
+    """The store, with a connection pool sized for the worker.
 
     Postgres: PMEM_DB_POOL_SIZE connections and no overflow: with more events in flight than
     connections, calls wait a few milliseconds for a connection instead of opening and closing an
@@ -909,29 +909,19 @@ async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
     cheaper (the prompt and near-duplicate reads; bench/README.md, "What the worker's design rests on").
     Once open, the pool × PMEM_EXPECTED_REPLICAS is checked against the server's max_connections
     (a WARNING when it does not fit: worker/connection_budget.py)."""
-    from store.factory import open_store, schema_checked
-    from store.rules.urls import backend_of
-
-    if backend_of(settings.database_url) != "postgresql":
-        return await open_store(settings.database_url, embedder, settings_defaults=settings.memory_defaults())
+    from store.factory import open_store
     from store.postgres.recall_sql import RecallTuning
-    from store.postgres.store import PostgresMemoryStore
+    from worker.connection_budget import warn_if_over_budget
 
-    store = PostgresMemoryStore(
-        settings.database_url,
-        embedder,
+    options = dataclasses.replace(
+        settings.store_options(),
         pool_size=settings.db_pool_size,
         max_overflow=0,
-        settings_defaults=settings.memory_defaults(),
         pool_pre_ping=False,
-        connect_timeout_s=settings.db_connect_timeout_s,
-        statement_timeout_s=settings.db_statement_timeout_s,
         parallel_query=False,
         tuning=RecallTuning(plan_cache_mode="auto"),
     )
-    store = await schema_checked(store)
-    from worker.connection_budget import warn_if_over_budget
-
+    store = await open_store(settings.database_url, embedder, options)
     await warn_if_over_budget(
         store,
         process="pmem worker",

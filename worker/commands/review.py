@@ -9,17 +9,16 @@ import getpass
 import json
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from store.factory import open_store
 from store.model import SCOPES, STATUSES, Memory, MemoryFilter, Revision
-from store.postgres.store import PostgresMemoryStore
-from store.sqlite.store import SqliteMemoryStore
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.recall import uuid_arg
+from worker.commands.store_session import opened_store
 from worker.settings import Settings, load_settings
 
-Store = PostgresMemoryStore | SqliteMemoryStore
+if TYPE_CHECKING:
+    from store.factory import Store
 
 
 def _default_actor() -> str:
@@ -127,19 +126,8 @@ def _print_listing(listing: dict[str, Any]) -> None:
 
 
 async def _act(settings: Settings, args: argparse.Namespace) -> int:
-    from extraction.embeddings import build_embedder, close_embedder
-
-    embedder = build_embedder(settings)
-    try:
-        store = await open_store(
-            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
-        )
-        try:
-            return await _act_on(store, args)
-        finally:
-            await store.close()
-    finally:
-        await close_embedder(embedder)
+    async with opened_store(settings) as store:
+        return await _act_on(store, args)
 
 
 async def _act_on(store: Store, args: argparse.Namespace) -> int:
