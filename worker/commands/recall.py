@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from store.core.recall import RETRIEVERS
 from store.core.turns import parse_include
 from store.model import INCLUDE_ALL, RecallItem
-from store.services.context_recall import ContextRecall, item_record, items_in_context
+from store.services.context_recall import ContextRecall, items_in_context
+from store.services.json_shapes import recall_item_json
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.store_session import opened_store
 from worker.settings import Settings, load_settings
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if code:
         return code
     if args.json:
-        print(json.dumps([item_record(item) for item in items], indent=2, ensure_ascii=False))
+        print(json.dumps([recall_item_json(item) for item in items], indent=2, ensure_ascii=False))
     else:
         print(format_table(items))
     return 0

@@ -12,6 +12,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from store.model import SCOPES, STATUSES, Memory, MemoryFilter, Revision
+from store.services.json_shapes import memory_json, revision_json
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.recall import uuid_arg
 from worker.commands.store_session import opened_store
@@ -57,36 +58,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def memory_record(memory: Memory) -> dict[str, Any]:
-    """JSON object of one memory."""
+def proposed_change_json(revision: Revision, memory: Memory) -> dict[str, Any]:
+    """A proposed change as JSON, with the key, scope and owner of the memory it changes."""
     return {
-        "id": str(memory.id),
+        **revision_json(revision),
+        "key": memory.key,
         "scope": memory.scope,
         "owner_id": str(memory.owner_id),
-        "user_id": str(memory.user_id) if memory.user_id else None,
-        "key": memory.key,
-        "value": memory.value,
-        "confidence": memory.confidence,
-        "status": memory.status,
-        "source_channel_id": str(memory.source_channel_id) if memory.source_channel_id else None,
-        "created_at": memory.created_at.isoformat(),
-        "updated_at": memory.updated_at.isoformat(),
-    }
-
-
-def revision_record(revision: Revision, memory: Memory | None) -> dict[str, Any]:
-    """JSON object of one proposed change."""
-    return {
-        "revision_id": str(revision.id),
-        "memory_id": str(revision.memory_id),
-        "key": memory.key if memory else None,
-        "scope": memory.scope if memory else None,
-        "owner_id": str(memory.owner_id) if memory else None,
-        "old_value": revision.old_value,
-        "new_value": revision.new_value,
-        "confidence": revision.confidence,
-        "source_event_id": str(revision.source_event_id) if revision.source_event_id else None,
-        "created_at": revision.created_at.isoformat(),
     }
 
 
@@ -106,8 +84,8 @@ async def _list(store: Store, args: argparse.Namespace) -> dict[str, Any]:
                 continue
             if args.scope and memory.scope != args.scope:
                 continue
-            revisions.append(revision_record(revision, memory))
-    return {"memories": [memory_record(m) for m in memories], "proposed_changes": revisions}
+            revisions.append(proposed_change_json(revision, memory))
+    return {"memories": [memory_json(m) for m in memories], "proposed_changes": revisions}
 
 
 def _print_listing(listing: dict[str, Any]) -> None:
