@@ -23,6 +23,7 @@ import nats
 from worker.commands.errors import ServiceUnreachable, UsageError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.settings import Settings, load_settings
+from worker.streams import ConfigurationError, ensure_stream
 
 # Publishes in flight at once: JetStream acks are pipelined, one round trip per window.
 WINDOW = 256
@@ -95,8 +96,6 @@ async def publish_file(
     tally = Tally(total=len(items))
     tally.invalid.extend(item for item in items if isinstance(item, str))
     lines = [item for item in items if isinstance(item, Line)]
-    from worker.app import ensure_stream  # the worker's stream declaration: imported to publish only
-
     connection = await nats.connect(
         settings.nats_url, connect_timeout=5, max_reconnect_attempts=3, error_cb=_report_at_the_end
     )
@@ -160,8 +159,6 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(**overrides)
     if not args.file.exists():
         raise UsageError(f"{args.file} does not exist; pass the path of a JSONL file of events")
-    from worker.app import ConfigurationError
-
     try:
         tally = asyncio.run(
             publish_file(args.file, settings, validate=not args.no_validate, progress=sys.stderr)
