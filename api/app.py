@@ -3,8 +3,6 @@ security headers, request metrics and health endpoints."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +12,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.datastructures import MutableHeaders
@@ -207,8 +206,9 @@ def create_app(
     sign_in_max_s: float = 600,
     with_ui: bool = True,
 ) -> FastAPI:
-    """The control-plane app over an open store."""
-    settings_cache = SettingsCache(ttl_s=settings_cache_s)
+    """The control-plane app over an open store: its state, the MCP session manager's lifespan,
+    JSON errors, health and docs routes, the product's routers (and the web UI), then the
+    middleware."""
     # a store with read replicas (`PostgresMemoryStore(read_urls=…)`): reads after a write go to
     # the primary for the lag bound and the check's margin (api.read_routing)
     replicas = getattr(store, "replicas", None)
@@ -217,7 +217,7 @@ def create_app(
         store=store,
         auth=auth,
         keys=ApiKeyCache(store.verify_api_key),
-        settings_cache=settings_cache,
+        settings_cache=SettingsCache(ttl_s=settings_cache_s),
         max_input_tokens=max_input_tokens,
         max_body_bytes=max_body_bytes,
         ui_session_s=ui_session_s,
@@ -244,6 +244,34 @@ def create_app(
     metrics_set = ApiMetrics()
     if replicas is not None:
         metrics_set.watch_replicas(replicas)
+    add_error_handlers(app)
+    add_health_routes(app, store, metrics_set)
+    add_docs_routes(app)
+    add_product_routes(app, state, mcp_manager, with_ui=with_ui)
+    app.add_middleware(Observe, routes=app.router.routes, metrics=metrics_set, writers=writers)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    document_errors(app)
+    return app
+
+
+def add_product_routes(
+    app: FastAPI, state: AppState, mcp_manager: StreamableHTTPSessionManager, *, with_ui: bool
+) -> None:
+    """The product's routers (user controls, review, settings, platform recall, tools, directory),
+    MCP at `MCP_PATH`, and with `with_ui` the web UI."""
+    for routes in (me, review, settings, platform, tools, directory):
+        app.include_router(routes.router)
+    app.router.routes.append(Route(MCP_PATH, McpEndpoint(state, mcp_manager)))
+    if with_ui:
+        from api import ui
+
+        app.include_router(ui.router)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error as `{"error": …}`: the API's own, invalid requests (never echoing the input),
+    HTTP errors (405 with every method of the path), a busy or unavailable database (503 with
+    Retry-After) and anything unexpected (500, details in the log only)."""
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -279,6 +307,10 @@ def create_app(
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
         return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
+
+
+def add_health_routes(app: FastAPI, store: ControlPlaneStore, metrics_set: ApiMetrics) -> None:
+    """`/healthz` (the process is up), `/readyz` (the database answers) and `/metrics`."""
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
@@ -320,6 +352,10 @@ def create_app(
                 log.warning("could not read the review-queue depth: %s", type(exc).__name__)
         return Response(metrics_set.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+
+def add_docs_routes(app: FastAPI) -> None:
+    """`/docs`: Swagger UI over /openapi.json, served from the installed package (no CDN)."""
+
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         """Swagger UI over /openapi.json, from the server's own files."""
@@ -335,25 +371,3 @@ def create_app(
         from swagger_ui_bundle import swagger_ui_path
 
         return FileResponse(Path(swagger_ui_path) / name, media_type=DOCS_FILES[name])
-
-    for router in (
-        me.router,
-        review.router,
-        settings.router,
-        platform.router,
-        tools.router,
-        directory.router,
-    ):
-        app.include_router(router)
-    app.router.routes.append(Route(MCP_PATH, McpEndpoint(state, mcp_manager)))
-    if with_ui and importlib.util.find_spec("api.ui") is not None:
-        ui = importlib.import_module("api.ui")
-        install = getattr(ui, "install", None)
-        if install is not None:
-            install(app)
-        else:
-            app.include_router(ui.router)
-    app.add_middleware(Observe, routes=app.router.routes, metrics=metrics_set, writers=writers)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    document_errors(app)
-    return app

@@ -4,7 +4,6 @@ answers, built from the store's plain types."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,15 +12,13 @@ from api.operations import BulkResult, MemoryDetail, SettingsView
 from store.model import (
     AuditEntry,
     ChannelConversation,
-    Memory,
     Rejection,
     ReviewItem,
-    Revision,
     SettingsRow,
-    Turn,
     UserExport,
 )
 from store.services.context_recall import ContextRecall
+from store.services.json_shapes import id_json, memory_json, revision_json, time_json, turn_json
 
 
 class _Body(BaseModel):
@@ -84,34 +81,6 @@ class SettingsBody(_Body):
         return SettingsRow(level="global", target_id=None, **self.model_dump())
 
 
-def _id(value: uuid.UUID | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def memory_json(memory: Memory) -> dict[str, Any]:
-    """A memory as JSON (embedding excluded)."""
-    return {
-        "id": str(memory.id),
-        "scope": memory.scope,
-        "owner_id": str(memory.owner_id),
-        "user_id": _id(memory.user_id),
-        "team_id": _id(memory.team_id),
-        "key": memory.key,
-        "value": memory.value,
-        "confidence": memory.confidence,
-        "status": memory.status,
-        "source_channel_id": _id(memory.source_channel_id),
-        "created_at": memory.created_at.isoformat(),
-        "updated_at": memory.updated_at.isoformat(),
-        "evidence": memory.evidence,
-        "observed_at": _time(memory.observed_at),
-    }
-
-
 def rejection_json(rejection: Rejection, *, forget: bool) -> dict[str, Any]:
     """A rejected memory as JSON; having forgotten what was said, with `forgotten_turns`: how many
     conversation turns were erased."""
@@ -131,14 +100,14 @@ def review_item_json(item: ReviewItem) -> dict[str, Any]:
         "memory_id": str(item.memory_id),
         "scope": item.scope,
         "owner_id": str(item.owner_id),
-        "user_id": _id(item.user_id),
-        "team_id": _id(item.team_id),
+        "user_id": id_json(item.user_id),
+        "team_id": id_json(item.team_id),
         "key": item.key,
         "confidence": item.confidence,
-        "source_channel_id": _id(item.source_channel_id),
+        "source_channel_id": id_json(item.source_channel_id),
         "created_at": item.created_at.isoformat(),
         "evidence": item.evidence,
-        "observed_at": _time(item.observed_at),
+        "observed_at": time_json(item.observed_at),
     }
     if item.kind == "memory":
         body["value"] = item.value
@@ -152,49 +121,16 @@ def audit_json(entry: AuditEntry) -> dict[str, Any]:
     """An audit row as JSON."""
     return {
         "id": entry.id,
-        "memory_id": _id(entry.memory_id),
+        "memory_id": id_json(entry.memory_id),
         "action": entry.action,
         "scope": entry.scope,
         "key": entry.key,
         "old_value": entry.old_value,
         "new_value": entry.new_value,
         "actor": entry.actor,
-        "event_id": _id(entry.event_id),
-        "revision_id": _id(entry.revision_id),
+        "event_id": id_json(entry.event_id),
+        "revision_id": id_json(entry.revision_id),
         "at": entry.at.isoformat(),
-    }
-
-
-def revision_json(revision: Revision) -> dict[str, Any]:
-    """A revision as JSON."""
-    return {
-        "id": str(revision.id),
-        "memory_id": str(revision.memory_id),
-        "old_value": revision.old_value,
-        "new_value": revision.new_value,
-        "confidence": revision.confidence,
-        "status": revision.status,
-        "source_event_id": _id(revision.source_event_id),
-        "created_at": revision.created_at.isoformat(),
-        "evidence": revision.evidence,
-        "observed_at": _time(revision.observed_at),
-    }
-
-
-def turn_json(turn: Turn) -> dict[str, Any]:
-    """A remembered turn as JSON."""
-    return {
-        "id": str(turn.id),
-        "channel_id": str(turn.channel_id),
-        "event_id": str(turn.event_id),
-        "user_id": str(turn.user_id),
-        "persona_id": _id(turn.persona_id),
-        "team_id": _id(turn.team_id),
-        "role": turn.role,
-        "speaker": turn.speaker,
-        "text": turn.text,
-        "at": turn.at.isoformat(),
-        "position": turn.position,
     }
 
 
@@ -202,8 +138,8 @@ def conversation_json(conversation: ChannelConversation) -> dict[str, Any]:
     """One remembered conversation (a channel's turns of the caller) as JSON."""
     return {
         "channel_id": str(conversation.channel_id),
-        "persona_ids": [_id(p) for p in conversation.persona_ids],
-        "team_ids": [_id(t) for t in conversation.team_ids],
+        "persona_ids": [id_json(p) for p in conversation.persona_ids],
+        "team_ids": [id_json(t) for t in conversation.team_ids],
         "started_at": conversation.started_at.isoformat(),
         "last_at": conversation.last_at.isoformat(),
         "first_line": conversation.first_line,
@@ -240,7 +176,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
     effective = view.effective
     return {
         "level": own.level,
-        "target_id": _id(own.target_id),
+        "target_id": id_json(own.target_id),
         "own": {
             "enabled": own.enabled,
             "persona_learning": own.persona_learning,

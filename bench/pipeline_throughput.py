@@ -65,8 +65,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from store.migrate import migrate_async  # noqa: E402
-from worker.app import ensure_stream  # noqa: E402
 from worker.embedded import EmbeddedNats, EmbeddedPostgres  # noqa: E402
+from worker.streams import ensure_stream  # noqa: E402
 
 LLM_LATENCY_S = 0.3
 EMBEDDING_LATENCY_S = 0.02

@@ -52,7 +52,7 @@ from worker.evaluation.options import (
 )
 from worker.evaluation.product import question_result, session_index
 from worker.evaluation.runner import extraction_pipeline
-from worker.evaluation.stores import open_store
+from worker.evaluation.stores import evaluation_store
 
 KS = (10, 20)
 DEPTH = 50  # each ranking as recalled: deeper than any list it is merged into
@@ -167,7 +167,7 @@ async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Spli
     usage: list[dict[str, int]] = []
     async with AsyncExitStack() as stack:
         stack.push_async_callback(close_embedder, embedder.inner)
-        opened = await open_store(options, embedder, stack)
+        opened = await evaluation_store(options, embedder, stack)
         pipeline = extraction_pipeline(
             settings,
             opened,

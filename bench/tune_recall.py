@@ -46,7 +46,7 @@ from worker.evaluation.options import (
     DEFAULT_OBSERVATION_CONTEXT,
     DEFAULT_SOURCE_CONTEXT,
 )
-from worker.evaluation.stores import open_store
+from worker.evaluation.stores import evaluation_store
 from worker.evaluation.units import unit_key_contexts, unit_memories, unit_vectors
 
 _FIELDS = {f.name for f in fields(ScoreFusion)}
@@ -104,7 +104,7 @@ async def main(argv: list[str] | None = None) -> int:
     conversations = select_split(load_locomo(options.file), options.split)
     results: dict[str, Any] = {}
     async with AsyncExitStack() as stack:
-        store = await open_store(options, embedder, stack)
+        store = await evaluation_store(options, embedder, stack)
         loaded = []
         for conversation in conversations:
             owner = uuid.uuid4()

@@ -30,7 +30,7 @@ VERSION = "1.0.0"
 
 def contract_broker(settings: Settings) -> NatsBroker:
     """A FastStream NATS broker declaring the worker's subscription and publications (never
-    connected; the running worker wires the same subjects in worker/app.py)."""
+    connected; the running worker wires the same subjects in worker/app.py and worker/streams.py)."""
     broker = NatsBroker(settings.nats_url, apply_types=True)
 
     @broker.subscriber(
@@ -47,7 +47,7 @@ def contract_broker(settings: Settings) -> NatsBroker:
         ),
     )
     async def conversation_ended(event: ConversationEnded) -> None:
-        """Declaration only: worker/app.py handles the messages."""
+        """Declaration only: worker/handling.py handles the messages."""
 
     publications = (
         (

@@ -1,4 +1,7 @@
-"""`pmem`: the command-line entry point. Each sub-command lives in `worker/commands/<name>.py`.
+"""`pmem`: the command-line entry point. Each sub-command lives in `worker/commands/<name>.py`,
+imported only when that command is chosen: `pmem --help` names the commands from `COMMANDS` alone,
+and a command's module keeps its heavy imports (the LLM client, the web framework, the embedding
+model) inside the functions that run it.
 
 Configuration and connection errors end the command with one line naming the variable or flag and
 the fix (worker/commands/errors.py has the exit codes); `--debug` shows the traceback instead."""
@@ -10,8 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-
-from worker.commands.errors import EXIT_FAILED, describe, one_line, redact, secrets_in
+from typing import Any
 
 # (command, module under worker.commands, one-line help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -32,23 +34,51 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"
 
 
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one sub-command: its module is imported, and registers its arguments, only
+    when the command line chooses it (argparse hands the chosen parser the rest of the line)."""
+
+    def __init__(self, *args: Any, module_name: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._module_name = module_name
+        self._registered = False
+
+    def register_arguments(self) -> None:
+        """Import the command's module and add its arguments (once)."""
+        if self._registered:
+            return
+        self._registered = True
+        module = importlib.import_module(f"worker.commands.{self._module_name}")
+        module.register(self)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Register the command's arguments, then parse as usual."""
+        self.register_arguments()
+        return super().parse_known_args(args, namespace)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        """A command's own actions (`pmem review list`) are plain parsers."""
+        kwargs.setdefault("parser_class", argparse.ArgumentParser)
+        return super().add_subparsers(**kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser; sub-commands register their own arguments."""
+    """The argument parser: the commands by name and help; each one's arguments once it is chosen."""
     parser = argparse.ArgumentParser(
         prog="pmem",
         description="persona-memory: long-term, persona-scoped memory for chat platforms.",
         epilog="exit codes: 0 done, 1 failed, 2 configuration or usage error, 3 database or NATS unreachable",
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     for name, module_name, help_text in COMMANDS:
-        module = importlib.import_module(f"worker.commands.{module_name}")
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text, module_name=module_name)
         # also after the command (`pmem migrate --debug`); SUPPRESS keeps a leading --debug
         command_parser.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
         )
-        module.register(command_parser)
     return parser
 
 
@@ -60,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
+        from worker.commands.errors import EXIT_FAILED, describe, one_line, redact, secrets_in
+
         nats_url = getattr(args, "nats_url", None) or os.environ.get("PMEM_NATS_URL", "nats://localhost:4222")
         report = describe(exc, nats_url=nats_url)
         secrets = secrets_in(os.environ)

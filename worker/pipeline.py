@@ -586,7 +586,7 @@ def decide_failure(
 
 
 class DbRunner(Protocol):
-    """Runs one database call; the app's runner waits out database outages (see worker/app.py)."""
+    """Runs one database call; the worker's runner waits out outages (`worker.handling.OutageWaits`)."""
 
     async def __call__(self, operation: str, call: Callable[[], Awaitable[T]]) -> T: ...
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from store.factory import StoreOptions
 from store.model import MemorySettings
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@localhost:5432/postgres"
@@ -220,6 +221,15 @@ class Settings(BaseSettings):
             archived_days=self.retention_archived_days,
             history=self.history,
             history_days=self.history_days,
+        )
+
+    def store_options(self) -> StoreOptions:
+        """How a process opens PMEM_DATABASE_URL: the settings defaults and the database timeouts
+        (PMEM_DB_CONNECT_TIMEOUT_S, PMEM_DB_STATEMENT_TIMEOUT_S); the process sizes its own pool."""
+        return StoreOptions(
+            settings_defaults=self.memory_defaults(),
+            connect_timeout_s=self.db_connect_timeout_s,
+            statement_timeout_s=self.db_statement_timeout_s,
         )
 
     @property

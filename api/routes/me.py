@@ -9,8 +9,9 @@ from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import RejectBody, ValueBody, conversation_json, export_json, memory_json, rejection_json
+from api.schemas import RejectBody, ValueBody, conversation_json, export_json, rejection_json
 from store.model import Scope, Status
+from store.services.json_shapes import memory_json
 
 router = APIRouter(prefix="/v1/me", tags=["me"])
 

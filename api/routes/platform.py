@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from api import operations
 from api.deps import Caller, State
 from api.schemas import RecallBody
-from store.services.context_recall import item_record
+from store.services.json_shapes import recall_item_json
 
 router = APIRouter(tags=["platform"])
 
@@ -22,7 +22,7 @@ async def recall(body: RecallBody, principal: Caller, state: State) -> JSONRespo
     `pmem recall --json`."""
     items = await operations.platform_recall(state.store, principal, body.asked(), state.settings_cache)
     # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
-    return JSONResponse({"items": [item_record(item) for item in items]})
+    return JSONResponse({"items": [recall_item_json(item) for item in items]})
 
 
 @router.post("/v1/hint", response_model=dict[str, str])

@@ -14,11 +14,11 @@ from api.schemas import (
     ValueBody,
     bulk_json,
     detail_json,
-    memory_json,
     rejection_json,
     review_item_json,
 )
 from store.model import Scope
+from store.services.json_shapes import memory_json
 
 router = APIRouter(tags=["review"])
 

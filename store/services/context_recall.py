@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from store.core.turns import merge_recall
 from store.model import (
@@ -18,7 +17,6 @@ from store.model import (
     RecallInclude,
     RecallItem,
     Retriever,
-    Turn,
     TurnHit,
 )
 from store.protocols import RecallStore
@@ -85,58 +83,3 @@ async def items_in_context(
     # side by side: each waits on its own query embedding and statement
     found_memories, found_turns = await asyncio.gather(memories(), turns())
     return merge_recall(found_memories, found_turns, limit)
-
-
-def hit_record(hit: RecallHit) -> dict[str, Any]:
-    """One recalled memory as JSON (`pmem recall --json` and `POST /v1/recall`)."""
-    m = hit.memory
-    return {
-        "id": str(m.id),
-        "scope": m.scope,
-        "owner_id": str(m.owner_id),
-        "user_id": str(m.user_id) if m.user_id else None,
-        "team_id": str(m.team_id) if m.team_id else None,
-        "key": m.key,
-        "value": m.value,
-        "confidence": m.confidence,
-        "status": m.status,
-        "score": hit.score,
-        "sources": list(hit.sources),
-        "source_channel_id": str(m.source_channel_id) if m.source_channel_id else None,
-        "created_at": m.created_at.isoformat(),
-        "updated_at": m.updated_at.isoformat(),
-        "evidence": m.evidence,
-        "observed_at": m.observed_at.isoformat() if m.observed_at else None,
-    }
-
-
-def turn_record(turn: Turn, score: float | None = None) -> dict[str, Any]:
-    """One stored conversation turn as JSON (its conversation is `event_id`)."""
-    record: dict[str, Any] = {
-        "id": str(turn.id),
-        "channel_id": str(turn.channel_id),
-        "event_id": str(turn.event_id),
-        "user_id": str(turn.user_id),
-        "persona_id": str(turn.persona_id) if turn.persona_id else None,
-        "team_id": str(turn.team_id) if turn.team_id else None,
-        "role": turn.role,
-        "speaker": turn.speaker,
-        "text": turn.text,
-        "at": turn.at.isoformat(),
-        "position": turn.position,
-    }
-    if score is not None:
-        record["score"] = score
-    return record
-
-
-def item_record(item: RecallItem) -> dict[str, Any]:
-    """One item of the merged recall as JSON: `kind` "memory" (`hit_record`'s fields) or "turn"
-    (`turn_record`'s), with its `score` in the merged list."""
-    if item.kind == "memory" and item.memory is not None:
-        record = hit_record(RecallHit(memory=item.memory, score=item.score, sources=item.sources))
-    elif item.turn is not None:
-        record = turn_record(item.turn, item.score)
-    else:
-        raise ValueError(f"a recall item of kind {item.kind!r} without its {item.kind}")
-    return {"kind": item.kind, **record}

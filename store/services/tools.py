@@ -50,6 +50,7 @@ from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRe
 from store.protocols import MemoryStore
 from store.rules.admission import admit, refusal
 from store.services.context_recall import recall_in_context
+from store.services.json_shapes import memory_json, turn_json
 
 log = logging.getLogger("pmem.tools")
 
@@ -231,16 +232,15 @@ def fact_key(subject: str, key: str, user_id: uuid.UUID) -> str:
     return f"{subject}{SUBJECT_SEPARATOR}{key}"
 
 
+# what a model is shown of a memory: its words and how sure, not the bookkeeping (fewer tokens)
+MEMORY_VIEW_FIELDS = ("id", "key", "value", "scope", "confidence", "updated_at")
+
+
 def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
-    """What a tool returns for one memory (ids are strings so the result is JSON)."""
-    view: dict[str, Any] = {
-        "id": str(memory.id),
-        "key": memory.key,
-        "value": memory.value,
-        "scope": memory.scope,
-        "confidence": round(memory.confidence, 3),
-        "updated_at": memory.updated_at.isoformat(),
-    }
+    """What a tool returns for one memory: a few fields of its JSON (`memory_json`)."""
+    shape = memory_json(memory)
+    view: dict[str, Any] = {name: shape[name] for name in MEMORY_VIEW_FIELDS}
+    view["confidence"] = round(memory.confidence, 3)
     if score is not None:
         view["score"] = round(score, 6)
     return view
@@ -248,13 +248,14 @@ def memory_view(memory: Memory, score: float | None = None) -> dict[str, Any]:
 
 def turn_view(turn: Turn, score: float | None = None) -> dict[str, Any]:
     """What a tool returns for one earlier message: who said it, when, and in which conversation
-    (its channel, as the control plane names conversations)."""
+    (its channel, as the control plane names conversations), from its JSON (`turn_json`)."""
+    shape = turn_json(turn)
     view: dict[str, Any] = {
-        "conversation_id": str(turn.channel_id),
-        "role": turn.role,
-        "speaker": turn.speaker,
-        "text": turn.text,
-        "at": turn.at.isoformat(),
+        "conversation_id": shape["channel_id"],
+        "role": shape["role"],
+        "speaker": shape["speaker"],
+        "text": shape["text"],
+        "at": shape["at"],
     }
     if score is not None:
         view["score"] = round(score, 6)

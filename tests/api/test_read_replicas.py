@@ -214,12 +214,13 @@ def test_read_replicas_are_refused_with_sqlite() -> None:
 
 
 async def test_open_store_refuses_replicas_for_sqlite(tmp_path: Path) -> None:
+    from store.factory import StoreOptions
     from store.factory import open_store as open_any
 
     with pytest.raises(ValueError, match="SQLite has none"):
         await open_any(
             f"sqlite:///{tmp_path / 'x.db'}",
             HashingEmbedder(dim=DIM),
+            StoreOptions(read_urls=["postgresql://a@r1/db"]),
             check_schema=False,
-            read_urls=["postgresql://a@r1/db"],
         )

@@ -18,9 +18,9 @@ import nats
 import pytest
 
 from tests.deploy.deploy_files import find_object
-from worker.app import consumer_config, ensure_stream
 from worker.embedded import _wait_for_port, free_port, nats_server_binary
 from worker.settings import load_settings
+from worker.streams import consumer_config, ensure_stream
 
 
 @pytest.fixture

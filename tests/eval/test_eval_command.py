@@ -33,7 +33,7 @@ from worker.evaluation.options import (
 )
 from worker.evaluation.progress import Progress
 from worker.evaluation.report import format_table, report_json
-from worker.evaluation.stores import open_store
+from worker.evaluation.stores import evaluation_store
 from worker.evaluation.units import context_key, memory_key, unit_key_contexts, unit_memories, unit_vectors
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
@@ -213,7 +213,7 @@ async def test_keyword_recall_finds_a_turn_by_the_words_of_the_turn_it_answers(
             "dialog", store=store, database_url=url, data_dir=tmp_path, key_context=key_context
         )
         async with AsyncExitStack() as stack:
-            opened = await open_store(options, embedder, stack)
+            opened = await evaluation_store(options, embedder, stack)
             owner = uuid.uuid4()
             vectors = await unit_vectors(embedder, conversation, options)
             memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))

@@ -80,8 +80,7 @@ def test_a_memory_s_evidence_lines_become_quotes_of_its_conversation() -> None:
     assert [q.text for q in quotes] == [
         "Hi Bo! I adopted a grey cat",
         "Congrats: truly",
-        "note: kept as said",
-    ]
+    ]  # a line that is not `role: text` quotes no message
     assert {q.channel_id for q in quotes} == {SESSION_1} and {q.position for q in quotes} == {None}
     assert evidence_quotes(None, SESSION_1) == () == evidence_quotes("", None)
     assert include_kinds("both") == ("memories", "turns") and include_kinds("turns") == ("turns",)

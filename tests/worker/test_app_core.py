@@ -12,12 +12,14 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from tests.worker.worker_harness import http_get
-from worker.app import _covered, consumer_config, consumer_config_diff, dlq_headers, heartbeat_interval
 from worker.events import DLQ_REASON_HEADER
+from worker.handling import heartbeat_interval
 from worker.health import HealthServer
 from worker.logs import JsonFormatter, event_context
 from worker.metrics import Metrics
+from worker.publishing import dlq_headers
 from worker.settings import load_settings
+from worker.streams import _covered, consumer_config, consumer_config_diff
 
 
 def test_consumer_config_diff_names_what_differs() -> None:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.worker.worker_harness import Harness, conversation, wait_for
-from worker.app import consumer_max_deliver
+from worker.streams import consumer_max_deliver
 
 pytestmark = pytest.mark.asyncio
 

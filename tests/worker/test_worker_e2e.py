@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extraction.embeddings import close_embedder
 from tests.worker.worker_harness import Harness, conversation, http_get, memory_values, wait_for
-from worker.app import build_worker, consumer_config
+from worker.app import build_worker
 from worker.events import DLQ_REASON_HEADER, ConversationEnded
 from worker.pipeline import Outcome, process_event
+from worker.streams import consumer_config
 from worker.testing.fake_openai import Reply
 
 pytestmark = pytest.mark.asyncio
@@ -221,14 +222,14 @@ async def test_a_duplicate_delivery_announces_nothing_twice(harness: Harness) ->
     event = conversation("I live in Porto and I work as a nurse.", "Nice.")
     async with h.worker() as worker:
         publishes = 0
-        publish_extracted = worker._publish_extracted
+        publish_extracted = worker.publisher.extracted
 
         async def counting(*args: Any) -> None:
             nonlocal publishes
             publishes += 1
             await publish_extracted(*args)
 
-        worker._publish_extracted = counting  # type: ignore[method-assign]
+        worker.publisher.extracted = counting  # type: ignore[method-assign]
         await h.publish(event)
         await wait_for(lambda: _extracted_count(h, 1), what="memory.extracted")
         await h.publish(event, msg_id=f"{event['event_id']}-again")  # same event, new message

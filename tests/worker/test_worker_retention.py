@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from tests.worker.worker_harness import Harness
-from worker.app import ensure_stream
 from worker.settings import load_settings
+from worker.streams import ensure_stream
 
 pytestmark = pytest.mark.asyncio
 

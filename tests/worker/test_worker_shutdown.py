@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.worker.worker_harness import Harness
-from worker.app import Worker, cancel_and_wait
+from worker.app import Worker
 from worker.embedded import EmbeddedNats
+from worker.lifecycle import cancel_and_wait
 
 pytestmark = pytest.mark.asyncio
 

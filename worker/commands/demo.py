@@ -131,9 +131,10 @@ async def demo(
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
     from store.migrate import migrate_async
-    from worker.app import build_worker, signals_set, unless_stopped
+    from worker.app import build_worker
     from worker.commands.publish import publish_file
     from worker.embedded import EmbeddedNats, EmbeddedPostgres
+    from worker.lifecycle import signals_set, unless_stopped
     from worker.settings import Settings, load_settings
 
     samples = SAMPLES / "conversations.jsonl"

@@ -97,7 +97,7 @@ def learn_persona_offline(worker: Any) -> None:
     """Give an offline (rules) demo worker the scripted persona learner."""
     learner = ScriptedPersonaLearner(worker.extractor)
     worker.extractor = learner
-    worker.deps = replace(worker.deps, extractor=learner)
+    worker.handler.deps = replace(worker.handler.deps, extractor=learner)
 
 
 async def publish_followups(store: Any, settings: Any, *, timeout_s: float) -> int:

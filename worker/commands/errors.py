@@ -162,7 +162,7 @@ def describe(exc: BaseException, *, nats_url: str | None = None) -> CliError | N
 
 
 def _is_worker_configuration_error(exc: BaseException) -> bool:
-    from worker.app import ConfigurationError
+    from worker.streams import ConfigurationError
 
     return isinstance(exc, ConfigurationError)
 

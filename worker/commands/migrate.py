@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from extraction.embeddings import embedding_identity
 from store.migrate import migrate
 from worker.settings import load_settings
 
@@ -32,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     if args.embedding_dim:
         overrides["embedding_dim"] = args.embedding_dim
     settings = load_settings(**overrides)
+    from extraction.embeddings import embedding_identity  # the LLM client: only when migrating
+
     # a bad URL, a changed dimension or an unreachable database: one line from worker.cli
     report = migrate(settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings))
     print(report.describe())

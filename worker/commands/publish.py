@@ -20,10 +20,10 @@ from typing import TextIO
 
 import nats
 
-from worker.app import ConfigurationError, ensure_stream
 from worker.commands.errors import ServiceUnreachable, UsageError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.settings import Settings, load_settings
+from worker.streams import ConfigurationError, ensure_stream
 
 # Publishes in flight at once: JetStream acks are pipelined, one round trip per window.
 WINDOW = 256

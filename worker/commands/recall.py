@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from store.core.recall import RETRIEVERS
 from store.core.turns import parse_include
-from store.factory import open_store
 from store.model import INCLUDE_ALL, RecallItem
-from store.services.context_recall import ContextRecall, item_record, items_in_context
+from store.services.context_recall import ContextRecall, items_in_context
+from store.services.json_shapes import recall_item_json
 from worker.commands.errors import run_reporting_database_errors
+from worker.commands.store_session import opened_store
 from worker.settings import Settings, load_settings
 
 
@@ -88,19 +89,8 @@ def format_table(items: Sequence[RecallItem]) -> str:
 
 async def recall_items(settings: Settings, asked: ContextRecall) -> list[RecallItem]:
     """Open the configured store and embedder, recall memories and turns, close both."""
-    from extraction.embeddings import build_embedder, close_embedder
-
-    embedder = build_embedder(settings)
-    try:
-        store = await open_store(
-            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
-        )
-        try:
-            return await items_in_context(store, asked)
-        finally:
-            await store.close()
-    finally:
-        await close_embedder(embedder)
+    async with opened_store(settings) as store:
+        return await items_in_context(store, asked)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if code:
         return code
     if args.json:
-        print(json.dumps([item_record(item) for item in items], indent=2, ensure_ascii=False))
+        print(json.dumps([recall_item_json(item) for item in items], indent=2, ensure_ascii=False))
     else:
         print(format_table(items))
     return 0

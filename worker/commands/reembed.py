@@ -10,6 +10,7 @@ import asyncio
 import sys
 import time
 
+from worker.commands.store_session import opened_store
 from worker.settings import Settings, load_settings
 
 
@@ -28,11 +29,6 @@ def progress_bar(done: int, total: int, *, width: int = 30) -> str:
 
 async def reembed(settings: Settings, *, batch_size: int) -> int:
     """Open the store without the model check (the point is to change the model) and re-embed."""
-    from extraction.embeddings import build_embedder, close_embedder
-    from store.factory import open_store
-
-    embedder = build_embedder(settings)
-    store = await open_store(settings.database_url, embedder, check_schema=False)
     last = [0.0]
 
     def show(done: int, total: int) -> None:
@@ -42,11 +38,8 @@ async def reembed(settings: Settings, *, batch_size: int) -> int:
             end = "\n" if done >= total else ""
             print(f"\r{progress_bar(done, total)}", end=end, file=sys.stderr, flush=True)
 
-    try:
+    async with opened_store(settings, check_schema=False) as store:
         report = await store.reembed(batch_size=batch_size, progress=show)
-    finally:
-        await store.close()
-        await close_embedder(embedder)
     resumed = " (resumed)" if report.resumed else ""
     print(
         f"re-embedded {report.reembedded} of {report.total} memories{resumed} with {report.target.describe()}"

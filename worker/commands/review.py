@@ -9,17 +9,17 @@ import getpass
 import json
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from store.factory import open_store
 from store.model import SCOPES, STATUSES, Memory, MemoryFilter, Revision
-from store.postgres.store import PostgresMemoryStore
-from store.sqlite.store import SqliteMemoryStore
+from store.services.json_shapes import memory_json, revision_json
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.recall import uuid_arg
+from worker.commands.store_session import opened_store
 from worker.settings import Settings, load_settings
 
-Store = PostgresMemoryStore | SqliteMemoryStore
+if TYPE_CHECKING:
+    from store.factory import Store
 
 
 def _default_actor() -> str:
@@ -58,36 +58,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
-def memory_record(memory: Memory) -> dict[str, Any]:
-    """JSON object of one memory."""
+def proposed_change_json(revision: Revision, memory: Memory) -> dict[str, Any]:
+    """A proposed change as JSON, with the key, scope and owner of the memory it changes."""
     return {
-        "id": str(memory.id),
+        **revision_json(revision),
+        "key": memory.key,
         "scope": memory.scope,
         "owner_id": str(memory.owner_id),
-        "user_id": str(memory.user_id) if memory.user_id else None,
-        "key": memory.key,
-        "value": memory.value,
-        "confidence": memory.confidence,
-        "status": memory.status,
-        "source_channel_id": str(memory.source_channel_id) if memory.source_channel_id else None,
-        "created_at": memory.created_at.isoformat(),
-        "updated_at": memory.updated_at.isoformat(),
-    }
-
-
-def revision_record(revision: Revision, memory: Memory | None) -> dict[str, Any]:
-    """JSON object of one proposed change."""
-    return {
-        "revision_id": str(revision.id),
-        "memory_id": str(revision.memory_id),
-        "key": memory.key if memory else None,
-        "scope": memory.scope if memory else None,
-        "owner_id": str(memory.owner_id) if memory else None,
-        "old_value": revision.old_value,
-        "new_value": revision.new_value,
-        "confidence": revision.confidence,
-        "source_event_id": str(revision.source_event_id) if revision.source_event_id else None,
-        "created_at": revision.created_at.isoformat(),
     }
 
 
@@ -107,8 +84,8 @@ async def _list(store: Store, args: argparse.Namespace) -> dict[str, Any]:
                 continue
             if args.scope and memory.scope != args.scope:
                 continue
-            revisions.append(revision_record(revision, memory))
-    return {"memories": [memory_record(m) for m in memories], "proposed_changes": revisions}
+            revisions.append(proposed_change_json(revision, memory))
+    return {"memories": [memory_json(m) for m in memories], "proposed_changes": revisions}
 
 
 def _print_listing(listing: dict[str, Any]) -> None:
@@ -127,19 +104,8 @@ def _print_listing(listing: dict[str, Any]) -> None:
 
 
 async def _act(settings: Settings, args: argparse.Namespace) -> int:
-    from extraction.embeddings import build_embedder, close_embedder
-
-    embedder = build_embedder(settings)
-    try:
-        store = await open_store(
-            settings.database_url, embedder, settings_defaults=settings.memory_defaults()
-        )
-        try:
-            return await _act_on(store, args)
-        finally:
-            await store.close()
-    finally:
-        await close_embedder(embedder)
+    async with opened_store(settings) as store:
+        return await _act_on(store, args)
 
 
 async def _act_on(store: Store, args: argparse.Namespace) -> int:

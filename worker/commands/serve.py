@@ -19,12 +19,14 @@ from uvicorn.supervisors import Multiprocess
 from api.auth import AuthConfig
 from api.metrics import MULTIPROCESS_ENV
 from worker.commands.errors import one_line, redact, run_reporting_database_errors, secrets_in
-from worker.commands.store_session import Store, opened_store
+from worker.commands.store_session import opened_store
 from worker.connection_budget import warn_if_over_budget
 from worker.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from store.factory import Store
 
 INSECURE_BANNER = (
     "pmem serve: WARNING --insecure-dev: no authentication. Every request without a credential acts as "

@@ -33,7 +33,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
     """Start the worker within PMEM_STARTUP_TIMEOUT_S and run it until SIGTERM/SIGINT; a signal
     at any point, start-up included, ends the process promptly."""
-    from worker.app import signals_set, start_bounded
+    from worker.lifecycle import signals_set, start_bounded
 
     stop = asyncio.Event()
     with signals_set(stop):
@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(**overrides)
     configure_logging(settings.log_level, json_format=settings.log_json)
     from store.migrate import SchemaError
-    from worker.app import ConfigurationError, StartupError
+    from worker.lifecycle import StartupError
+    from worker.streams import ConfigurationError
 
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

@@ -33,6 +33,7 @@ from typing import Any
 
 from extraction.embeddings import HashingEmbedder
 from extraction.factory import build_extractor
+from worker.evaluation.stores import fresh_store
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
 from worker.pipeline import PipelineDeps, process_event
@@ -178,20 +179,7 @@ async def main(argv: list[str] | None = None) -> int:
     embedder = default_embedder(args.embedding_provider)
     async with AsyncExitStack() as stack:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-facts-")))
-        store: Any
-        if args.store == "sqlite":
-            from store.sqlite.store import SqliteMemoryStore
-
-            store = SqliteMemoryStore(f"sqlite:///{directory}/facts.db", embedder)
-        else:
-            from store.migrate import migrate_async
-            from store.postgres.store import PostgresMemoryStore
-            from worker.evaluation.stores import embedded_database
-
-            url = stack.enter_context(embedded_database(directory))
-            await migrate_async(url, embedder.dim)
-            store = PostgresMemoryStore(url, embedder)
-        stack.push_async_callback(store.close)
+        store = await fresh_store(embedder, stack, kind=args.store, data_dir=directory)
         results = await run_all(store, load_cases())
     document = {"store": args.store, "embedder": type(embedder).__name__, **report(results)}
     print(json.dumps(document, indent=2))

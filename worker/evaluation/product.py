@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from store.model import RecallInclude
+from store.rules.evidence import evidence_lines
 from worker.evaluation.extracted import session_events
 from worker.evaluation.locomo import Conversation, Question, QuestionResult
 
@@ -24,7 +25,6 @@ Include = Literal["memories", "turns", "both"]
 INCLUDES: tuple[Include, ...] = ("memories", "turns", "both")
 ItemKind = Literal["memory", "turn"]
 
-_ROLES = frozenset({"user", "assistant"})
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # how much of a quote's words a message must share to be taken as its source when nothing matches
 # exactly (a redacted e-mail address or phone number changes a few words, not half of them)
@@ -106,15 +106,11 @@ def session_index(conversation: Conversation, owner: uuid.UUID) -> SessionIndex:
 
 
 def evidence_quotes(evidence: str | None, channel_id: uuid.UUID | None) -> tuple[Quote, ...]:
-    """A memory's evidence as quotes: the product stores it as `role: text` lines, one per cited
-    message, all from the memory's conversation (`channel_id`)."""
-    quotes: list[Quote] = []
-    for line in (evidence or "").splitlines():
-        role, separator, text = line.partition(": ")
-        said = text if separator and role in _ROLES else line
-        if said.strip():
-            quotes.append(Quote(channel_id=channel_id, position=None, text=said))
-    return tuple(quotes)
+    """A memory's evidence as quotes: one per cited message (`store.rules.evidence.evidence_lines`),
+    all from the memory's conversation (`channel_id`)."""
+    return tuple(
+        Quote(channel_id=channel_id, position=None, text=said.text) for said in evidence_lines(evidence)
+    )
 
 
 def include_kinds(include: Include) -> tuple[RecallInclude, ...]:

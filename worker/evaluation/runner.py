@@ -35,7 +35,7 @@ from worker.evaluation.options import PIPELINE_UNITS, EvalError, EvalOptions
 from worker.evaluation.product import kinds_count
 from worker.evaluation.progress import Progress
 from worker.evaluation.report import has_questions, report_json
-from worker.evaluation.stores import open_store
+from worker.evaluation.stores import evaluation_store
 from worker.evaluation.units import unit_key_contexts, unit_memories, unit_vectors
 
 _WRITE_BATCH = 256
@@ -140,7 +140,7 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             # query, and a model loading there (torch, seconds on a busy machine) would time the
             # other recalls in flight out of the pool
             await part.inner.embed(["warm-up"])
-        store = await open_store(options, embedder, stack)
+        store = await evaluation_store(options, embedder, stack)
         pipeline = (
             extraction_pipeline(
                 settings,

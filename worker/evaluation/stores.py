@@ -1,5 +1,5 @@
-"""The fresh store an evaluation run writes into: SQLite in a file, or Postgres (given, or an
-embedded one started for the run)."""
+"""The fresh store an evaluation run writes into: SQLite in a new file, or Postgres (given, or an
+embedded one started for the run), opened like every other store (`store.factory.open_store`)."""
 
 from __future__ import annotations
 
@@ -8,36 +8,54 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from store.factory import StoreOptions, open_store
 from store.migrate import migrate_async
-from worker.evaluation.cache import CachingEmbedder
+from store.protocols import Embedder
 from worker.evaluation.options import EvalOptions
 
+if TYPE_CHECKING:
+    from store.core.recall import ScoreFusion
+    from store.factory import Store
 
-async def open_store(options: EvalOptions, embedder: CachingEmbedder, stack: AsyncExitStack) -> Any:
-    """A fresh store of the chosen kind; closed (and a temporary database removed) by `stack`."""
-    if options.store == "sqlite":
-        from store.sqlite.store import SqliteMemoryStore
 
-        directory = options.data_dir
+async def fresh_store(
+    embedder: Embedder,
+    stack: AsyncExitStack,
+    *,
+    kind: str,
+    data_dir: Path | None = None,
+    database_url: str | None = None,
+    fusion: ScoreFusion | None = None,
+) -> Store:
+    """A fresh, migrated store; closed (and a temporary database removed) by `stack`. `kind`
+    "sqlite": a new file in `data_dir` (a temporary directory when None); "postgres": the database
+    at `database_url`, or a new one in an embedded Postgres in `data_dir`."""
+    if kind == "sqlite":
+        directory = data_dir
         if directory is None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pmem-eval-")))
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"pmem_eval_{uuid.uuid4().hex[:8]}.db"
-        sqlite_store = SqliteMemoryStore(f"sqlite:///{path}", embedder, fusion=options.fusion)
-        stack.push_async_callback(sqlite_store.close)
-        await sqlite_store.check_schema()
-        return sqlite_store
-    from store.postgres.store import PostgresMemoryStore
-
-    database_url = options.database_url
-    if database_url is None:
-        database_url = stack.enter_context(embedded_database(options.data_dir))
+        database_url = f"sqlite:///{directory / f'pmem_eval_{uuid.uuid4().hex[:8]}.db'}"
+    elif database_url is None:
+        database_url = stack.enter_context(embedded_database(data_dir))
     await migrate_async(database_url, embedder.dim)
-    store = PostgresMemoryStore(database_url, embedder, fusion=options.fusion)
+    store = await open_store(database_url, embedder, StoreOptions(fusion=fusion))
     stack.push_async_callback(store.close)
     return store
+
+
+async def evaluation_store(options: EvalOptions, embedder: Embedder, stack: AsyncExitStack) -> Store:
+    """The fresh store of an evaluation run (--store, --data-dir, --database-url, its fusion)."""
+    return await fresh_store(
+        embedder,
+        stack,
+        kind=options.store,
+        data_dir=options.data_dir,
+        database_url=options.database_url,
+        fusion=options.fusion,
+    )
 
 
 @contextmanager
