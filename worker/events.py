@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from store.core.directory import directory_entries
 from store.model import DirectoryEntry, Scope, UpsertAction
 from store.rules.admission import admit
+from store.rules.input_errors import describe, json_type
 from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")
@@ -152,7 +153,7 @@ def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidE
         return InvalidEvent(kind="not_json", reason=f"event body is not JSON: {_short(str(exc))}")
     if not isinstance(document, dict):
         return InvalidEvent(
-            kind="schema", reason=f"event must be a JSON object, got {type(document).__name__}"
+            kind="schema", reason=f"event: expected a JSON object, got {json_type(document)}"
         )
     event_id = document.get("event_id")
     best_effort_id = event_id if isinstance(event_id, str) else None
@@ -209,13 +210,7 @@ def _encodable(text: str) -> bool:
 
 
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(part) for part in error["loc"]) or "(root)"
-        parts.append(f"{location}: {error['msg']}")
-    more = exc.error_count() - len(parts)
-    suffix = f" (+{more} more)" if more > 0 else ""
-    return _short("; ".join(parts)) + suffix
+    return _short(describe(exc.errors()))
 
 
 def _short(text: str, limit: int = 500) -> str:

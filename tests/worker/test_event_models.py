@@ -65,15 +65,19 @@ def test_valid_event_parses_with_and_without_persona() -> None:
     [
         (b"not json at all", "not_json", "not JSON"),
         (b"\xff\xfe", "not_utf8", "UTF-8"),
-        (b"[1, 2]", "schema", "JSON object"),
-        (encode({k: v for k, v in event().items() if k != "user_id"}), "schema", "user_id"),
-        (encode(event(channel_id="general")), "schema", "channel_id"),
-        (encode(event(user_id=42)), "schema", "user_id"),
-        (encode(event(type="conversation.started")), "schema", "type"),
-        (encode(event(messages=[])), "schema", "messages"),
-        (encode(event(messages="hello")), "schema", "messages"),
-        (encode(event(messages=[{"role": "robot", "content": "x"}])), "schema", "role"),
-        (encode(event(messages=[{"role": "user", "content": 5}])), "schema", "content"),
+        (b"[1, 2]", "schema", "event: expected a JSON object, got an array"),
+        (encode({k: v for k, v in event().items() if k != "user_id"}), "schema", "user_id: required"),
+        (encode(event(channel_id="general")), "schema", "channel_id: expected a UUID string"),
+        (encode(event(user_id=42)), "schema", "user_id: expected a UUID string, got an integer"),
+        (encode(event(type="conversation.started")), "schema", "type: expected one of 'conversation.ended'"),
+        (encode(event(messages=[])), "schema", "messages: must not be an empty array"),
+        (encode(event(messages="hello")), "schema", "messages: expected an array, got a string"),
+        (encode(event(messages=[{"role": "robot", "content": "x"}])), "schema", "messages[0].role: expected one of"),
+        (
+            encode(event(messages=[{"role": "user", "content": 5}])),
+            "schema",
+            "messages[0].content: expected a string, got an integer",
+        ),
         (encode(event(messages=[{"role": "user", "content": "   "}])), "empty", "blank"),
         (encode(event(messages=[{"role": "user", "content": "a\u0000b"}])), "schema", "NUL"),
         (
@@ -95,6 +99,8 @@ def test_invalid_events_say_why(body: bytes, kind: str, fragment: str) -> None:
     assert isinstance(parsed, InvalidEvent)
     assert parsed.kind == kind
     assert fragment in parsed.reason
+    # the caller's words: JSON types, never Python's
+    assert not any(word in parsed.reason for word in ("tuple", "Input should", "dict", "NoneType", "be a valid"))
 
 
 def test_unpaired_surrogate_is_rejected() -> None:
