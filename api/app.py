@@ -30,9 +30,9 @@ from api.openapi import document_errors, path_methods
 from api.read_routing import CHECK_MARGIN_S, RecentWriters, after_write, wants_primary
 from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
-from store.rules.input_errors import describe, unparsable_body
 from store.protocols import ControlPlaneStore
 from store.read_scope import ReadScope, read_scope
+from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")

@@ -6,7 +6,8 @@ a service key acting for the user named in the query string. The conversation co
 the query string, `?user_id=&persona_id=&team_id=`. A request without a credential, with a bad one,
 or for a team the token does not list is answered 401/403 here, before the SDK sees it, so no tool
 runs; the body is a JSON-RPC error whose message is the reason, which the SDK's client raises as
-its `MCPError` (a body of another shape it replaces with "Server returned an error response"). Stateless, JSON responses: every POST carries its own credential and nothing is kept between
+its `MCPError` (a body of another shape it replaces with "Server returned an error response").
+Stateless, JSON responses: every POST carries its own credential and nothing is kept between
 requests."""
 
 from __future__ import annotations

@@ -30,8 +30,6 @@ def integral_number(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-
-
 class _Body(BaseModel):
     """A request body: unknown fields refused. Its numbers and booleans are `strict`: `"5"`, or `0`
     for false, is refused as the OpenAPI document says, rather than converted."""

@@ -152,9 +152,7 @@ def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidE
     except (ValueError, RecursionError) as exc:
         return InvalidEvent(kind="not_json", reason=f"event body is not JSON: {_short(str(exc))}")
     if not isinstance(document, dict):
-        return InvalidEvent(
-            kind="schema", reason=f"event: expected a JSON object, got {json_type(document)}"
-        )
+        return InvalidEvent(kind="schema", reason=f"event: expected a JSON object, got {json_type(document)}")
     event_id = document.get("event_id")
     best_effort_id = event_id if isinstance(event_id, str) else None
     try:

@@ -71,8 +71,9 @@ def field_name(location: Sequence[int | str]) -> str:
     (body, query, path, header) leads as words ("query parameter limit")."""
     parts = list(location)
     lead = ""
-    if parts and isinstance(parts[0], str) and parts[0] in _SOURCES:
-        source = parts.pop(0)
+    source = parts[0] if parts else None
+    if isinstance(source, str) and source in _SOURCES:
+        parts.pop(0)
         lead = _SOURCES[source]
         if not parts:
             return source

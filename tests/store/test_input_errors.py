@@ -81,7 +81,10 @@ PYTHON_WORDS = ("tuple", "dict", "list", "str ", "Input should", "int_", "NoneTy
         ({"tags": []}, "tags: must not be an empty array"),
         ({"surprise": 1}, "surprise: not a field of this request; remove it"),
         ({"colour": "green"}, "colour: expected one of 'red' or 'blue'"),
-        ({"items": [{"role": "robot", "content": "hi"}]}, "items[0].role: expected one of 'user' or 'assistant'"),
+        (
+            {"items": [{"role": "robot", "content": "hi"}]},
+            "items[0].role: expected one of 'user' or 'assistant'",
+        ),
         ({"items": [{"role": "user"}]}, "items[0].content: required; it is missing"),
         ({"limit": 0}, "limit: must be at least 1"),
         ({"limit": 201}, "limit: must be at most 200"),
@@ -143,8 +146,15 @@ def test_a_body_that_is_not_json_says_where() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, "null"), (True, "a boolean"), (1, "an integer"), (1.5, "a number"), ("s", "a string"),
-     ([1], "an array"), ({}, "an object")],
+    [
+        (None, "null"),
+        (True, "a boolean"),
+        (1, "an integer"),
+        (1.5, "a number"),
+        ("s", "a string"),
+        ([1], "an array"),
+        ({}, "an object"),
+    ],
 )
 def test_json_types(value: Any, expected: str) -> None:
     assert json_type(value) == expected

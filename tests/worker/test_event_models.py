@@ -72,7 +72,11 @@ def test_valid_event_parses_with_and_without_persona() -> None:
         (encode(event(type="conversation.started")), "schema", "type: expected one of 'conversation.ended'"),
         (encode(event(messages=[])), "schema", "messages: must not be an empty array"),
         (encode(event(messages="hello")), "schema", "messages: expected an array, got a string"),
-        (encode(event(messages=[{"role": "robot", "content": "x"}])), "schema", "messages[0].role: expected one of"),
+        (
+            encode(event(messages=[{"role": "robot", "content": "x"}])),
+            "schema",
+            "messages[0].role: expected one of",
+        ),
         (
             encode(event(messages=[{"role": "user", "content": 5}])),
             "schema",
@@ -100,7 +104,9 @@ def test_invalid_events_say_why(body: bytes, kind: str, fragment: str) -> None:
     assert parsed.kind == kind
     assert fragment in parsed.reason
     # the caller's words: JSON types, never Python's
-    assert not any(word in parsed.reason for word in ("tuple", "Input should", "dict", "NoneType", "be a valid"))
+    assert not any(
+        word in parsed.reason for word in ("tuple", "Input should", "dict", "NoneType", "be a valid")
+    )
 
 
 def test_unpaired_surrogate_is_rejected() -> None:
