@@ -8,6 +8,7 @@ DLQ instead of looping through redeliveries.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import uuid
@@ -88,6 +89,13 @@ class ConversationEnded(BaseModel):
             return value
         log.info("ignored a display name that is not a string (%s)", type(value).__name__)
         return None
+
+
+def event_fingerprint(event: ConversationEnded) -> str:
+    """The SHA-256 of the event's content as parsed (key order and spacing of the JSON aside): two
+    bodies under one `event_id` with different fingerprints are different conversations."""
+    canonical = json.dumps(event.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def event_names(event: ConversationEnded) -> list[DirectoryEntry]:

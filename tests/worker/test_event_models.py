@@ -18,8 +18,10 @@ from worker.events import (
     EventLimits,
     InvalidEvent,
     MemoryExtracted,
+    event_fingerprint,
     parse_event,
 )
+from worker.pipeline import reused_event_id
 
 LIMITS = EventLimits(max_messages=5, max_message_chars=100, max_total_chars=250)
 
@@ -272,3 +274,24 @@ def test_dead_letter_record_under_the_limit_is_whole() -> None:
     )
     assert not record.body_truncated and record.body_size == len(body)
     assert record.original_body() == body
+
+
+def test_the_fingerprint_is_the_content_not_the_spelling() -> None:
+    document = event()
+    spelled_otherwise = json.dumps(dict(reversed(list(document.items()))), indent=2).encode()
+    first, second = parse_event(encode(document), LIMITS), parse_event(spelled_otherwise, LIMITS)
+    assert isinstance(first, ConversationEnded) and isinstance(second, ConversationEnded)
+    assert event_fingerprint(first) == event_fingerprint(second)
+    changed = parse_event(encode({**document, "messages": document["messages"][:1]}), LIMITS)
+    assert isinstance(changed, ConversationEnded)
+    assert event_fingerprint(changed) != event_fingerprint(first)
+
+
+def test_a_reused_event_id_is_told_from_a_true_duplicate() -> None:
+    parsed = parse_event(encode(event()), LIMITS)
+    assert isinstance(parsed, ConversationEnded)
+    ours = event_fingerprint(parsed)
+    assert reused_event_id(parsed, ours, ours) is None
+    assert reused_event_id(parsed, ours, None) is None  # written before hashes were kept
+    said = reused_event_id(parsed, ours, "a" * 64)
+    assert said is not None and str(parsed.event_id) in said and "a" * 16 in said and ours[:16] in said
