@@ -31,6 +31,7 @@ from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocols import ControlPlaneStore
 from store.read_scope import ReadScope, read_scope
+from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
 
 log = logging.getLogger("pmem.api")
@@ -184,17 +185,6 @@ class Observe:
             self.metrics.duration.labels(method, path).observe(time.perf_counter() - start)
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    """`field <loc>: <message>` for each problem; never the input value (it may be a secret)."""
-    parts = []
-    for error in exc.errors():
-        location = ".".join(
-            str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")
-        )
-        parts.append(f"field {location or 'body'}: {error.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
-
-
 def create_app(
     *,
     store: ControlPlaneStore,
@@ -279,10 +269,14 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": _validation_message(exc)}, status_code=422)
+        # the caller's field names and JSON types; never the input value (it may be a secret)
+        return JSONResponse({"error": describe(exc.errors())}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and isinstance(exc.__cause__, (UnicodeDecodeError, RecursionError)):
+            # FastAPI's bare 400 for a body it could not decode: the documented 422, saying why
+            return JSONResponse({"error": unparsable_body(exc.__cause__)}, status_code=422)
         methods = path_methods(app.openapi(), request.url.path) if exc.status_code == 405 else None
         if methods is not None:
             # every method of the path: its routes are separate, and Starlette names only one's

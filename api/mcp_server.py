@@ -5,7 +5,9 @@ Authentication is the API's: `Authorization: Bearer` with a person's JWT (acting
 a service key acting for the user named in the query string. The conversation context comes from
 the query string, `?user_id=&persona_id=&team_id=`. A request without a credential, with a bad one,
 or for a team the token does not list is answered 401/403 here, before the SDK sees it, so no tool
-runs. Stateless, JSON responses: every POST carries its own credential and nothing is kept between
+runs; the body is a JSON-RPC error whose message is the reason, which the SDK's client raises as
+its `MCPError` (a body of another shape it replaces with "Server returned an error response").
+Stateless, JSON responses: every POST carries its own credential and nothing is kept between
 requests."""
 
 from __future__ import annotations
@@ -66,6 +68,25 @@ def tool_error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
+# JSON-RPC error codes of a refusal: the credential or its rights (invalid request), the context
+# named in the query string (invalid params)
+_REFUSAL_CODES = {401: -32600, 403: -32600, 422: -32602}
+
+
+def jsonrpc_refusal(body: bytes, *, status: int, message: str) -> dict[str, Any]:
+    """The JSON-RPC error answering a refused request: the request's id when its body names one
+    (null otherwise, as JSON-RPC allows), and the server's message."""
+    request_id: Any = None
+    try:
+        document = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("id"), (str, int)):
+        request_id = document["id"]
+    code = _REFUSAL_CODES.get(status, -32600)
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
 def _query_uuid(params: dict[str, str], name: str) -> uuid.UUID | None:
     raw = params.get(name, "").strip()
     if not raw:
@@ -73,7 +94,7 @@ def _query_uuid(params: dict[str, str], name: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(raw)
     except ValueError as exc:
-        raise BadInput(f"query parameter {name} must be a UUID") from exc
+        raise BadInput(f"query parameter {name}: expected a UUID string") from exc
 
 
 def build_mcp(state: AppState) -> tuple[Server[Any], StreamableHTTPSessionManager]:
@@ -140,9 +161,10 @@ class McpEndpoint:
             )
         except ApiError as exc:
             headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            await JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)(
-                scope, receive, send
-            )
+            # no tool runs, so the body (bounded by the app's limit) is read only for its id
+            body = await request.body() if scope["method"] == "POST" else b""
+            refusal = jsonrpc_refusal(body, status=exc.status, message=exc.message)
+            await JSONResponse(refusal, status_code=exc.status, headers=headers)(scope, receive, send)
             return
         scope[_CALLER_KEY] = (principal, subject)
         await self.manager.handle_request(scope, receive, send)

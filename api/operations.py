@@ -312,7 +312,7 @@ async def my_conversations(
         persona_id=persona_id,
         team_id=team_id,
         limit=_limit(limit),
-        cursor=cursor,
+        cursor=cursor or None,  # `cursor=` (empty): the first page
     )
     return await _page(store.list_channel_conversations(query))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.operations import BulkResult, MemoryDetail, SettingsView
 from store.model import (
@@ -21,7 +21,16 @@ from store.services.context_recall import ContextRecall
 from store.services.json_shapes import id_json, memory_json, revision_json, time_json, turn_json
 
 
+def integral_number(value: object) -> object:
+    """An integer as JSON Schema defines it (30 or 30.0) as an int, for a strict int field; a
+    fraction, a string or a boolean is left for the field to refuse."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class _Body(BaseModel):
+    """A request body: unknown fields refused. Its numbers and booleans are `strict`: `"5"`, or `0`
+    for false, is refused as the OpenAPI document says, rather than converted."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -35,7 +44,7 @@ class RejectBody(_Body):
     """How to reject: `forget` also erases what was said that the memory comes from (the
     conversation turns its evidence cites), leaving no text of them."""
 
-    forget: bool = False
+    forget: bool = Field(default=False, strict=True)
 
 
 class BulkBody(_Body):
@@ -52,11 +61,13 @@ class RecallBody(_Body):
     persona_id: uuid.UUID | None = None
     team_id: uuid.UUID | None = None
     query: str = Field(default="", max_length=4000)
-    limit: int = Field(default=20, ge=1, le=200)
+    limit: int = Field(default=20, ge=1, le=200, strict=True)
     # what to recall: stored memories, earlier conversations' turns (default both)
     include: list[Literal["memories", "turns"]] = Field(
         default=["memories", "turns"], min_length=1, max_length=2
     )
+
+    _integral_limit = field_validator("limit", mode="before")(integral_number)
 
     def asked(self) -> ContextRecall:
         """What the service asks, as the operations take it."""
@@ -66,15 +77,19 @@ class RecallBody(_Body):
 class SettingsBody(_Body):
     """One level's settings; null (or absent) inherits from the level above."""
 
-    enabled: bool | None = None
-    persona_learning: bool | None = None
+    enabled: bool | None = Field(default=None, strict=True)
+    persona_learning: bool | None = Field(default=None, strict=True)
     extraction_prompt: str | None = Field(default=None, max_length=20_000)
-    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    pending_days: int | None = Field(default=None, ge=1, le=36_500)
-    archived_days: int | None = Field(default=None, ge=1, le=36_500)
-    history: bool | None = None
-    history_days: int | None = Field(default=None, ge=1, le=36_500)
-    review_tool_saves: bool | None = None
+    min_confidence: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    pending_days: int | None = Field(default=None, ge=1, le=36_500, strict=True)
+    archived_days: int | None = Field(default=None, ge=1, le=36_500, strict=True)
+    history: bool | None = Field(default=None, strict=True)
+    history_days: int | None = Field(default=None, ge=1, le=36_500, strict=True)
+    review_tool_saves: bool | None = Field(default=None, strict=True)
+
+    _integral_days = field_validator("pending_days", "archived_days", "history_days", mode="before")(
+        integral_number
+    )
 
     def row(self) -> SettingsRow:
         """The values as a settings row (level and target are set by the route)."""

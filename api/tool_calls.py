@@ -42,7 +42,7 @@ def tool_subject(
             raise Forbidden("your token does not list this team (claim pmem_teams)")
         return ToolSubject(user_id=principal.subject, persona_id=persona_id, team_id=team_id)
     if user_id is None:
-        raise BadInput("field user_id: a service names the user the tool acts for")
+        raise BadInput("user_id: a service names the user the tool acts for")
     return ToolSubject(user_id=user_id, persona_id=persona_id, team_id=team_id)
 
 

@@ -211,6 +211,7 @@ _SQLITE_ADDED_COLUMNS = (
     ("memory_settings", "history_days", "INTEGER"),
     ("conversation_turns", "speaker", "TEXT"),
     ("conversation_turns", "search_text", "TEXT"),
+    ("processed_events", "body_sha256", "TEXT"),
 )
 
 

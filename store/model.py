@@ -187,6 +187,8 @@ class EventWrite:
 
     duplicate: bool
     results: tuple[UpsertResult, ...] = ()
+    # a duplicate: the content hash the event was first written with (None when not recorded)
+    earlier_body_sha256: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

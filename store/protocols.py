@@ -120,11 +120,13 @@ class WorkerStore(Protocol):
         dedup: DedupRule | None = None,
         neighbours: int = 8,
         turns: Sequence[NewTurn] = (),
+        body_sha256: str | None = None,
     ) -> EventWrite:
         """Upsert all memories, their audit rows, the event's turns and the processed-event row in
         ONE transaction.
 
-        An already-processed `event_id` writes nothing and returns `duplicate=True`. With `dedup`,
+        An already-processed `event_id` writes nothing and returns `duplicate=True`, with the
+        `body_sha256` it was first written with (so a reused id with another body shows). With `dedup`,
         each memory is first decided against its `neighbours` nearest stored memories, inside the
         transaction and under a per-owner lock (store.core.neighbours)."""
         ...

@@ -8,6 +8,7 @@ DLQ instead of looping through redeliveries.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import uuid
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from store.core.directory import directory_entries
 from store.model import DirectoryEntry, Scope, UpsertAction
 from store.rules.admission import admit
+from store.rules.input_errors import describe, json_type
 from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")
@@ -89,6 +91,13 @@ class ConversationEnded(BaseModel):
         return None
 
 
+def event_fingerprint(event: ConversationEnded) -> str:
+    """The SHA-256 of the event's content as parsed (key order and spacing of the JSON aside): two
+    bodies under one `event_id` with different fingerprints are different conversations."""
+    canonical = json.dumps(event.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def event_names(event: ConversationEnded) -> list[DirectoryEntry]:
     """The display names an event carries, for the ids it names."""
     return directory_entries(
@@ -151,9 +160,7 @@ def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidE
     except (ValueError, RecursionError) as exc:
         return InvalidEvent(kind="not_json", reason=f"event body is not JSON: {_short(str(exc))}")
     if not isinstance(document, dict):
-        return InvalidEvent(
-            kind="schema", reason=f"event must be a JSON object, got {type(document).__name__}"
-        )
+        return InvalidEvent(kind="schema", reason=f"event: expected a JSON object, got {json_type(document)}")
     event_id = document.get("event_id")
     best_effort_id = event_id if isinstance(event_id, str) else None
     try:
@@ -209,13 +216,7 @@ def _encodable(text: str) -> bool:
 
 
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(part) for part in error["loc"]) or "(root)"
-        parts.append(f"{location}: {error['msg']}")
-    more = exc.error_count() - len(parts)
-    suffix = f" (+{more} more)" if more > 0 else ""
-    return _short("; ".join(parts)) + suffix
+    return _short(describe(exc.errors()))
 
 
 def _short(text: str, limit: int = 500) -> str:

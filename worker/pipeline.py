@@ -39,14 +39,24 @@ from extraction.typing import Embedder, Extractor
 from store.core.recall import STOPWORDS, query_terms
 from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
-from store.model import Memory, MemorySettings, NewMemory, NewTurn, OwnerRef, Scope, TurnRole, UpsertAction
+from store.model import (
+    EventWrite,
+    Memory,
+    MemorySettings,
+    NewMemory,
+    NewTurn,
+    OwnerRef,
+    Scope,
+    TurnRole,
+    UpsertAction,
+)
 from store.protocols import WorkerStore
 from store.rules.admission import admit, has_content
 from store.rules.evidence import quoted_text
 from store.rules.forgetting import TURN_SEARCH_AFTER, TURN_SEARCH_BEFORE
 from store.rules.keys import embedding_text
 from store.services.settings_cache import SettingsCache
-from worker.events import ConversationEnded, EventMessage, event_names
+from worker.events import ConversationEnded, EventMessage, event_fingerprint, event_names
 from worker.metrics import Metrics
 from worker.tracing import span
 
@@ -621,6 +631,18 @@ class Written:
     key: str
 
 
+def reused_event_id(event: ConversationEnded, fingerprint: str, earlier: str | None) -> str | None:
+    """What to log when a duplicate `event_id` came with another body than it was first written
+    with (a publisher reusing ids: the new conversation is dropped); None for a true duplicate, or
+    when the first write recorded no hash."""
+    if earlier is None or earlier == fingerprint:
+        return None
+    return (
+        f"event {event.event_id} was already processed with another body (sha256 {earlier[:16]}…, "
+        f"this one {fingerprint[:16]}…): dropped as a duplicate; a new conversation needs a new event_id"
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
     """Result of one event: processed (possibly with nothing to write), duplicate or disabled.
@@ -658,7 +680,12 @@ async def process_event(
         finally:
             metrics.db_duration.labels(operation=operation).observe(time.perf_counter() - start)
 
-    async def duplicate(usage: TokenUsage | None = None) -> Outcome:
+    fingerprint = event_fingerprint(event)
+
+    async def duplicate(usage: TokenUsage | None = None, write: EventWrite | None = None) -> Outcome:
+        changed = None if write is None else reused_event_id(event, fingerprint, write.earlier_body_sha256)
+        if changed is not None:
+            log.warning(changed)
         writes = await db("event_writes", lambda: store.event_writes(event.event_id))
         earlier = tuple(Written(id=w.memory_id, action=w.action, scope=w.scope, key=w.key) for w in writes)
         return Outcome(status="duplicate", earlier=earlier, usage=usage or TokenUsage())
@@ -675,8 +702,11 @@ async def process_event(
         await db("set_names", lambda: store.set_names(names))
     scopes = allowed_scopes(event, policy)
     if not scopes:
-        write = await db("write_event", lambda: store.write_event(event_id=event.event_id, memories=()))
-        return await duplicate() if write.duplicate else Outcome(status="disabled")
+        write = await db(
+            "write_event",
+            lambda: store.write_event(event_id=event.event_id, memories=(), body_sha256=fingerprint),
+        )
+        return await duplicate(write=write) if write.duplicate else Outcome(status="disabled")
 
     owners = owners_for(event, scopes)
     words = prompt_words(event)
@@ -733,12 +763,13 @@ async def process_event(
                 dedup=decide_against_neighbours,
                 neighbours=DEDUP_NEIGHBOURS,
                 turns=stored_turns,
+                body_sha256=fingerprint,
             ),
         )
     if write.duplicate:
         # another delivery committed the same event between our check and our write (or the event
         # came again as a new message): nothing was written, so there are no results to read
-        return await duplicate(result.usage)
+        return await duplicate(result.usage, write)
     if len(write.results) != len(rows):
         raise RuntimeError(
             f"store.write_event returned {len(write.results)} results for {len(rows)} memories"

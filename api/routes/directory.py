@@ -25,7 +25,8 @@ class NameBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    # at least one letter or digit: a name of only punctuation or invisible characters is refused
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"[^\W_]")
 
 
 @router.put("/{kind}/{item_id}")
@@ -37,7 +38,7 @@ async def put_name(
         raise Forbidden("display names are set by the platform's service key or an admin")
     name = clean_name(body.name)
     if name is None:
-        problem = refusal("field name", admit(body.name, one_line=True), fix="give the name without it")
-        raise BadInput(problem or "field name: has no printable characters")
+        problem = refusal("name", admit(body.name, one_line=True), fix="give the name without it")
+        raise BadInput(problem or "name: has no printable characters")
     await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
     return {"kind": kind, "id": str(item_id), "name": name}

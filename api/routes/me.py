@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -10,7 +11,7 @@ from fastapi.responses import JSONResponse
 from api import operations
 from api.deps import Caller, State
 from api.schemas import RejectBody, ValueBody, conversation_json, export_json, rejection_json
-from store.model import Scope, Status
+from store.model import Status
 from store.services.json_shapes import memory_json
 
 router = APIRouter(prefix="/v1/me", tags=["me"])
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/v1/me", tags=["me"])
 async def list_my_memories(
     principal: Caller,
     state: State,
-    scope: Scope | None = None,
+    scope: Literal["user", "persona_user"] | None = None,
     persona_id: uuid.UUID | None = None,
     status: Status | None = None,
     team_id: uuid.UUID | None = None,

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api import tool_calls
 from api.deps import Caller, State
+from store.services.tools import TOOL_NAMES
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
@@ -20,7 +21,7 @@ class ToolCallBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=100, json_schema_extra={"enum": list(TOOL_NAMES)})
     # the model's arguments: an object, or the JSON string the chat completion returned
     arguments: dict[str, Any] | str | None = None
     user_id: uuid.UUID | None = None  # a service: required; a person: omitted or their own

@@ -370,6 +370,9 @@ def build_schema(embedding_dim: int, dialect: SchemaDialect) -> Schema:
         Column("processed_at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("memory_count", Integer, nullable=False, server_default=text("0")),
         Column("actor", Text, nullable=False, server_default=text("'worker'")),
+        # the event's content hash (`worker.events.event_fingerprint`): a reused event_id with
+        # another body is told apart from a redelivery
+        Column("body_sha256", Text, nullable=True),
     )
 
     settings = Table(

@@ -63,6 +63,7 @@ class EventBatch:
     dedup: DedupRule | None
     neighbours: int
     turns: Sequence[NewTurn] = ()
+    body_sha256: str | None = None
 
 
 def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:
@@ -383,12 +384,13 @@ class MemoryWrites(ConversationTurns):
         dedup: DedupRule | None = None,
         neighbours: int = 8,
         turns: Sequence[NewTurn] = (),
+        body_sha256: str | None = None,
     ) -> EventWrite:
         """Upserts, audit rows, the event's conversation turns and the processed-event row in one
         transaction.
 
         An event id that was already processed writes nothing (no memory, no turn) and returns
-        `duplicate=True`.
+        `duplicate=True` with the `body_sha256` the event was first written with.
 
         With `dedup`, inside the transaction and under a per-owner lock (so two concurrent events
         of one owner cannot both miss each other's fact): the `neighbours` nearest stored memories
@@ -419,6 +421,7 @@ class MemoryWrites(ConversationTurns):
             dedup=dedup,
             neighbours=neighbours,
             turns=turns,
+            body_sha256=body_sha256,
         )
         # a deadlock or serialisation failure is nobody's fault: the whole transaction (nothing of
         # it committed) is tried again at once, a few times, before it counts as a failure
@@ -446,13 +449,15 @@ class MemoryWrites(ConversationTurns):
                 processed_at=self._now(),
                 memory_count=len(batch.memories),
                 actor=batch.actor,
+                body_sha256=batch.body_sha256,
             )
             .on_conflict_do_nothing(index_elements=[pe.c.event_id])
             .returning(pe.c.event_id)
         )
         claimed = (await conn.execute(claim)).first() is not None
         if not claimed:
-            return EventWrite(duplicate=True)
+            earlier = select(pe.c.body_sha256).where(pe.c.event_id == batch.event_id)
+            return EventWrite(duplicate=True, earlier_body_sha256=(await conn.execute(earlier)).scalar())
         rows = list(batch.memories)
         results: dict[int, UpsertResult] = {}
         stored_key: set[int] = set()

@@ -165,7 +165,11 @@ class PgEventWriter:
             batch.memories, vectors, batch.neighbours, sizes, "locked" if early_sql else "whole", dim=dim
         )
         claim_sql, claim_params = claim_statement(
-            self._schema.processed_events.name, batch.event_id, batch.memories, actor=batch.actor
+            self._schema.processed_events.name,
+            batch.event_id,
+            batch.memories,
+            actor=batch.actor,
+            body_sha256=batch.body_sha256,
         )
         async with self._connections.round_trip(driver):
             await driver.execute("BEGIN")
@@ -190,8 +194,15 @@ class PgEventWriter:
             locked = locked_rows(*[await cursor.fetchall() for cursor in key_locks])
         self._owner_sizes.remember(counted)
         if claimed_row is None or not claimed_row[0]:
+            # a duplicate (rare): what it was first written with, for the worker to compare
+            table = self._schema.processed_events.name
+            earlier = await driver.execute(
+                f"SELECT body_sha256 FROM {table} WHERE event_id = %(event_id)s", {"event_id": batch.event_id}
+            )
+            earlier_row = await earlier.fetchone()
             await driver.execute("ROLLBACK")
-            return EventWrite(duplicate=True)
+            earlier_hash = None if earlier_row is None else earlier_row[0]
+            return EventWrite(duplicate=True, earlier_body_sha256=earlier_hash)
         if any(size > neighbours_sql.EXACT_OWNER_ROWS for size in counted.values()):
             # an owner new to the size cache is large: read everything again, under the locks
             near_sql, near_params = neighbours_statement(

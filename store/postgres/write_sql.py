@@ -99,14 +99,20 @@ def audit_params(rows: AuditRows) -> dict[str, str]:
 
 
 def claim_statement(
-    table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
+    table: str,
+    event_id: uuid.UUID,
+    memories: Sequence[NewMemory],
+    *,
+    actor: str,
+    body_sha256: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Postgres: insert the processed-event row unless it exists and take the owners' advisory
     locks (see `store.core.neighbours`), in one statement whose `claimed` is 1 when this transaction
     claimed the event."""
     sql = (
         f"WITH claim AS (INSERT INTO {table} "
-        "(event_id, processed_at, memory_count, actor) VALUES (%(event_id)s, now(), %(count)s, %(actor)s) "
+        "(event_id, processed_at, memory_count, actor, body_sha256) "
+        "VALUES (%(event_id)s, now(), %(count)s, %(actor)s, %(body_sha256)s) "
         "ON CONFLICT (event_id) DO NOTHING RETURNING event_id) "
         f"SELECT (SELECT count(*) FROM claim) AS claimed, ({OWNER_LOCKS_SQL}) AS locked"
     )
@@ -114,6 +120,7 @@ def claim_statement(
         "event_id": event_id,
         "count": len(memories),
         "actor": actor,
+        "body_sha256": body_sha256,
         "names": owner_lock_names(memories),
     }
     return sql, params

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import jwt
@@ -185,6 +186,36 @@ async def test_malformed_ids_and_bodies_are_422_naming_the_field(
     assert unknown.status_code == 422 and "min_confidense" in unknown.json()["error"]
     cursor = await client.get("/v1/review?cursor=forged", headers=people.headers("admin"))
     assert cursor.status_code == 422 and "cursor" in cursor.json()["error"]
+
+
+async def test_422s_name_the_field_as_sent_and_the_json_type(
+    client: httpx.AsyncClient, people: People
+) -> None:
+    service = people.headers("service")
+    user = str(people.user)
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"json": {"user_id": user, "query": "x" * 4001}}, "query: longer than 4000 characters"),
+        ({"json": {"user_id": user, "limit": "ten"}}, "limit: expected an integer, got a string"),
+        ({"json": {"user_id": user, "include": "memories"}}, "include: expected an array, got a string"),
+        ({"json": {"user_id": 7}}, "user_id: expected a UUID string, got an integer"),
+        ({"json": {}}, "user_id: required; it is missing"),
+        ({"json": ["user_id"]}, "body: expected an object, got an array"),
+        (
+            {"content": b'{"user_id": ', "headers": {"Content-Type": "application/json"}},
+            "body: not valid JSON (Expecting value at character 12)",
+        ),
+        (
+            {"content": b'{"user_id": "\xff"}', "headers": {"Content-Type": "application/json"}},
+            "body: not valid JSON (not UTF-8: invalid start byte at byte 13)",
+        ),
+    ]
+    for kwargs, expected in cases:
+        headers = {**service, **kwargs.pop("headers", {})}
+        response = await client.post("/v1/recall", headers=headers, **kwargs)
+        assert response.status_code == 422, (expected, response.text)
+        assert response.json() == {"error": expected}
+    query = await client.get("/v1/review?limit=lots", headers=people.headers("admin"))
+    assert query.json()["error"] == "query parameter limit: expected an integer, got a string"
 
 
 async def test_an_oversized_body_is_413(client: httpx.AsyncClient, people: People) -> None:

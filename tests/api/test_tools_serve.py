@@ -17,6 +17,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from api.auth import mint_jwt
 from extraction.embeddings import HashingEmbedder
@@ -126,8 +127,9 @@ def mcp_url(served: Served, **context: uuid.UUID | None) -> str:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, credential: str) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=10)
+async def mcp_client(url: str, credential: str | None) -> AsyncIterator[Client]:
+    headers = {} if credential is None else {"Authorization": f"Bearer {credential}"}
+    http = httpx2.AsyncClient(headers=headers, timeout=10)
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
         yield client
 
@@ -333,6 +335,18 @@ async def test_a_person_acts_for_themselves_only(served: Served, store: Postgres
     assert [m["value"] for m in mine.structured_content["memories"]] == ["Porto"]
 
 
+# what the server says to each refused caller (the same words over HTTP and MCP)
+REASONS = {
+    ("none", ()): "no credential: send `Authorization: Bearer <JWT or API key>`",
+    ("forged", ()): "the token is not valid: Signature verification failed",
+    ("unknown_key", ("user_id",)): "the API key is unknown or revoked",
+    ("person", ("team_id",)): "your token does not list this team (claim pmem_teams)",
+    ("person", ("user_id",)): "a person's tools act for themselves only; leave user_id out or use your own",
+    ("service", ()): "user_id: a service names the user the tool acts for",
+    ("service", ("user_id",)): "query parameter user_id: expected a UUID string",
+}
+
+
 @pytest.mark.parametrize(
     ("credential", "context", "status"),
     [
@@ -372,14 +386,30 @@ async def test_mcp_refuses_before_any_tool_runs(
     async with httpx.AsyncClient(timeout=10) as http:
         response = await http.post(url, json=call, headers=headers)
     assert response.status_code == status, response.text
-    assert "error" in response.json() and "Is vegetarian" not in response.text
+    assert "Is vegetarian" not in response.text
+    # a JSON-RPC error answering the request's id, with the server's reason as its message
+    refusal = response.json()
+    assert refusal["jsonrpc"] == "2.0" and refusal["id"] == 1, refusal
+    reason = refusal["error"]["message"]
+    assert reason == REASONS[credential, tuple(context)], reason
     assert await store.list(MemoryFilter(owner_id=other)) == before
-    # the SDK's client sees the refusal too, without reaching a tool
-    if tokens[credential] and status == 403:
-        with pytest.raises(Exception):  # noqa: B017 - the SDK wraps the HTTP status in its own errors
-            async with mcp_client(url, tokens[credential]) as client:
-                await client.call_tool("forget", {"subject": "me", "key": "diet"})
-        assert await store.list(MemoryFilter(owner_id=other)) == before
+    # the SDK's client raises that message, without reaching a tool
+    # (the SDK may wrap its MCPError in exception groups: `mcp_errors` finds it)
+    with pytest.raises(Exception) as caught:
+        async with mcp_client(url, tokens[credential]) as client:
+            await client.call_tool("forget", {"subject": "me", "key": "diet"})
+    raised = mcp_errors(caught.value)
+    assert [error.message for error in raised] == [reason], caught.value
+    assert await store.list(MemoryFilter(owner_id=other)) == before
+
+
+def mcp_errors(raised: BaseException) -> list[MCPError]:
+    """The SDK's MCPErrors in what it raised (it may wrap them in exception groups)."""
+    if isinstance(raised, MCPError):
+        return [raised]
+    if isinstance(raised, BaseExceptionGroup):
+        return [error for inner in raised.exceptions for error in mcp_errors(inner)]
+    return []
 
 
 ROLES = ("anonymous", "user", "team_admin", "admin", "service")

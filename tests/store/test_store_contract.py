@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from extraction.dedup import decide_against_neighbours
 from store.model import MemoryFilter, NewMemory, OwnerRef
 from tests.store.store_testkit import ConceptEmbedder, MakeStore, Store, mem, recorded
 
@@ -357,6 +358,26 @@ async def test_a_processed_event_is_a_duplicate_and_writes_nothing(store: Store)
     again = await store.write_event(event_id=event, memories=[mem(owner=user, key="b", value="2")])
     assert again.duplicate is True and again.results == ()
     assert [m.key for m in await store.list(MemoryFilter(owner_id=user))] == ["a"]
+
+
+@pytest.mark.parametrize("deduplicated", [False, True])
+async def test_a_duplicate_event_tells_the_body_hash_it_was_first_written_with(
+    store: Store, deduplicated: bool
+) -> None:
+    user, event, unhashed = new_id(), new_id(), new_id()
+    # with a dedup rule and pending memories, Postgres takes its pipelined write
+    dedup = decide_against_neighbours if deduplicated else None
+
+    def batch(key: str) -> list[NewMemory]:
+        return [mem(owner=user, key=key, value="1", status="pending_review")]
+
+    first = await store.write_event(event_id=event, memories=batch("a"), dedup=dedup, body_sha256="f" * 64)
+    assert first.duplicate is False and first.earlier_body_sha256 is None
+    again = await store.write_event(event_id=event, memories=batch("b"), dedup=dedup, body_sha256="0" * 64)
+    assert again.duplicate is True and again.earlier_body_sha256 == "f" * 64
+    await store.write_event(event_id=unhashed, memories=batch("c"), dedup=dedup)
+    after_unhashed = await store.write_event(event_id=unhashed, memories=batch("d"), dedup=dedup)
+    assert after_unhashed.duplicate is True and after_unhashed.earlier_body_sha256 is None
 
 
 async def test_write_event_is_all_or_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,8 +18,10 @@ from worker.events import (
     EventLimits,
     InvalidEvent,
     MemoryExtracted,
+    event_fingerprint,
     parse_event,
 )
+from worker.pipeline import reused_event_id
 
 LIMITS = EventLimits(max_messages=5, max_message_chars=100, max_total_chars=250)
 
@@ -65,15 +67,23 @@ def test_valid_event_parses_with_and_without_persona() -> None:
     [
         (b"not json at all", "not_json", "not JSON"),
         (b"\xff\xfe", "not_utf8", "UTF-8"),
-        (b"[1, 2]", "schema", "JSON object"),
-        (encode({k: v for k, v in event().items() if k != "user_id"}), "schema", "user_id"),
-        (encode(event(channel_id="general")), "schema", "channel_id"),
-        (encode(event(user_id=42)), "schema", "user_id"),
-        (encode(event(type="conversation.started")), "schema", "type"),
-        (encode(event(messages=[])), "schema", "messages"),
-        (encode(event(messages="hello")), "schema", "messages"),
-        (encode(event(messages=[{"role": "robot", "content": "x"}])), "schema", "role"),
-        (encode(event(messages=[{"role": "user", "content": 5}])), "schema", "content"),
+        (b"[1, 2]", "schema", "event: expected a JSON object, got an array"),
+        (encode({k: v for k, v in event().items() if k != "user_id"}), "schema", "user_id: required"),
+        (encode(event(channel_id="general")), "schema", "channel_id: expected a UUID string"),
+        (encode(event(user_id=42)), "schema", "user_id: expected a UUID string, got an integer"),
+        (encode(event(type="conversation.started")), "schema", "type: expected one of 'conversation.ended'"),
+        (encode(event(messages=[])), "schema", "messages: must not be an empty array"),
+        (encode(event(messages="hello")), "schema", "messages: expected an array, got a string"),
+        (
+            encode(event(messages=[{"role": "robot", "content": "x"}])),
+            "schema",
+            "messages[0].role: expected one of",
+        ),
+        (
+            encode(event(messages=[{"role": "user", "content": 5}])),
+            "schema",
+            "messages[0].content: expected a string, got an integer",
+        ),
         (encode(event(messages=[{"role": "user", "content": "   "}])), "empty", "blank"),
         (encode(event(messages=[{"role": "user", "content": "a\u0000b"}])), "schema", "NUL"),
         (
@@ -95,6 +105,10 @@ def test_invalid_events_say_why(body: bytes, kind: str, fragment: str) -> None:
     assert isinstance(parsed, InvalidEvent)
     assert parsed.kind == kind
     assert fragment in parsed.reason
+    # the caller's words: JSON types, never Python's
+    assert not any(
+        word in parsed.reason for word in ("tuple", "Input should", "dict", "NoneType", "be a valid")
+    )
 
 
 def test_unpaired_surrogate_is_rejected() -> None:
@@ -260,3 +274,24 @@ def test_dead_letter_record_under_the_limit_is_whole() -> None:
     )
     assert not record.body_truncated and record.body_size == len(body)
     assert record.original_body() == body
+
+
+def test_the_fingerprint_is_the_content_not_the_spelling() -> None:
+    document = event()
+    spelled_otherwise = json.dumps(dict(reversed(list(document.items()))), indent=2).encode()
+    first, second = parse_event(encode(document), LIMITS), parse_event(spelled_otherwise, LIMITS)
+    assert isinstance(first, ConversationEnded) and isinstance(second, ConversationEnded)
+    assert event_fingerprint(first) == event_fingerprint(second)
+    changed = parse_event(encode({**document, "messages": document["messages"][:1]}), LIMITS)
+    assert isinstance(changed, ConversationEnded)
+    assert event_fingerprint(changed) != event_fingerprint(first)
+
+
+def test_a_reused_event_id_is_told_from_a_true_duplicate() -> None:
+    parsed = parse_event(encode(event()), LIMITS)
+    assert isinstance(parsed, ConversationEnded)
+    ours = event_fingerprint(parsed)
+    assert reused_event_id(parsed, ours, ours) is None
+    assert reused_event_id(parsed, ours, None) is None  # written before hashes were kept
+    said = reused_event_id(parsed, ours, "a" * 64)
+    assert said is not None and str(parsed.event_id) in said and "a" * 16 in said and ours[:16] in said

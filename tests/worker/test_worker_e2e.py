@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extraction.embeddings import close_embedder
 from tests.worker.worker_harness import Harness, conversation, http_get, memory_values, wait_for
 from worker.app import build_worker
-from worker.events import DLQ_REASON_HEADER, ConversationEnded
+from worker.events import DLQ_REASON_HEADER, ConversationEnded, event_fingerprint
 from worker.pipeline import Outcome, process_event
 from worker.streams import consumer_config
 from worker.testing.fake_openai import Reply
@@ -166,6 +166,33 @@ async def test_a_redelivered_committed_event_never_reaches_the_llm(harness: Harn
         await worker.extractor.close()
         await close_embedder(worker.embedder)
     assert await h.count("SELECT count(*) FROM memories") == 1
+
+
+async def test_a_reused_event_id_with_another_body_is_logged_as_such(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = harness
+    document = conversation("I live in Bern.", "Ok.")
+    event = ConversationEnded.model_validate(document)
+    changed = event.model_copy(update={"messages": (*event.messages[:1], *event.messages[:1])})
+    worker = await build_worker(h.settings(), serve_http=False)
+    try:
+        assert (await process_event(event, worker.deps, check_processed=False)).status == "processed"
+        caplog.set_level(logging.INFO, logger="pmem")
+        same = await process_event(event, worker.deps, check_processed=False)
+        assert same.status == "duplicate"
+        assert not [r for r in caplog.records if "another body" in r.getMessage()]
+        other = await process_event(changed, worker.deps, check_processed=False)
+        assert other.status == "duplicate"
+    finally:
+        await worker.store.close()
+        await worker.extractor.close()
+        await close_embedder(worker.embedder)
+    said = [r for r in caplog.records if "another body" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    line = said[0].getMessage()
+    assert str(event.event_id) in line
+    assert event_fingerprint(event)[:16] in line and event_fingerprint(changed)[:16] in line
 
 
 async def _commit_without_publishing(h: Harness, event: dict[str, Any]) -> Outcome:
