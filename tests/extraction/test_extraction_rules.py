@@ -43,7 +43,7 @@ async def extract(*user_messages: str, scopes: tuple[Scope, ...] = ("user",)) ->
         ("I have a severe latex allergy", "allergy latex", "Is allergic to latex"),
         ("I prefer Go over Python", "prefers go", "Prefers Go over Python"),
         ("I prefer email", "prefers email", "Prefers email"),
-        ("I love hiking in the mountains", "likes hiking", "Loves hiking"),
+        ("I love hiking in the mountains", "likes hiking", "Loves hiking in the mountains"),
         ("I like to swim", "likes to swim", "Likes to swim"),
         ("I hate mornings", "dislikes mornings", "Hates mornings"),
         ("I don't like spicy food", "dislikes spicy food", "Does not like spicy food"),
