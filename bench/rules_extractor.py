@@ -72,17 +72,19 @@ def report(name: str, score: SplitScore, ungrounded: int) -> dict[str, Any]:
     for category in CATEGORIES:
         counts = score.by_category[category]
         if counts.labels or counts.extracted:
-            print(
-                f"  {category:15} recall {_percent(counts.recall)} ({counts.labels_found:2}/{counts.labels:2})"
-                f"  precision {_percent(counts.precision)} ({counts.extracted_right:2}/{counts.extracted:2})"
-            )
+            found = f"({counts.labels_found:2}/{counts.labels:2})"
+            right = f"({counts.extracted_right:2}/{counts.extracted:2})"
+            recall, precision = _percent(counts.recall), _percent(counts.precision)
+            print(f"  {category:15} recall {recall} {found}  precision {precision} {right}")
     figures: dict[str, Any] = {
         "total": total.as_dict(),
         "ungrounded": ungrounded,
         "by_category": {c: score.by_category[c].as_dict() for c in CATEGORIES},
     }
     if name == "tune":  # the held-out half's misses stay unread, as in `--show`
-        figures["missed"] = {cid: [f"{f.key}: {f.value}" for f in facts] for cid, facts in score.missed.items()}
+        figures["missed"] = {
+            cid: [f"{f.key}: {f.value}" for f in facts] for cid, facts in score.missed.items()
+        }
         figures["wrong"] = {cid: [f"{f.key}: {f.value}" for f in facts] for cid, facts in score.wrong.items()}
     return figures
 
@@ -116,7 +118,9 @@ async def run(splits: tuple[str, ...], *, details: bool) -> dict[str, Any]:
 
 def _commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return out.stdout.strip()
@@ -124,9 +128,13 @@ def _commit() -> str:
 
 def main() -> None:
     """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--split", choices=(*SPLITS, "both"), default="both")
-    parser.add_argument("--show", action="store_true", help="print the missed labels and the wrong candidates")
+    parser.add_argument(
+        "--show", action="store_true", help="print the missed labels and the wrong candidates"
+    )
     parser.add_argument(
         "--json",
         nargs="?",
@@ -134,7 +142,9 @@ def main() -> None:
         type=Path,
         help="write the figures as JSON (default file under bench/results/)",
     )
-    parser.add_argument("--variant", default="", help="what was measured, recorded in the JSON (e.g. main's rules)")
+    parser.add_argument(
+        "--variant", default="", help="what was measured, recorded in the JSON (e.g. main's rules)"
+    )
     args = parser.parse_args()
     splits = SPLITS if args.split == "both" else (args.split,)
     figures = asyncio.run(run(splits, details=args.show))

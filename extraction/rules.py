@@ -3,24 +3,39 @@
 It is not equal to an LLM and does not pretend to be. It reads only the USER's messages, one
 sentence at a time, and recognises plain first-person statements with fixed patterns:
 
-| statement                                   | key                      | confidence |
-|---------------------------------------------|--------------------------|------------|
-| "my name is X", "I'm called X"              | user name                | 0.9        |
-| "call me X"                                 | preferred name           | 0.9        |
-| "I live in X", "I moved to X"               | home location            | 0.85       |
-| "I'm from X"                                | place of origin          | 0.8        |
-| "I work as X", "I'm a <known job>"          | job title                | 0.8 / 0.75 |
-| "I work at/for X"                           | current employer         | 0.8        |
-| "I'm vegetarian/vegan/…"                    | diet preference          | 0.85       |
-| "I don't eat X"                             | avoids X                 | 0.8        |
-| "I'm allergic to X", "I have a X allergy"   | allergy X                | 0.9        |
-| "I prefer X (over Y)"                       | prefers X                | 0.7        |
-| "I love/like/enjoy X", "I hate/dislike X"   | likes X / dislikes X     | 0.65       |
-| "my favourite X is Y"                       | favorite X               | 0.8        |
-| "remember that …", "don't forget that …"    | note <first words>       | 0.8        |
+| statement                                                   | key                    | conf.   |
+|-------------------------------------------------------------|------------------------|---------|
+| "my name is X", "I'm called X", "I'm Priya.", "name's X"    | user name              | 0.85–0.9 |
+| "Maya here."                                                | user name              | 0.8     |
+| "call me X"                                                 | preferred name         | 0.9     |
+| "I/we live in X", "based in X", "I/we moved to X"           | home location          | 0.85    |
+| "I'm from X"                                                | place of origin        | 0.8     |
+| "I work as X", "I'm a <known job> (at Y)"                   | job title, employer    | 0.75–0.8 |
+| "I work at/for X"                                           | current employer       | 0.8     |
+| "I'm vegetarian/vegan/diabetic/…"                           | diet preference        | 0.85    |
+| "I don't eat/drink X", "I quit X", "I can't have X", "No X" | avoids X               | 0.75–0.8 |
+| "I (only) drink X", "No X, Y only"                          | drinks                 | 0.7–0.75 |
+| "I'm allergic to X", "… and allergic to X", "X allergy"     | allergy X              | 0.85–0.9 |
+| "every Tuesday I …", "I run on Mondays", "I'm off on Fridays" | routine <days>       | 0.7     |
+| "my hours are …"                                            | working hours          | 0.75    |
+| "my dog Biscuit", "our cat is called Miso", "a dog named Luna" | pet <animal> <name> | 0.85    |
+| "my wife Anna", "my sister lives in X", "… she's a doctor"  | <relative>'s name/home/job | 0.75–0.8 |
+| "I have two kids", "I live with my partner"                 | children, lives with … | 0.8     |
+| "I prefer X (over Y)"                                       | prefers X              | 0.7     |
+| "I love/like/enjoy/hate X", "I'm (not) into X", "not a X person" | likes / dislikes X | 0.65  |
+| "my favourite X is Y"                                       | favorite X             | 0.8     |
+| "remember that …", "don't forget that …"                    | note <first words>     | 0.8     |
 
-Negations ("I don't live in …"), questions and hypotheticals ("if I …") are skipped; anything
-subtler (facts spread over turns, implied preferences, assistant-confirmed facts) is missed.
+Every value is the user's own words behind a short predicate ("Lives in", "Has a dog named"),
+so the grounding check finds it in the message: the extractor never invents. Questions (unless
+they open with a statement: "I love Thai food, any recipes?"), hypotheticals and wishes ("if I …",
+"I'd …", "I wish …"), negations ("I don't live in …", "I'm not vegan") and other people's facts
+("my brother loves hockey") are skipped, except where the negation is the fact ("I don't eat
+meat") and a relative's fact is told as theirs ("Sister lives in Lyon"). A sentence is read clause
+by clause where a new first-person clause starts ("I'm Kenji, I live in Osaka"). Anything subtler
+(facts spread over turns, "I live there", implied preferences, assistant-confirmed facts) is
+missed.
+
 Scope: `persona_user` when a persona is active, else `user`; never `persona`. Output goes through
 the same redaction, validation and secret screening as the LLM's.
 """
@@ -241,7 +256,9 @@ def _based(m: re.Match[str]) -> list[tuple[str, str]]:
 
 @_rule(r"\b(?:i|we)(?:'ve| have)? (?:just |recently )?moved to\s+(.+)", 0.85)
 def _moved(m: re.Match[str]) -> list[tuple[str, str]]:
-    place = _phrase(m.group(1), 4, extra_stop=frozenset({"for", "last", "in", "a", "this", "from", "two", "with"}))
+    place = _phrase(
+        m.group(1), 4, extra_stop=frozenset({"for", "last", "in", "a", "this", "from", "two", "with"})
+    )
     return [("home location", f"Moved to {place}")] if place else []
 
 
@@ -294,7 +311,9 @@ def _diet(m: re.Match[str]) -> list[tuple[str, str]]:
 
 _NEGATIONS = _words("not no never don't doesn't can't cannot won't didn't isn't")
 # Words that end what is avoided: "meat anymore", "fish either", "coffee after noon"
-_FOOD_STOP = frozenset({"anymore", "either", "now", "any", "more", "much", "after", "before", "at", "on", "during"})
+_FOOD_STOP = frozenset(
+    {"anymore", "either", "now", "any", "more", "much", "after", "before", "at", "on", "during"}
+)
 # A qualifier that changes what is avoided ("coffee after noon" is not "coffee"): kept in the value.
 _QUALIFIER = re.compile(r"\s*((?:after|before|at|on|during) [\w:]+(?: [\w:]+)?)", re.IGNORECASE)
 
@@ -303,7 +322,11 @@ def _avoided(text: str, verb: str) -> list[tuple[str, str]]:
     """One "avoids X" fact per item of `text`, the qualifier of a single item kept in the value."""
     items = _items(text, 3, extra_stop=_FOOD_STOP)
     if len(items) == 1:
-        head = text[text.lower().find(items[0].lower()) + len(items[0]) :] if items[0].lower() in text.lower() else ""
+        head = (
+            text[text.lower().find(items[0].lower()) + len(items[0]) :]
+            if items[0].lower() in text.lower()
+            else ""
+        )
         qualifier = _QUALIFIER.match(head)
         if qualifier:
             phrase = qualifier.group(1).rstrip(",.;!")
@@ -324,7 +347,11 @@ def _avoids_drink(m: re.Match[str]) -> list[tuple[str, str]]:
     return _avoided(m.group(1), "Does not drink")
 
 
-@_rule(r"\bi (?:can't|cannot|can not) (?:have|tolerate|digest)\s+(?!an?\b|the\b|my\b|any\b|it\b|that\b|this\b)(.+)", 0.75)
+@_rule(
+    r"\bi (?:can't|cannot|can not) (?:have|tolerate|digest)\s+"
+    r"(?!an?\b|the\b|my\b|any\b|it\b|that\b|this\b)(.+)",
+    0.75,
+)
 def _cannot_have(m: re.Match[str]) -> list[tuple[str, str]]:
     return _avoided(m.group(1), "Can't have")
 
@@ -364,7 +391,11 @@ def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
     if thing.split()[0] in _NOT_AVOIDED or thing.split()[-1] in {"for", "in", "at", "please", "pls"}:
         return []
     facts = [(_key("avoids", thing), f"No {m.group(1)}")]
-    only = re.match(r"\s*,\s*(?:(?:just|only)\s+([a-z][\w-]*(?: [a-z][\w-]*)?)|([a-z][\w-]*(?: [a-z][\w-]*)?)\s+only)\b", m.group(2), re.IGNORECASE)
+    only = re.match(
+        r"\s*,\s*(?:(?:just|only)\s+([a-z][\w-]*(?: [a-z][\w-]*)?)|([a-z][\w-]*(?: [a-z][\w-]*)?)\s+only)\b",
+        m.group(2),
+        re.IGNORECASE,
+    )
     if only:
         instead = only.group(1) or only.group(2)
         kind = "drinks" if thing.split()[-1] in _DRINKS or instead.split()[-1].lower() in _DRINKS else "eats"
@@ -374,7 +405,9 @@ def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
 
 @_rule(r"\bi (only |mostly |usually |just )?drink\s+(.+)", 0.7)
 def _drink(m: re.Match[str]) -> list[tuple[str, str]]:
-    drink = _phrase(m.group(2), 5, extra_stop=frozenset({"at", "in", "on", "every", "before", "after", "when"}))
+    drink = _phrase(
+        m.group(2), 5, extra_stop=frozenset({"at", "in", "on", "every", "before", "after", "when"})
+    )
     if not drink or drink.split()[0].lower() in _PRONOUN_OBJECTS:
         return []
     adverb = m.group(1).strip().capitalize() + " drinks" if m.group(1) else "Drinks"
@@ -405,11 +438,10 @@ _DAY = (
 _TIME = _DAY + r"(?:\s*(?:,|and|&|or|to|-)\s*" + _DAY + r")*(?:\s+(?:morning|evening|afternoon|night)s?)?"
 # a routine's time: "every Tuesday evening", "each Sunday", "on Mondays and Thursdays", "on weekdays"
 _EVERY = r"(?:every|each)\s+(?:other\s+)?" + _TIME
-_ON_PLURAL = (
-    r"on\s+(?=\w*(?:days|weekends?|nights|mornings|evenings)\b)" + _TIME
-)
+_ON_PLURAL = r"on\s+(?=\w*(?:days|weekends?|nights|mornings|evenings)\b)" + _TIME
 _RECURRING = r"(?:" + _EVERY + r"|" + _ON_PLURAL + r")"
-_CLOCK = r"(?:\s+(?:at|from)\s+\d{1,2}(?::\d\d)?\s*(?:am|pm)?(?:\s*(?:to|-)\s*\d{1,2}(?::\d\d)?\s*(?:am|pm)?)?|\s+(?:before|after)\s+work)?"
+_HOUR = r"\d{1,2}(?::\d\d)?\s*(?:am|pm)?"
+_CLOCK = r"(?:\s+(?:at|from)\s+" + _HOUR + r"(?:\s*(?:to|-)\s*" + _HOUR + r")?|\s+(?:before|after)\s+work)?"
 _PAST = _words("went was were had did got saw met took made came left used")
 # verbs of a state of mind, not a routine ("Every day I feel worse", "on Mondays I think…")
 _NOT_AN_ACTIVITY = _NEGATIONS | _words(
@@ -422,14 +454,19 @@ _THIRD_PERSON = {"have": "has", "do": "does", "go": "goes", "am": "is"}
 
 
 def _third_person(activity: str) -> str | None:
-    """"work from home" → "Works from home", "usually eat out" → "Usually eats out"; None for a
+    """ "work from home" → "Works from home", "usually eat out" → "Usually eats out"; None for a
     past, negated or mental verb, or an activity that only says "it"."""
     words = activity.split()
     if words and words[0].lower() in _ADVERBS:
         rest = _third_person(" ".join(words[1:]))
         return f"{words[0].capitalize()} {rest[0].lower()}{rest[1:]}" if rest else None
     verb = words[0].lower() if words else ""
-    if not verb.isalpha() or verb in _NOT_AN_ACTIVITY or verb in _PAST or (verb.endswith("ed") and len(verb) > 4):
+    if (
+        not verb.isalpha()
+        or verb in _NOT_AN_ACTIVITY
+        or verb in _PAST
+        or (verb.endswith("ed") and len(verb) > 4)
+    ):
         return None
     if len(words) == 2 and words[1].lower() in _VAGUE_OBJECTS:
         return None
@@ -449,7 +486,9 @@ def _routine_key(when: str) -> str:
     return _key("routine", *(d.lower() for d in days[:4]))
 
 
-_ACTIVITY_STOP = frozenset({"so", "but", "because", "which", "that", "when", "while", "though", "unless", "until"})
+_ACTIVITY_STOP = frozenset(
+    {"so", "but", "because", "which", "that", "when", "while", "though", "unless", "until"}
+)
 
 
 def _activity(text: str) -> str | None:
@@ -479,7 +518,9 @@ def _time_first(m: re.Match[str]) -> list[tuple[str, str]]:
     done = _third_person(activity) if activity else None
     if not done:
         return []
-    said_when = " ".join(part for part in (when[0].lower() + when[1:], clock) if part)
+    if when.split()[0].lower() in {"every", "each", "on"}:
+        when = when[0].lower() + when[1:]  # it opened the sentence; a day's name keeps its capital
+    said_when = " ".join(part for part in (when, clock) if part)
     return [(_routine_key(when), f"{done} {said_when}")]
 
 
@@ -566,6 +607,11 @@ _RELATIONS = (
 )
 
 
+def _whose(relation: str) -> str:
+    """The possessive of a relation: "sister's", "parents'"."""
+    return f"{relation}'" if relation.endswith("s") else f"{relation}'s"
+
+
 @_rule(r"\bmy (" + _RELATIONS + r") ([A-Z][\w'-]*)", 0.8)
 def _relative_name(m: re.Match[str]) -> list[tuple[str, str]]:
     # "my wife Anna prefers rosé": the name as typed, capitalised
@@ -573,7 +619,7 @@ def _relative_name(m: re.Match[str]) -> list[tuple[str, str]]:
     if not _NAME_WORD.fullmatch(name) or name.lower() in _NAME_VERBS | _NOT_A_NAME | _BASE_STOP:
         return []
     relation = m.group(1).lower()
-    return [(_key(f"{relation}'s name"), f"{relation.capitalize()} is {name}")]
+    return [(_key(_whose(relation), "name"), f"{relation.capitalize()} is {name}")]
 
 
 @_rule(r"\bmy (" + _RELATIONS + r") (?:still |now |currently )?(?:lives?|is based|are based) in\s+(.+)", 0.8)
@@ -582,7 +628,7 @@ def _relative_home(m: re.Match[str]) -> list[tuple[str, str]]:
     place = _phrase(m.group(2), 4, extra_stop=_PLACE_STOP)
     relation = m.group(1).lower()
     verb = "live" if relation in {"parents", "kids", "children", "twins"} else "lives"
-    return [(_key(f"{relation}'s home"), f"{relation.capitalize()} {verb} in {place}")] if place else []
+    return [(_key(_whose(relation), "home"), f"{relation.capitalize()} {verb} in {place}")] if place else []
 
 
 @_rule(
@@ -595,7 +641,7 @@ def _relative_job(m: re.Match[str]) -> list[tuple[str, str]]:
         return []
     relation = m.group(1).lower()
     article = "an" if job[0].lower() in "aeiou" else "a"
-    return [(_key(f"{relation}'s job"), f"{relation.capitalize()} is {article} {job}")]
+    return [(_key(_whose(relation), "job"), f"{relation.capitalize()} is {article} {job}")]
 
 
 @_rule(r"\bi live with (?:my|our) (" + _RELATIONS + r"|roommates?|flatmates?)\b", 0.8)
@@ -788,7 +834,9 @@ def _statement(sentence: str) -> str | None:
 
 # where a sentence goes on with a new first-person clause: "I'm Kenji, I live in Osaka",
 # "I'm Priya and I'm a nurse" (each clause is read on its own, so one rule can match both)
-_NEW_CLAUSE = re.compile(r"\s*(?:,|;|\s-\s|\s(?:and|but|so)\s)\s*(?=(?:i|i'm|i've|my|we|we're|our)\b)", re.IGNORECASE)
+_NEW_CLAUSE = re.compile(
+    r"\s*(?:,|;|\s-\s|\s(?:and|but|so)\s)\s*(?=(?:i|i'm|i've|my|we|we're|our)\b)", re.IGNORECASE
+)
 
 
 def _sentences(text: str) -> Iterator[str]:

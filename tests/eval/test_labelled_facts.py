@@ -56,7 +56,11 @@ def test_attribute_of_a_key(key: str, attribute: str) -> None:
 def test_every_attribute_has_a_category() -> None:
     assert category_of("home location") == category_of("place of origin") == "home/city"
     assert category_of("shoe size") == "other"
-    assert {category_of(k) for k in ("dog's name", "job title", "avoids tea")} == {"pets", "work", "food/drink"}
+    assert {category_of(k) for k in ("dog's name", "job title", "avoids tea")} == {
+        "pets",
+        "work",
+        "food/drink",
+    }
     assert len(CATEGORIES) == 9
 
 
@@ -84,12 +88,24 @@ def found(key: str, value: str) -> ExtractedFact:
         (label("home location", "Lives in Manchester"), found("home location", "Lives in Manchester"), True),
         (label("home location", "Lives in Manchester"), found("lives in", "Moved to Manchester"), True),
         (label("user name", "Priya"), found("user name", "Name is Priya"), True),
-        (label("work schedule", "Works from home on Mondays"), found("routine mondays", "Works from home on Mondays"), True),
+        (
+            label("work schedule", "Works from home on Mondays"),
+            found("routine mondays", "Works from home on Mondays"),
+            True,
+        ),
         # another attribute, another polarity, a missing salient word, another scope
         (label("home location", "Lives in Lyon"), found("place of origin", "Is from Lyon"), False),
         (label("likes jazz", "Loves jazz"), found("dislikes jazz", "Hates jazz"), False),
-        (label("dislikes running in rain", "Running in the rain"), found("dislikes running", "Hates running"), False),
-        (label("user name", "Priya"), ExtractedFact(key="user name", value="Name is Priya", scope="persona_user"), False),
+        (
+            label("dislikes running in rain", "Running in the rain"),
+            found("dislikes running", "Hates running"),
+            False,
+        ),
+        (
+            label("user name", "Priya"),
+            ExtractedFact(key="user name", value="Name is Priya", scope="persona_user"),
+            False,
+        ),
     ],
 )
 def test_fact_matching(labelled: LabelledFact, extracted: ExtractedFact, matches: bool) -> None:
@@ -108,7 +124,9 @@ def conversation(cid: str, *facts: LabelledFact) -> LabelledConversation:
 
 def test_recall_and_precision_on_a_tiny_set() -> None:
     conversations = [
-        conversation("a", label("user name", "Priya"), label("dog's name", "Biscuit"), label("home", "Lives in Leeds")),
+        conversation(
+            "a", label("user name", "Priya"), label("dog's name", "Biscuit"), label("home", "Lives in Leeds")
+        ),
         conversation("b"),  # nothing to note: anything found is wrong
     ]
     extracted = {

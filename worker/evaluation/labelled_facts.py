@@ -50,6 +50,10 @@ def _stems(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower().replace("’", "'"))]
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 def _stem_set(words: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in words.split())
 
@@ -104,9 +108,9 @@ CATEGORIES: Mapping[str, tuple[str, ...]] = {
     "other": ("other",),
 }
 
-_NEGATIONS = frozenset(
+_NEGATIONS = _words(
     "not no never don't doesn't dont doesnt didn't can't cannot cant won't isn't quit stopped without "
-    "avoid avoids dislike dislikes hate hates detest detests".split()
+    "avoid avoids dislike dislikes hate hates detest detests"
 )
 # Words any phrasing of a fact adds around what it is about ("Lives in", "Works as a", "Drinks").
 _NOT_SALIENT = _stem_set(
