@@ -211,7 +211,7 @@ async def test_several_pets_named_in_one_sentence() -> None:
     assert found == {"pet cat miso": "Has a cat named Miso", "pet cat tofu": "Has a cat named Tofu"}
 
 
-async def test_the_issues_conversation_yields_what_was_said() -> None:
+async def test_a_trip_planning_conversation_yields_what_was_said() -> None:
     found = await extract(
         "Hi! I'm Priya. I need help planning a trip to Lisbon next month.",
         "From Manchester, I live in Manchester. I work from home on Mondays and Wednesdays.",
