@@ -64,6 +64,7 @@ _BASE_STOP = _words(
     "than until unless whereas near"
 )
 _ARTICLES = frozenset({"a", "an", "the", "my", "some"})
+_DASHES = frozenset({"-", "–", "—", "--"})
 _SUBJECTS = frozenset({"i", "i'm", "it", "it's", "he", "she", "they", "we", "you", "that", "this"})
 _PRONOUN_OBJECTS = _words("it that this them him her you your those these what which there here so when how")
 _JOB_NOUNS = _words(
@@ -106,6 +107,8 @@ def _phrase(text: str, max_words: int, *, extra_stop: frozenset[str] = frozenset
     stop = _BASE_STOP | extra_stop
     words: list[str] = []
     for raw in text.split():
+        if raw in _DASHES:
+            break  # "I love traveling - it's a way to learn": what follows is a comment
         ends = raw[-1] in ',;:!?.)"'
         word = raw.strip(",;:!?.()\"'")
         if not word or word.lower() in stop:
@@ -183,7 +186,7 @@ _NOT_A_NAME = _words(
     canadian australian indian chinese japanese korean polish russian brazilian mexican
     portuguese greek turkish swedish norwegian danish finnish african european asian muslim
     jewish christian catholic hindu buddhist vegan vegetarian i same right over nothing everything
-    someone anyone nobody sitting stuck me"""
+    someone anyone nobody sitting stuck me look looky come get stay sit wait hang right"""
 )
 _CAPITALISED_NAME = re.compile(r"[A-Z][\w'-]*(?: [A-Z][\w'-]*)?")
 
@@ -358,7 +361,8 @@ def _cannot_have(m: re.Match[str]) -> list[tuple[str, str]]:
 
 _CONSUMABLES = _words(
     """alcohol booze drinking coffee caffeine tea sugar meat dairy gluten beer wine spirits soda
-    chocolate sweets bread carbs pork beef chicken fish eggs milk cheese"""
+    chocolate sweets bread carbs pork beef chicken fish eggs milk cheese salt nuts peanuts onions
+    onion garlic seafood shellfish lactose wheat soy spice mushrooms cream butter juice decaf"""
 )
 
 
@@ -374,10 +378,6 @@ def _quit(m: re.Match[str]) -> list[tuple[str, str]]:
 
 
 _DRINKS = _words("coffee tea decaf espresso water juice milk soda wine beer alcohol caffeine")
-_NOT_AVOIDED = _words(
-    "problem problems worries worry thanks thank idea way one need rush clue time kidding doubt wonder "
-    "matter offence offense pressure big more longer reason chance"
-)
 
 
 @_rule(
@@ -386,9 +386,10 @@ _NOT_AVOIDED = _words(
     0.75,
 )
 def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
-    # "No coffee, green tea only." / "No sugar in anything please"
+    # "No coffee, green tea only." / "No sugar in anything please". Only food and drink: a
+    # sentence opening with "No …" is far more often "No problem", "No doubts", "No prob".
     thing = m.group(1).lower()
-    if thing.split()[0] in _NOT_AVOIDED or thing.split()[-1] in {"for", "in", "at", "please", "pls"}:
+    if thing.split()[-1] not in _CONSUMABLES | _DRINKS:
         return []
     facts = [(_key("avoids", thing), f"No {m.group(1)}")]
     only = re.match(
@@ -446,6 +447,7 @@ _PAST = _words("went was were had did got saw met took made came left used")
 # verbs of a state of mind, not a routine ("Every day I feel worse", "on Mondays I think…")
 _NOT_AN_ACTIVITY = _NEGATIONS | _words(
     "am 'm was just still feel think wish want need hope guess know believe mean wonder try tried "
+    "enjoy love like hate miss appreciate see "
     "can could will would should must may might"
 )
 _ADVERBS = _words("usually always often normally generally also mostly sometimes typically")
@@ -524,9 +526,17 @@ def _time_first(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_routine_key(when), f"{done} {said_when}")]
 
 
-@_rule(r"\b(?:i|we)\s+([a-z][\w'-]*(?:\s+[\w'-]+){0,6}?)\s+(" + _RECURRING + r")(" + _CLOCK + r")", 0.7)
+@_rule(
+    r"^(?:[\w']+,?\s+){0,2}?(?:i|we)\s+([a-z][\w'-]*(?:\s+[\w'-]+){0,6}?)\s+("
+    + _RECURRING
+    + r")("
+    + _CLOCK
+    + r")",
+    0.7,
+)
 def _time_last(m: re.Match[str]) -> list[tuple[str, str]]:
-    # "I run on Mondays and Thursdays", "I work from home on Mondays", "I walk Rocket every evening at 6"
+    # "I run on Mondays and Thursdays", "I work from home on Mondays", "I walk Rocket every evening at 6";
+    # the user opens the clause ("a job I enjoy every day" is about the job)
     if any(sep in m.group(1) for sep in ",;"):
         return []
     done = _third_person(m.group(1))
@@ -615,7 +625,7 @@ def _whose(relation: str) -> str:
 @_rule(r"\bmy (" + _RELATIONS + r") ([A-Z][\w'-]*)", 0.8)
 def _relative_name(m: re.Match[str]) -> list[tuple[str, str]]:
     # "my wife Anna prefers rosé": the name as typed, capitalised
-    name = m.group(2)
+    name = m.group(2).removesuffix("'s")  # "my daughter Sara's birthday"
     if not _NAME_WORD.fullmatch(name) or name.lower() in _NAME_VERBS | _NOT_A_NAME | _BASE_STOP:
         return []
     relation = m.group(1).lower()
@@ -692,7 +702,8 @@ def _opinion_facts(thing_text: str, *, liked: bool, said: str) -> list[tuple[str
     """(key, value) for liking or disliking what `thing_text` starts with: the key names the topic
     ("hiking"), the value keeps how it was said ("Hates running in the rain")."""
     topic_phrase = _phrase(thing_text, 4, extra_stop=_TOPIC_STOP)
-    if not topic_phrase or topic_phrase.split()[0].lower() in _PRONOUN_OBJECTS:
+    # "I enjoy every day" / "I love every minute of it" say how, not what
+    if not topic_phrase or topic_phrase.split()[0].lower() in _PRONOUN_OBJECTS | {"every", "each"}:
         return []
     topic = _strip_articles(topic_phrase)
     if not topic:
@@ -819,7 +830,8 @@ def _statement(sentence: str) -> str | None:
     """The part of a sentence that states something, or None for a question or a hypothetical.
 
     A question that opens with a statement keeps the statement ("I love Thai food, any recipes?");
-    a conditional or wished-for clause is cut off ("I'm vegan, if that matters" keeps "I'm vegan")."""
+    a conditional or wished-for clause is cut off ("I'm vegan, if that matters" and "I like
+    nature, so that might be fun" keep their first clause; "I'd love a dog named Rex" keeps nothing)."""
     if _HYPOTHETICAL.search(sentence):
         return None
     if sentence.rstrip().endswith("?"):
@@ -827,8 +839,8 @@ def _statement(sentence: str) -> str | None:
             return None
         sentence = sentence[: sentence.rindex(",")]
     sentence = re.split(r"\bif\b", sentence, maxsplit=1, flags=re.IGNORECASE)[0]
-    if _IRREALIS.search(sentence):
-        return None
+    # what follows a "would"/"I'd"/"wish" is not so; what comes before it still is
+    sentence = _IRREALIS.split(sentence, maxsplit=1)[0]
     return sentence.strip() or None
 
 

@@ -133,6 +133,9 @@ WAYS_OF_SAYING = [
     ("I love Thai food, any recipes?", "likes thai food", "Loves Thai food"),
     ("I'm not into video games.", "dislikes video games", "Not into video games"),
     ("I'm a big fan of Radiohead", "likes radiohead", "Fan of Radiohead"),
+    ("I love traveling - it's how I learn.", "likes traveling", "Loves traveling"),
+    ("I do like nature, so that might be fun.", "likes nature", "Likes nature"),
+    ("We went for my daughter Mia's birthday.", "daughter's name", "Daughter is Mia"),
     ("I'm not a morning person.", "dislikes morning", "Not a morning person"),
     # work
     ("I'm a software engineer at Spotify, mostly backend.", "current employer", "Works at Spotify"),
@@ -183,6 +186,10 @@ async def test_common_ways_people_say_who_they_are(text: str, key: str, value: s
         "I can't have a meeting at 5.",
         "No problem, thanks!",
         "No way.",
+        "No prob, happy to help!",
+        "No doubts, Sam. You'll do great!",
+        "Look here, I found a new pup for you!",
+        "I'm grateful to have a job I enjoy every day.",
         "My dog is sick.",
     ],
 )
