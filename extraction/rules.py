@@ -86,7 +86,7 @@ _DIETS = (
 )
 _HYPOTHETICAL = re.compile(r"^\s*(?:if|when|whether|suppose|supposing|imagine|what if)\b", re.IGNORECASE)
 # a clause that is wished for or conditional rather than so ("I'd eat croissants", "I wish I lived")
-_IRREALIS = re.compile(r"\b(?:would|could|might|wish|i'd|we'd)\b", re.IGNORECASE)
+_IRREALIS = re.compile(r"(?<![\w'-])(?:would|could|might|wish|i'd|we'd)(?![\w'-])", re.IGNORECASE)
 _QUESTION_OPENS_WITH_STATEMENT = re.compile(r"^\s*(?:i|i'm|my|we|our)\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"[^.!?\n]+[.!?]*")
 # Chat spelling of the contractions the patterns read ("im", "dont"): read as the contraction.
@@ -99,7 +99,7 @@ _BARE_CONTRACTIONS = {
     "wont": "won't",
     "didnt": "didn't",
 }
-_BARE_CONTRACTION = re.compile(r"\b(" + "|".join(_BARE_CONTRACTIONS) + r")\b", re.IGNORECASE)
+_BARE_CONTRACTION = re.compile(r"(?<![\w'-])(" + "|".join(_BARE_CONTRACTIONS) + r")(?![\w'-])", re.IGNORECASE)
 
 
 def _phrase(text: str, max_words: int, *, extra_stop: frozenset[str] = frozenset()) -> str | None:
@@ -121,8 +121,8 @@ def _phrase(text: str, max_words: int, *, extra_stop: frozenset[str] = frozenset
 
 def _items(text: str, max_words: int, *, extra_stop: frozenset[str] = frozenset()) -> list[str]:
     """A list like "peanuts, shellfish and eggs" as separate items (each ≤ max_words words)."""
-    first_clause = re.split(r"[.;:!?]|\bbut\b|\bbecause\b", text, maxsplit=1)[0]
-    parts = re.split(r",|\band\b|\bor\b|\bnor\b", first_clause)
+    first_clause = re.split(r"[.;:!?]|(?<![\w'-])(?:but|because)(?![\w'-])", text, maxsplit=1)[0]
+    parts = re.split(r",|(?<![\w'-])(?:and|or|nor)(?![\w'-])", first_clause)
     items = []
     for part in parts:
         if part.split() and part.split()[0].lower() in _SUBJECTS:
@@ -131,6 +131,11 @@ def _items(text: str, max_words: int, *, extra_stop: frozenset[str] = frozenset(
         if item:
             items.append(_strip_articles(item))
     return [item for item in items if item]
+
+
+def _has_content(phrase: str) -> bool:
+    """Whether a phrase says something beyond articles, pronouns and joining words."""
+    return any(w.lower() not in _ARTICLES | _BASE_STOP | _PRONOUN_OBJECTS for w in phrase.split())
 
 
 def _strip_articles(phrase: str) -> str:
@@ -143,6 +148,11 @@ def _strip_articles(phrase: str) -> str:
 def _key(*parts: str) -> str:
     """A normalised key from parts, keeping letters, digits, spaces, hyphens and apostrophes."""
     return normalize_key(re.sub(r"[^\w\s'-]", " ", " ".join(parts)))
+
+
+def _a_letter_in_lowercase(name: str) -> bool:
+    # "my name is m" is more likely a slip than a name; "call me J" is kept
+    return len(name) == 1 and name.islower()
 
 
 def _titled(name: str) -> str:
@@ -172,7 +182,7 @@ _I_AM = r"\bi(?:'m| am)"
 @_rule(r"\b(?:my name is|my name's|i'm called|i am called)\s+(.+)", 0.9)
 def _name(m: re.Match[str]) -> list[tuple[str, str]]:
     name = _phrase(m.group(1), 3, extra_stop=frozenset({"not", "and", "by"}))
-    if not name or name.lower() in _ARTICLES:
+    if not name or name.lower() in _ARTICLES or _a_letter_in_lowercase(name):
         return []
     return [("user name", f"Name is {_titled(name)}")]
 
@@ -188,7 +198,8 @@ _NOT_A_NAME = _words(
     jewish christian catholic hindu buddhist vegan vegetarian i same right over nothing everything
     someone anyone nobody sitting stuck me look looky come get stay sit wait hang right"""
 )
-_CAPITALISED_NAME = re.compile(r"[A-Z][\w'-]*(?: [A-Z][\w'-]*)?")
+_NAME_PART = r"[A-Z][a-z]+(?:['-][A-Za-z][a-z]+)*"  # "Priya", "Mary-Jane", "O'Brien"
+_CAPITALISED_NAME = re.compile(_NAME_PART + r"(?: " + _NAME_PART + r")?")
 
 
 def _given_name(text: str) -> str | None:
@@ -237,7 +248,7 @@ _CALL_ME_NOT_A_NAME = _words(
 @_rule(r"(?:^|\b(?:please|just|you can|you may)\s+)call me\s+(.+)", 0.9)
 def _call_me(m: re.Match[str]) -> list[tuple[str, str]]:
     name = _phrase(m.group(1), 2, extra_stop=frozenset({"from", "instead", "please"}))
-    if not name or name.split()[0].lower() in _CALL_ME_NOT_A_NAME:
+    if not name or name.split()[0].lower() in _CALL_ME_NOT_A_NAME or _a_letter_in_lowercase(name):
         return []
     return [("preferred name", f"Prefers to be called {_titled(name)}")]
 
@@ -318,7 +329,7 @@ _FOOD_STOP = frozenset(
     {"anymore", "either", "now", "any", "more", "much", "after", "before", "at", "on", "during"}
 )
 # A qualifier that changes what is avoided ("coffee after noon" is not "coffee"): kept in the value.
-_QUALIFIER = re.compile(r"\s*((?:after|before|at|on|during) [\w:]+(?: [\w:]+)?)", re.IGNORECASE)
+_QUALIFIER = re.compile(r"\s*((?:after|before|at|on|during) [\w:'-]+(?: [\w:'-]+)?)", re.IGNORECASE)
 
 
 def _avoided(text: str, verb: str) -> list[tuple[str, str]]:
@@ -397,8 +408,8 @@ def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
         m.group(2),
         re.IGNORECASE,
     )
-    if only:
-        instead = only.group(1) or only.group(2)
+    instead = (only.group(1) or only.group(2)) if only else ""
+    if instead.split() and instead.split()[-1].lower() in _CONSUMABLES | _DRINKS:
         kind = "drinks" if thing.split()[-1] in _DRINKS or instead.split()[-1].lower() in _DRINKS else "eats"
         facts.append((kind, f"{kind.capitalize()} {instead} only"))
     return facts
@@ -409,7 +420,7 @@ def _drink(m: re.Match[str]) -> list[tuple[str, str]]:
     drink = _phrase(
         m.group(2), 5, extra_stop=frozenset({"at", "in", "on", "every", "before", "after", "when"})
     )
-    if not drink or drink.split()[0].lower() in _PRONOUN_OBJECTS:
+    if not drink or drink.split()[0].lower() in _PRONOUN_OBJECTS or not _has_content(drink):
         return []
     adverb = m.group(1).strip().capitalize() + " drinks" if m.group(1) else "Drinks"
     return [("drinks", f"{adverb} {drink}")]
@@ -434,7 +445,7 @@ def _allergy_noun(m: re.Match[str]) -> list[tuple[str, str]]:
 
 _DAY = (
     r"(?:(?:mon|tues|wednes|thurs|fri|satur|sun)days?|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun"
-    r"|weekdays?|weekends?|weeknights?|mornings?|evenings?|afternoons?|nights?|day|week)"
+    r"|weekdays?|weekends?|weeknights?|mornings?|evenings?|afternoons?|nights?|day|week)(?![\w'-])"
 )
 _TIME = _DAY + r"(?:\s*(?:,|and|&|or|to|-)\s*" + _DAY + r")*(?:\s+(?:morning|evening|afternoon|night)s?)?"
 # a routine's time: "every Tuesday evening", "each Sunday", "on Mondays and Thursdays", "on weekdays"
@@ -838,7 +849,7 @@ def _statement(sentence: str) -> str | None:
         if "," not in sentence or not _QUESTION_OPENS_WITH_STATEMENT.search(sentence):
             return None
         sentence = sentence[: sentence.rindex(",")]
-    sentence = re.split(r"\bif\b", sentence, maxsplit=1, flags=re.IGNORECASE)[0]
+    sentence = re.split(r"(?<![\w'-])if(?![\w'-])", sentence, maxsplit=1, flags=re.IGNORECASE)[0]
     # what follows a "would"/"I'd"/"wish" is not so; what comes before it still is
     sentence = _IRREALIS.split(sentence, maxsplit=1)[0]
     return sentence.strip() or None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extraction.grounding import grounding
@@ -324,14 +326,78 @@ phrases = st.sampled_from(
         "I don't eat {w} {w} {w} {w}",
     ]
 )
+# the patterns for names, homes, food and drink, routines, pets, family and work
+ways_of_saying = st.sampled_from(
+    [
+        "Hi, I'm {W}.",
+        "{W} here.",
+        "I'm based in {w} {w} {w} {w} {w}",
+        "I don't drink {w} {w} after {w} {w}",
+        "No coffee, {w} {w} only",
+        "I only drink {w} {w} {w} {w} {w} {w}",
+        "Every Tuesday I {w} {w} {w} {w} {w} {w} {w} {w} {w}",
+        "I {w} {w} {w} {w} on Mondays and Fridays at 6",
+        "my dog {W} {w} {w}",
+        "We have two cats, {W}, {W} and {W}",
+        "my sister lives in {w} {w} {w} {w} {w}",
+        "my wife {W} {w}",
+        "I'm a {w} {w} {w} engineer at {w} {w} {w} {w} {w}",
+        "I'm not into {w} {w} {w} {w} {w} {w} {w}",
+    ]
+)
 word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz'-", min_size=1, max_size=12)
+name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=10).map(str.capitalize)
 
 
-@given(template=phrases, fill=st.lists(word, min_size=12, max_size=12))
-def test_every_rule_output_passes_validation(template: str, fill: list[str]) -> None:
-    filled = template
-    for w in fill:
-        filled = filled.replace("{w}", w, 1)
+def filled_in(template: str, words: list[str], names: list[str]) -> str:
+    """`template` with each {w} replaced by the next word and each {W} by the next name."""
+    for w in words:
+        template = template.replace("{w}", w, 1)
+    for n in names:
+        template = template.replace("{W}", n, 1)
+    return template
+
+
+@given(
+    template=st.one_of(phrases, ways_of_saying),
+    fill=st.lists(word, min_size=12, max_size=12),
+    names=st.lists(name, min_size=3, max_size=3),
+)
+@settings(max_examples=300)
+def test_every_rule_output_passes_validation(template: str, fill: list[str], names: list[str]) -> None:
+    filled = filled_in(template, fill, names)
     items = extract_statements(filled, "user")
     _, rejections = validate_items(items, ("user",))
     assert rejections == [], (filled, items)
+
+
+# the words a rule may add around what the user said ("Lives in", "Has a dog named", "Is off")
+PREDICATE_WORDS = frozenset(
+    """name is prefers to be called lives live in based moved from does not eat drink drinks eats no
+    only has a an named works at as into fan of hates loves likes off dislikes allergic quit stopped
+    can't have hours are""".split()  # noqa: SIM905
+)
+
+
+def _forms(word: str) -> set[str]:
+    w = word.lower().strip("'-").replace("'", "")  # "im" is read as "i'm"
+    return {w, w.removesuffix("s"), w.removesuffix("es"), w.removesuffix("ies") + "y"}
+
+
+def said_it(word: str, text: str) -> bool:
+    """The word, or a form of it ("runs" for "run", "cat" for "cats"), is in the text."""
+    said = set().union(*(_forms(w) for w in re.findall(r"[\w'-]+", text)))
+    return word.lower() in PREDICATE_WORDS or bool(_forms(word) & said)
+
+
+@given(
+    template=ways_of_saying,
+    fill=st.lists(word, min_size=12, max_size=12),
+    names=st.lists(name, min_size=3, max_size=3),
+)
+@settings(max_examples=300)
+def test_a_value_holds_only_words_the_user_said(template: str, fill: list[str], names: list[str]) -> None:
+    filled = filled_in(template, fill, names)
+    for item in extract_statements(filled, "user"):
+        unsaid = [w for w in re.findall(r"[\w'-]+", str(item["value"])) if not said_it(w, filled)]
+        assert unsaid == [], (filled, item)
