@@ -78,7 +78,7 @@ _JOB_NOUNS = _words(
     retiree sailor salesman saleswoman scientist secretary singer soldier student surgeon tailor
     teacher technician therapist translator tutor veterinarian vet waiter waitress writer
     administrator admin sysadmin intern founder ceo cto cfo owner paralegal practitioner assistant
-    dietitian optician pharmacist postman courier"""
+    dietitian optician postman courier"""
 )
 _DIETS = (
     r"vegetarian|vegan|pescatarian|pescetarian|gluten[- ]free|lactose[- ]intolerant|dairy[- ]free"
