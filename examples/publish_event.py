@@ -51,7 +51,9 @@ async def main() -> None:
     ):
         if os.environ.get(variable):
             event[field] = os.environ[variable]
-    connection = await nats.connect(os.environ.get("PMEM_NATS_URL", "nats://localhost:4222"), connect_timeout=5)
+    connection = await nats.connect(
+        os.environ.get("PMEM_NATS_URL", "nats://localhost:4222"), connect_timeout=5
+    )
     try:
         ack = await connection.jetstream().publish(
             os.environ.get("PMEM_SUBJECT", "chat.conversation.ended"),
