@@ -17,6 +17,7 @@ from worker.commands.demo_integration import (
     DemoPorts,
     Integration,
     cast_of,
+    demo_credentials,
     demo_ports,
     export_line,
     integration_env,
@@ -179,3 +180,34 @@ def test_a_demo_refuses_a_taken_port_before_starting_anything(tmp_path: Path) ->
         "--nats-port (or set PMEM_DEMO_NATS_PORT) with another port\n"
     )
     assert not (tmp_path / "d" / "nats").exists() and not (tmp_path / "d" / "postgres").exists()
+
+
+class KeyTable:
+    """The API-key half of a store, in memory: active keys by name."""
+
+    def __init__(self) -> None:
+        self.active: dict[str, str] = {}
+        self.created = 0
+
+    async def verify_api_key(self, key: str) -> object | None:
+        return object() if key in self.active.values() else None
+
+    async def revoke_api_key(self, name: str) -> bool:
+        return self.active.pop(name, None) is not None
+
+    async def create_api_key(self, name: str) -> tuple[object, str]:
+        assert name not in self.active, "an active key of that name exists"
+        self.created += 1
+        self.active[name] = f"pmem_sk_{self.created}"
+        return object(), self.active[name]
+
+
+async def test_a_restarted_demo_keeps_its_key_and_secret_while_the_key_is_active(tmp_path: Path) -> None:
+    keys = KeyTable()
+    first = await demo_credentials(keys, tmp_path)
+    assert await demo_credentials(keys, tmp_path) == first  # pasted lines stay valid
+    assert keys.created == 1
+    await keys.revoke_api_key("pmem-demo")  # revoked by hand, or another database
+    again = await demo_credentials(keys, tmp_path)
+    assert again.api_key != first.api_key and again.jwt_secret == first.jwt_secret
+    assert read_credentials(tmp_path) == again
