@@ -698,11 +698,14 @@ async def _my_page(
         cursor = page.next_cursor
         if cursor is None:
             break
-    personas = {str(item.owner_id) for item in items if item.scope == "persona_user"}
-    groups = core.group_my_memories(items, await _names(request, {"persona": personas}))
-    total = sum(len(g.cards) for g in groups)
     remembered = await ops.my_conversations(_store(request), session.principal, limit=MY_CONVERSATIONS)
-    conversations = [core.conversation_row(c) for c in remembered.items]
+    personas = {str(item.owner_id) for item in items if item.scope == "persona_user"}
+    for conversation in remembered.items:
+        personas.update(str(p) for p in core.field_of(conversation, "persona_ids", ()) or () if p is not None)
+    names = await _names(request, {"persona": personas})
+    groups = core.group_my_memories(items, names)
+    total = sum(len(g.cards) for g in groups)
+    conversations = [core.conversation_row(c, names) for c in remembered.items]
     return await _page(
         request,
         session,

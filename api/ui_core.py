@@ -682,15 +682,15 @@ class ConversationRow:
     turns: str
 
 
-def personas_label(persona_ids: Iterable[Any]) -> str:
-    """Who the conversation was with: `persona 356511b6`, several, or `no persona`."""
-    named = [f"persona {short_id(p)}" for p in persona_ids if p is not None]
+def personas_label(persona_ids: Iterable[Any], names: Names = NO_NAMES) -> str:
+    """Who the conversation was with: `Chef` (or `persona 356511b6` unnamed), several, or `no persona`."""
+    named = [names.called("persona", p) for p in persona_ids if p is not None]
     if not named:
         return "no persona"
     return ", ".join(named)
 
 
-def conversation_row(item: Any) -> ConversationRow:
+def conversation_row(item: Any, names: Names = NO_NAMES) -> ConversationRow:
     """A remembered conversation as the page shows it: its latest date, personas, first line."""
     last = as_datetime(field_of(item, "last_at"))
     count = int(field_of(item, "turn_count", 0) or 0)
@@ -698,7 +698,7 @@ def conversation_row(item: Any) -> ConversationRow:
         channel_id=str(field_of(item, "channel_id")),
         when=show_time(last),
         when_iso=last.isoformat() if last else "",
-        with_whom=personas_label(field_of(item, "persona_ids", ()) or ()),
+        with_whom=personas_label(field_of(item, "persona_ids", ()) or (), names),
         first_line=str(field_of(item, "first_line", "") or "") or "(no text)",
         turns=plural(count, "message"),
     )

@@ -88,6 +88,8 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
         assert page.get_by_role("heading", name="About you").is_visible()
         assert page.get_by_role("heading", name="You, with Chef").is_visible()
         assert page.locator("[data-signed-in]").inner_text() == "Signed in as Alice Martin"
+        remembered = page.locator("[data-conversations]").inner_text()
+        assert "with Chef" in remembered and "persona 356511b6" not in remembered
         context.close()
     finally:
         process.send_signal(signal.SIGINT)

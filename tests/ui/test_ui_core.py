@@ -230,3 +230,17 @@ def test_the_header_says_who_is_signed_in() -> None:
     assert core.signed_in_as("user", "Alice Martin", subject) == "Signed in as Alice Martin"
     assert core.signed_in_as("admin", "Priya Raman", subject) == "Signed in as Priya Raman, admin"
     assert core.signed_in_as("team_admin", None, subject) == "Signed in as team admin 36afe7e8"
+
+
+def test_a_remembered_conversation_names_its_personas() -> None:
+    chef, stranger = uuid.uuid4(), uuid.uuid4()
+    item = {
+        "channel_id": "c1",
+        "last_at": None,
+        "turn_count": 2,
+        "first_line": "hi",
+        "persona_ids": [chef, stranger],
+    }
+    names = core.Names(personas={str(chef): "Chef"})
+    assert core.conversation_row(item, names).with_whom == f"Chef, persona {str(stranger)[:8]}"
+    assert core.conversation_row({**item, "persona_ids": [None]}).with_whom == "no persona"
