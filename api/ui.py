@@ -136,7 +136,11 @@ def _role(principal: Any) -> str:
 # --- rendering -----------------------------------------------------------------------------------
 
 
-ROLE_LABELS = {"admin": "Admin", "team_admin": "Team admin", "user": "Signed in", "service": "Service"}
+async def _signed_in_as(request: Request, principal: Any) -> str:
+    """`core.signed_in_as` for a principal, with the name the directory knows for them."""
+    subject = principal.subject
+    names = await _store(request).names("user", [subject]) if subject is not None else {}
+    return core.signed_in_as(_role(principal), names.get(subject), subject)
 
 
 async def _page(
@@ -158,7 +162,7 @@ async def _page(
         principal=session.principal if session else None,
         csrf=session.csrf if session else "",
         nav=core.nav_links(role, request.url.path) if session else (),
-        role_label=ROLE_LABELS.get(role, role),
+        signed_in=await _signed_in_as(request, session.principal) if session else "",
         waiting=waiting,
         notice=notice,
         **context,
@@ -387,7 +391,7 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
         None,
         title="Signed in",
         lines=(
-            f"Signed in as {ROLE_LABELS.get(role, role).lower()} {core.short_id(sign_in.principal.subject)}.",
+            f"{await _signed_in_as(request, sign_in.principal)}.",
             "Taking you to your page…",
         ),
         status_code=200,
@@ -521,7 +525,7 @@ async def review(request: Request) -> Response:
         back=filters.query(cursor=filters.cursor),
         waiting=waiting,
         team_choices=teams if _role(session.principal) == "team_admin" else [],
-        scope_labels=core.SCOPE_LABELS,
+        scope_choices=core.SCOPE_CHOICES,
         names=names,
     )
 
@@ -694,11 +698,14 @@ async def _my_page(
         cursor = page.next_cursor
         if cursor is None:
             break
-    personas = {str(item.owner_id) for item in items if item.scope == "persona_user"}
-    groups = core.group_my_memories(items, await _names(request, {"persona": personas}))
-    total = sum(len(g.cards) for g in groups)
     remembered = await ops.my_conversations(_store(request), session.principal, limit=MY_CONVERSATIONS)
-    conversations = [core.conversation_row(c) for c in remembered.items]
+    personas = {str(item.owner_id) for item in items if item.scope == "persona_user"}
+    for conversation in remembered.items:
+        personas.update(str(p) for p in core.field_of(conversation, "persona_ids", ()) or () if p is not None)
+    names = await _names(request, {"persona": personas})
+    groups = core.group_my_memories(items, names)
+    total = sum(len(g.cards) for g in groups)
+    conversations = [core.conversation_row(c, names) for c in remembered.items]
     return await _page(
         request,
         session,

@@ -141,7 +141,7 @@ class ReviewFilters:
         if self.team_id:
             parts.append(f"team {short_id(self.team_id)}")
         if self.scope:
-            parts.append(f"scope {self.scope}")
+            parts.append(SCOPE_CHOICES[self.scope].lower())
         if self.persona_id:
             parts.append(f"persona {short_id(self.persona_id)}")
         if self.user_id:
@@ -178,7 +178,7 @@ def parse_review_filters(params: Mapping[str, str]) -> tuple[ReviewFilters, dict
     if raw_scope in SCOPES:
         scope = cast(Scope, raw_scope)
     elif raw_scope:
-        errors["scope"] = "choose user, persona or persona_user"
+        errors["scope"] = "choose whose memories to show from the list"
     try:
         values["min_confidence"] = parse_confidence(params.get("min_confidence"))
     except ValueError as exc:
@@ -436,6 +436,17 @@ class Names:
         """The name where known, else the id's first eight characters."""
         return self.name(kind, value) or short_id(value)
 
+    def called(self, kind: str, value: Any) -> str:
+        """The name where known, else the kind and the id's first eight characters (`persona 356511b6`)."""
+        return self.name(kind, value) or f"{kind} {short_id(value)}"
+
+    def scope_words(self, scope: str, owner_id: Any, user_id: Any = None) -> str:
+        """`scope_words` for a memory as a reviewer reads it: whose it is, by name."""
+        if scope == "user":
+            return scope_words(scope, user=self.called("user", owner_id))
+        persona = self.called("persona", owner_id)
+        return scope_words(scope, persona=persona, user=self.called("user", user_id) if user_id else None)
+
 
 NO_NAMES: Final = Names()
 
@@ -455,10 +466,49 @@ def review_ids(rows: Iterable[Any]) -> dict[str, set[str]]:
     return ids
 
 
-SCOPE_LABELS: Final = {
-    "user": "About the user",
-    "persona": "About the persona",
-    "persona_user": "Between persona and user",
+ROLE_NAMES: Final = {"admin": "admin", "team_admin": "team admin", "user": "user", "service": "service"}
+
+
+def signed_in_as(role: str, name: str | None, subject: Any) -> str:
+    """Who is signed in, as the page header says it: `Signed in as Alice Martin`, a reviewer's
+    role after the name (`Signed in as Priya Raman, admin`); without a known name the role and the
+    id's first eight characters."""
+    role_name = ROLE_NAMES.get(role, role)
+    if name is None:
+        return f"Signed in as {role_name} {short_id(subject)}"
+    if role == "user":
+        return f"Signed in as {name}"
+    return f"Signed in as {name}, {role_name}"
+
+
+def possessive(name: str) -> str:
+    """`Chef` → `Chef's`, `James` → `James'`."""
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def scope_words(scope: str, *, persona: str | None = None, user: str | None = None) -> str:
+    """Whose a memory of `scope` is, in the words a person uses: `user` → "about you", `persona` →
+    "Chef's own", `persona_user` → "you, with Chef". `user` names the person when someone else
+    reads it (a reviewer: "about Alice"); without `persona` it is "the persona"."""
+    who = user or "you"
+    assistant = persona or "the persona"
+    if scope == "user":
+        return f"about {who}"
+    if scope == "persona":
+        return f"{possessive(assistant)} own"
+    if scope == "persona_user":
+        return f"{who}, with {assistant}"
+    return scope
+
+
+def capitalized(text: str) -> str:
+    """The text with its first letter in upper case (a heading, a menu option)."""
+    return text[:1].upper() + text[1:]
+
+
+# the review filter's choices: whose memories, of anyone's
+SCOPE_CHOICES: Final = {
+    scope: capitalized(scope_words(scope, persona="a persona", user="a user")) for scope in SCOPES
 }
 
 
@@ -470,7 +520,6 @@ class ReviewRow:
     kind: str
     memory_id: str
     scope: str
-    scope_label: str
     owner_id: str
     user_id: str | None
     team_id: str | None
@@ -510,7 +559,6 @@ def review_row(item: Any) -> ReviewRow:
         kind=kind,
         memory_id=str(field_of(item, "memory_id") or field_of(item, "id")),
         scope=str(field_of(item, "scope")),
-        scope_label=SCOPE_LABELS.get(str(field_of(item, "scope")), str(field_of(item, "scope"))),
         owner_id=str(field_of(item, "owner_id")),
         user_id=_str_or_none(field_of(item, "user_id")),
         team_id=_str_or_none(field_of(item, "team_id")),
@@ -604,7 +652,7 @@ def group_my_memories(items: Iterable[Any], names: Names = NO_NAMES) -> list[Mem
     if general:
         groups.append(
             MemoryGroup(
-                heading="About you",
+                heading=capitalized(scope_words("user")),
                 description="Any assistant you talk to may use these.",
                 persona_id=None,
                 cards=tuple(sorted(general, key=lambda c: c.key)),
@@ -613,7 +661,7 @@ def group_my_memories(items: Iterable[Any], names: Names = NO_NAMES) -> list[Mem
     for persona_id in sorted(by_persona):
         groups.append(
             MemoryGroup(
-                heading=f"With {names.name('persona', persona_id) or 'persona ' + short_id(persona_id)}",
+                heading=capitalized(scope_words("persona_user", persona=names.called("persona", persona_id))),
                 description="Only this persona uses these, in its conversations with you.",
                 persona_id=persona_id,
                 cards=tuple(sorted(by_persona[persona_id], key=lambda c: c.key)),
@@ -634,15 +682,15 @@ class ConversationRow:
     turns: str
 
 
-def personas_label(persona_ids: Iterable[Any]) -> str:
-    """Who the conversation was with: `persona 356511b6`, several, or `no persona`."""
-    named = [f"persona {short_id(p)}" for p in persona_ids if p is not None]
+def personas_label(persona_ids: Iterable[Any], names: Names = NO_NAMES) -> str:
+    """Who the conversation was with: `Chef` (or `persona 356511b6` unnamed), several, or `no persona`."""
+    named = [names.called("persona", p) for p in persona_ids if p is not None]
     if not named:
         return "no persona"
     return ", ".join(named)
 
 
-def conversation_row(item: Any) -> ConversationRow:
+def conversation_row(item: Any, names: Names = NO_NAMES) -> ConversationRow:
     """A remembered conversation as the page shows it: its latest date, personas, first line."""
     last = as_datetime(field_of(item, "last_at"))
     count = int(field_of(item, "turn_count", 0) or 0)
@@ -650,7 +698,7 @@ def conversation_row(item: Any) -> ConversationRow:
         channel_id=str(field_of(item, "channel_id")),
         when=show_time(last),
         when_iso=last.isoformat() if last else "",
-        with_whom=personas_label(field_of(item, "persona_ids", ()) or ()),
+        with_whom=personas_label(field_of(item, "persona_ids", ()) or (), names),
         first_line=str(field_of(item, "first_line", "") or "") or "(no text)",
         turns=plural(count, "message"),
     )

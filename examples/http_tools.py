@@ -1,7 +1,9 @@
 """The memory tools and recall over plain HTTP + JSON, the way a Go or TypeScript backend calls
 them (only Python's standard library here; `http_tools.sh` shows the same with curl).
 
-    PMEM_URL=http://127.0.0.1:8080 PMEM_API_KEY=pmem_sk_… USER_ID=… python examples/http_tools.py
+    PMEM_URL=http://127.0.0.1:8080 PMEM_API_KEY=pmem_sk_… PMEM_USER_ID=… python examples/http_tools.py
+
+(`pmem demo --keep-running` prints these as `export` lines, with PMEM_PERSONA_ID and PMEM_TEAM_ID.)
 
 1. `GET /v1/tools`: the OpenAI function schemas to pass as `tools=[…]` to the chat model.
 2. `POST /v1/tools/call`: run the tool call the model made, in the user's context.
@@ -19,9 +21,9 @@ from typing import Any
 BASE = os.environ.get("PMEM_URL", "http://127.0.0.1:8080").rstrip("/")
 KEY = os.environ["PMEM_API_KEY"]  # a service key from `pmem keys create NAME`
 CONTEXT = {
-    "user_id": os.environ["USER_ID"],
-    "persona_id": os.environ.get("PERSONA_ID") or None,
-    "team_id": os.environ.get("TEAM_ID") or None,
+    "user_id": os.environ["PMEM_USER_ID"],
+    "persona_id": os.environ.get("PMEM_PERSONA_ID") or None,
+    "team_id": os.environ.get("PMEM_TEAM_ID") or None,
 }
 
 

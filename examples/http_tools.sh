@@ -1,15 +1,16 @@
 #!/bin/sh
 # The memory tools over HTTP with curl: list them, run one tool call, recall.
-#   PMEM_URL=http://127.0.0.1:8080 PMEM_API_KEY=pmem_sk_… USER_ID=… sh examples/http_tools.sh
+#   PMEM_URL=http://127.0.0.1:8080 PMEM_API_KEY=pmem_sk_… PMEM_USER_ID=… sh examples/http_tools.sh
+# (`pmem demo --keep-running` prints these as `export` lines, with PMEM_PERSONA_ID and PMEM_TEAM_ID)
 set -eu
 : "${PMEM_URL:=http://127.0.0.1:8080}"
-: "${PERSONA_ID:=}"
-: "${TEAM_ID:=}"
+: "${PMEM_PERSONA_ID:=}"
+: "${PMEM_TEAM_ID:=}"
 auth="Authorization: Bearer $PMEM_API_KEY"
 json="Content-Type: application/json"
-context="\"user_id\": \"$USER_ID\""
-[ -n "$PERSONA_ID" ] && context="$context, \"persona_id\": \"$PERSONA_ID\""
-[ -n "$TEAM_ID" ] && context="$context, \"team_id\": \"$TEAM_ID\""
+context="\"user_id\": \"$PMEM_USER_ID\""
+[ -n "$PMEM_PERSONA_ID" ] && context="$context, \"persona_id\": \"$PMEM_PERSONA_ID\""
+[ -n "$PMEM_TEAM_ID" ] && context="$context, \"team_id\": \"$PMEM_TEAM_ID\""
 
 curl -sS --fail-with-body -H "$auth" "$PMEM_URL/v1/tools"
 echo

@@ -1,11 +1,13 @@
 """Connect to persona-memory's MCP endpoint with the official MCP SDK and call `memory_recall`.
 
     pip install mcp
-    PMEM_URL=http://127.0.0.1:8080 PMEM_CREDENTIAL=<a person's JWT or pmem_sk_…> \
-        USER_ID=… TEAM_ID=… python examples/mcp_client.py "what do I like to eat"
+    PMEM_URL=http://127.0.0.1:8080 PMEM_API_KEY=pmem_sk_… \
+        PMEM_USER_ID=… PMEM_TEAM_ID=… python examples/mcp_client.py "what do I like to eat"
 
-A person's JWT acts for that person (leave USER_ID out); a service key needs USER_ID. TEAM_ID and
-PERSONA_ID pick the conversation's context; a person's team must be in their token.
+The credential is PMEM_CREDENTIAL when set (a person's JWT: it acts for that person, leave
+PMEM_USER_ID out), else the service key PMEM_API_KEY (it needs PMEM_USER_ID). PMEM_TEAM_ID and
+PMEM_PERSONA_ID pick the conversation's context; a person's team must be in their token.
+`pmem demo --keep-running` prints these variables as `export` lines.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ from mcp.client.streamable_http import streamable_http_client
 def endpoint() -> str:
     """`/mcp` with the conversation's context in the query string."""
     context = {
-        name: os.environ[name.upper()]
+        name: os.environ[f"PMEM_{name.upper()}"]
         for name in ("user_id", "persona_id", "team_id")
-        if os.environ.get(name.upper())
+        if os.environ.get(f"PMEM_{name.upper()}")
     }
     return f"{os.environ.get('PMEM_URL', 'http://127.0.0.1:8080').rstrip('/')}/mcp?{urlencode(context)}"
 
 
 async def main(query: str) -> None:
     """List the tools, then recall what is remembered for `query`."""
-    credential = os.environ["PMEM_CREDENTIAL"]
+    credential = os.environ.get("PMEM_CREDENTIAL") or os.environ["PMEM_API_KEY"]
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=30)
     async with http, Client(streamable_http_client(endpoint(), http_client=http)) as client:
         tools = await client.list_tools()

@@ -2,11 +2,13 @@
 conversation ends. The worker turns it into memories (pending review).
 
     pip install nats-py
-    NATS_URL=nats://localhost:4222 python examples/publish_event.py
+    PMEM_NATS_URL=nats://127.0.0.1:4222 python examples/publish_event.py
 
-Environment: NATS_URL, PMEM_SUBJECT (default chat.conversation.ended), USER_ID, PERSONA_ID,
-TEAM_ID, CHANNEL_ID (UUIDs; random when unset), USER_NAME, PERSONA_NAME, TEAM_NAME (optional
-display names). Prints the event id and the stream sequence.
+Environment (the variables `pmem` reads, and those `pmem demo --keep-running` prints): PMEM_NATS_URL
+(default nats://localhost:4222), PMEM_SUBJECT (default chat.conversation.ended), PMEM_USER_ID,
+PMEM_PERSONA_ID, PMEM_TEAM_ID, PMEM_CHANNEL_ID (UUIDs; random when unset), PMEM_USER_NAME,
+PMEM_PERSONA_NAME, PMEM_TEAM_NAME (optional display names). Prints the event id and the stream
+sequence.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ async def main() -> None:
         "event_id": str(uuid.uuid4()),
         "type": "conversation.ended",
         "occurred_at": now,
-        "team_id": env_uuid("TEAM_ID"),
-        "channel_id": env_uuid("CHANNEL_ID"),
-        "user_id": env_uuid("USER_ID"),
-        "persona_id": env_uuid("PERSONA_ID"),
+        "team_id": env_uuid("PMEM_TEAM_ID"),
+        "channel_id": env_uuid("PMEM_CHANNEL_ID"),
+        "user_id": env_uuid("PMEM_USER_ID"),
+        "persona_id": env_uuid("PMEM_PERSONA_ID"),
         "messages": [
             {"role": "user", "content": "I am vegetarian and I live in Lisbon.", "at": now},
             {"role": "assistant", "content": "Noted! Any favourite dishes?"},
@@ -43,13 +45,15 @@ async def main() -> None:
     }
     # optional display names: the web UI shows them instead of the ids (the latest one wins)
     for field, variable in (
-        ("team_name", "TEAM_NAME"),
-        ("persona_name", "PERSONA_NAME"),
-        ("user_name", "USER_NAME"),
+        ("team_name", "PMEM_TEAM_NAME"),
+        ("persona_name", "PMEM_PERSONA_NAME"),
+        ("user_name", "PMEM_USER_NAME"),
     ):
         if os.environ.get(variable):
             event[field] = os.environ[variable]
-    connection = await nats.connect(os.environ.get("NATS_URL", "nats://localhost:4222"), connect_timeout=5)
+    connection = await nats.connect(
+        os.environ.get("PMEM_NATS_URL", "nats://localhost:4222"), connect_timeout=5
+    )
     try:
         ack = await connection.jetstream().publish(
             os.environ.get("PMEM_SUBJECT", "chat.conversation.ended"),

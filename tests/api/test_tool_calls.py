@@ -84,5 +84,5 @@ def test_labels_show_names_and_fall_back_to_the_short_id() -> None:
     assert names.label("team", TEAM_A) == str(TEAM_A)[:8]
     item = {"id": "m1", "scope": "persona_user", "owner_id": str(PERSONA), "key": "diet", "value": "veg",
             "status": "active", "confidence": 0.9}  # fmt: skip
-    assert [g.heading for g in group_my_memories([item], names)] == ["With Chef Remy"]
-    assert [g.heading for g in group_my_memories([item])] == [f"With persona {str(PERSONA)[:8]}"]
+    assert [g.heading for g in group_my_memories([item], names)] == ["You, with Chef Remy"]
+    assert [g.heading for g in group_my_memories([item])] == [f"You, with persona {str(PERSONA)[:8]}"]

@@ -1,13 +1,18 @@
-"""Each program in examples/ runs, as a platform would run it, against real services: nats-server,
-`pmem worker` (rules extractor) and `pmem serve` on Postgres."""
+"""Each program in examples/ runs as `pmem demo --keep-running` prints it, against the demo's
+services (nats-server, the worker, the API on Postgres): the demo's `export` lines pasted, then each
+printed command run as is by a shell."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -15,92 +20,175 @@ import pytest
 
 from api.auth import mint_jwt
 from store.services.tools import TOOL_NAMES
-from tests.api.conftest import SECRET
-from tests.api.serve_harness import Served, served_process
-from tests.api.worker_harness import WorkerNames, running_worker, wait_until
-from worker.embedded import EmbeddedNats
+from worker.commands.demo_integration import parse_export_line
+from worker.embedded import free_port
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-USER, PERSONA, TEAM = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True, slots=True)
+class Demo:
+    """A running `pmem demo --keep-running`: what it printed, its exported variables, its commands."""
+
+    printed: str
+    env: dict[str, str]
+    commands: dict[str, str]  # example file name -> the command line printed for it
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without any PMEM_* or OPENAI_* configuration, as in a fresh shell."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+
+
+def read_until_ready(process: subprocess.Popen[str], timeout_s: float) -> str:
+    """Everything the demo printed up to its `ready` line (fails when it exits or takes too long)."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.strip() == "ready":
+            return "".join(lines)
+    raise AssertionError(f"the demo did not get ready:\n{''.join(lines)}")
+
+
+def printed_commands(printed: str) -> dict[str, str]:
+    """The commands the demo prints after the export lines, by the example each runs."""
+    section = printed.split("then, for example:\n", 1)[1]
+    commands: dict[str, str] = {}
+    for line in section.splitlines():
+        for name in ("publish_event.py", "http_tools.py", "http_tools.sh", "mcp_client.py"):
+            if f"examples/{name}" in line:
+                commands[name] = line.strip()
+        if " recall --user-id " in line:
+            commands["pmem recall"] = line.strip()
+    return commands
 
 
 @pytest.fixture(scope="module")
-def services(
-    new_database: Callable[[], str], nats_server: EmbeddedNats
-) -> Iterator[tuple[Served, WorkerNames]]:
-    names = WorkerNames.fresh()
-    for served in served_process(new_database):
-        with running_worker(served.database_url, nats_server.url, names):
-            yield served, names
-
-
-def run(program: str, env: dict[str, str], *args: str) -> str:
-    """Run one example; its standard output (fails with its standard error)."""
-    command = (
-        ["sh", str(EXAMPLES / program)]
-        if program.endswith(".sh")
-        else [sys.executable, str(EXAMPLES / program)]
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    home = tmp_path_factory.mktemp("demo")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "demo", "--keep-running"],
+        cwd=home,  # the default data directory, .pmem/demo, under it
+        env={
+            **clean_env(),
+            "PMEM_EMBEDDING_PROVIDER": "hashing",
+            "PMEM_API_PORT": str(free_port()),
+            "PMEM_DEMO_NATS_PORT": str(free_port()),
+            "PYTHONPATH": str(REPO),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    done = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+    try:
+        printed = read_until_ready(process, timeout_s=240)
+        env = clean_env()
+        for line in printed.splitlines():
+            if line.strip().startswith("export "):
+                env.update(parse_export_line(line.strip()))
+        yield Demo(printed=printed, env=env, commands=printed_commands(printed))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            rest, errors = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert process.returncode == 0, errors
+    assert rest.strip().endswith("stopped"), rest
+
+
+def run_printed(demo: Demo, name: str, **extra: str) -> str:
+    """Run the command the demo printed for `name` through a shell, with the exported variables (and
+    `extra`); its standard output (fails with its standard error)."""
+    done = subprocess.run(
+        demo.commands[name],
+        shell=True,
+        env={**demo.env, **extra},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def context_env(served: Served, **extra: str) -> dict[str, str]:
-    return {
-        **served.env,
-        "PMEM_URL": served.base,
-        "PMEM_API_KEY": served.service_key,
-        "USER_ID": str(USER),
-        "PERSONA_ID": str(PERSONA),
-        "TEAM_ID": str(TEAM),
-        **extra,
-    }
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
-def test_publish_event_reaches_the_worker(
-    services: tuple[Served, WorkerNames], nats_server: EmbeddedNats
-) -> None:
-    served, names = services
-    env = context_env(
-        served,
-        NATS_URL=nats_server.url,
-        PMEM_SUBJECT=names.subject,
-        USER_NAME="Alice Martin",
-        PERSONA_NAME="Chef Remy",
-        TEAM_NAME="Acme support",
+def test_the_demo_prints_every_variable_the_examples_read_and_a_command_for_each(demo: Demo) -> None:
+    assert {"PMEM_URL", "PMEM_API_KEY", "PMEM_NATS_URL", "PMEM_DATABASE_URL", "PMEM_AUTH_JWT_SECRET"} <= set(
+        demo.env
     )
-    ack = json.loads(run("publish_event.py", env))
-    assert ack["seq"] >= 1
-
-    def extracted() -> list[tuple[str, str]]:
-        with psycopg.connect(served.database_url) as conn:
-            rows = conn.execute(
-                "SELECT key, status FROM memories WHERE team_id = %s AND (owner_id = %s OR user_id = %s)",
-                (TEAM, USER, USER),
-            ).fetchall()
-        return [(str(key), str(status)) for key, status in rows]
-
-    wait_until(lambda: bool(extracted()), "the worker to write the published event's memories")
-    assert {status for _, status in extracted()} == {"pending_review"}
-    with psycopg.connect(served.database_url) as conn:
-        named = conn.execute("SELECT kind, name FROM directory ORDER BY kind").fetchall()
-    assert named == [("persona", "Chef Remy"), ("team", "Acme support"), ("user", "Alice Martin")]
+    assert {"PMEM_USER_ID", "PMEM_PERSONA_ID", "PMEM_TEAM_ID"} <= set(demo.env)
+    assert set(demo.commands) == {
+        "publish_event.py",
+        "http_tools.py",
+        "http_tools.sh",
+        "mcp_client.py",
+        "pmem recall",
+    }
+    for program in (REPO / "examples").iterdir():
+        assert program.name in demo.commands or program.suffix not in (".py", ".sh"), program
 
 
-def test_http_tools_with_the_standard_library(services: tuple[Served, WorkerNames]) -> None:
-    served, _ = services
-    out = run("http_tools.py", context_env(served))
+def test_publish_event_reaches_the_demos_worker(demo: Demo) -> None:
+    ack = json.loads(run_printed(demo, "publish_event.py"))
+    assert ack["stream"] == "CHAT" and ack["seq"] >= 1
+
+    def processed() -> bool:
+        with psycopg.connect(demo.env["PMEM_DATABASE_URL"]) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM processed_events WHERE event_id = %s", (uuid.UUID(ack["event_id"]),)
+            ).fetchone()
+        return row is not None
+
+    wait_until(processed, "the demo's worker to process the published event")
+
+    # a new user with display names: the worker records them for the web UI
+    newcomer = uuid.uuid4()
+    run_printed(
+        demo,
+        "publish_event.py",
+        PMEM_USER_ID=str(newcomer),
+        PMEM_USER_NAME="Priya Natarajan",
+        PMEM_PERSONA_NAME="Chef",
+    )
+
+    def named() -> list[tuple[str, str]]:
+        with psycopg.connect(demo.env["PMEM_DATABASE_URL"]) as conn:
+            rows = conn.execute("SELECT kind, name FROM directory WHERE id = %s", (newcomer,)).fetchall()
+        return [(str(kind), str(name)) for kind, name in rows]
+
+    wait_until(lambda: bool(named()), "the newcomer's name in the directory")
+    assert named() == [("user", "Priya Natarajan")]
+
+
+def test_http_tools_with_the_standard_library(demo: Demo) -> None:
+    out = run_printed(demo, "http_tools.py")
     assert f"tools: {', '.join(TOOL_NAMES)}" in out
     lines = dict(line.split(": ", 1) for line in out.splitlines())
     assert json.loads(lines["memory_save"])["result"]["saved"] is True
     assert "Loves risotto" in lines["memory_recall"]
-    assert "Loves risotto" in json.loads(lines["recall"])
+    recalled = json.loads(lines["recall"])
+    assert len(recalled) == 5
+    assert "Is allergic to peanuts" in recalled  # what the demo approved for its user
 
 
-def test_http_tools_with_curl(services: tuple[Served, WorkerNames]) -> None:
-    served, _ = services
-    out = run("http_tools.sh", context_env(served)).splitlines()
+def test_http_tools_with_curl(demo: Demo) -> None:
+    out = run_printed(demo, "http_tools.sh").splitlines()
     assert [tool["function"]["name"] for tool in json.loads(out[0])["tools"]][:2] == [
         "memory_save",
         "memory_recall",
@@ -111,16 +199,20 @@ def test_http_tools_with_curl(services: tuple[Served, WorkerNames]) -> None:
 
 
 @pytest.mark.parametrize("who", ["service", "person"])
-def test_mcp_client_calls_memory_recall(who: str, services: tuple[Served, WorkerNames]) -> None:
-    served, _ = services
-    run("http_tools.py", context_env(served))  # something active to recall
-    if who == "service":
-        env = context_env(served, PMEM_CREDENTIAL=served.service_key)
-    else:
-        person = mint_jwt(secret=SECRET, subject=USER, teams=(TEAM,))
-        env = context_env(served, PMEM_CREDENTIAL=person)
-        del env["USER_ID"]  # a person acts for themselves
-    out = run("mcp_client.py", env, "favourite food")
+def test_mcp_client_calls_memory_recall(who: str, demo: Demo) -> None:
+    extra: dict[str, str] = {}
+    if who == "person":  # the demo's user with a JWT signed with the printed secret
+        extra["PMEM_CREDENTIAL"] = mint_jwt(
+            secret=demo.env["PMEM_AUTH_JWT_SECRET"],
+            subject=uuid.UUID(demo.env["PMEM_USER_ID"]),
+            teams=(uuid.UUID(demo.env["PMEM_TEAM_ID"]),),
+        )
+    out = run_printed(demo, "mcp_client.py", **extra)
     assert "tools: memory_save, memory_recall" in out
     recalled = json.loads(out.split("memory_recall: ", 1)[1])
-    assert "Loves risotto" in [memory["value"] for memory in recalled["memories"]]
+    assert "Is vegetarian" in [memory["value"] for memory in recalled["memories"]]
+
+
+def test_pmem_recall_as_printed(demo: Demo) -> None:
+    out = run_printed(demo, "pmem recall")
+    assert "Is vegetarian" in out and "Is allergic to peanuts" in out

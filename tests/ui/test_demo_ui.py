@@ -1,4 +1,4 @@
-"""`pmem demo` leaves the web UI running with pending memories in all three scopes, a proposed
+"""`pmem demo --keep-running` leaves the web UI running with pending memories in all three scopes, a proposed
 change, and sign-in links for an admin, a team admin and a user; Ctrl-C stops it cleanly."""
 
 from __future__ import annotations
@@ -51,8 +51,11 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
             "demo",
             "--data-dir",
             str(tmp_path / "demo"),
+            "--keep-running",
             "--port",
             str(port),
+            "--nats-port",
+            str(free_port()),
         ],
         cwd=REPO,
         env=env,
@@ -69,8 +72,11 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
         page = context.new_page()
         page.goto(links["admin"])
         page.wait_for_url(f"http://127.0.0.1:{port}/ui/review")
-        scopes = set(page.locator("[data-row-id] .item-head .badge").all_inner_texts())
-        assert {"user", "persona", "persona_user"} <= scopes
+        # every scope waiting, each in words and with the sample conversations' names
+        scopes = set(page.locator("[data-row-id] .item-head .badge[data-scope]").all_inner_texts())
+        assert {"about Bob Silva", "Chef's own", "Bob Silva, with Chef", "Carla Reis, with Tutor"} <= scopes
+        assert page.locator("[data-signed-in]").inner_text() == "Signed in as Priya Raman, admin"
+        assert page.locator('a[data-name="team"]').first.inner_text() == "Acme"
         change = page.locator("[data-row-id]", has=page.get_by_text("Proposed change"))
         assert "Moved to Porto" in change.locator(".new").inner_text()
         context.close()
@@ -80,6 +86,10 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
         page.goto(links["user"])
         page.wait_for_url(f"http://127.0.0.1:{port}/ui/me")
         assert page.get_by_role("heading", name="About you").is_visible()
+        assert page.get_by_role("heading", name="You, with Chef").is_visible()
+        assert page.locator("[data-signed-in]").inner_text() == "Signed in as Alice Martin"
+        remembered = page.locator("[data-conversations]").inner_text()
+        assert "with Chef" in remembered and "persona 356511b6" not in remembered
         context.close()
     finally:
         process.send_signal(signal.SIGINT)

@@ -422,7 +422,7 @@ def test_a_user_edits_and_deletes_a_memory_and_downloads_their_data(
 ) -> None:
     sign_in(page, base_url, h.alice_token())
     groups = page.locator("[data-group] h2").all_inner_texts()
-    assert groups[0] == "About you" and any(g.startswith("With persona") for g in groups)
+    assert groups[0] == "About you" and any(g.startswith("You, with persona") for g in groups)
     assert row(page, seeded["city"]).get_by_text("not yet used").is_visible()
     assert row(page, seeded["language"]).get_by_text("not yet used").count() == 0
     assert row(page, seeded["pets"]).count() == 0  # Bob's

@@ -61,7 +61,7 @@ def test_review_filters_parse_and_round_trip_through_the_query_string() -> None:
     assert filters.active
     again, _ = core.parse_review_filters(dict(p.split("=") for p in filters.query(cursor="c2").split("&")))
     assert again == core.ReviewFilters(team_id=TEAM, scope="persona", min_confidence=0.7, cursor="c2")
-    assert "scope persona" in filters.summary() and "confidence ≥ 0.7" in filters.summary()
+    assert "a persona's own" in filters.summary() and "confidence ≥ 0.7" in filters.summary()
 
 
 def test_unreadable_filters_are_ignored_and_reported_per_field() -> None:
@@ -156,7 +156,11 @@ def test_my_memories_are_grouped_by_scope_then_persona_with_pending_marked_and_a
             item("age", "user", "me", "pending_review"),
         ]
     )
-    assert [g.heading for g in groups] == ["About you", "With persona aaaaaaaa", "With persona bbbbbbbb"]
+    assert [g.heading for g in groups] == [
+        "About you",
+        "You, with persona aaaaaaaa",
+        "You, with persona bbbbbbbb",
+    ]
     assert [c.key for c in groups[0].cards] == ["age", "city"]
     assert [c.pending for c in groups[0].cards] == [True, False]
     assert groups[2].cards[0].pending
@@ -182,3 +186,61 @@ def test_each_setting_says_what_is_in_effect_and_where_it_comes_from(
     level: str, source: str, value: object, field: str, shown: str
 ) -> None:
     assert str(core.effect_of(level, source, value, field)).startswith(shown)
+
+
+@pytest.mark.parametrize(
+    ("scope", "persona", "user", "words"),
+    [
+        ("user", None, None, "about you"),
+        ("persona", "Chef", None, "Chef's own"),
+        ("persona_user", "Chef", None, "you, with Chef"),
+        ("user", None, "Alice", "about Alice"),
+        ("persona_user", "Chef", "Alice", "Alice, with Chef"),
+        ("persona", "Doris", "Alice", "Doris' own"),
+        ("persona", None, None, "the persona's own"),
+        ("persona_user", None, None, "you, with the persona"),
+        ("team", None, None, "team"),  # not a scope: shown as given
+    ],
+)
+def test_scope_words_say_whose_a_memory_is_as_a_person_says_it(
+    scope: str, persona: str | None, user: str | None, words: str
+) -> None:
+    assert core.scope_words(scope, persona=persona, user=user) == words
+
+
+def test_a_reviewer_reads_whose_a_memory_is_by_name_or_by_short_id() -> None:
+    alice, chef = uuid.uuid4(), uuid.uuid4()
+    names = core.Names(personas={str(chef): "Chef"}, users={str(alice): "Alice Martin"})
+    assert names.scope_words("user", alice) == "about Alice Martin"
+    assert names.scope_words("persona", chef) == "Chef's own"
+    assert names.scope_words("persona_user", chef, alice) == "Alice Martin, with Chef"
+    stranger = uuid.uuid4()
+    assert core.NO_NAMES.scope_words("persona_user", chef, stranger) == (
+        f"user {str(stranger)[:8]}, with persona {str(chef)[:8]}"
+    )
+    assert core.SCOPE_CHOICES == {
+        "user": "About a user",
+        "persona": "A persona's own",
+        "persona_user": "A user, with a persona",
+    }
+
+
+def test_the_header_says_who_is_signed_in() -> None:
+    subject = uuid.UUID("36afe7e8-1b43-5866-b7b7-64b2e12a423e")
+    assert core.signed_in_as("user", "Alice Martin", subject) == "Signed in as Alice Martin"
+    assert core.signed_in_as("admin", "Priya Raman", subject) == "Signed in as Priya Raman, admin"
+    assert core.signed_in_as("team_admin", None, subject) == "Signed in as team admin 36afe7e8"
+
+
+def test_a_remembered_conversation_names_its_personas() -> None:
+    chef, stranger = uuid.uuid4(), uuid.uuid4()
+    item = {
+        "channel_id": "c1",
+        "last_at": None,
+        "turn_count": 2,
+        "first_line": "hi",
+        "persona_ids": [chef, stranger],
+    }
+    names = core.Names(personas={str(chef): "Chef"})
+    assert core.conversation_row(item, names).with_whom == f"Chef, persona {str(stranger)[:8]}"
+    assert core.conversation_row({**item, "persona_ids": [None]}).with_whom == "no persona"

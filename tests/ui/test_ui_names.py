@@ -50,11 +50,11 @@ def publish(nats_server: EmbeddedNats, names: WorkerNames, **fields: str) -> Non
     """One event for Alice with the persona Chef in team A, through the example publisher."""
     env = {
         "PATH": "/usr/bin:/bin",
-        "NATS_URL": nats_server.url,
+        "PMEM_NATS_URL": nats_server.url,
         "PMEM_SUBJECT": names.subject,
-        "USER_ID": str(h.ALICE),
-        "PERSONA_ID": str(h.CHEF),
-        "TEAM_ID": str(h.TEAM_A),
+        "PMEM_USER_ID": str(h.ALICE),
+        "PMEM_PERSONA_ID": str(h.CHEF),
+        "PMEM_TEAM_ID": str(h.TEAM_A),
         **fields,
     }
     done = subprocess.run([sys.executable, str(PUBLISH)], env=env, capture_output=True, text=True, timeout=60)
@@ -84,7 +84,13 @@ def sign_in(page: Any, base_url: str, token: str) -> None:
 def test_names_from_events_replace_ids_and_go_with_the_user(
     page: Any, base_url: str, database: str, nats_server: EmbeddedNats, names: WorkerNames
 ) -> None:
-    publish(nats_server, names, USER_NAME="Alice Martin", PERSONA_NAME="Chef Remy", TEAM_NAME="Acme support")
+    publish(
+        nats_server,
+        names,
+        PMEM_USER_NAME="Alice Martin",
+        PMEM_PERSONA_NAME="Chef Remy",
+        PMEM_TEAM_NAME="Acme support",
+    )
     wait_until(lambda: pending_of_alice(database) > 0, "the worker to write Alice's memories")
     assert directory(database) == {"user": "Alice Martin", "persona": "Chef Remy", "team": "Acme support"}
     # something Alice told the persona (a tool save), so My memories has a persona group
@@ -109,6 +115,13 @@ def test_names_from_events_replace_ids_and_go_with_the_user(
     assert str(h.ALICE) in (user_link.get_attribute("title") or "")
     expect(page.locator('a[data-name="team"]').first).to_have_text("Acme support")
     assert str(h.ALICE)[:8] not in page.locator("main").inner_text()
+    # whose each memory is, in words and by name; who is signed in (this admin has no name)
+    words = {"user": "about Alice Martin", "persona_user": "Alice Martin, with Chef Remy"}
+    badges = page.locator("[data-row-id] .badge[data-scope]")
+    expect(badges.first).to_be_visible()
+    for badge in badges.all():
+        assert badge.inner_text() == words[badge.get_attribute("data-scope") or ""]
+    expect(page.locator("[data-signed-in]")).to_have_text(f"Signed in as admin {str(h.ADMIN)[:8]}")
 
     # settings: pick the persona by name instead of typing its id
     page.goto(f"{base_url}/ui/settings/global")
@@ -122,10 +135,17 @@ def test_names_from_events_replace_ids_and_go_with_the_user(
     # My memories: the persona's name, not "persona 356511b6"
     page.context.clear_cookies()
     sign_in(page, base_url, h.alice_token())
-    expect(page.get_by_role("heading", name="With Chef Remy")).to_be_visible()
+    expect(page.get_by_role("heading", name="You, with Chef Remy")).to_be_visible()
+    expect(page.locator("[data-signed-in]")).to_have_text("Signed in as Alice Martin")
 
     # a later event with a new name: the new one shows
-    publish(nats_server, names, USER_NAME="Alice Silva", PERSONA_NAME="Chef Remy", TEAM_NAME="Acme support")
+    publish(
+        nats_server,
+        names,
+        PMEM_USER_NAME="Alice Silva",
+        PMEM_PERSONA_NAME="Chef Remy",
+        PMEM_TEAM_NAME="Acme support",
+    )
     wait_until(lambda: directory(database).get("user") == "Alice Silva", "the worker to store the new name")
     page.context.clear_cookies()
     sign_in(page, base_url, h.admin_token())

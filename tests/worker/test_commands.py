@@ -27,7 +27,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo", "--no-ui", "--data-dir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(tmp_path / "demo")],
         cwd=REPO,
         env=clean_env(PMEM_EMBEDDING_PROVIDER="hashing"),
         capture_output=True,
@@ -38,9 +38,10 @@ def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
     out = result.stdout
     assert "extractor    rules" in out
     assert "processed all 6" in out
-    assert "Name is Alice Martin" in out and "[persona_user] chef (persona) × alice" in out
-    assert "[persona] chef (persona)" in out  # the scripted offline persona learner
-    recall = out.split("recall for alice", 1)[1].split("prompt hint", 1)[0]
+    assert "Name is Alice Martin" in out and "[persona_user] Chef × Alice Martin" in out
+    assert "[persona] Chef" in out  # the scripted offline persona learner
+    assert "demo --keep-running --data-dir" in out  # how to integrate against it, as pasted
+    recall = out.split("recall for Alice Martin", 1)[1].split("prompt hint", 1)[0]
     assert "[persona_user]" in recall or "[user]" in recall
     assert "Bob" not in recall and "Carla" not in recall and "pork" not in recall  # other users' memories
     assert "hunter2" not in out and "sk-proj" not in out

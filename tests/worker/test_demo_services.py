@@ -1,19 +1,22 @@
-"""`pmem demo --keep-running` as a user runs it: no warning or NOTICE noise, a database URL that
-works when pasted, a second demo on the same data directory refused, Ctrl-C (to the whole process
+"""`pmem demo --keep-running` as a user runs it: no warning or NOTICE noise, a database URL and an
+API key that work when pasted, a second demo on the same data directory refused, Ctrl-C (to the whole process
 group, as a terminal sends it) stops it and its services cleanly."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from worker.commands.demo_integration import parse_export_line
+from worker.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +49,8 @@ def ctrl_c(demo: subprocess.Popen[str]) -> None:
 def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
     command = [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir)]
-    first = start_demo(data_dir, "--keep-running")
+    ports = ("--port", str(free_port()), "--nats-port", str(free_port()))
+    first = start_demo(data_dir, "--keep-running", *ports)
     try:
         assert first.stdout is not None
         lines: list[str] = []
@@ -59,10 +63,21 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
             if line.strip() == "ready":
                 break
         output = "".join(lines)
+        if first.poll() is not None and first.stderr is not None:  # it exited: say why
+            output += first.stderr.read()
         assert lines and lines[-1].strip() == "ready", output
-        [url] = re.findall(r"psql '([^']+)'", output)
-        with psycopg.connect(url) as conn:  # the printed URL, as pasted
+        exported: dict[str, str] = {}
+        for line in output.splitlines():
+            if line.strip().startswith("export "):
+                exported.update(parse_export_line(line.strip()))
+        with psycopg.connect(exported["PMEM_DATABASE_URL"]) as conn:  # the printed URL, as pasted
             assert conn.execute("SELECT count(*) FROM memories").fetchone() is not None
+        tools = urllib.request.Request(
+            exported["PMEM_URL"] + "/v1/tools",
+            headers={"Authorization": f"Bearer {exported['PMEM_API_KEY']}"},
+        )
+        with urllib.request.urlopen(tools, timeout=10) as answer:  # the API, with the printed key
+            assert answer.status == 200
 
         second = subprocess.run(command, cwd=REPO, env=demo_env(), capture_output=True, text=True, timeout=60)
         assert second.returncode == 2
@@ -96,7 +111,7 @@ def _processes_using(path: Path) -> list[str]:
 @pytest.mark.slow
 def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
-    demo = start_demo(data_dir, "--no-ui")
+    demo = start_demo(data_dir)
     try:
         assert demo.stdout is not None
         deadline = time.monotonic() + 240

@@ -1,19 +1,20 @@
 """`pmem demo`: the embedded default, end to end, in one command.
 
 Starts a real nats-server and a real Postgres + pgvector in a data directory, migrates, runs the
-worker in this process, publishes the bundled sample conversations (with and without a persona;
-persona learning on for the "chef" persona), waits until every one is processed, prints the pending
-memories per owner, approves Alice's and shows one recall and the prompt hint; then publishes a
-follow-up (a proposed change to a reviewed memory) and serves the web UI until Ctrl-C, printing
-sign-in links for an admin, a team admin and a user (`--no-ui`: exit 0 after the recall instead).
+worker in this process, publishes the bundled sample conversations (named teams, personas and
+users, with and without a persona; persona learning on for the Chef persona), waits until every one
+is processed, prints the pending memories per owner, approves Alice's and shows one recall and the
+prompt hint, then stops. With `--keep-running` it then publishes a follow-up (a proposed change to a
+reviewed memory) and serves the API and the web UI (`--no-ui`: the API only) on stable ports until
+Ctrl-C or SIGTERM, printing what an integrator pastes (`demo_integration.py`): a service key, the JWT
+secret and sign-in links, who is who, `export PMEM_…` lines and commands that work as printed.
 Offline, persona-scope memories come from a scripted stand-in for an LLM (`demo_ui.py`).
 
 Offline by default: the rules extractor, and the local MiniLM embedder when sentence-transformers is
 installed (else the hashing embedder). With PMEM_LLM_API_KEY / OPENAI_API_KEY / PMEM_LLM_BASE_URL
 set, extraction goes through that LLM. PMEM_EMBEDDING_PROVIDER, when set, is respected. Running it
-again reuses the data directory: the same events are recognised as already processed; a second demo
-on a directory in use is refused. `--keep-running` keeps the services up (their URLs printed) until
-Ctrl-C.
+again reuses the data directory (and its service key and JWT secret): the same events are
+recognised as already processed; a second demo on a directory in use is refused.
 """
 
 from __future__ import annotations
@@ -23,19 +24,33 @@ import asyncio
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from worker.commands import demo_ui
+from worker.commands.demo_integration import (
+    DEFAULT_API_PORT,
+    DEFAULT_NATS_PORT,
+    NATS_PORT_VARIABLE,
+    Cast,
+    DemoPorts,
+    cast_of,
+    demo_ports,
+    pmem_path,
+    refuse_taken_ports,
+)
 from worker.commands.errors import UsageError
 from worker.logs import configure_logging
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 QUESTION = "What should I cook for dinner tonight?"
+DEFAULT_DATA_DIR = Path(".pmem/demo")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,23 +58,32 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=Path(".pmem/demo"),
+        default=DEFAULT_DATA_DIR,
         help="where nats-server and Postgres keep their data",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the events")
     parser.add_argument(
-        "--no-ui", action="store_true", help="exit after the recall instead of serving the web UI and API"
+        "--keep-running",
+        action="store_true",
+        help="then keep nats-server, Postgres, the worker, the API and the web UI up until Ctrl-C, "
+        "printing the service key, sign-in links, ids and export lines to integrate against them",
+    )
+    parser.add_argument(
+        "--no-ui", action="store_true", help="with --keep-running: serve the API without the web UI"
     )
     parser.add_argument(
         "--port",
         type=int,
         default=None,
-        help="web UI and API port (default PMEM_API_PORT, else 8080; a free one when that is taken)",
+        help=f"with --keep-running: the API and web UI port (default PMEM_API_PORT, else {DEFAULT_API_PORT}; "
+        "refused when taken)",
     )
     parser.add_argument(
-        "--keep-running",
-        action="store_true",
-        help="with --no-ui: keep nats-server, Postgres and the worker up (URLs printed) until Ctrl-C",
+        "--nats-port",
+        type=int,
+        default=None,
+        help=f"nats-server's port (default with --keep-running: {NATS_PORT_VARIABLE}, else "
+        f"{DEFAULT_NATS_PORT}, refused when taken; without it, any free port)",
     )
     parser.set_defaults(run=run)
 
@@ -92,20 +116,34 @@ def lock_data_dir(data_dir: Path) -> TextIO:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo; 0 when every sample was processed, 1 on a timeout, 2 if a service cannot start,
-    130 when interrupted (Ctrl-C, SIGTERM) before it finished."""
+    """Run the demo; 0 when every sample was processed (and, kept running, when stopped with Ctrl-C
+    or SIGTERM), 1 on a timeout, 2 if a service cannot start or a port is taken, 130 when
+    interrupted before it finished."""
     configure_logging(os.environ.get("PMEM_LOG_LEVEL", "WARNING"), json_format=False)
     from worker.embedded import EmbeddedServiceError
 
     data_dir = args.data_dir.resolve()
     lock = lock_data_dir(data_dir)
     try:
-        ui = None if args.no_ui else demo_ui.UiPort(args.port or _api_port(), chosen=args.port is not None)
-        return asyncio.run(demo(data_dir, timeout_s=args.timeout, keep_running=args.keep_running, ui=ui))
+        serving: Serving | None = None
+        if args.keep_running:
+            ports = demo_ports(nats_port=args.nats_port, api_port=args.port, environ=os.environ)
+            refuse_taken_ports(ports)
+            serving = Serving(ports=ports, with_ui=not args.no_ui)
+        nats_port = serving.ports.nats if serving else (args.nats_port or 0)
+        return asyncio.run(demo(data_dir, timeout_s=args.timeout, nats_port=nats_port, serving=serving))
     except EmbeddedServiceError as exc:
         raise UsageError(str(exc)) from exc
     finally:
         lock.close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Serving:
+    """What a kept-running demo serves: its ports, and whether the web UI is on."""
+
+    ports: DemoPorts
+    with_ui: bool = True
 
 
 def choose_embedding_provider() -> tuple[str, str]:
@@ -121,12 +159,8 @@ def choose_embedding_provider() -> tuple[str, str]:
     )
 
 
-def _api_port() -> int:
-    return int(os.environ.get("PMEM_API_PORT", "8080"))
-
-
 async def demo(
-    data_dir: Path, *, timeout_s: float, keep_running: bool = False, ui: demo_ui.UiPort | None = None
+    data_dir: Path, *, timeout_s: float, nats_port: int = 0, serving: Serving | None = None
 ) -> int:
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
@@ -139,19 +173,19 @@ async def demo(
 
     samples = SAMPLES / "conversations.jsonl"
     catalogue = json.loads((SAMPLES / "names.json").read_text())
-    names: dict[str, str] = catalogue["names"]
     events = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
+    cast = cast_of(events)
 
     print(f"pmem demo — data in {data_dir}")
     # nats-server in a process group of its own: Ctrl-C reaches the demo only, which stops the
     # worker before the server (see `finally`), so no client sees its server vanish
-    nats_server = EmbeddedNats(store_dir=data_dir / "nats", own_process_group=True)
+    nats_server = EmbeddedNats(store_dir=data_dir / "nats", port=nats_port, own_process_group=True)
     postgres = EmbeddedPostgres(data_dir=data_dir / "postgres")
     worker = None
 
-    async def script() -> tuple[int, Settings, int | None]:
+    async def script() -> tuple[int, Settings]:
         """Start the worker, publish the samples, wait for them, show and recall: (exit code
-        when it cannot go on, else 0; the settings; the metrics port)."""
+        when it cannot go on, else 0; the settings)."""
         nonlocal worker
         print(f"  nats-server  {nats_server.url} (JetStream)")
         provider, why = choose_embedding_provider()
@@ -205,14 +239,14 @@ async def demo(
                 f"not processed ({dlq:.0f} dead-lettered; see the log above)",
                 file=sys.stderr,
             )
-            return 1, settings, port
+            return 1, settings
         print(f"processed all {len(events)} in {time.monotonic() - started:.1f}s\n")
 
-        await _print_pending(store, names)
-        await _approve_and_recall(store, names, catalogue)
-        if ui is not None:
+        await _print_pending(store, cast)
+        await _approve_and_recall(store, cast, catalogue)
+        if serving is not None:
             await demo_ui.publish_followups(store, settings, timeout_s=timeout_s)
-        return 0, settings, port
+        return 0, settings
 
     try:
         nats_server.start()
@@ -225,20 +259,25 @@ async def demo(
         if done is None:
             print("\ninterrupted: stopping nats-server and Postgres", file=sys.stderr)
             return 130
-        code, settings, port = done
+        code, settings = done
         if code:
             return code
-        if ui is not None:
+        if serving is not None:
             assert worker is not None
-            _print_services(settings.database_url, nats_server.url, port)
-            return await demo_ui.serve(worker.store, settings, catalogue, ui)
-        if keep_running:
-            await _serve_until_interrupted(settings.database_url, nats_server.url, port)
-        else:
-            print(
-                f"\nnats-server and Postgres stop now; their data stays in {data_dir}. To reach them again: "
-                f"pmem demo --data-dir {data_dir} --keep-running"
+            return await demo_ui.serve(
+                worker.store,
+                settings,
+                data_dir=data_dir,
+                catalogue=catalogue,
+                cast=cast,
+                api_port=serving.ports.api,
+                with_ui=serving.with_ui,
             )
+        again = _keep_running_command(data_dir)
+        print(
+            f"\nnats-server and Postgres stop now; their data stays in {data_dir}. To integrate against "
+            f"them (the API, the web UI, a service key, export lines for the examples): {again}"
+        )
         return 0
     except PmemProviderError as exc:
         raise UsageError(str(exc)) from exc
@@ -247,30 +286,6 @@ async def demo(
             await worker.close()
         postgres.stop()
         nats_server.stop()
-
-
-def _print_services(database_url: str, nats_url: str, metrics_port: int | None) -> None:
-    print("\nservices stay up until Ctrl-C:")
-    print(f"  psql '{database_url}'")
-    print(f"  PMEM_DATABASE_URL='{database_url}' PMEM_NATS_URL={nats_url} pmem recall --user-id …")
-    print(f"  metrics      http://127.0.0.1:{metrics_port}/metrics")
-
-
-async def _serve_until_interrupted(database_url: str, nats_url: str, metrics_port: int | None) -> None:
-    """Print where the services are and wait for SIGINT/SIGTERM."""
-    import signal
-
-    _print_services(database_url, nats_url, metrics_port)
-    print("ready", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 async def _check_local(settings: Any, provider: str, why: str) -> tuple[str, str]:
@@ -296,22 +311,30 @@ def _database(postgres: Any, name: str) -> str:
     return str(postgres.create_database(name))
 
 
-def _label(names: dict[str, str], owner: uuid.UUID | None) -> str:
-    return names.get(str(owner), str(owner)) if owner else "-"
+def _keep_running_command(data_dir: Path) -> str:
+    """`pmem demo --keep-running` as this demo was run, ready to paste."""
+    command = pmem_path(sys.argv[0], sys.executable) + " demo --keep-running"
+    if data_dir != DEFAULT_DATA_DIR.absolute():
+        command += f" --data-dir {shlex.quote(str(data_dir))}"
+    return command
 
 
-async def _print_pending(store: Any, names: dict[str, str]) -> None:
+def _label(cast: Cast, owner: uuid.UUID | None) -> str:
+    return cast.name(owner) if owner else "-"
+
+
+async def _print_pending(store: Any, cast: Cast) -> None:
     from store.model import MemoryFilter
 
     print("memories per owner (extracted as pending_review; active once approved):")
     by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
-    for owner in names:
+    for owner in (*cast.users, *cast.personas):
         for memory in await store.list(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
             if memory.status == "archived":
                 continue
-            label = _label(names, memory.owner_id)
+            label = _label(cast, memory.owner_id)
             if memory.scope == "persona_user":
-                label = f"{label} × {_label(names, memory.user_id)}"
+                label = f"{label} × {_label(cast, memory.user_id)}"
             by_owner[(memory.scope, label)].append(memory)
     for (scope, label), memories in sorted(by_owner.items()):
         print(f"  [{scope}] {label}")
@@ -322,29 +345,28 @@ async def _print_pending(store: Any, names: dict[str, str]) -> None:
     print("  nothing from the password / API key in the samples was stored: secrets are redacted or dropped")
 
 
-async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict[str, Any]) -> None:
+async def _approve_and_recall(store: Any, cast: Cast, catalogue: dict[str, Any]) -> None:
     from store.model import MemoryFilter
     from store.rules.hint import build_memory_hint
     from store.services.context_recall import recall_in_context
 
-    alice = next(uuid.UUID(k) for k, v in names.items() if v == "alice")
-    chef = uuid.UUID(catalogue["persona_learning"][0])
+    user, persona, team = (uuid.UUID(catalogue[kind]) for kind in ("user", "persona", "team"))
     approved = 0
-    for owner in (alice, chef):
+    for owner in (user, persona):
         for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
-            if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != alice):
+            if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != user):
                 continue
             if await store.approve(memory.id, actor="pmem-demo") is not None:
                 approved += 1
+    name = cast.name(user)
     print(
-        f"\napproved {approved} of Alice's pending memories (recall only returns active, reviewed memories)"
+        f"\napproved {approved} of {name}'s pending memories (recall only returns active, reviewed memories)"
     )
-    team = next(uuid.UUID(k) for k, v in names.items() if v.endswith("(team)"))
     # the samples' conversations happened in one team: recall in that team's context
     hits = await recall_in_context(
-        store, user_id=alice, persona_id=chef, team_id=team, query=QUESTION, limit=5
+        store, user_id=user, persona_id=persona, team_id=team, query=QUESTION, limit=5
     )
-    print(f'recall for alice with the chef persona, in the acme team: "{QUESTION}"')
+    print(f'recall for {name} with {cast.name(persona)}, in team {cast.name(team)}: "{QUESTION}"')
     for hit in hits:
         memory = hit.memory
         print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")

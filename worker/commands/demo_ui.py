@@ -1,5 +1,5 @@
-"""The web-UI half of `pmem demo`: persona learning offline, a proposed change, and the UI served
-until Ctrl-C with sign-in links for an admin, a team admin and a user.
+"""The serving half of `pmem demo --keep-running`: persona learning offline, a proposed change, and
+the API and web UI served until Ctrl-C with sign-in links for an admin, a team admin and a user.
 
 Persona scope offline: the rules extractor reads only the user's first-person statements, so it
 never writes `persona` memories. `ScriptedPersonaLearner` is a scripted stand-in for an LLM (stated
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
-import shlex
-import socket
+import sys
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -25,6 +23,15 @@ from extraction.redact import screen_candidate
 from extraction.types import Candidate, ExtractionRequest, ExtractionResult
 from extraction.typing import Extractor
 from extraction.validate import merge_candidates, validate_items
+from worker.commands.demo_integration import (
+    EXAMPLES,
+    Cast,
+    Integration,
+    demo_credentials,
+    integration_text,
+    pmem_path,
+    reviewers_of,
+)
 from worker.commands.errors import UsageError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -32,15 +39,6 @@ SCRIPT = SAMPLES / "persona_script.json"
 FOLLOWUPS = SAMPLES / "followups.jsonl"
 # how long the printed sign-in links (single use) and the sessions they open last
 DEMO_LINK_S = 12 * 3600
-
-
-@dataclass(frozen=True, slots=True)
-class UiPort:
-    """Where the demo serves the UI: `chosen` (--port) is used or refused; the default (PMEM_API_PORT
-    or 8080) gives way to a free port when another process has it."""
-
-    port: int
-    chosen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,36 +114,19 @@ async def publish_followups(store: Any, settings: Any, *, timeout_s: float) -> i
     return len(events) - len(waiting)
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _any_free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 def sign_in_links(
-    base: str, secret: str, catalogue: dict[str, Any], *, ttl_s: int
+    base: str, secret: str, catalogue: dict[str, Any], cast: Cast, *, ttl_s: int
 ) -> list[tuple[str, str, str]]:
-    """(who, link, about) for an admin, a team admin of the sample team and the sample user alice."""
+    """(who, link, about) for the sample reviewers (an admin, a team admin of the sample team) and
+    the sample user."""
     from api.auth import mint_jwt
 
-    by_name = {name: uuid.UUID(key) for key, name in catalogue["names"].items()}
-    team, alice = by_name["acme (team)"], by_name["alice"]
-    admin = uuid.uuid5(uuid.NAMESPACE_URL, "pmem-demo/admin")
-    team_admin = uuid.uuid5(uuid.NAMESPACE_URL, "pmem-demo/team-admin")
-    people = (
-        ("admin", admin, "admin", (), "every team"),
-        ("team admin", team_admin, "team_admin", (team,), "team acme"),
-        ("user", alice, "user", (team,), "alice: her own memories"),
-    )
+    team, user = uuid.UUID(catalogue["team"]), uuid.UUID(catalogue["user"])
+    people = [
+        (r.role.replace("_", " "), r.id, r.role, () if r.role == "admin" else (team,), f"{r.name}: {r.about}")
+        for r in reviewers_of(catalogue)
+    ]
+    people.append(("user", user, "user", (team,), f"{cast.name(user)}: their own memories"))
     links = []
     for who, subject, role, teams, about in people:
         token = mint_jwt(secret=secret, subject=subject, role=role, teams=teams, ttl_s=ttl_s, sign_in=True)
@@ -156,60 +137,76 @@ def sign_in_links(
 async def serve(
     store: Any,
     settings: Any,
-    catalogue: dict[str, Any],
-    ui: UiPort,
     *,
+    data_dir: Path,
+    catalogue: dict[str, Any],
+    cast: Cast,
+    api_port: int,
+    with_ui: bool,
     host: str = "127.0.0.1",
 ) -> int:
-    """Serve the control plane (API and web UI) over the demo's store until Ctrl-C; 0 when stopped
-    that way. The JWT secret is made up for this run, so the printed links are the only way in and
-    stop working with the demo. The last line printed is `ready`."""
+    """Serve the control plane (the API, and the web UI unless `with_ui` is off) over the demo's
+    store until Ctrl-C or SIGTERM, printing what an integrator pastes (`integration_text`); 0 when
+    stopped that way. The last line printed is `ready`."""
     import uvicorn
 
     from api.app import create_app
     from api.auth import AuthConfig
+    from store.model import DirectoryEntry
     from worker.commands.serve import _Server
 
-    port = ui.port
-    if not _port_free(host, port):
-        if ui.chosen:
-            raise UsageError(f"port {port} is in use; pass --port with another port")
-        port = _any_free_port(host)
-        print(f"\nport {ui.port} is in use (PMEM_API_PORT); serving on {port} instead")
-    secret = secrets.token_urlsafe(32)
+    credentials = await demo_credentials(store, data_dir)
+    # the reviewers sign in with the links below: the web UI greets them by name
+    await store.set_names(
+        [DirectoryEntry(kind="user", id=r.id, name=r.name) for r in reviewers_of(catalogue)]
+    )
     # the demo's links are printed once, so they may live as long as a demo session
     app = create_app(
         store=store,
-        auth=AuthConfig(jwt_secret=secret),
+        auth=AuthConfig(jwt_secret=credentials.jwt_secret),
         max_input_tokens=settings.llm_max_input_tokens,
         ui_session_s=DEMO_LINK_S,
         sign_in_max_s=DEMO_LINK_S,
+        with_ui=with_ui,
     )
 
     # `pmem serve`'s server: Ctrl-C ends it gracefully and the demo then cleans up and exits 0
-    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    server = _Server(uvicorn.Config(app, host=host, port=api_port, log_level="warning", access_log=False))
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn exposes a flag, not an event)
         await asyncio.sleep(0.05)
     if task.done():  # uvicorn could not start (it logged why)
         await task
-        raise UsageError(f"the web UI could not start on {host}:{port}")
-    base = f"http://{host}:{port}"
-    print(
-        f"\nweb UI on {base}/ui/ — open a link to sign in (each works once, within 12 hours; "
-        "more with `pmem token --role … --login-url BASE` and the export line below); Ctrl-C stops the demo"
+        raise UsageError(
+            f"the API could not start on {host}:{api_port}; pass --port (or set PMEM_API_PORT) with "
+            "another port"
+        )
+    base = f"http://{host}:{api_port}"
+    embedding = [("PMEM_EMBEDDING_PROVIDER", settings.embedding_provider)]
+    if settings.embedding_model:
+        embedding.append(("PMEM_EMBEDDING_MODEL", settings.embedding_model))
+    text = integration_text(
+        Integration(
+            base_url=base,
+            nats_url=settings.nats_url,
+            database_url=settings.database_url,
+            embedding=embedding,
+            jwt_secret=credentials.jwt_secret,
+            api_key=credentials.api_key,
+            cast=cast,
+            user_id=catalogue["user"],
+            persona_id=catalogue["persona"],
+            team_id=catalogue["team"],
+            pmem=pmem_path(sys.argv[0], sys.executable),
+            python=sys.executable,
+            sign_in=sign_in_links(base, credentials.jwt_secret, catalogue, cast, ttl_s=DEMO_LINK_S)
+            if with_ui
+            else (),
+            examples=EXAMPLES if EXAMPLES.is_dir() else None,
+            with_ui=with_ui,
+        )
     )
-    for who, link, about in sign_in_links(base, secret, catalogue, ttl_s=DEMO_LINK_S):
-        print(f"  {who:<11} {link}")
-        print(f"  {'':<11} ({about})")
-    by_name = {name: key for key, name in catalogue["names"].items()}
-    database, key = shlex.quote(settings.database_url), shlex.quote(secret)
-    print(f"API at {base}/v1 (docs: /docs); to call it from another shell (README, Integrating a platform):")
-    print(f"  export PMEM_DATABASE_URL={database} PMEM_AUTH_JWT_SECRET={key}")
-    print(
-        f"  a user with memories: alice {by_name['alice']}, team_id {by_name['acme (team)']}, "
-        f"chef persona {by_name['chef (persona)']}"
-    )
+    print("\n".join(text))
     print("ready", flush=True)
     await task
     print("\nstopped")
