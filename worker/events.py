@@ -17,9 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from store.core.directory import directory_entries
 from store.model import DirectoryEntry, Scope, UpsertAction
 from store.rules.admission import admit
+from store.rules.directory import directory_entries
 from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import TermStats
 from store.model import Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
+from store.rules.recall import TermStats
 
 
 class Backend(Protocol):

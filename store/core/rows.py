@@ -1,4 +1,4 @@
-"""The memory and revision columns the stores read, and the decoders of their rows, by name."""
+"""The memory, revision and turn columns the stores read, and the decoders of their rows, by name."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Column, Table
 from sqlalchemy.engine import Row
 
-from store.model import Memory, Revision
+from store.model import Memory, Revision, Turn
 from store.rules.policy import storable_confidence
 
 # what a `Memory` is made of, in the order the raw SQL selects them
@@ -20,6 +20,11 @@ REVISION_COLUMNS = (
     "id", "memory_id", "old_value", "new_value", "confidence", "source_event_id", "status",
     "created_at", "evidence", "observed_at",
 )  # fmt: skip
+# what a `Turn` is made of (its `Turn` fields, in order)
+TURN_COLUMNS = (
+    "id", "channel_id", "event_id", "user_id", "persona_id", "team_id", "role", "text", "at",
+    "position", "speaker",
+)  # fmt: skip
 
 
 def columns_sql(columns: tuple[str, ...], alias: str) -> str:
@@ -30,6 +35,11 @@ def columns_sql(columns: tuple[str, ...], alias: str) -> str:
 def memory_columns(table: Table) -> list[Column[Any]]:
     """`MEMORY_COLUMNS` of the memories table, for a SQLAlchemy SELECT."""
     return [table.c[name] for name in MEMORY_COLUMNS]
+
+
+def turn_columns(table: Table) -> list[Column[Any]]:
+    """`TURN_COLUMNS` of the turns table, for a SQLAlchemy SELECT."""
+    return [table.c[name] for name in TURN_COLUMNS]
 
 
 def _mapping(row: Any) -> Mapping[Any, Any]:
@@ -75,3 +85,9 @@ def revision_from_row(row: Any) -> Revision:
         evidence=data.get("evidence"),
         observed_at=data.get("observed_at"),
     )
+
+
+def turn_from_row(row: Any) -> Turn:
+    """A `Turn` from a SQLAlchemy row or a mapping holding `TURN_COLUMNS` by name."""
+    data = _mapping(row)
+    return Turn(**{name: data[name] for name in TURN_COLUMNS})

@@ -13,21 +13,11 @@ from sqlalchemy import ColumnElement, Table, literal_column
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import Bm25, TermStats, query_terms, term_stats, websearch_or_query
-from store.core.rows import memory_from_row
-from store.core.schema import NIL_UUID_SQL, Schema
-from store.core.turns import (
-    CONTEXT_WORD_WEIGHT,
-    TURN_STATS_SAMPLE,
-    TURN_WINDOW,
-    fuse_turn_scores,
-    turn_from_row,
-    turn_term_stats_sql,
-    turn_window_sql,
-    turns_insert_statement,
-)
+from store.core.rows import memory_from_row, turn_from_row
+from store.core.schema import Schema
 from store.model import NIL_UUID, Memory, Neighbour, NewMemory, NewTurn, OwnerRef, Turn, TurnHit
 from store.postgres.connections import PgConnections
+from store.postgres.dialect import NIL_UUID_SQL, websearch_or_query
 from store.postgres.neighbours_sql import (
     OWNER_LOCKS_SQL,
     OwnerKey,
@@ -40,6 +30,10 @@ from store.postgres.neighbours_sql import (
     prompt_memories_statement,
 )
 from store.postgres.params import float4_array
+from store.postgres.turns_sql import turn_term_stats_sql, turn_window_sql, turns_insert_statement
+from store.rules.recall import Bm25, TermStats, term_stats
+from store.rules.terms import query_terms
+from store.rules.turn_recall import CONTEXT_WORD_WEIGHT, TURN_STATS_SAMPLE, TURN_WINDOW, fuse_turn_scores
 
 
 class PgBackend:

@@ -42,8 +42,7 @@ from psycopg.rows import dict_row
 
 from store.core.base import AuditRows, change_audit_values
 from store.core.rows import memory_from_row, revision_from_row
-from store.core.schema import Schema, array_literal
-from store.core.turns import turns_insert_statement
+from store.core.schema import Schema
 from store.core.writes import (
     EventBatch,
     apply_dedup,
@@ -63,7 +62,8 @@ from store.postgres.neighbours_sql import (
     owner_count_statement,
     owner_key,
 )
-from store.postgres.params import float4_array
+from store.postgres.params import array_literal, float4_array
+from store.postgres.turns_sql import turns_insert_statement
 from store.postgres.write_sql import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from store.core.rows import MEMORY_COLUMNS, columns_sql, memory_from_row
-from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
 from store.model import NIL_UUID, Neighbour, NewMemory, OwnerRef
-from store.postgres.params import Float4Array
+from store.postgres.dialect import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression
+from store.postgres.params import Float4Array, array_literal
 from store.services.ttl_cache import TtlCache
 
 _COLUMNS = columns_sql(MEMORY_COLUMNS, "m")

@@ -6,7 +6,7 @@ and a full-text branch (BM25 over the query's lexemes, OR semantics, idf from th
 lexeme found only in the key weighing `ScoreFusion.key_weight`), each limited to the caller's
 owners and `active` rows in its WHERE clause, plus the same-key rows of other scopes so overrides
 can be merged (`store.postgres.recall_sql`). The shared pure code then fuses the scores with the
-query's cues (`store.core.recall.fuse_scores`, `store.rules.cues`), exactly as the SQLite store does.
+query's cues (`store.rules.recall.fuse_scores`, `store.rules.cues`), exactly as the SQLite store does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.core.base import checked_vector, embed_queries
-from store.core.recall import (
+from store.core.rows import memory_from_row
+from store.model import Memory, OwnerRef, RecallHit, RecallQuery
+from store.postgres.connections import PgConnections
+from store.postgres.dialect import websearch_or_query
+from store.postgres.params import float4_array
+from store.postgres.recall_sql import recall_sql, term_stats_sql
+from store.protocols import Embedder
+from store.rules.cues import TimeWindow
+from store.rules.recall import (
     Bm25,
     ScoreFusion,
     TermStats,
@@ -27,21 +35,12 @@ from store.core.recall import (
     embedding_queries,
     fuse,
     fuse_scores,
-    is_empty_query,
     mean_direction,
     query_cues,
-    query_terms,
     resolve_scopes,
     term_stats,
-    websearch_or_query,
 )
-from store.core.rows import memory_from_row
-from store.model import Memory, OwnerRef, RecallHit, RecallQuery
-from store.postgres.connections import PgConnections
-from store.postgres.params import float4_array
-from store.postgres.recall_sql import recall_sql, term_stats_sql
-from store.protocols import Embedder
-from store.rules.cues import TimeWindow
+from store.rules.terms import is_empty_query, query_terms
 
 # the settings `session_settings` reports (`store.postgres.recall_sql.RecallTuning`)
 _SESSION_SETTINGS = (
@@ -194,7 +193,7 @@ class PgRecall:
         return term_stats([tuple(row.values()) for row in rows])
 
     async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
-        """The mean direction of the query's embedding texts (`store.core.recall.embedding_queries`)."""
+        """The mean direction of the query's embedding texts (`store.rules.recall.embedding_queries`)."""
         texts = embedding_queries(text, stats.word_share, self._fusion)
         vectors = await embed_queries(self._embedder, texts, self._dim)
         return vectors[0] if len(vectors) == 1 else mean_direction(vectors)

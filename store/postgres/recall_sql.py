@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from store.core.rows import MEMORY_COLUMNS, columns_sql
-from store.core.schema import TEXT_SEARCH_CONFIG, hnsw_expression
 from store.model import OwnerRef
+from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
 
 _MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
-# the same normalisation as store.core.recall.normalize_key: lower case, whitespace runs collapsed
+# the same normalisation as store.rules.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
 
 

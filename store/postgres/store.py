@@ -29,7 +29,6 @@ from sqlalchemy import func
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import DEFAULT_WEIGHTS, Bm25, ScoreFusion
 from store.core.schema import build_schema
 from store.core.store import CoreStore
 from store.core.writes import EventBatch
@@ -69,6 +68,7 @@ from store.postgres.replicas import ReadReplicas
 from store.postgres.schema import POSTGRES
 from store.protocols import Embedder
 from store.read_scope import note_write, reads_need_primary
+from store.rules.recall import DEFAULT_WEIGHTS, Bm25, ScoreFusion
 
 T = TypeVar("T")
 

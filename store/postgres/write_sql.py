@@ -12,10 +12,11 @@ from typing import Any
 
 from store.core.base import AuditRows
 from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
-from store.core.schema import NIL_UUID_SQL, Schema, array_literal
+from store.core.schema import Schema
 from store.model import NewMemory
+from store.postgres.dialect import NIL_UUID_SQL
 from store.postgres.neighbours_sql import OWNER_LOCKS_SQL, owner_lock_names
-from store.postgres.params import float4_array
+from store.postgres.params import array_literal, float4_array
 from store.rules.policy import storable_confidence
 
 # new rows in array parameters (one per column), ordered; their embeddings one after another in

@@ -45,10 +45,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store.core.recall import normalize_key, resolve_scopes, writable_owner
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.protocols import MemoryStore
 from store.rules.admission import admit, refusal
+from store.rules.recall import normalize_key, resolve_scopes, writable_owner
 from store.services.context_recall import recall_in_context
 
 log = logging.getLogger("pmem.tools")

@@ -17,11 +17,12 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.base import checked_vector, owner_clause, team_clause
-from store.core.recall import TermStats
 from store.core.rows import memory_columns, memory_from_row
 from store.core.schema import Schema
-from store.core.turns import TurnWindow, fuse_turn_scores, window_scores, window_term_stats
 from store.model import NIL_UUID, Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
+from store.rules.recall import TermStats
+from store.rules.turn_recall import fuse_turn_scores
+from store.sqlite.turn_ranking import TurnWindow, window_scores, window_term_stats
 
 # the recent turns of a (user, persona, team) context, prepared for ranking
 TurnWindows = Callable[[uuid.UUID, uuid.UUID | None, uuid.UUID | None], Awaitable[TurnWindow]]

@@ -2,7 +2,7 @@
 single process without Postgres.
 
 Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
-conversation boosts, the same merging of a key across scopes (`store.core.recall`, `store.rules.cues`). Full
+conversation boosts, the same merging of a key across scopes (`store.rules.recall`, `store.rules.cues`). Full
 text is SQLite's FTS5 (`porter unicode61` tokenizer, so "preferences" finds "prefers"; OR over the
 query's informative words; `bm25()` scores, the key column weighing `ScoreFusion.key_weight`), in a
 table `memories_fts` that triggers keep in step with `memories`. Vectors are scored with numpy off
@@ -34,35 +34,33 @@ from sqlalchemy import String, event, select, text, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from store.core.recall import (
-    DEFAULT_WEIGHTS,
-    ScoreFusion,
-    candidate_count,
-    embedding_queries,
-    fts5_match,
-    fuse,
-    fuse_scores,
-    is_empty_query,
-    mean_direction,
-    normalize_key,
-    query_cues,
-    query_terms,
-    resolve_scopes,
-    top_cosines,
-    top_order,
-    unit_rows,
-)
 from store.core.schema import build_schema
 from store.core.store import CoreStore
-from store.core.turns import TurnWindow
 from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.model import Memory, MemorySettings, OwnerRef, RecallHit, RecallQuery
 from store.protocols import Embedder
 from store.rules.cues import informative_query
+from store.rules.recall import (
+    DEFAULT_WEIGHTS,
+    ScoreFusion,
+    candidate_count,
+    embedding_queries,
+    fuse,
+    fuse_scores,
+    mean_direction,
+    normalize_key,
+    query_cues,
+    resolve_scopes,
+    top_order,
+)
+from store.rules.terms import is_empty_query, query_terms
+from store.rules.turn_recall import TURN_WINDOW
 from store.rules.urls import to_sqlalchemy_url
 from store.sqlite.backend import SqliteBackend
+from store.sqlite.ranking import fts5_match, top_cosines, unit_rows
 from store.sqlite.schema import SQLITE
+from store.sqlite.turn_ranking import TurnWindow, turn_window
 
 # FTS5 mirror of memories.key and memories.value, plus one `owner` token per active row naming its
 # owner (`owner_token`), so a recall's MATCH reads only the caller's owners' posting lists. Its
@@ -360,7 +358,7 @@ class SqliteMemoryStore(CoreStore):
         return {index.memories[row].id: cosine for row, cosine in found}
 
     async def _query_vector(self, text: str, index: OwnerIndex) -> builtins.list[float]:
-        """The mean direction of the query's embedding texts (`store.core.recall.embedding_queries`)."""
+        """The mean direction of the query's embedding texts (`store.rules.recall.embedding_queries`)."""
         texts = embedding_queries(text, index.word_share(query_terms(text)), self._fusion)
         vectors = await self.embed_queries(texts)
         return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
@@ -387,6 +385,34 @@ class SqliteMemoryStore(CoreStore):
         while len(self._turn_windows) > self._index_cache_owners:
             self._turn_windows.popitem(last=False)
         return window
+
+    async def _read_turn_window(
+        self,
+        conn: AsyncConnection,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        stamp: tuple[int, int],
+    ) -> TurnWindow:
+        """The context's `TURN_WINDOW` most recent turns, with their surrounding words and
+        embeddings, prepared for ranking off the event loop."""
+        t = self._schema.turns
+        stmt = (
+            select(*self._turn_columns(), t.c.search_text, type_coerce(t.c.embedding, String))
+            .where(*self._in_turn_context(user_id, persona_id, team_id))
+            .order_by(t.c.at.desc())
+            .limit(TURN_WINDOW)
+        )
+        rows = (await conn.execute(stmt)).all()
+        turns = [self._turn(row) for row in rows]
+        return await asyncio.to_thread(
+            turn_window,
+            turns,
+            [row[-1] for row in rows],
+            self._schema.embedding_dim,
+            stamp,
+            [row[-2] for row in rows],
+        )
 
     async def _owner_index(
         self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import top_cosines, unit_rows
 from store.model import NewMemory, OwnerRef
+from store.sqlite.ranking import top_cosines, unit_rows
 from store.sqlite.store import SqliteMemoryStore, owner_match, owner_token
 from tests.factories import user_fact
 

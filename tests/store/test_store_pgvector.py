@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import resolve_scopes
 from store.core.schema import build_schema
 from store.migrate import migrate
 from store.postgres.params import float4_array
@@ -18,6 +17,7 @@ from store.postgres.recall_sql import RecallTuning, recall_sql, session_settings
 from store.postgres.schema import POSTGRES
 from store.postgres.store import PostgresMemoryStore
 from store.postgres.write_sql import insert_new_statement
+from store.rules.recall import resolve_scopes
 from tests.factories import user_fact
 
 DIM = 16
@@ -118,7 +118,7 @@ def test_an_unknown_plan_cache_mode_is_refused() -> None:
 def test_an_array_literal_reads_back_as_the_same_values_in_postgres(pg_url: str) -> None:
     from datetime import UTC, datetime
 
-    from store.core.schema import array_literal
+    from store.postgres.params import array_literal
 
     texts = [
         "plain",

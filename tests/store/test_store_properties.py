@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.core.recall import normalize_key
 from store.model import Memory, MemoryFilter, NewMemory, Scope, Status
+from store.rules.recall import normalize_key
 from tests.store.store_testkit import Store
 
 USERS = [uuid.UUID(int=i) for i in range(1, 4)]

@@ -11,10 +11,10 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from store.core.recall import RETRIEVERS
-from store.core.turns import parse_include
 from store.factory import open_store
 from store.model import INCLUDE_ALL, RecallItem
+from store.rules.recall import RETRIEVERS
+from store.rules.turn_recall import parse_include
 from store.services.context_recall import ContextRecall, item_record, items_in_context
 from worker.commands.errors import run_reporting_database_errors
 from worker.settings import Settings, load_settings
