@@ -1,14 +1,14 @@
-"""The base every store module builds on: engine, schema, transactions, row conversion, embeddings,
-locked reads and the audit trail. Backends override the hooks (`_now`, `_transaction`, `_reading`)."""
+"""The base every store module builds on: the backend it holds (connections, transactions, the
+clock: `store.core.backend.Backend`), schema, row conversion, embeddings, locked reads and the
+audit trail; `replica_read` marks the reads a read replica may serve."""
 
 from __future__ import annotations
 
 import builtins
+import functools
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select, update
 from sqlalchemy.engine import Row
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store.core.backend import Backend
 from store.core.rows import memory_columns, memory_from_row, revision_from_row
 from store.core.schema import Schema
-from store.errors import StoreError, translating_errors
+from store.errors import StoreError
 from store.model import (
     AuditAction,
     AuditEntry,
@@ -33,6 +33,23 @@ from store.rules.pagination import decode_cursor
 
 # audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
 AuditRows = list[dict[str, Any]]
+
+Store = TypeVar("Store", bound="StoreBase")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def replica_read(
+    read: Callable[Concatenate[Store, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Store, P], Coroutine[Any, Any, R]]:
+    """Mark a store method as a read a read replica may serve: the store's backend runs it where
+    it routes such reads (`Backend.routed_read`; a backend without replicas runs it as it is)."""
+
+    @functools.wraps(read)
+    async def routed(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._backend.routed_read(lambda: read(self, *args, **kwargs))
+
+    return routed
 
 
 def _vector(value: Any) -> builtins.list[float] | None:
@@ -177,24 +194,13 @@ class StoreBase:
         """The SQLAlchemy async engine (for tests and tools that need raw access)."""
         return self._engine
 
-    # -- hooks the backends override ------------------------------------------------------------
-
-    def _now(self) -> Any:
-        """The timestamp written on changes."""
-        return datetime.now(UTC)
+    @property
+    def backend(self) -> Backend:
+        """The database-specific part this store hands its connections, recall and writes to."""
+        return self._backend
 
     def _insert(self, table: Any) -> Any:
         return self._backend.insert(table)
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with translating_errors(), self._engine.begin() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[AsyncConnection]:
-        async with translating_errors(), self._engine.connect() as conn:
-            yield conn
 
     # -- row conversion -------------------------------------------------------------------------
 
@@ -285,7 +291,7 @@ class StoreBase:
         """Archive `memory` and audit it as `action` (an archive, or the rejection of a pending one)."""
         m = self._schema.memories
         await conn.execute(
-            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
+            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._backend.now())
         )
         await self._audit(conn, change_audit_values(action, memory, None, actor=actor))
 
@@ -309,7 +315,7 @@ class StoreBase:
 
     def _stamped(self, columns: dict[str, Any]) -> dict[str, Any]:
         """An audit row's columns (`audit_values`) with its time."""
-        return {**columns, "at": self._now()}
+        return {**columns, "at": self._backend.now()}
 
     async def _close_revision(
         self,
@@ -326,7 +332,7 @@ class StoreBase:
         await conn.execute(
             update(r)
             .where(r.c.id == revision.id)
-            .values(status=status, decided_by=actor, decided_at=self._now())
+            .values(status=status, decided_by=actor, decided_at=self._backend.now())
         )
         if audit:
             action: AuditAction = "approve" if status == "approved" else "reject"
@@ -338,19 +344,19 @@ class StoreBase:
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
         """One memory by id, any status."""
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return await self._memory_in(conn, memory_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def ping(self) -> None:
         """Raise if the database is unreachable."""
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             await conn.execute(select(1))
 
     async def close(self) -> None:
         """Close every pooled connection."""
-        await self._engine.dispose()
+        await self._backend.close()
 
 
 def audit_entry(row: Row[Any]) -> AuditEntry:

@@ -29,10 +29,10 @@ class DirectoryNames(StoreBase):
         if not entries:
             return
         d = self._schema.directory
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             for entry in entries:
                 stmt = self._insert(d).values(
-                    kind=entry.kind, id=entry.id, name=entry.name, updated_at=self._now()
+                    kind=entry.kind, id=entry.id, name=entry.name, updated_at=self._backend.now()
                 )
                 stmt = stmt.on_conflict_do_update(
                     index_elements=[d.c.kind, d.c.id],
@@ -46,7 +46,7 @@ class DirectoryNames(StoreBase):
         if not wanted:
             return {}
         d = self._schema.directory
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(select(d.c.id, d.c.name).where(d.c.kind == kind, d.c.id.in_(wanted)))
             ).all()
@@ -55,7 +55,7 @@ class DirectoryNames(StoreBase):
     async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]:
         """Every known entry of a kind, by name (for pickers)."""
         d = self._schema.directory
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(
                     select(d.c.id, d.c.name).where(d.c.kind == kind).order_by(d.c.name, d.c.id).limit(limit)
@@ -66,5 +66,5 @@ class DirectoryNames(StoreBase):
     async def forget_name(self, kind: DirectoryKind, item_id: uuid.UUID) -> None:
         """Remove one id's name."""
         d = self._schema.directory
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(delete(d).where(d.c.kind == kind, d.c.id == item_id))

@@ -130,13 +130,13 @@ class RejectAndForget(MemoryReview, ConversationTurns):
         vectors: dict[str, builtins.list[float]] = {}
         for _ in range(_ATTEMPTS):
             if forget:
-                async with self._reading() as conn:
+                async with self._backend.reading() as conn:
                     peek = await self._rejecting(conn, memory_id, person, lock=False)
                     if peek is None:
                         return None
                     wanted = (await self._forget_plan(conn, peek, person)).texts()
                 await self._embed_into(vectors, [text for text in wanted if text not in vectors])
-            async with self._transaction() as conn:
+            async with self._backend.transaction() as conn:
                 rejecting = await self._rejecting(conn, memory_id, person, lock=True)
                 if rejecting is None:
                     return None

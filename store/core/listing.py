@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.core.base import audit_entry
+from store.core.base import audit_entry, replica_read
 from store.core.turns import ConversationTurns
 from store.model import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 from store.rules.pagination import newest_first_page
@@ -59,7 +59,7 @@ class MemoryListing(ConversationTurns):
             .limit(flt.limit)
             .offset(flt.offset)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [self._memory(row) for row in rows]
 
@@ -69,9 +69,10 @@ class MemoryListing(ConversationTurns):
         stmt = select(func.count()).where(
             m.c.scope == scope, m.c.owner_id == owner_id, m.c.status != "archived"
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return int((await conn.execute(stmt)).scalar_one())
 
+    @replica_read
     async def list_for_user(self, query: UserMemoryQuery) -> Page[Memory]:
         """A person's own memories (every status), newest first, one page."""
         m = self._schema.memories
@@ -91,12 +92,13 @@ class MemoryListing(ConversationTurns):
             .order_by(m.c.created_at.desc(), m.c.id.desc())
             .limit(query.limit + 1)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         memories = [self._memory(row) for row in rows]
         items, cursor = newest_first_page([(mm.created_at, mm.id, mm) for mm in memories], query.limit)
         return Page(items=items, next_cursor=cursor)
 
+    @replica_read
     async def export_user(self, user_id: uuid.UUID) -> UserExport:
         """Everything about one person: memories (with their evidence), their revisions (every
         status), audit rows and conversation turns."""
@@ -105,7 +107,7 @@ class MemoryListing(ConversationTurns):
             and_(a.c.scope == "user", a.c.owner_id == user_id),
             and_(a.c.scope == "persona_user", a.c.user_id == user_id),
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(
                     select(*self._memory_columns)

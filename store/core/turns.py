@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select
+from sqlalchemy import ColumnElement, Table, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.core.base import replica_read
 from store.core.rows import turn_columns, turn_from_row
 from store.core.settings import SettingsRows
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
@@ -28,6 +29,22 @@ from store.rules.policy import merge_settings
 from store.rules.recall import candidate_count, embedding_queries, mean_direction, query_cues
 from store.rules.terms import query_terms
 from store.rules.turn_recall import TURN_FUSION
+
+
+def turn_context(
+    turns: Table,
+    nil: ColumnElement[Any],
+    user_id: uuid.UUID,
+    persona_id: uuid.UUID | None,
+    team_id: uuid.UUID | None,
+) -> list[ColumnElement[bool]]:
+    """SQL for "said in this context" (the exact user, persona or none, team or none), in the
+    context index's expressions (`nil`: the backend's nil uuid literal)."""
+    return [
+        turns.c.user_id == user_id,
+        func.coalesce(turns.c.persona_id, nil) == (persona_id or NIL_UUID),
+        func.coalesce(turns.c.team_id, nil) == (team_id or NIL_UUID),
+    ]
 
 
 class ConversationTurns(SettingsRows):
@@ -52,16 +69,10 @@ class ConversationTurns(SettingsRows):
     def _in_turn_context(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
     ) -> builtins.list[ColumnElement[bool]]:
-        """SQL for "said in this context" (the exact user, persona or none, team or none), in the
-        context index's expressions."""
-        t = self._schema.turns
-        nil = self._backend.nil()
-        return [
-            t.c.user_id == user_id,
-            func.coalesce(t.c.persona_id, nil) == (persona_id or NIL_UUID),
-            func.coalesce(t.c.team_id, nil) == (team_id or NIL_UUID),
-        ]
+        """SQL for "said in this context" (`turn_context`)."""
+        return turn_context(self._schema.turns, self._backend.nil(), user_id, persona_id, team_id)
 
+    @replica_read
     async def recall_turns(
         self,
         user_id: uuid.UUID,
@@ -90,6 +101,7 @@ class ConversationTurns(SettingsRows):
             user_id, persona_id, team_id, query, vector, candidate_count(limit), limit, text=text, stats=stats
         )
 
+    @replica_read
     async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
         """The turns of one of this user's remembered conversations, in order (empty: none of theirs)."""
         t = self._schema.turns
@@ -98,9 +110,10 @@ class ConversationTurns(SettingsRows):
             .where(t.c.user_id == user_id, t.c.event_id == event_id)
             .order_by(t.c.position)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return [self._turn(row) for row in (await conn.execute(stmt)).all()]
 
+    @replica_read
     async def list_conversations(self, query: ConversationQuery) -> Page[Conversation]:
         """A person's remembered conversations (one per event), newest first, one page: when it
         started, persona, team, its first turn's text and how many turns are kept."""
@@ -125,7 +138,7 @@ class ConversationTurns(SettingsRows):
         stmt = select(groups).order_by(groups.c.started_at.desc(), groups.c.event_id.desc())
         stmt = stmt.where(*self._after(groups.c.started_at, groups.c.event_id, query.cursor))
         stmt = stmt.limit(query.limit + 1)
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             heads = (await conn.execute(stmt)).all()
             firsts: dict[uuid.UUID, Turn] = {}
             if heads:
@@ -166,7 +179,7 @@ class ConversationTurns(SettingsRows):
         conditions = [t.c.user_id == user_id, t.c.event_id == event_id]
         if teams is not None:
             conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             result = await conn.execute(delete(t).where(*conditions))
         return int(result.rowcount or 0)
 
@@ -179,7 +192,7 @@ class ConversationTurns(SettingsRows):
         conditions = [t.c.user_id == user_id]
         if teams is not None:
             conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             result = await conn.execute(delete(t).where(*conditions))
         return int(result.rowcount or 0)
 
@@ -191,13 +204,13 @@ class ConversationTurns(SettingsRows):
             .where(t.c.user_id == user_id)
             .order_by(t.c.at, t.c.event_id, t.c.position)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return tuple(self._turn(row) for row in (await conn.execute(stmt)).all())
 
     async def _turn_contexts(self) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
         """Distinct (team, persona) pairs among stored turns: each has its own `history_days`."""
         t = self._schema.turns
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(select(t.c.team_id, t.c.persona_id).distinct())).all()
         return sorted({(row.team_id, row.persona_id) for row in rows}, key=lambda p: (str(p[0]), str(p[1])))
 
@@ -215,7 +228,7 @@ class ConversationTurns(SettingsRows):
             persona = t.c.persona_id.is_(None) if persona_id is None else t.c.persona_id == persona_id
             while True:
                 ids = select(t.c.id).where(team, persona, t.c.at < cutoff).limit(batch).scalar_subquery()
-                async with self._transaction() as conn:
+                async with self._backend.transaction() as conn:
                     result = await conn.execute(delete(t).where(t.c.id.in_(ids)))
                 count = int(result.rowcount or 0)
                 erased += count

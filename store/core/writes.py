@@ -186,7 +186,7 @@ class MemoryWrites(ConversationTurns):
         revision) as `store.rules.policy.plan_upsert` says: unchanged, update or pending revision. Audit
         rows are written at once, or appended to `audits` for the caller to flush."""
         m = self._schema.memories
-        now = self._now()
+        now = self._backend.now()
         plan = plan_upsert(existing, revision, new)
 
         if plan.kind == "unchanged":
@@ -259,7 +259,7 @@ class MemoryWrites(ConversationTurns):
             return []
         ids = [uuid.uuid4() for _ in rows]
         m = self._schema.memories
-        now = self._now()
+        now = self._backend.now()
         values = [
             {
                 "id": new_id,
@@ -371,7 +371,7 @@ class MemoryWrites(ConversationTurns):
         memory = admit_memory(memory)
         validate_new_memory(memory)
         (embedding,) = await self._embeddings_for([memory])
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             return await self._upsert_in(conn, memory, embedding, actor=actor, event_id=event_id)
 
     async def write_event(
@@ -432,8 +432,12 @@ class MemoryWrites(ConversationTurns):
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def _write_event_once(self, batch: EventBatch) -> EventWrite:
-        """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
-        async with self._transaction() as conn:
+        """One attempt at `write_event`'s transaction: the backend's own write when it has one for
+        this batch (`Backend.write_event`), else the statements below, one at a time."""
+        written = await self._backend.write_event(batch)
+        if written is not None:
+            return written
+        async with self._backend.transaction() as conn:
             return await self._write_event_in(conn, batch)
 
     async def _write_event_in(self, conn: AsyncConnection, batch: EventBatch) -> EventWrite:
@@ -443,7 +447,7 @@ class MemoryWrites(ConversationTurns):
             self._insert(pe)
             .values(
                 event_id=batch.event_id,
-                processed_at=self._now(),
+                processed_at=self._backend.now(),
                 memory_count=len(batch.memories),
                 actor=batch.actor,
             )
@@ -507,7 +511,7 @@ class MemoryWrites(ConversationTurns):
     async def is_processed(self, event_id: uuid.UUID) -> bool:
         """Whether `write_event` already committed this event."""
         pe = self._schema.processed_events
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (await conn.execute(select(pe.c.event_id).where(pe.c.event_id == event_id))).first()
         return row is not None
 
@@ -525,7 +529,7 @@ class MemoryWrites(ConversationTurns):
             )
             .order_by(a.c.id)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [
             EventMemory(

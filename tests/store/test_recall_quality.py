@@ -22,7 +22,7 @@ from store.rules.recall import (
     query_cues,
     term_stats,
 )
-from store.sqlite.store import bm25_expression
+from store.sqlite.fts import bm25_expression
 from tests.factories import stored_fact, user_fact
 from tests.store.store_testkit import MakeStore, Store
 
