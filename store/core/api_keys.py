@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import secrets
 import uuid
@@ -55,7 +54,7 @@ class ApiKeys(StoreBase):
             )
         return record, key
 
-    async def list_api_keys(self) -> builtins.list[ApiKey]:
+    async def list_api_keys(self) -> list[ApiKey]:
         """Every key, active and revoked, oldest first."""
         k = self._schema.api_keys
         async with self._backend.reading() as conn:

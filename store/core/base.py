@@ -4,7 +4,6 @@ audit trail; `replica_read` marks the reads a read replica may serve."""
 
 from __future__ import annotations
 
-import builtins
 import functools
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -52,7 +51,7 @@ def replica_read(
     return routed
 
 
-def _vector(value: Any) -> builtins.list[float] | None:
+def _vector(value: Any) -> list[float] | None:
     if value is None:
         return None
     return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
@@ -109,7 +108,7 @@ def change_audit_values(
     )
 
 
-def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.list[float]:
+def checked_vector(vector: Sequence[float], dim: int, what: str) -> list[float]:
     """`vector` as a list of floats; `StoreError` unless it has the store's `dim` dimensions."""
     if len(vector) != dim:
         raise StoreError(
@@ -122,15 +121,13 @@ def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.lis
     return [float(x) for x in vector]
 
 
-async def embed_queries(
-    embedder: Embedder, queries: Sequence[str], dim: int
-) -> builtins.list[builtins.list[float]]:
+async def embed_queries(embedder: Embedder, queries: Sequence[str], dim: int) -> list[list[float]]:
     """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
     role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
     through it; any other embeds queries as it embeds memories."""
     embed = getattr(embedder, "embed_queries", None)
     if embed is not None:
-        vectors: builtins.list[builtins.list[float]] = await embed(list(queries))
+        vectors: list[list[float]] = await embed(list(queries))
     else:
         vectors = await embedder.embed(list(queries))
     return [checked_vector(vector, dim, "query embedding") for vector in vectors]
@@ -220,7 +217,7 @@ class StoreBase:
         )
 
     @staticmethod
-    def _after(column_at: Any, column_id: Any, cursor: str | None) -> builtins.list[ColumnElement[bool]]:
+    def _after(column_at: Any, column_id: Any, cursor: str | None) -> list[ColumnElement[bool]]:
         if cursor is None:
             return []
         at, item_id = decode_cursor(cursor)
@@ -232,28 +229,28 @@ class StoreBase:
 
     # -- embeddings -----------------------------------------------------------------------------
 
-    def _check_dim(self, vector: Sequence[float], what: str) -> builtins.list[float]:
+    def _check_dim(self, vector: Sequence[float], what: str) -> list[float]:
         return checked_vector(vector, self._schema.embedding_dim, what)
 
-    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> builtins.list[builtins.list[float]]:
+    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> list[list[float]]:
         """The given embeddings, computing the missing ones in one batch."""
         missing = [i for i, m in enumerate(memories) if m.embedding is None]
-        computed: dict[int, builtins.list[float]] = {}
+        computed: dict[int, list[float]] = {}
         if missing:
             texts = [embedding_text(memories[i].key, memories[i].value) for i in missing]
             vectors = await self._embedder.embed(texts)
             computed = dict(zip(missing, vectors, strict=True))
-        result: builtins.list[builtins.list[float]] = []
+        result: list[list[float]] = []
         for i, memory in enumerate(memories):
             vector = memory.embedding if memory.embedding is not None else computed[i]
             result.append(self._check_dim(vector, f"embedding of {memory.key!r}"))
         return result
 
-    async def embed_queries(self, queries: Sequence[str]) -> builtins.list[builtins.list[float]]:
+    async def embed_queries(self, queries: Sequence[str]) -> list[list[float]]:
         """Recall's query embeddings, dimension-checked (`embed_queries`)."""
         return await embed_queries(self._embedder, queries, self._schema.embedding_dim)
 
-    async def embed_memory(self, key: str, value: str) -> builtins.list[float]:
+    async def embed_memory(self, key: str, value: str) -> list[float]:
         """The embedding a memory with this key and value is stored with (the document role)."""
         (vector,) = await self._embedder.embed([embedding_text(key, value)])
         return self._check_dim(vector, f"embedding of {key!r}")
@@ -273,7 +270,7 @@ class StoreBase:
 
     async def _open_revision(
         self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool
-    ) -> tuple[Revision, builtins.list[float] | None] | None:
+    ) -> tuple[Revision, list[float] | None] | None:
         r = self._schema.revisions
         stmt: Select[Any] = select(r).where(r.c.memory_id == memory_id, r.c.status == "pending")
         if lock:

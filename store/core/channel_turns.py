@@ -7,7 +7,6 @@ and nobody else's."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 
 from sqlalchemy import ColumnElement, delete, func, select
@@ -39,7 +38,7 @@ class ChannelConversations(ConversationTurns):
         """A person's remembered conversations, one per channel, latest turn first, one page
         (`persona_id` / `team_id` narrow it to turns said with that persona / in that team)."""
         t = self._schema.turns
-        conditions: builtins.list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
+        conditions: list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
         if query.persona_id is not None:
             conditions.append(t.c.persona_id == query.persona_id)
         if query.team_id is not None:

@@ -4,7 +4,6 @@ them instead of UUIDs; a user's name is erased with the user."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -52,7 +51,7 @@ class DirectoryNames(StoreBase):
             ).all()
         return {row.id: row.name for row in rows}
 
-    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]:
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> list[DirectoryEntry]:
         """Every known entry of a kind, by name (for pickers)."""
         d = self._schema.directory
         async with self._backend.reading() as conn:

@@ -7,7 +7,6 @@ that something was erased, by whom and when, without saying what."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -88,7 +87,7 @@ class MemoryErasure(ConversationTurns):
         and every conversation turn of theirs, in batches; `teams` limits it to memories and turns of
         those teams. Returns how many memories were erased."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = [self._about_user(user_id)]
+        conditions: list[ColumnElement[bool]] = [self._about_user(user_id)]
         if teams is not None:
             conditions.append(m.c.team_id.in_(sorted(teams)))
         erased = 0
@@ -153,7 +152,7 @@ class MemoryErasure(ConversationTurns):
 
     # -- retention ------------------------------------------------------------------------------
 
-    async def _contexts(self, status: str) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+    async def _contexts(self, status: str) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
         """Distinct (team, persona) contexts among memories of one status (persona: None for `user`)."""
         m = self._schema.memories
         stmt = select(m.c.team_id, m.c.scope, m.c.owner_id).where(m.c.status == status).distinct()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Sequence
 
@@ -24,7 +23,7 @@ class MemoryListing(ConversationTurns):
         team_id: uuid.UUID | None,
         words: Sequence[str],
         limit: int,
-    ) -> builtins.list[Memory]:
+    ) -> list[Memory]:
         """At most `limit` active or pending memories of these owners in the team context that
         are the most relevant to `words` (a conversation's informative words), for the extraction
         prompt's existing keys: on Postgres, the full-text matches first (by rank) among each
@@ -33,10 +32,10 @@ class MemoryListing(ConversationTurns):
             return []
         return await self._backend.prompt_memories(owners, team_id=team_id, words=words, limit=limit)
 
-    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]:
+    async def list_memories(self, flt: MemoryFilter) -> list[Memory]:
         """Memories matching every set field of the filter, most recently updated first."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = []
         for column, value in (
             (m.c.scope, flt.scope),
             (m.c.owner_id, flt.owner_id),
@@ -76,7 +75,7 @@ class MemoryListing(ConversationTurns):
     async def list_for_user(self, query: UserMemoryQuery) -> Page[Memory]:
         """A person's own memories (every status), newest first, one page."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = [self._about_user(query.user_id)]
+        conditions: list[ColumnElement[bool]] = [self._about_user(query.user_id)]
         if query.scope is not None:
             conditions.append(m.c.scope == query.scope)
         if query.persona_id is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ class _Decision:
 
     memory: Memory
     revision: Revision | None
-    embedding: builtins.list[float] | None
+    embedding: list[float] | None
     kind: ReviewKind
 
 
@@ -57,7 +56,7 @@ class MemoryReview(StoreBase):
         m = self._schema.memories
         async with self._backend.reading() as conn:
             peek = await self._open_revision(conn, memory_id, lock=False)
-        prepared: tuple[uuid.UUID, str, builtins.list[float]] | None = None
+        prepared: tuple[uuid.UUID, str, list[float]] | None = None
         if peek is not None and peek[1] is None:
             # a proposal written without an embedding: embed before taking locks
             memory = await self.get_by_id(memory_id)
@@ -174,7 +173,7 @@ class MemoryReview(StoreBase):
             await self._audit(conn, change_audit_values("edit", memory, value, actor=actor))
             return await self._memory_in(conn, memory_id)
 
-    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]:
+    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> list[Revision]:
         """Open proposals (all, or of one memory), oldest first."""
         r = self._schema.revisions
         stmt = select(r).where(r.c.status == "pending").order_by(r.c.created_at, r.c.id)
@@ -184,7 +183,7 @@ class MemoryReview(StoreBase):
             rows = (await conn.execute(stmt)).all()
         return [self._revision(row) for row in rows]
 
-    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]:
+    async def audit_log(self, memory_id: uuid.UUID) -> list[AuditEntry]:
         """Every audited change of one memory, oldest first (kept after a delete)."""
         a = self._schema.audit
         stmt = select(a).where(a.c.memory_id == memory_id).order_by(a.c.id)
@@ -194,10 +193,10 @@ class MemoryReview(StoreBase):
 
     # -- the review queue -----------------------------------------------------------------------
 
-    def _queue_conditions(self, query: ReviewQuery) -> builtins.list[ColumnElement[bool]]:
+    def _queue_conditions(self, query: ReviewQuery) -> list[ColumnElement[bool]]:
         """Filters on `memories` shared by both kinds of review item (SQL, never Python filtering)."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = []
         if query.teams is not None:
             conditions.append(m.c.team_id.in_(sorted(query.teams)) if query.teams else false())
         if query.team_id is not None:
@@ -251,7 +250,7 @@ class MemoryReview(StoreBase):
         async with self._backend.reading() as conn:
             memory_rows = (await conn.execute(pending)).all()
             revision_rows = (await conn.execute(proposals)).all()
-        entries: builtins.list[tuple[datetime, uuid.UUID, ReviewItem]] = []
+        entries: list[tuple[datetime, uuid.UUID, ReviewItem]] = []
         for row in memory_rows:
             memory = self._memory(row)
             entries.append((memory.created_at, memory.id, review_item_of_memory(memory)))

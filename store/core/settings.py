@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -24,10 +23,10 @@ class SettingsRows(StoreBase):
 
     async def settings_rows(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> list[dict[str, Any]]:
         """The global, team and persona rows that apply, least specific first."""
         s = self._schema.settings
-        levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
+        levels: list[ColumnElement[bool]] = [s.c.level == "global"]
         if team_id is not None:
             levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
         if persona_id is not None:

@@ -13,7 +13,6 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Sequence
 
@@ -58,7 +57,7 @@ class CoreStore(
         retriever: Retriever = "hybrid",
         query_embedding: Sequence[float] | None = None,
         team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
+    ) -> list[RecallHit]:
         """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
         and of that team), hybrid-ranked; empty query → top by confidence. An unknown `retriever`
         raises ValueError."""

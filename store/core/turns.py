@@ -11,7 +11,6 @@ one for a user with a few thousand reads.
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -63,12 +62,12 @@ class ConversationTurns(SettingsRows):
 
     _turn = staticmethod(turn_from_row)
 
-    def _turn_columns(self) -> builtins.list[Any]:
+    def _turn_columns(self) -> list[Any]:
         return turn_columns(self._schema.turns)
 
     def _in_turn_context(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
-    ) -> builtins.list[ColumnElement[bool]]:
+    ) -> list[ColumnElement[bool]]:
         """SQL for "said in this context" (`turn_context`)."""
         return turn_context(self._schema.turns, self._backend.nil(), user_id, persona_id, team_id)
 
@@ -82,7 +81,7 @@ class ConversationTurns(SettingsRows):
         *,
         team_id: uuid.UUID | None = None,
         query_embedding: Sequence[float] | None = None,
-    ) -> builtins.list[TurnHit]:
+    ) -> list[TurnHit]:
         """The turns said in this context (the same user, persona or none, team or none) that best
         match the query, among the context's most recent `TURN_WINDOW`; an empty query finds none."""
         if limit <= 0 or not query_terms(query):
@@ -102,7 +101,7 @@ class ConversationTurns(SettingsRows):
         )
 
     @replica_read
-    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
+    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> list[Turn]:
         """The turns of one of this user's remembered conversations, in order (empty: none of theirs)."""
         t = self._schema.turns
         stmt = (
@@ -118,7 +117,7 @@ class ConversationTurns(SettingsRows):
         """A person's remembered conversations (one per event), newest first, one page: when it
         started, persona, team, its first turn's text and how many turns are kept."""
         t = self._schema.turns
-        conditions: builtins.list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
+        conditions: list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
         if query.persona_id is not None:
             conditions.append(t.c.persona_id == query.persona_id)
         if query.team_id is not None:
@@ -207,7 +206,7 @@ class ConversationTurns(SettingsRows):
         async with self._backend.reading() as conn:
             return tuple(self._turn(row) for row in (await conn.execute(stmt)).all())
 
-    async def _turn_contexts(self) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+    async def _turn_contexts(self) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
         """Distinct (team, persona) pairs among stored turns: each has its own `history_days`."""
         t = self._schema.turns
         async with self._backend.reading() as conn:

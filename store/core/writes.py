@@ -3,7 +3,6 @@ in one transaction with its processed-event row (idempotency)."""
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import logging
 import uuid
@@ -58,7 +57,7 @@ class EventBatch:
 
     event_id: uuid.UUID
     memories: Sequence[NewMemory]
-    embeddings: Sequence[builtins.list[float]]
+    embeddings: Sequence[list[float]]
     actor: str
     dedup: DedupRule | None
     neighbours: int
@@ -77,7 +76,7 @@ def unchanged_result(existing: Memory, revision: Revision | None, new: NewMemory
     return UpsertResult(memory_id=existing.id, action="unchanged", revision_id=pending_id)
 
 
-def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
+def write_order(memories: Sequence[NewMemory]) -> list[int]:
     """The memories' indexes in the order an event writes them: one fixed order (scope, owner,
     user, team, key) keeps two events touching the same memories from deadlocking."""
     return sorted(
@@ -92,12 +91,10 @@ def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
     )
 
 
-def occurrence_rounds(
-    memories: Sequence[NewMemory], indexes: Sequence[int]
-) -> builtins.list[builtins.list[int]]:
+def occurrence_rounds(memories: Sequence[NewMemory], indexes: Sequence[int]) -> list[list[int]]:
     """`indexes` split into rounds in which each memory identity (scope, owner, user, team, key)
     appears at most once: its first occurrences, then its second ones, …, each in the given order."""
-    rounds: builtins.list[builtins.list[int]] = []
+    rounds: list[list[int]] = []
     seen: dict[tuple[Any, ...], int] = {}
     for i in indexes:
         m = memories[i]
@@ -111,7 +108,7 @@ def occurrence_rounds(
 
 
 def apply_dedup(
-    rows: builtins.list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
+    rows: list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
 ) -> tuple[dict[int, UpsertResult], set[int]]:
     """`dedup`'s verdict on each new memory given its stored neighbours: the skipped ones' results
     (near duplicates, by index) and the indexes whose key is already stored. A memory written under
@@ -155,7 +152,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         new: NewMemory,
-        embedding: builtins.list[float],
+        embedding: list[float],
         *,
         actor: str,
         event_id: uuid.UUID | None,
@@ -174,7 +171,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         new: NewMemory,
-        embedding: builtins.list[float],
+        embedding: list[float],
         existing: Memory,
         revision: Revision | None,
         *,
@@ -246,11 +243,11 @@ class MemoryWrites(ConversationTurns):
     async def _insert_new(
         self,
         conn: AsyncConnection,
-        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        rows: Sequence[tuple[NewMemory, list[float]]],
         *,
         actor: str,
         event_id: uuid.UUID | None,
-    ) -> builtins.list[UpsertResult | None]:
+    ) -> list[UpsertResult | None]:
         """Insert every row whose key is new in ONE statement, and their `add` audit rows in one
         more; per row, the result, or None when its key exists (the caller upserts that one).
         Two statements per event instead of two per memory: each round trip costs the worker
@@ -310,7 +307,7 @@ class MemoryWrites(ConversationTurns):
 
     async def _locked_by_keys(
         self, conn: AsyncConnection, rows: Sequence[NewMemory]
-    ) -> builtins.list[tuple[Memory, Revision | None] | None]:
+    ) -> list[tuple[Memory, Revision | None] | None]:
         """Per new memory: the stored row of its key and that row's open revision, both locked,
         or None; two statements for all of them (the one-row path takes three per memory)."""
         if not rows:
@@ -345,7 +342,7 @@ class MemoryWrites(ConversationTurns):
             for row in (await conn.execute(rev_stmt)).all():
                 revision = self._revision(row)
                 revisions[revision.memory_id] = revision
-        found: builtins.list[tuple[Memory, Revision | None] | None] = []
+        found: list[tuple[Memory, Revision | None] | None] = []
         for key in wanted:
             memory = by_identity.get(key)
             found.append(None if memory is None else (memory, revisions.get(memory.id)))
@@ -357,7 +354,7 @@ class MemoryWrites(ConversationTurns):
         memories: Sequence[NewMemory],
         embeddings: Sequence[Sequence[float]],
         k: int,
-    ) -> builtins.list[builtins.list[Neighbour]]:
+    ) -> list[list[Neighbour]]:
         """Per new memory: its k nearest stored memories of the same owner in its team context,
         plus a stored row under the same key, best first (`Backend.neighbours`)."""
         return await self._backend.neighbours(conn, memories, embeddings, k)
@@ -483,7 +480,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         rows: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
+        embeddings: Sequence[list[float]],
         taken: Sequence[int],
         results: dict[int, UpsertResult],
         *,
@@ -515,7 +512,7 @@ class MemoryWrites(ConversationTurns):
             row = (await conn.execute(select(pe.c.event_id).where(pe.c.event_id == event_id))).first()
         return row is not None
 
-    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+    async def event_writes(self, event_id: uuid.UUID) -> list[EventMemory]:
         """What `write_event` created, updated or proposed for this event, in write order, from the
         audit trail (so also for memories archived or changed since; an erased memory is gone, key and all).
         Unchanged memories left no audit row."""

@@ -29,7 +29,6 @@ other events of that owner wait for: a persona that learns from all its users ta
 
 from __future__ import annotations
 
-import builtins
 import itertools
 import uuid
 from collections.abc import Mapping, Sequence
@@ -405,7 +404,7 @@ def plan_stored_keys(
     by_key: Mapping[tuple[Any, ...], Memory],
     open_revisions: Mapping[uuid.UUID, Revision],
     results: dict[int, UpsertResult],
-) -> builtins.list[PlannedWrite]:
+) -> list[PlannedWrite]:
     """`plan_upsert` for each row `taken` (by index, extracted as pending) against its stored row
     (by `key_identity`) and that row's open revision: the changes to write, in order, and each
     row's outcome into `results`."""

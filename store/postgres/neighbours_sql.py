@@ -17,7 +17,6 @@ prompt shows; pure statement builders (psycopg's `%(name)s` parameters), sent by
 
 from __future__ import annotations
 
-import builtins
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -299,9 +298,7 @@ def neighbours_statement(
     return sql, params
 
 
-def neighbours_from_rows(
-    rows: Sequence[Mapping[Any, Any]], count: int
-) -> builtins.list[builtins.list[Neighbour]]:
+def neighbours_from_rows(rows: Sequence[Mapping[Any, Any]], count: int) -> list[list[Neighbour]]:
     """The rows of `neighbours_statement` as each of the `count` new memories' neighbours,
     best first."""
     found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]

@@ -11,7 +11,6 @@ query's cues (`store.rules.recall.fuse_scores`, `store.rules.cues`), exactly as 
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +82,7 @@ class PgRecall:
         self._fusion = fusion
         self._bm25 = bm25
 
-    async def recall(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+    async def recall(self, asked: RecallQuery) -> list[RecallHit]:
         """The recall's memories (`limit` above 0) ranked in one statement; empty query → top by
         confidence."""
         plan = await self._plan(asked)
@@ -192,7 +191,7 @@ class PgRecall:
         )
         return term_stats([tuple(row.values()) for row in rows])
 
-    async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
+    async def _query_vector(self, text: str, stats: TermStats) -> list[float]:
         """The mean direction of the query's embedding texts (`store.rules.recall.embedding_queries`)."""
         texts = embedding_queries(text, stats.word_share, self._fusion)
         vectors = await embed_queries(self._embedder, texts, self._dim)

@@ -5,7 +5,6 @@ list (`merge_recall`)."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ def same_message(turn: Turn) -> tuple[uuid.UUID, int, str]:
     return (turn.channel_id, turn.position, turn.text)
 
 
-def distinct_turns(hits: Sequence[TurnHit]) -> builtins.list[TurnHit]:
+def distinct_turns(hits: Sequence[TurnHit]) -> list[TurnHit]:
     """The hits without a repeat of a message ranked higher (`same_message`), order kept."""
     seen: set[tuple[uuid.UUID, int, str]] = set()
     out: list[TurnHit] = []
@@ -91,7 +90,7 @@ def fuse_turn_scores(
     query: str,
     now: datetime,
     fusion: ScoreFusion = TURN_FUSION,
-) -> builtins.list[TurnHit]:
+) -> list[TurnHit]:
     """A turn recall's branch scores (`vector`: cosine, `text`: full-text relevance) fused as the
     memory recall fuses its own, with the query's cues (its time window, "When …?"), into hits,
     best first, each message once (`distinct_turns`)."""
@@ -129,7 +128,7 @@ ITEM_MERGE = ItemMerge()
 
 def leading_memories(
     memories: Sequence[RecallHit], turns: Sequence[TurnHit], limit: int, merge: ItemMerge = ITEM_MERGE
-) -> builtins.list[int]:
+) -> list[int]:
     """Which of the memories lead the merged list (their indexes, in the memories' own order):
     those whose cosine with the query is at least the best turn's minus `lead_margin` (every one
     with a cosine when no turn has one), at most `lead_max` and `limit`. A memory found by full
@@ -153,7 +152,7 @@ def merge_recall(
     limit: int,
     *,
     merge: ItemMerge = ITEM_MERGE,
-) -> builtins.list[RecallItem]:
+) -> list[RecallItem]:
     """Memories and turns in one ranked list of at most `limit`: the memories that answer the
     question about as well as the best turn lead (`leading_memories`); the rest follow merged by
     rank, each scored `weight / (k + rank in its own list)`, and a turn a memory above it quotes is
@@ -187,12 +186,12 @@ def merge_recall(
     return without_quoted_turns(leaders + rest, limit)
 
 
-def without_quoted_turns(items: Sequence[RecallItem], limit: int) -> builtins.list[RecallItem]:
+def without_quoted_turns(items: Sequence[RecallItem], limit: int) -> list[RecallItem]:
     """The first `limit` of `items`, leaving out each turn that a memory placed above it already
     quotes (its evidence holds the turn's text, from the same conversation): turns add what the
     facts do not hold."""
     quoted: set[tuple[uuid.UUID, str]] = set()
-    kept: builtins.list[RecallItem] = []
+    kept: list[RecallItem] = []
     for item in items:
         if len(kept) >= limit:
             break

@@ -449,7 +449,7 @@ class MemoryTools:
     ) -> list[Memory]:
         found: list[Memory] = []
         for owner in owners:
-            found += await self.context.store.list(
+            found += await self.context.store.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,
@@ -492,7 +492,7 @@ class MemoryTools:
             own.append(OwnerRef(scope="user", owner_id=ctx.user_id))
         deleted = 0
         for owner in own:
-            rows = await ctx.store.list(
+            rows = await ctx.store.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,

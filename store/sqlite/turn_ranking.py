@@ -4,7 +4,6 @@ BM25 over their words. Postgres ranks the same window in SQL (`store.postgres.tu
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 import uuid
@@ -81,7 +80,7 @@ def turn_window(
     )
 
 
-def once_each(turns: Sequence[Turn]) -> builtins.list[int]:
+def once_each(turns: Sequence[Turn]) -> list[int]:
     """Indexes of `turns` holding each message once (`same_message`): the first of its copies."""
     seen: set[tuple[uuid.UUID, int, str]] = set()
     kept: list[int] = []
@@ -139,7 +138,7 @@ def window_rankings(
     }
 
 
-def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> builtins.list[uuid.UUID]:
+def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> list[uuid.UUID]:
     """Ids of the `k` texts best matching the query's informative words (BM25 over these texts
     alone, binary term frequency), best first; texts matching none are left out."""
     words = {tid: frozenset(query_terms(text)) for tid, text in texts.items()}
@@ -154,7 +153,7 @@ def bm25_scores(
     k: int,
     *,
     context_words: Mapping[uuid.UUID, frozenset[str]] | None = None,
-) -> builtins.list[uuid.UUID]:
+) -> list[uuid.UUID]:
     """`bm25_ranking` over texts already split into words (and their word counts); a term found
     only among a text's `context_words` counts `CONTEXT_WORD_WEIGHT` of its idf."""
     found = bm25_score_map(query, words, lengths, k, context_words=context_words)
@@ -197,7 +196,7 @@ def bm25_score_map(
 
 def vector_ranking(
     vectors: Mapping[uuid.UUID, Sequence[float]], query_vector: Sequence[float], k: int
-) -> builtins.list[uuid.UUID]:
+) -> list[uuid.UUID]:
     """Ids of the `k` vectors nearest the query by cosine, best first (ties by id)."""
     if not vectors:
         return []

@@ -235,7 +235,7 @@ async def test_python_http_and_mcp_give_the_same_answer(
         assert all(needle in text for needle in row.contains), (channel, answer)
         assert OTHER_TEAM_SECRET not in text, (channel, answer)
         # the team-B fact is never touched from team A
-        left = await store.list(MemoryFilter(owner_id=user, key="office"))
+        left = await store.list_memories(MemoryFilter(owner_id=user, key="office"))
         assert [m.value for m in left] == [OTHER_TEAM_SECRET]
     assert all(answer == answers["python"] for answer in answers.values()), answers
 
@@ -253,8 +253,8 @@ async def test_a_save_that_is_only_a_secret_stores_nothing_through_any_channel(
         user = uuid.uuid4()
         answer = await call(user)
         assert "holds only a secret" in answer["error"], (channel, answer)
-        assert await store.list(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
-        assert await store.list(MemoryFilter(owner_id=user)) == [], channel
+        assert await store.list_memories(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
+        assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
 
 
 async def test_tool_lists_agree(served: Served) -> None:
@@ -362,7 +362,7 @@ async def test_mcp_refuses_before_any_tool_runs(
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if tokens[credential]:
         headers["Authorization"] = f"Bearer {tokens[credential]}"
-    before = await store.list(MemoryFilter(owner_id=other))
+    before = await store.list_memories(MemoryFilter(owner_id=other))
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -373,13 +373,13 @@ async def test_mcp_refuses_before_any_tool_runs(
         response = await http.post(url, json=call, headers=headers)
     assert response.status_code == status, response.text
     assert "error" in response.json() and "Is vegetarian" not in response.text
-    assert await store.list(MemoryFilter(owner_id=other)) == before
+    assert await store.list_memories(MemoryFilter(owner_id=other)) == before
     # the SDK's client sees the refusal too, without reaching a tool
     if tokens[credential] and status == 403:
         with pytest.raises(Exception):  # noqa: B017 - the SDK wraps the HTTP status in its own errors
             async with mcp_client(url, tokens[credential]) as client:
                 await client.call_tool("forget", {"subject": "me", "key": "diet"})
-        assert await store.list(MemoryFilter(owner_id=other)) == before
+        assert await store.list_memories(MemoryFilter(owner_id=other)) == before
 
 
 ROLES = ("anonymous", "user", "team_admin", "admin", "service")

@@ -68,7 +68,7 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
             await store.upsert(memory)
         with pytest.raises(ValueError, match=r"key: |value: "):
             await store.write_event(event_id=event, memories=[memory])
-        assert await store.list(MemoryFilter(owner_id=user)) == []
+        assert await store.list_memories(MemoryFilter(owner_id=user)) == []
         memory = user_fact(user, "home city", "Lives in Lisbon", evidence=f"user: {evidence}")
     written = await store.upsert(memory)
     other = dataclasses.replace(memory, key="the other note", status="pending_review")
@@ -106,7 +106,7 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
     )
     reads = {
         "get": await store.get_by_id(written.memory_id),
-        "list": await store.list(MemoryFilter(owner_id=user)),
+        "list": await store.list_memories(MemoryFilter(owner_id=user)),
         "export": await store.export_user(user),
         "conversation": kept,
         "recall": items,

@@ -305,7 +305,7 @@ async def _print_pending(store: Any, names: dict[str, str]) -> None:
     print("memories per owner (extracted as pending_review; active once approved):")
     by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for owner in names:
-        for memory in await store.list(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
+        for memory in await store.list_memories(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
             if memory.status == "archived":
                 continue
             label = _label(names, memory.owner_id)
@@ -330,7 +330,9 @@ async def _approve_and_recall(store: Any, names: dict[str, str], catalogue: dict
     chef = uuid.UUID(catalogue["persona_learning"][0])
     approved = 0
     for owner in (alice, chef):
-        for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
+        for memory in await store.list_memories(
+            MemoryFilter(owner_id=owner, status="pending_review", limit=200)
+        ):
             if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != alice):
                 continue
             if await store.approve(memory.id, actor="pmem-demo") is not None:
