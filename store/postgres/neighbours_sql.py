@@ -26,7 +26,7 @@ from typing import Any, Literal
 from store.core.rows import MEMORY_COLUMNS, columns_sql, memory_from_row
 from store.model import NIL_UUID, Neighbour, NewMemory, OwnerRef
 from store.postgres.dialect import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression
-from store.postgres.params import Float4Array, array_literal
+from store.postgres.params import Float4Array
 from store.services.ttl_cache import TtlCache
 
 _COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
@@ -59,13 +59,13 @@ def owner_lock_key(memory: NewMemory) -> str:
 # `owner_lock_names`): taken in the array's order, so two events never deadlock on them
 OWNER_LOCKS_SQL = (
     "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-    "FROM unnest(CAST(%(names)s AS text[])) AS t(n)"
+    "FROM unnest(CAST(%(names)b AS text[])) AS t(n)"
 )
 
 
-def owner_lock_names(memories: Sequence[NewMemory]) -> str:
+def owner_lock_names(memories: Sequence[NewMemory]) -> list[str]:
     """`OWNER_LOCKS_SQL`'s `names`: the memories' owners' lock names, sorted, as one text[]."""
-    return array_literal(sorted({owner_lock_key(m) for m in memories}))
+    return sorted({owner_lock_key(m) for m in memories})
 
 
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between

@@ -1,5 +1,6 @@
-"""The Postgres store's parameters: a vector sent in binary as `real[]` (float4[]), and the text
-forms of arrays and vectors its statements cast in SQL (`array_literal`, `vector_literal`).
+"""The Postgres store's parameters: a vector sent in binary as `real[]` (float4[]), and pgvector's
+text form of a vector (`vector_literal`). Arrays of other values are bound as Python lists in
+binary (`%(name)b`: psycopg sends each list as a typed array, a list of NULLs only as text).
 
 A vector's text form costs ~130 µs to write for 384 dimensions and as much for Postgres to parse;
 the binary `real[]` form costs ~20 µs and is cast to `vector(D)` in SQL
@@ -14,7 +15,6 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -61,22 +61,6 @@ class Float4ArrayDumper(Dumper):
 def register_vector_dumper(connection: BaseConnection[Any]) -> None:
     """Let this psycopg connection send `Float4Array` parameters (for its cursors from now on)."""
     connection.adapters.register_dumper(Float4Array, Float4ArrayDumper)
-
-
-def array_literal(values: Sequence[object]) -> str:
-    """Postgres's text form of a one-dimensional array, `{"a","b",NULL}`, for a parameter cast in
-    SQL (`CAST(:keys AS text[])`): None is NULL, every other element is quoted as its `str` (a
-    datetime in ISO form), with `"` and `\\` escaped. The worker's statements carry a dozen short
-    arrays per event; the driver's generic list adaptation (element types looked up and dumped
-    one by one) cost about a quarter of its write's client CPU, this one string a fraction."""
-    return "{" + ",".join(map(_array_element, values)) + "}"
-
-
-def _array_element(value: object) -> str:
-    if value is None:
-        return "NULL"
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def vector_literal(vector: Sequence[float]) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 from store.core.rows import TURN_COLUMNS, columns_sql
 from store.model import NewTurn
 from store.postgres.dialect import NIL_UUID_SQL, TEXT_SEARCH_CONFIG
-from store.postgres.params import array_literal, float4_array
+from store.postgres.params import float4_array
 
 _TURN_COLUMNS = columns_sql(TURN_COLUMNS, "t")
 # the context: same user, same persona (or none), same team (or none), through the context index
@@ -28,11 +28,11 @@ _INSERT_TURNS_SQL = (
     "position, speaker, search_text, embedding) SELECT id, channel_id, CAST(%(event_id)s AS uuid), user_id, "
     "persona_id, team_id, role, text, at, position, speaker, search_text, "
     "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})) "
-    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(channels)s AS uuid[]), CAST(%(users)s AS uuid[]), "
-    "CAST(%(personas)s AS uuid[]), CAST(%(teams)s AS uuid[]), CAST(%(roles)s AS text[]), "
-    "CAST(%(texts)s AS text[]), "
-    "CAST(%(ats)s AS timestamptz[]), CAST(%(positions)s AS int[]), CAST(%(speakers)s AS text[]), "
-    "CAST(%(search_texts)s AS text[]), CAST(%(starts)s AS int[])) "
+    "FROM unnest(CAST(%(ids)b AS uuid[]), CAST(%(channels)b AS uuid[]), CAST(%(users)b AS uuid[]), "
+    "CAST(%(personas)b AS uuid[]), CAST(%(teams)b AS uuid[]), CAST(%(roles)b AS text[]), "
+    "CAST(%(texts)b AS text[]), "
+    "CAST(%(ats)b AS timestamptz[]), CAST(%(positions)b AS int[]), CAST(%(speakers)b AS text[]), "
+    "CAST(%(search_texts)b AS text[]), CAST(%(starts)b AS int[])) "
     "AS n(id, channel_id, user_id, persona_id, team_id, role, text, at, position, speaker, search_text, "
     "start) "
     "ON CONFLICT (event_id, position) DO NOTHING"
@@ -51,18 +51,18 @@ def turns_insert_statement(
         stored += turn.embedding is not None
     params = {
         "event_id": event_id,
-        "ids": array_literal([uuid.uuid4() for _ in turns]),
-        "channels": array_literal([t.channel_id for t in turns]),
-        "users": array_literal([t.user_id for t in turns]),
-        "personas": array_literal([t.persona_id for t in turns]),
-        "teams": array_literal([t.team_id for t in turns]),
-        "roles": array_literal([t.role for t in turns]),
-        "texts": array_literal([t.text for t in turns]),
-        "ats": array_literal([t.at for t in turns]),
-        "positions": array_literal([t.position for t in turns]),
-        "speakers": array_literal([t.speaker for t in turns]),
-        "search_texts": array_literal([t.search_text for t in turns]),
-        "starts": array_literal(starts),
+        "ids": [uuid.uuid4() for _ in turns],
+        "channels": [t.channel_id for t in turns],
+        "users": [t.user_id for t in turns],
+        "personas": [t.persona_id for t in turns],
+        "teams": [t.team_id for t in turns],
+        "roles": [t.role for t in turns],
+        "texts": [t.text for t in turns],
+        "ats": [t.at for t in turns],
+        "positions": [t.position for t in turns],
+        "speakers": [t.speaker for t in turns],
+        "search_texts": [t.search_text for t in turns],
+        "starts": starts,
         # a dozen turns' vectors: one array conversion, not one Python float at a time
         "embeddings": float4_array(
             np.asarray([t.embedding for t in turns if t.embedding is not None], dtype=np.float32).ravel()
@@ -95,7 +95,7 @@ def turn_term_stats_sql() -> str:
         + ", w AS MATERIALIZED (SELECT * FROM ("
         + _ONCE_SQL.format(rows="recent", order="x.at DESC, x.id")
         + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s), "
-        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)b AS text[])) AS u(word), "
         f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
         "lexes AS MATERIALIZED (SELECT x.lex, plainto_tsquery('simple', x.lex) AS query "
         "FROM (SELECT DISTINCT lex FROM words) AS x), "
@@ -137,7 +137,7 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
         # words (the full text's weight-A lexemes, `TURN_TSV_SQL`) filtered once
         ctes.append(
             "lex AS MATERIALIZED (SELECT l.idf, l.n, plainto_tsquery('simple', l.lex) AS query "
-            "FROM unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) "
+            "FROM unnest(CAST(%(lexemes)b AS text[]), CAST(%(idfs)b AS float8[])) "
             "WITH ORDINALITY AS l(lex, idf, n))"
         )
         ctes.append(
