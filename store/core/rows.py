@@ -1,7 +1,11 @@
-"""The memory, revision and turn columns the stores read, and the decoders of their rows, by name."""
+"""The one shape of each row kind the stores read: a memory, a revision and a turn are read as the
+columns named like their model's fields (`store.model.Memory`, `Revision`, `Turn`), in that order,
+and decoded by name. The tables hold these columns (a test checks the schema against them), the
+raw SQL selects them (`columns_sql`), SQLAlchemy selects them (`memory_columns`, `turn_columns`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,20 +15,25 @@ from sqlalchemy.engine import Row
 from store.model import Memory, Revision, Turn
 from store.rules.policy import storable_confidence
 
-# what a `Memory` is made of, in the order the raw SQL selects them
-MEMORY_COLUMNS = (
-    "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
-    "status", "created_at", "updated_at", "team_id", "evidence", "observed_at",
-)  # fmt: skip
-REVISION_COLUMNS = (
-    "id", "memory_id", "old_value", "new_value", "confidence", "source_event_id", "status",
-    "created_at", "evidence", "observed_at",
-)  # fmt: skip
-# what a `Turn` is made of (its `Turn` fields, in order)
-TURN_COLUMNS = (
-    "id", "channel_id", "event_id", "user_id", "persona_id", "team_id", "role", "text", "at",
-    "position", "speaker",
-)  # fmt: skip
+
+def field_names(model: type[Any]) -> tuple[str, ...]:
+    """The names of a model dataclass's fields, in order: its row's columns."""
+    return tuple(field.name for field in dataclasses.fields(model))
+
+
+def _optional(model: type[Any]) -> tuple[str, ...]:
+    """The fields with a default: a row read without them (an older column list) reads None."""
+    return tuple(f.name for f in dataclasses.fields(model) if f.default is not dataclasses.MISSING)
+
+
+# what a `Memory`, a `Revision` and a `Turn` are made of, in the order the raw SQL selects them
+MEMORY_COLUMNS = field_names(Memory)
+REVISION_COLUMNS = field_names(Revision)
+TURN_COLUMNS = field_names(Turn)
+_MEMORY_REQUIRED = tuple(n for n in MEMORY_COLUMNS if n not in _optional(Memory) and n != "confidence")
+_MEMORY_OPTIONAL = _optional(Memory)
+_REVISION_REQUIRED = tuple(n for n in REVISION_COLUMNS if n not in _optional(Revision) and n != "confidence")
+_REVISION_OPTIONAL = _optional(Revision)
 
 
 def columns_sql(columns: tuple[str, ...], alias: str) -> str:
@@ -51,40 +60,18 @@ def memory_from_row(row: Any) -> Memory:
     """A `Memory` from a SQLAlchemy row or a mapping holding `MEMORY_COLUMNS` by name; a row without the
     evidence, observation time or team reads them as None."""
     data = _mapping(row)
-    return Memory(
-        id=data["id"],
-        scope=data["scope"],
-        owner_id=data["owner_id"],
-        user_id=data["user_id"],
-        key=data["key"],
-        value=data["value"],
-        source_channel_id=data["source_channel_id"],
-        # REAL: 0.7 reads back as 0.69999998
-        confidence=storable_confidence(data["confidence"]),
-        status=data["status"],
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
-        team_id=data.get("team_id"),
-        evidence=data.get("evidence"),
-        observed_at=data.get("observed_at"),
-    )
+    values = {name: data[name] for name in _MEMORY_REQUIRED}
+    values.update((name, data.get(name)) for name in _MEMORY_OPTIONAL)
+    # REAL: 0.7 reads back as 0.69999998
+    return Memory(confidence=storable_confidence(data["confidence"]), **values)
 
 
 def revision_from_row(row: Any) -> Revision:
     """A `Revision` from a row (or mapping) holding `REVISION_COLUMNS` by name."""
     data = _mapping(row)
-    return Revision(
-        id=data["id"],
-        memory_id=data["memory_id"],
-        old_value=data["old_value"],
-        new_value=data["new_value"],
-        confidence=storable_confidence(data["confidence"]),
-        source_event_id=data["source_event_id"],
-        status=data["status"],
-        created_at=data["created_at"],
-        evidence=data.get("evidence"),
-        observed_at=data.get("observed_at"),
-    )
+    values = {name: data[name] for name in _REVISION_REQUIRED}
+    values.update((name, data.get(name)) for name in _REVISION_OPTIONAL)
+    return Revision(confidence=storable_confidence(data["confidence"]), **values)
 
 
 def turn_from_row(row: Any) -> Turn:
