@@ -125,7 +125,7 @@ class WorkerStore(Protocol):
 
         An already-processed `event_id` writes nothing and returns `duplicate=True`. With `dedup`,
         each memory is first decided against its `neighbours` nearest stored memories, inside the
-        transaction and under a per-owner lock (store.core.neighbours)."""
+        transaction and under a per-owner lock (`Backend.lock_owners`)."""
         ...
 
     async def is_processed(self, event_id: uuid.UUID) -> bool: ...

@@ -217,7 +217,7 @@ def _turns(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
     Index("ix_conversation_turns_at", table.c.at)
     # no HNSW index: every event writes a dozen turns, and an HNSW insert into a large graph
     # costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most recent
-    # turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
+    # turns exactly through ix_conversation_turns_context (`store.rules.turn_recall.TURN_WINDOW`)
     return table
 
 

@@ -104,7 +104,7 @@ def claim_statement(
     table: str, event_id: uuid.UUID, memories: Sequence[NewMemory], *, actor: str
 ) -> tuple[str, dict[str, Any]]:
     """Postgres: insert the processed-event row unless it exists and take the owners' advisory
-    locks (see `store.core.neighbours`), in one statement whose `claimed` is 1 when this transaction
+    locks (`Backend.lock_owners`), in one statement whose `claimed` is 1 when this transaction
     claimed the event."""
     sql = (
         f"WITH claim AS (INSERT INTO {table} "

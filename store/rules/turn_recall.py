@@ -36,7 +36,7 @@ TURN_ITEM_WEIGHT = 1.0
 LEAD_MARGIN = 0.1
 LEAD_MAX = 6
 # how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
-# score fusion (`store.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
+# score fusion (`store.rules.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
 # (turns of one conversation asked together lift each other; a "When …?" question lifts turns
 # naming a time)
 TURN_FUSION = ScoreFusion()
@@ -64,7 +64,7 @@ def distinct_turns(hits: Sequence[TurnHit]) -> list[TurnHit]:
 
 
 def turn_document(turn: Turn) -> Memory:
-    """A turn as the score fusion reads a candidate (`store.recall.fuse_scores`): its text the
+    """A turn as the score fusion reads a candidate (`store.rules.recall.fuse_scores`): its text the
     value, its conversation the source, when it was said its time, and one key per message (its
     conversation, position and text), so a message stored by two events is one result."""
     return Memory(

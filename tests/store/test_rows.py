@@ -95,9 +95,7 @@ def test_a_row_reads_back_as_the_model_it_was_made_of() -> None:
     assert turn_from_row(dataclasses.asdict(turn)) == turn
 
 
-def test_optional_columns_left_out_read_as_none_and_a_required_one_left_out_fails() -> (
-    None
-):
+def test_optional_columns_left_out_read_as_none_and_a_required_one_left_out_fails() -> None:
     row = {
         "id": uuid.uuid4(),
         "scope": "user",

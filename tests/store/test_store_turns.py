@@ -132,7 +132,7 @@ async def test_turn_recall_finds_what_was_said_and_only_for_its_speaker(store: S
     assert await store.recall_turns(user, None, "", 5) == []
 
 
-async def test_recall_items_merges_memories_and_turns_and_include_selects(store: Store) -> None:
+async def test_recall_in_context_merges_memories_and_turns_and_include_selects(store: Store) -> None:
     user = uuid.uuid4()
     await store.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
     await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")])
