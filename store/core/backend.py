@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Table
@@ -34,6 +35,24 @@ if TYPE_CHECKING:
     from store.core.writes import EventBatch
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnRecall:
+    """A checked turn recall as a backend ranks it: the context (user, persona or none, team or
+    none), the query (its cues lift turns as the memory recall's do), its words to match (`text`,
+    `stats` their document frequencies from `Backend.turn_term_stats`) and its vector; `k`
+    candidates per ranking, `limit` results."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    query: str
+    text: str
+    stats: TermStats
+    vector: Sequence[float]
+    k: int
+    limit: int
 
 
 class Backend(Protocol):
@@ -118,22 +137,7 @@ class Backend(Protocol):
         """How many of the context's recent turns (each message once) hold each word of `text`."""
         ...
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
-        """The `limit` turns of the context (user, persona or none, team or none) that best match
-        `text` (the query's words to match, `stats` their document frequencies from
-        `turn_term_stats`) and the query's embedding, among its most recent ones, each message
-        once; `k` candidates per ranking; the query's cues (`query`) lift turns as the memory
-        recall's do."""
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
+        """The `limit` turns of the context that best match the query (`TurnRecall`), among its
+        most recent ones, each message once."""
         ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select, update
@@ -29,6 +29,7 @@ from store.model import (
 from store.protocols import Embedder
 from store.rules.keys import embedding_text
 from store.rules.pagination import decode_cursor
+from store.rules.recall import ScoreFusion, embedding_queries, mean_direction
 
 # audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
 AuditRows = list[dict[str, Any]]
@@ -131,6 +132,15 @@ async def embed_queries(embedder: Embedder, queries: Sequence[str], dim: int) ->
     else:
         vectors = await embedder.embed(list(queries))
     return [checked_vector(vector, dim, "query embedding") for vector in vectors]
+
+
+async def query_vector(
+    embedder: Embedder, text: str, word_share: Mapping[str, float], fusion: ScoreFusion, dim: int
+) -> list[float]:
+    """A recall's query vector: the mean direction of the query's embedding texts (the query, and
+    the query without the words most of the rows hold: `store.rules.recall.embedding_queries`)."""
+    vectors = await embed_queries(embedder, embedding_queries(text, word_share, fusion), dim)
+    return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
 
 def owner_clause(table: Any, owners: Sequence[OwnerRef]) -> ColumnElement[bool]:

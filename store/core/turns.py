@@ -19,13 +19,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import replica_read
+from store.core.backend import TurnRecall
+from store.core.base import query_vector, replica_read
 from store.core.rows import turn_columns, turn_from_row
 from store.core.settings import SettingsRows
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
 from store.rules.pagination import newest_first_page
 from store.rules.policy import merge_settings
-from store.rules.recall import candidate_count, embedding_queries, mean_direction, query_cues
+from store.rules.recall import candidate_count, query_cues
 from store.rules.terms import query_terms
 from store.rules.turn_recall import TURN_FUSION
 
@@ -94,11 +95,21 @@ class ConversationTurns(SettingsRows):
         if query_embedding is not None:
             vector = self._check_dim(query_embedding, "query embedding")
         else:
-            vectors = await self.embed_queries(embedding_queries(text, stats.word_share, TURN_FUSION))
-            vector = vectors[0] if len(vectors) == 1 else mean_direction(vectors)
-        return await self._backend.recall_turns(
-            user_id, persona_id, team_id, query, vector, candidate_count(limit), limit, text=text, stats=stats
+            vector = await query_vector(
+                self._embedder, text, stats.word_share, TURN_FUSION, self._schema.embedding_dim
+            )
+        asked = TurnRecall(
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            query=query,
+            text=text,
+            stats=stats,
+            vector=vector,
+            k=candidate_count(limit),
+            limit=limit,
         )
+        return await self._backend.recall_turns(asked)
 
     @replica_read
     async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> list[Turn]:

@@ -348,17 +348,6 @@ class MemoryWrites(ConversationTurns):
             found.append(None if memory is None else (memory, revisions.get(memory.id)))
         return found
 
-    async def _neighbours_in(
-        self,
-        conn: AsyncConnection,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[Sequence[float]],
-        k: int,
-    ) -> list[list[Neighbour]]:
-        """Per new memory: its k nearest stored memories of the same owner in its team context,
-        plus a stored row under the same key, best first (`Backend.neighbours`)."""
-        return await self._backend.neighbours(conn, memories, embeddings, k)
-
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
     ) -> UpsertResult:
@@ -459,7 +448,7 @@ class MemoryWrites(ConversationTurns):
         stored_key: set[int] = set()
         if batch.dedup is not None and rows:
             await self._backend.lock_owners(conn, rows)
-            near = await self._neighbours_in(conn, rows, batch.embeddings, batch.neighbours)
+            near = await self._backend.neighbours(conn, rows, batch.embeddings, batch.neighbours)
             results, stored_key = apply_dedup(rows, near, batch.dedup)
         pending = [i for i in write_order(batch.memories) if i not in results]
         fresh = [i for i in pending if i not in stored_key]

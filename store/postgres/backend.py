@@ -32,6 +32,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.core.backend import TurnRecall
 from store.core.rows import memory_from_row, turn_from_row
 from store.core.schema import Schema
 from store.core.writes import EventBatch
@@ -268,38 +269,26 @@ class PgBackend:
         rows = await self._connections.fetch(turn_term_stats_sql(), params)
         return term_stats([tuple(row.values()) for row in rows])
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
         """The context's recent turns ranked by vector distance and full text in one statement
         (`turn_window_sql`), fused in Python."""
-        tq = websearch_or_query(text)
-        full_text = tq is not None and bool(stats.idf)
+        tq = websearch_or_query(asked.text)
+        full_text = tq is not None and bool(asked.stats.idf)
         sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=full_text)
         params: dict[str, Any] = {
-            **_context_params(user_id, persona_id, team_id),
+            **_context_params(asked.user_id, asked.persona_id, asked.team_id),
             "window": TURN_WINDOW,
-            "k": k,
-            "qv": float4_array(vector),
+            "k": asked.k,
+            "qv": float4_array(asked.vector),
         }
         if full_text:
             params.update(
                 tq=tq,
-                lexemes=list(stats.idf),
-                idfs=list(stats.idf.values()),
+                lexemes=list(asked.stats.idf),
+                idfs=list(asked.stats.idf.values()),
                 k1=_BM25.k1,
                 b=_BM25.b,
-                avglen=max(stats.mean_length, 1.0),
+                avglen=max(asked.stats.mean_length, 1.0),
                 context_weight=CONTEXT_WORD_WEIGHT,
             )
         turns: dict[uuid.UUID, Turn] = {}
@@ -308,7 +297,7 @@ class PgBackend:
             turn = turn_from_row(row)
             turns[turn.id] = turn
             scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
-        return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
+        return fuse_turn_scores(turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))
 
 
 _BM25 = Bm25()

@@ -149,7 +149,7 @@ def neighbours_statement(
     *,
     dim: int,
 ) -> tuple[str, dict[str, Any]]:
-    """Postgres: the one statement (`%(name)s` parameters) behind `_neighbours_in`, given the
+    """Postgres: the one statement (`%(name)s` parameters) behind `PgBackend.neighbours`, given the
     memories' embeddings as `float4_array`s and the owners' capped sizes where known
     (`OwnerSizes.lookup`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
     write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from store.core.base import checked_vector, embed_queries
+from store.core.base import checked_vector, query_vector
 from store.core.rows import memory_from_row
 from store.model import Memory, OwnerRef, RecallHit, RecallQuery
 from store.postgres.connections import PgConnections
@@ -31,10 +31,8 @@ from store.rules.recall import (
     ScoreFusion,
     TermStats,
     candidate_count,
-    embedding_queries,
     fuse,
     fuse_scores,
-    mean_direction,
     query_cues,
     resolve_scopes,
     term_stats,
@@ -151,7 +149,7 @@ class PgRecall:
                 vector = checked_vector(query_embedding, self._dim, "query embedding")
             else:
                 assert stats is not None
-                vector = await self._query_vector(text, stats)
+                vector = await query_vector(self._embedder, text, stats.word_share, self._fusion, self._dim)
             params["qv"] = float4_array(vector)
             branches.append("vector")
         tsquery = websearch_or_query(text)
@@ -190,9 +188,3 @@ class PgRecall:
             {**params, "words": words, "sample": self._bm25.stats_sample},
         )
         return term_stats([tuple(row.values()) for row in rows])
-
-    async def _query_vector(self, text: str, stats: TermStats) -> list[float]:
-        """The mean direction of the query's embedding texts (`store.rules.recall.embedding_queries`)."""
-        texts = embedding_queries(text, stats.word_share, self._fusion)
-        vectors = await embed_queries(self._embedder, texts, self._dim)
-        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)

@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from sqlalchemy import ColumnElement, String, Table, event, literal_column, select, text, type_coerce
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from store.core.base import checked_vector, embed_queries, owner_clause, team_clause
+from store.core.backend import TurnRecall
+from store.core.base import checked_vector, owner_clause, query_vector, team_clause
 from store.core.rows import memory_columns, memory_from_row, turn_columns, turn_from_row
 from store.core.schema import Schema, build_schema
 from store.core.turns import turn_context
@@ -57,10 +57,8 @@ from store.rules.recall import (
     ScoreFusion,
     TermStats,
     candidate_count,
-    embedding_queries,
     fuse,
     fuse_scores,
-    mean_direction,
     query_cues,
     resolve_scopes,
     top_order,
@@ -69,7 +67,7 @@ from store.rules.terms import is_empty_query, query_terms
 from store.rules.turn_recall import TURN_WINDOW, fuse_turn_scores
 from store.rules.urls import to_sqlalchemy_url
 from store.sqlite.fts import FTS_BACKFILL, FTS_COLUMNS, FTS_DDL, bm25_expression, owner_match
-from store.sqlite.ranking import OwnerIndex, cosines, fts5_match, owner_index, top_cosines
+from store.sqlite.ranking import OwnerIndex, StampedCache, cosines, fts5_match, owner_index, top_cosines
 from store.sqlite.schema import SQLITE
 from store.sqlite.turn_ranking import TurnWindow, turn_window, window_scores, window_term_stats
 
@@ -77,6 +75,15 @@ if TYPE_CHECKING:
     from store.core.writes import EventBatch
 
 T = TypeVar("T")
+
+
+class SqliteOptions(TypedDict, total=False):
+    """How a SQLite store ranks and waits (`SqliteBackend`'s keyword arguments)."""
+
+    weights: Mapping[str, float]
+    fusion: ScoreFusion | None
+    busy_timeout_ms: int
+    index_cache_owners: int
 
 
 class SqliteBackend:
@@ -93,6 +100,8 @@ class SqliteBackend:
         busy_timeout_ms: int = 30_000,
         index_cache_owners: int = 64,
     ) -> None:
+        """`busy_timeout_ms`: how long a writer waits for another process's write lock;
+        `index_cache_owners`: how many owners' (and contexts') rows are held for ranking."""
         # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
         self._engine = create_async_engine(
             to_sqlalchemy_url(database_url),
@@ -113,12 +122,13 @@ class SqliteBackend:
         self._schema_lock = asyncio.Lock()
         # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
         # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
-        self._indexes: OrderedDict[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = OrderedDict()
-        # the same for conversation turns, per (user, persona, team) context
-        self._turn_windows: OrderedDict[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None], TurnWindow] = (
-            OrderedDict()
+        self._indexes: StampedCache[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = StampedCache(
+            index_cache_owners
         )
-        self._index_cache_owners = index_cache_owners
+        # the same for conversation turns, per (user, persona, team) context
+        self._turn_windows: StampedCache[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None], TurnWindow] = (
+            StampedCache(index_cache_owners)
+        )
         self._generation = 0
 
     @property
@@ -248,17 +258,17 @@ class SqliteBackend:
     ) -> dict[uuid.UUID, float]:
         """Cosine of the `k` memories nearest the query (its given embedding, else the embedder's)."""
         if query_embedding is not None:
-            query_vector = checked_vector(query_embedding, self._schema.embedding_dim, "query embedding")
+            vector = checked_vector(query_embedding, self._schema.embedding_dim, "query embedding")
         else:
-            query_vector = await self._query_vector(text, index)
-        found = await asyncio.to_thread(top_cosines, index.matrix, index.usable, query_vector, k)
+            vector = await query_vector(
+                self._embedder,
+                text,
+                index.word_share(query_terms(text)),
+                self._fusion,
+                self._schema.embedding_dim,
+            )
+        found = await asyncio.to_thread(top_cosines, index.matrix, index.usable, vector, k)
         return {index.memories[row].id: cosine for row, cosine in found}
-
-    async def _query_vector(self, text: str, index: OwnerIndex) -> list[float]:
-        """The mean direction of the query's embedding texts (`store.rules.recall.embedding_queries`)."""
-        texts = embedding_queries(text, index.word_share(query_terms(text)), self._fusion)
-        vectors = await embed_queries(self._embedder, texts, self._schema.embedding_dim)
-        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
     async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
         """Changes since the owners' rows were read: this store's writes and other connections'."""
@@ -273,14 +283,11 @@ class SqliteBackend:
         key = (user_id, persona_id, team_id)
         async with self.reading() as conn:
             stamp = await self._stamp(conn)
-            cached = self._turn_windows.get(key)
-            if cached is not None and cached.stamp == stamp:
-                self._turn_windows.move_to_end(key)
+            cached = self._turn_windows.get(key, stamp)
+            if cached is not None:
                 return cached
             window = await self._read_turn_window(conn, user_id, persona_id, team_id, stamp)
-        self._turn_windows[key] = window
-        while len(self._turn_windows) > self._index_cache_owners:
-            self._turn_windows.popitem(last=False)
+        self._turn_windows.put(key, window)
         return window
 
     async def _read_turn_window(
@@ -318,9 +325,8 @@ class SqliteBackend:
         and kept until anything is written."""
         key = (tuple(owners), team_id)
         stamp = await self._stamp(conn)
-        cached = self._indexes.get(key)
-        if cached is not None and cached.stamp == stamp:
-            self._indexes.move_to_end(key)
+        cached = self._indexes.get(key, stamp)
+        if cached is not None:
             return cached
         m = self._schema.memories
         statement = select(*memory_columns(m), type_coerce(m.c.embedding, String)).where(
@@ -331,10 +337,7 @@ class SqliteBackend:
         index = await asyncio.to_thread(
             owner_index, stamp, memories, [row[-1] for row in rows], self._schema.embedding_dim
         )
-        self._indexes[key] = index
-        self._indexes.move_to_end(key)
-        while len(self._indexes) > self._index_cache_owners:
-            self._indexes.popitem(last=False)
+        self._indexes.put(key, index)
         return index
 
     async def _text_scores(
@@ -459,20 +462,8 @@ class SqliteBackend:
         """The query words' shares of the context's cached window."""
         return window_term_stats(await self._turn_window(user_id, persona_id, team_id), text)
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
         """The context's recent turns (the store's cached window) ranked with numpy and BM25."""
-        window = await self._turn_window(user_id, persona_id, team_id)
-        scores = await asyncio.to_thread(window_scores, window, text, vector, k)
-        return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
+        window = await self._turn_window(asked.user_id, asked.persona_id, asked.team_id)
+        scores = await asyncio.to_thread(window_scores, window, asked.text, asked.vector, asked.k)
+        return fuse_turn_scores(window.turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -140,3 +141,40 @@ def cosines(matrix: Sequence[Any], vector: Sequence[float]) -> list[float]:
         for i, s in zip(present, sims.tolist(), strict=True):
             out[i] = float(s)
     return out
+
+
+class Stamped(Protocol):
+    """A value read from the database, valid while its stamp (`SqliteBackend._stamp`) is current."""
+
+    @property
+    def stamp(self) -> tuple[int, int]:
+        """The changes counted when it was read: this store's writes and `PRAGMA data_version`."""
+        ...
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", bound=Stamped)
+
+
+class StampedCache(Generic[K, V]):
+    """The `bound` most recently used values by key (an owner's index, a context's turn window),
+    each served while its stamp is the current one."""
+
+    def __init__(self, bound: int) -> None:
+        self._values: OrderedDict[K, V] = OrderedDict()
+        self._bound = bound
+
+    def get(self, key: K, stamp: tuple[int, int]) -> V | None:
+        """The value kept for `key` when it is as fresh as `stamp`, else None."""
+        cached = self._values.get(key)
+        if cached is None or cached.stamp != stamp:
+            return None
+        self._values.move_to_end(key)
+        return cached
+
+    def put(self, key: K, value: V) -> None:
+        """Keep `value` for `key`, dropping the least recently used beyond the bound."""
+        self._values[key] = value
+        self._values.move_to_end(key)
+        while len(self._values) > self._bound:
+            self._values.popitem(last=False)

@@ -5,13 +5,12 @@ without Postgres: the shared store (`store.core.store.CoreStore`) holding a `Sql
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Unpack
 
 from store.core.store import CoreStore
 from store.model import MemorySettings
 from store.protocols import Embedder
-from store.rules.recall import DEFAULT_WEIGHTS, ScoreFusion
-from store.sqlite.backend import SqliteBackend
+from store.sqlite.backend import SqliteBackend, SqliteOptions
 
 
 class SqliteMemoryStore(CoreStore):
@@ -22,22 +21,12 @@ class SqliteMemoryStore(CoreStore):
         database_url: str,
         embedder: Embedder,
         *,
-        weights: Mapping[str, float] = DEFAULT_WEIGHTS,
-        fusion: ScoreFusion | None = None,
-        busy_timeout_ms: int = 30_000,
-        index_cache_owners: int = 64,
         settings_defaults: MemorySettings | None = None,
+        **options: Unpack[SqliteOptions],
     ) -> None:
-        """`busy_timeout_ms`: how long a writer waits for another process's write lock;
-        `index_cache_owners`: how many owners' (and contexts') rows are held for ranking."""
-        backend = SqliteBackend(
-            database_url,
-            embedder,
-            weights=weights,
-            fusion=fusion,
-            busy_timeout_ms=busy_timeout_ms,
-            index_cache_owners=index_cache_owners,
-        )
+        """`options`: the backend's (`SqliteBackend`: weights, fusion, busy_timeout_ms,
+        index_cache_owners)."""
+        backend = SqliteBackend(database_url, embedder, **options)
         super().__init__(
             engine=backend.engine,
             schema=backend.schema,
