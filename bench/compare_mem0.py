@@ -1071,7 +1071,7 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
-    from store.core.recall import RETRIEVERS
+    from store.rules.recall import RETRIEVERS
     from worker.evaluation import options as evaluate_options
     from worker.evaluation import runner
     from worker.evaluation.locomo import load_locomo

@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.populated_reads import DATABASE  # noqa: E402
-from store.core.schema import vector_literal  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
+from store.postgres.params import vector_literal  # noqa: E402
 from worker.embedded import EmbeddedPostgres  # noqa: E402
 
 K = 8

@@ -20,11 +20,12 @@ from typing import Any
 import store.postgres.store
 import store.sqlite.store
 from store.core import recall
-from store.core.recall import STOPWORDS, QueryCues, ScoreFusion, query_terms
 from store.model import Memory, RecallHit
 from store.rules.cues import TimeWindow
+from store.rules.recall import QueryCues, ScoreFusion
+from store.rules.terms import STOPWORDS, query_terms
 
-# candidate features the knobs add to the product's (`store.core.recall.FEATURES`)
+# candidate features the knobs add to the product's (`store.rules.recall.FEATURES`)
 KNOB_FEATURES: tuple[str, ...] = (*recall.FEATURES, "entity")
 
 
@@ -150,7 +151,7 @@ def knob_fuse_scores(
     when: bool = False,
     entities: Sequence[str] = (),
 ) -> list[RecallHit]:
-    """`store.core.recall.fuse_scores` with the knobs applied."""
+    """`store.rules.recall.fuse_scores` with the knobs applied."""
     by_id = {m.id: m for m in rows}
     branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
     features = knob_features(

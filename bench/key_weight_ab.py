@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.recall_latency import emit_report, percentile, question
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import ScoreFusion
 from store.postgres.store import PostgresMemoryStore
+from store.rules.recall import ScoreFusion
 from worker.embedded import EmbeddedPostgres
 
 

@@ -43,12 +43,14 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from extraction.embeddings import HashingEmbedder, build_embedder, close_embedder, hashing_vector
-from store.core.recall import ScoreFusion
 from store.migrate import migrate
 from store.model import RecallQuery, Retriever
 from store.postgres.recall_sql import RecallTuning
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
+from store.rules.recall import ScoreFusion
+from store.services.context_recall import ContextRecall, items_in_context
+from store.services.settings_cache import SettingsCache
 from worker.embedded import EmbeddedPostgres
 from worker.settings import Settings
 
@@ -271,8 +273,21 @@ async def measure_turns(
     recalls) for random users among `users`."""
     rng = random.Random(seed)
     cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + WARM_UP)]
-    recall = store.recall_items if merged else store.recall_turns
-    return await timed([partial(recall, user, None, text, limit) for user, text in cases])
+    if not merged:
+        return await timed([partial(store.recall_turns, user, None, text, limit) for user, text in cases])
+    # the API's merged recall, its settings kept as the API keeps them
+    settings = SettingsCache(ttl_s=3600.0)
+    return await timed(
+        [
+            partial(
+                items_in_context,
+                store,
+                ContextRecall(user_id=user, persona_id=None, team_id=None, query=text, limit=limit),
+                settings=settings,
+            )
+            for user, text in cases
+        ]
+    )
 
 
 async def timed(calls: Sequence[Callable[[], Awaitable[Sized]]]) -> dict[str, float]:

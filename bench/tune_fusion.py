@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fusion_knobs import FusionKnobs, knobs_applied
 from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
-from store.core.recall import ScoreFusion
+from store.rules.recall import ScoreFusion
 from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE
 from worker.evaluation.runner import run_locomo
 

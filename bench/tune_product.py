@@ -1,4 +1,4 @@
-"""How recall merges memories and turns (`store.core.turns.ItemMerge`), chosen on the LoCoMo `dev`
+"""How recall merges memories and turns (`store.rules.turn_recall.ItemMerge`), chosen on the LoCoMo `dev`
 split only and reported on `test` and `all`, from ONE ingestion: every session of every
 conversation through the real per-event pipeline into a fresh store, as `pmem eval locomo --unit
 product` does, with the configured extractor (PMEM_EXTRACTOR; rules offline) or `--extractor
@@ -6,7 +6,7 @@ reference` (LoCoMo's own observations, facts as a capable model writes them); th
 product's two rankings, memories and turns (`store.context_recall.items_in_context` with one
 include each, at depth 50).
 
-The merged list recall returns is `store.core.turns.merge_recall` of exactly these two rankings
+The merged list recall returns is `store.rules.turn_recall.merge_recall` of exactly these two rankings
 (the product's own function, pure), so every variant of the memories' lead is scored by merging
 them again, without a store:
 
@@ -37,9 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.core.turns import ITEM_MERGE, ItemMerge, merge_recall
 from store.model import RecallHit, RecallItem, TurnHit
 from store.rules.hint import EARLIER_HEADER, build_hint
+from store.rules.turn_recall import ITEM_MERGE, ItemMerge, merge_recall
 from store.services.context_recall import ContextRecall, items_in_context
 from worker.evaluation import product_run
 from worker.evaluation.cache import CachingEmbedder, cache_file
@@ -59,7 +59,7 @@ DEPTH = 50  # each ranking as recalled: deeper than any list it is merged into
 
 
 def parse_merge(text: str) -> ItemMerge:
-    """`MARGIN:MAX` → the lead of `store.core.turns.ItemMerge` (`none`: no memory leads)."""
+    """`MARGIN:MAX` → the lead of `store.rules.turn_recall.ItemMerge` (`none`: no memory leads)."""
     if text == "none":
         return ItemMerge(lead_margin=None)
     margin, most = text.split(":")
@@ -255,7 +255,7 @@ def main() -> int:
         "--merge",
         nargs="+",
         default=["none", *(f"{m}:{n}" for m in (0, 0.05, 0.1, 0.15, 0.2) for n in (3, 5, 8))],
-        help="MARGIN:MAX variants of the memories' lead (`store.core.turns.ItemMerge`; none: no "
+        help="MARGIN:MAX variants of the memories' lead (`store.rules.turn_recall.ItemMerge`; none: no "
         "lead, the merge by rank alone as before)",
     )
     parser.add_argument("--json-out", type=Path, default=None)

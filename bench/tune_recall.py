@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
-from store.core.recall import ScoreFusion
+from store.rules.recall import ScoreFusion
 from worker.evaluation.cache import CachingEmbedder, cache_file
 from worker.evaluation.locomo import (
     OBSERVATION_CONTEXTS,

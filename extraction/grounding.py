@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from store.core.recall import STOPWORDS
+from store.rules.terms import STOPWORDS
 
 __all__ = [
     "DEFAULT_GROUNDING",

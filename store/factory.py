@@ -13,9 +13,9 @@ from store.rules.urls import backend_of
 from store.services.query_embeddings import SharedQueryEmbeddings
 
 if TYPE_CHECKING:
-    from store.core.recall import ScoreFusion
     from store.postgres.recall_sql import RecallTuning
     from store.postgres.store import PostgresMemoryStore
+    from store.rules.recall import ScoreFusion
     from store.sqlite.store import SqliteMemoryStore
 
     Store = PostgresMemoryStore | SqliteMemoryStore

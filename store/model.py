@@ -80,7 +80,7 @@ class NewMemory:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryFilter:
-    """Criteria for `MemoryStore.list`; unset fields do not filter."""
+    """Criteria for `MemoryStore.list_memories`; unset fields do not filter."""
 
     scope: Scope | None = None
     owner_id: uuid.UUID | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -68,7 +67,7 @@ class RecallStore(Protocol):
         *,
         retriever: Retriever = "hybrid",
         team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
+    ) -> list[RecallHit]:
         """Active memories for the user (and persona) in the team context, best first."""
         ...
 
@@ -85,7 +84,7 @@ class RecallStore(Protocol):
         *,
         team_id: uuid.UUID | None = None,
         query_embedding: Sequence[float] | None = None,
-    ) -> builtins.list[TurnHit]:
+    ) -> list[TurnHit]:
         """Turns said in exactly this context (user, persona or none, team or none), best first."""
         ...
 
@@ -107,7 +106,7 @@ class WorkerStore(Protocol):
         team_id: uuid.UUID | None,
         words: Sequence[str],
         limit: int,
-    ) -> builtins.list[Memory]:
+    ) -> list[Memory]:
         """At most `limit` memories of these owners (team context) most relevant to `words`."""
         ...
 
@@ -128,12 +127,12 @@ class WorkerStore(Protocol):
         An already-processed `event_id` writes nothing and returns `duplicate=True`, with the
         `body_sha256` it was first written with (so a reused id with another body shows). With `dedup`,
         each memory is first decided against its `neighbours` nearest stored memories, inside the
-        transaction and under a per-owner lock (store.core.neighbours)."""
+        transaction and under a per-owner lock (`Backend.lock_owners`)."""
         ...
 
     async def is_processed(self, event_id: uuid.UUID) -> bool: ...
 
-    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+    async def event_writes(self, event_id: uuid.UUID) -> list[EventMemory]:
         """What `write_event` created, updated or proposed for this event, in write order (from the
         audit trail; unchanged memories are not audited, so not listed). Empty for unknown events."""
         ...
@@ -184,9 +183,9 @@ class ReviewStore(Protocol):
         pending_only: bool = False,
     ) -> Memory | None: ...
 
-    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]: ...
+    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> list[Revision]: ...
 
-    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]: ...
+    async def audit_log(self, memory_id: uuid.UUID) -> list[AuditEntry]: ...
 
 
 class PersonalStore(Protocol):
@@ -211,7 +210,7 @@ class PersonalStore(Protocol):
         """A person's remembered conversations, newest first."""
         ...
 
-    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> builtins.list[Turn]:
+    async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> list[Turn]:
         """The turns of one of this person's conversations, in order."""
         ...
 
@@ -254,7 +253,7 @@ class KeyStore(Protocol):
 
     async def create_api_key(self, name: str) -> tuple[ApiKey, str]: ...
 
-    async def list_api_keys(self) -> builtins.list[ApiKey]: ...
+    async def list_api_keys(self) -> list[ApiKey]: ...
 
     async def revoke_api_key(self, name_or_id: str) -> bool: ...
 
@@ -285,7 +284,7 @@ class DirectoryStore(Protocol):
 
     async def names(self, kind: DirectoryKind, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]: ...
 
-    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]: ...
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> list[DirectoryEntry]: ...
 
 
 class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, SettingsStore, Protocol):
@@ -295,7 +294,7 @@ class MemoryStore(RecallStore, WorkerStore, ReviewStore, PersonalStore, Settings
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
     ) -> UpsertResult: ...
 
-    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]: ...
+    async def list_memories(self, flt: MemoryFilter) -> list[Memory]: ...
 
     async def delete(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
 

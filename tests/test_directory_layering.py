@@ -48,3 +48,37 @@ def test_the_check_sees_an_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import os\nfrom bench.fake import thing\nimport bench\nfrom . import near\n")
     assert list(imported_modules(probe)) == ["os", "bench.fake", "bench"]
+
+
+# what only a backend may import: its database's driver, SQL dialect and in-process ranking
+BACKEND_ONLY = ("store.postgres", "store.sqlite", "psycopg", "aiosqlite", "sqlite3", "pgvector", "numpy")
+# the shared store code's one use of numpy: the mean direction of two embeddings (not a ranking)
+CORE_NUMPY = ("store/core/forgetting.py",)
+
+
+def test_the_shared_store_code_never_imports_a_backend() -> None:
+    found = [
+        hit
+        for banned in BACKEND_ONLY
+        for hit in importers(("store/core",), banned)
+        if not (banned == "numpy" and hit.startswith(CORE_NUMPY))
+    ]
+    assert found == []
+
+
+def test_the_rules_know_no_store_code_and_no_backend() -> None:
+    banned = ("store.core", "store.postgres", "store.sqlite", "psycopg", "aiosqlite")
+    assert [hit for module in banned for hit in importers(("store/rules",), module)] == []
+
+
+def test_the_worker_and_the_extractor_never_import_the_shared_store_code() -> None:
+    assert importers(("worker", "extraction"), "store.core") == []
+
+
+def test_the_check_sees_a_backend_import_in_the_shared_store_code(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from store.postgres.params import float4_array\nimport numpy as np\n")
+    assert [m for m in imported_modules(probe) if m.startswith(BACKEND_ONLY)] == [
+        "store.postgres.params",
+        "numpy",
+    ]

@@ -18,9 +18,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from store.core.directory import directory_entries
 from store.model import DirectoryEntry, Scope, UpsertAction
 from store.rules.admission import admit
+from store.rules.directory import directory_entries
 from store.rules.input_errors import describe, json_type
 from worker.settings import Settings
 

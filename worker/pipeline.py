@@ -36,8 +36,6 @@ from extraction.errors import PermanentEmbeddingError, PermanentError, Transient
 from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
 from extraction.typing import Embedder, Extractor
-from store.core.recall import STOPWORDS, query_terms
-from store.core.turns import TURN_MAX_CHARS
 from store.errors import StoreTimeout, StoreUnavailable
 from store.model import (
     EventWrite,
@@ -55,6 +53,8 @@ from store.rules.admission import admit, has_content
 from store.rules.evidence import quoted_text
 from store.rules.forgetting import TURN_SEARCH_AFTER, TURN_SEARCH_BEFORE
 from store.rules.keys import embedding_text
+from store.rules.terms import STOPWORDS, query_terms
+from store.rules.turn_recall import TURN_MAX_CHARS
 from store.services.settings_cache import SettingsCache
 from worker.events import ConversationEnded, EventMessage, event_fingerprint, event_names
 from worker.metrics import Metrics

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import Caller, State
 from api.errors import BadInput, Forbidden
-from store.core.directory import MAX_NAME_CHARS, clean_name
 from store.model import DirectoryEntry, DirectoryKind
 from store.rules.admission import admit, refusal
+from store.rules.directory import MAX_NAME_CHARS, clean_name
 
 router = APIRouter(prefix="/v1/directory", tags=["directory"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import secrets
 import uuid
@@ -33,8 +32,10 @@ class ApiKeys(StoreBase):
             raise ValueError("an API key needs a name of 1-100 characters, e.g. the service using it")
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         k = self._schema.api_keys
-        record = ApiKey(id=uuid.uuid4(), name=name, prefix=key[: len(KEY_PREFIX) + 6], created_at=self._now())
-        async with self._transaction() as conn:
+        record = ApiKey(
+            id=uuid.uuid4(), name=name, prefix=key[: len(KEY_PREFIX) + 6], created_at=self._backend.now()
+        )
+        async with self._backend.transaction() as conn:
             taken = (
                 await conn.execute(select(k.c.id).where(k.c.name == name, k.c.revoked_at.is_(None)))
             ).first()
@@ -53,10 +54,10 @@ class ApiKeys(StoreBase):
             )
         return record, key
 
-    async def list_api_keys(self) -> builtins.list[ApiKey]:
+    async def list_api_keys(self) -> list[ApiKey]:
         """Every key, active and revoked, oldest first."""
         k = self._schema.api_keys
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(select(k).order_by(k.c.created_at, k.c.id))).all()
         return [
             ApiKey(id=r.id, name=r.name, prefix=r.prefix, created_at=r.created_at, revoked_at=r.revoked_at)
@@ -70,11 +71,11 @@ class ApiKeys(StoreBase):
             match = k.c.id == uuid.UUID(name_or_id)
         except ValueError:
             match = k.c.name == name_or_id
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             result = await conn.execute(
                 update(k)
                 .where(match, k.c.revoked_at.is_(None))
-                .values(revoked_at=self._now())
+                .values(revoked_at=self._backend.now())
                 .returning(k.c.id)
             )
             return result.first() is not None
@@ -84,7 +85,7 @@ class ApiKeys(StoreBase):
         if not key.startswith(KEY_PREFIX):
             return None
         k = self._schema.api_keys
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (
                 await conn.execute(select(k).where(k.c.key_hash == hash_key(key), k.c.revoked_at.is_(None)))
             ).first()

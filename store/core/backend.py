@@ -1,25 +1,98 @@
 """`Backend`: what the shared store code asks of its database where Postgres and SQLite differ.
 
 The shared modules (`store.core`) build their statements with SQLAlchemy Core and never test which
-database they run on; each store gives them its backend at construction
-(`store.postgres.backend.PgBackend`, `store.sqlite.backend.SqliteBackend`).
+database they run on; the store holds its backend (`store.postgres.backend.PgBackend`,
+`store.sqlite.backend.SqliteBackend`) and hands it every database-specific operation: its
+connections and transactions, its clock, where a read may run (a read replica), memory recall, an
+event's write when it has a faster one, the schema check and closing.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import TermStats
-from store.model import Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
+from store.model import (
+    EventWrite,
+    Memory,
+    Neighbour,
+    NewMemory,
+    NewTurn,
+    OwnerRef,
+    RecallHit,
+    RecallQuery,
+    TurnHit,
+)
+from store.rules.recall import TermStats
+
+if TYPE_CHECKING:
+    from store.core.writes import EventBatch
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnRecall:
+    """A checked turn recall as a backend ranks it: the context (user, persona or none, team or
+    none), the query (its cues lift turns as the memory recall's do), its words to match (`text`,
+    `stats` their document frequencies from `Backend.turn_term_stats`) and its vector; `k`
+    candidates per ranking, `limit` results."""
+
+    user_id: uuid.UUID
+    persona_id: uuid.UUID | None
+    team_id: uuid.UUID | None
+    query: str
+    text: str
+    stats: TermStats
+    vector: Sequence[float]
+    k: int
+    limit: int
 
 
 class Backend(Protocol):
     """The database-specific part of the shared store code."""
+
+    def now(self) -> Any:
+        """The timestamp written on changes (a value, or a SQL expression of the server's clock)."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection in a transaction, committed when the block ends (database errors as
+        `store.errors` ones)."""
+        ...
+
+    def reading(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for reads (on a read replica inside `routed_read` when one serves it)."""
+        ...
+
+    async def routed_read(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()` where the database serves a read a replica may answer (a replica when one is
+        fit and the caller's read scope allows it, else the primary)."""
+        ...
+
+    async def recall_memories(self, asked: RecallQuery) -> list[RecallHit]:
+        """The ranked memories of a checked recall (`limit` above 0)."""
+        ...
+
+    async def write_event(self, batch: EventBatch) -> EventWrite | None:
+        """The database's own write of an event when it has one for this batch, else None (the
+        shared write, one statement at a time, writes it)."""
+        ...
+
+    async def check_schema(self) -> None:
+        """Raise `store.migrate.SchemaError` unless the database's tables are this version's
+        (SQLite creates them)."""
+        ...
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        ...
 
     def nil(self) -> ColumnElement[Any]:
         """The nil uuid as a SQL literal: what the key and context indexes coalesce a NULL id to."""
@@ -64,22 +137,7 @@ class Backend(Protocol):
         """How many of the context's recent turns (each message once) hold each word of `text`."""
         ...
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
-        """The `limit` turns of the context (user, persona or none, team or none) that best match
-        `text` (the query's words to match, `stats` their document frequencies from
-        `turn_term_stats`) and the query's embedding, among its most recent ones, each message
-        once; `k` candidates per ranking; the query's cues (`query`) lift turns as the memory
-        recall's do."""
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
+        """The `limit` turns of the context that best match the query (`TurnRecall`), among its
+        most recent ones, each message once."""
         ...

@@ -1,14 +1,13 @@
-"""The base every store module builds on: engine, schema, transactions, row conversion, embeddings,
-locked reads and the audit trail. Backends override the hooks (`_now`, `_transaction`, `_reading`)."""
+"""The base every store module builds on: the backend it holds (connections, transactions, the
+clock: `store.core.backend.Backend`), schema, row conversion, embeddings, locked reads and the
+audit trail; `replica_read` marks the reads a read replica may serve."""
 
 from __future__ import annotations
 
-import builtins
+import functools
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select, update
 from sqlalchemy.engine import Row
@@ -17,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store.core.backend import Backend
 from store.core.rows import memory_columns, memory_from_row, revision_from_row
 from store.core.schema import Schema
-from store.errors import StoreError, translating_errors
+from store.errors import StoreError
 from store.model import (
     AuditAction,
     AuditEntry,
@@ -30,12 +29,30 @@ from store.model import (
 from store.protocols import Embedder
 from store.rules.keys import embedding_text
 from store.rules.pagination import decode_cursor
+from store.rules.recall import ScoreFusion, embedding_queries, mean_direction
 
 # audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
 AuditRows = list[dict[str, Any]]
 
+Store = TypeVar("Store", bound="StoreBase")
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def _vector(value: Any) -> builtins.list[float] | None:
+
+def replica_read(
+    read: Callable[Concatenate[Store, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Store, P], Coroutine[Any, Any, R]]:
+    """Mark a store method as a read a read replica may serve: the store's backend runs it where
+    it routes such reads (`Backend.routed_read`; a backend without replicas runs it as it is)."""
+
+    @functools.wraps(read)
+    async def routed(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._backend.routed_read(lambda: read(self, *args, **kwargs))
+
+    return routed
+
+
+def _vector(value: Any) -> list[float] | None:
     if value is None:
         return None
     return [float(x) for x in (value.tolist() if hasattr(value, "tolist") else value)]
@@ -92,7 +109,7 @@ def change_audit_values(
     )
 
 
-def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.list[float]:
+def checked_vector(vector: Sequence[float], dim: int, what: str) -> list[float]:
     """`vector` as a list of floats; `StoreError` unless it has the store's `dim` dimensions."""
     if len(vector) != dim:
         raise StoreError(
@@ -105,18 +122,25 @@ def checked_vector(vector: Sequence[float], dim: int, what: str) -> builtins.lis
     return [float(x) for x in vector]
 
 
-async def embed_queries(
-    embedder: Embedder, queries: Sequence[str], dim: int
-) -> builtins.list[builtins.list[float]]:
+async def embed_queries(embedder: Embedder, queries: Sequence[str], dim: int) -> list[list[float]]:
     """Recall's query embeddings, dimension-checked. An embedder with `embed_queries` (a query
     role, e5's "query: "; a short timeout, at most one retry: a person is waiting) is asked
     through it; any other embeds queries as it embeds memories."""
     embed = getattr(embedder, "embed_queries", None)
     if embed is not None:
-        vectors: builtins.list[builtins.list[float]] = await embed(list(queries))
+        vectors: list[list[float]] = await embed(list(queries))
     else:
         vectors = await embedder.embed(list(queries))
     return [checked_vector(vector, dim, "query embedding") for vector in vectors]
+
+
+async def query_vector(
+    embedder: Embedder, text: str, word_share: Mapping[str, float], fusion: ScoreFusion, dim: int
+) -> list[float]:
+    """A recall's query vector: the mean direction of the query's embedding texts (the query, and
+    the query without the words most of the rows hold: `store.rules.recall.embedding_queries`)."""
+    vectors = await embed_queries(embedder, embedding_queries(text, word_share, fusion), dim)
+    return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
 
 def owner_clause(table: Any, owners: Sequence[OwnerRef]) -> ColumnElement[bool]:
@@ -177,24 +201,13 @@ class StoreBase:
         """The SQLAlchemy async engine (for tests and tools that need raw access)."""
         return self._engine
 
-    # -- hooks the backends override ------------------------------------------------------------
-
-    def _now(self) -> Any:
-        """The timestamp written on changes."""
-        return datetime.now(UTC)
+    @property
+    def backend(self) -> Backend:
+        """The database-specific part this store hands its connections, recall and writes to."""
+        return self._backend
 
     def _insert(self, table: Any) -> Any:
         return self._backend.insert(table)
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with translating_errors(), self._engine.begin() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[AsyncConnection]:
-        async with translating_errors(), self._engine.connect() as conn:
-            yield conn
 
     # -- row conversion -------------------------------------------------------------------------
 
@@ -214,7 +227,7 @@ class StoreBase:
         )
 
     @staticmethod
-    def _after(column_at: Any, column_id: Any, cursor: str | None) -> builtins.list[ColumnElement[bool]]:
+    def _after(column_at: Any, column_id: Any, cursor: str | None) -> list[ColumnElement[bool]]:
         if cursor is None:
             return []
         at, item_id = decode_cursor(cursor)
@@ -226,28 +239,28 @@ class StoreBase:
 
     # -- embeddings -----------------------------------------------------------------------------
 
-    def _check_dim(self, vector: Sequence[float], what: str) -> builtins.list[float]:
+    def _check_dim(self, vector: Sequence[float], what: str) -> list[float]:
         return checked_vector(vector, self._schema.embedding_dim, what)
 
-    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> builtins.list[builtins.list[float]]:
+    async def _embeddings_for(self, memories: Sequence[NewMemory]) -> list[list[float]]:
         """The given embeddings, computing the missing ones in one batch."""
         missing = [i for i, m in enumerate(memories) if m.embedding is None]
-        computed: dict[int, builtins.list[float]] = {}
+        computed: dict[int, list[float]] = {}
         if missing:
             texts = [embedding_text(memories[i].key, memories[i].value) for i in missing]
             vectors = await self._embedder.embed(texts)
             computed = dict(zip(missing, vectors, strict=True))
-        result: builtins.list[builtins.list[float]] = []
+        result: list[list[float]] = []
         for i, memory in enumerate(memories):
             vector = memory.embedding if memory.embedding is not None else computed[i]
             result.append(self._check_dim(vector, f"embedding of {memory.key!r}"))
         return result
 
-    async def embed_queries(self, queries: Sequence[str]) -> builtins.list[builtins.list[float]]:
+    async def embed_queries(self, queries: Sequence[str]) -> list[list[float]]:
         """Recall's query embeddings, dimension-checked (`embed_queries`)."""
         return await embed_queries(self._embedder, queries, self._schema.embedding_dim)
 
-    async def embed_memory(self, key: str, value: str) -> builtins.list[float]:
+    async def embed_memory(self, key: str, value: str) -> list[float]:
         """The embedding a memory with this key and value is stored with (the document role)."""
         (vector,) = await self._embedder.embed([embedding_text(key, value)])
         return self._check_dim(vector, f"embedding of {key!r}")
@@ -267,7 +280,7 @@ class StoreBase:
 
     async def _open_revision(
         self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool
-    ) -> tuple[Revision, builtins.list[float] | None] | None:
+    ) -> tuple[Revision, list[float] | None] | None:
         r = self._schema.revisions
         stmt: Select[Any] = select(r).where(r.c.memory_id == memory_id, r.c.status == "pending")
         if lock:
@@ -285,7 +298,7 @@ class StoreBase:
         """Archive `memory` and audit it as `action` (an archive, or the rejection of a pending one)."""
         m = self._schema.memories
         await conn.execute(
-            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._now())
+            update(m).where(m.c.id == memory.id).values(status="archived", updated_at=self._backend.now())
         )
         await self._audit(conn, change_audit_values(action, memory, None, actor=actor))
 
@@ -309,7 +322,7 @@ class StoreBase:
 
     def _stamped(self, columns: dict[str, Any]) -> dict[str, Any]:
         """An audit row's columns (`audit_values`) with its time."""
-        return {**columns, "at": self._now()}
+        return {**columns, "at": self._backend.now()}
 
     async def _close_revision(
         self,
@@ -326,7 +339,7 @@ class StoreBase:
         await conn.execute(
             update(r)
             .where(r.c.id == revision.id)
-            .values(status=status, decided_by=actor, decided_at=self._now())
+            .values(status=status, decided_by=actor, decided_at=self._backend.now())
         )
         if audit:
             action: AuditAction = "approve" if status == "approved" else "reject"
@@ -338,19 +351,19 @@ class StoreBase:
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
         """One memory by id, any status."""
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return await self._memory_in(conn, memory_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def ping(self) -> None:
         """Raise if the database is unreachable."""
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             await conn.execute(select(1))
 
     async def close(self) -> None:
         """Close every pooled connection."""
-        await self._engine.dispose()
+        await self._backend.close()
 
 
 def audit_entry(row: Row[Any]) -> AuditEntry:

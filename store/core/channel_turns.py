@@ -7,11 +7,11 @@ and nobody else's."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 
 from sqlalchemy import ColumnElement, delete, func, select
 
+from store.core.base import replica_read
 from store.core.turns import ConversationTurns
 from store.model import ChannelConversation, ConversationQuery, Page
 from store.rules.pagination import newest_first_page
@@ -33,11 +33,12 @@ def _ordered(values: set[uuid.UUID | None]) -> tuple[uuid.UUID | None, ...]:
 class ChannelConversations(ConversationTurns):
     """Listing and deleting a person's turns by channel (both backends)."""
 
+    @replica_read
     async def list_channel_conversations(self, query: ConversationQuery) -> Page[ChannelConversation]:
         """A person's remembered conversations, one per channel, latest turn first, one page
         (`persona_id` / `team_id` narrow it to turns said with that persona / in that team)."""
         t = self._schema.turns
-        conditions: builtins.list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
+        conditions: list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
         if query.persona_id is not None:
             conditions.append(t.c.persona_id == query.persona_id)
         if query.team_id is not None:
@@ -60,7 +61,7 @@ class ChannelConversations(ConversationTurns):
             .order_by(groups.c.last_at.desc(), groups.c.channel_id.desc())
             .limit(query.limit + 1)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             heads = (await conn.execute(stmt)).all()
             channels = [head.channel_id for head in heads]
             firsts: dict[uuid.UUID, str] = {}
@@ -113,6 +114,6 @@ class ChannelConversations(ConversationTurns):
         conditions = [t.c.user_id == user_id, t.c.channel_id == channel_id]
         if teams is not None:
             conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             result = await conn.execute(delete(t).where(*conditions))
         return int(result.rowcount or 0)

@@ -4,8 +4,6 @@ them instead of UUIDs; a user's name is erased with the user."""
 
 from __future__ import annotations
 
-import builtins
-import logging
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -13,46 +11,7 @@ from sqlalchemy import delete, select
 
 from store.core.base import StoreBase
 from store.model import DirectoryEntry, DirectoryKind
-from store.rules.admission import admit, has_content
-
-MAX_NAME_CHARS = 200
-
-log = logging.getLogger("pmem.store.directory")
-
-
-def clean_name(name: str | None) -> str | None:
-    """A display name as stored: admitted on one line (`store.rules.admission`: invisible
-    characters removed, secrets redacted, whitespace folded), capped; None when nothing is left
-    with content (such a name is ignored, never an error)."""
-    if name is None:
-        return None
-    folded = admit(name, one_line=True).text
-    if not has_content(folded):
-        return None
-    if len(folded) > MAX_NAME_CHARS:
-        log.info("display name cut to %d characters (was %d)", MAX_NAME_CHARS, len(folded))
-        folded = folded[:MAX_NAME_CHARS].rstrip()
-    return folded
-
-
-def directory_entries(
-    *,
-    team: tuple[uuid.UUID | None, str | None],
-    persona: tuple[uuid.UUID | None, str | None],
-    user: tuple[uuid.UUID | None, str | None],
-) -> list[DirectoryEntry]:
-    """The entries an event's (id, name) pairs give: one per id that has a usable name."""
-    entries: list[DirectoryEntry] = []
-    pairs: tuple[tuple[DirectoryKind, tuple[uuid.UUID | None, str | None]], ...] = (
-        ("team", team),
-        ("persona", persona),
-        ("user", user),
-    )
-    for kind, (item_id, raw) in pairs:
-        name = clean_name(raw)
-        if item_id is not None and name is not None:
-            entries.append(DirectoryEntry(kind=kind, id=item_id, name=name))
-    return entries
+from store.rules.directory import clean_name
 
 
 class DirectoryNames(StoreBase):
@@ -69,10 +28,10 @@ class DirectoryNames(StoreBase):
         if not entries:
             return
         d = self._schema.directory
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             for entry in entries:
                 stmt = self._insert(d).values(
-                    kind=entry.kind, id=entry.id, name=entry.name, updated_at=self._now()
+                    kind=entry.kind, id=entry.id, name=entry.name, updated_at=self._backend.now()
                 )
                 stmt = stmt.on_conflict_do_update(
                     index_elements=[d.c.kind, d.c.id],
@@ -86,16 +45,16 @@ class DirectoryNames(StoreBase):
         if not wanted:
             return {}
         d = self._schema.directory
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(select(d.c.id, d.c.name).where(d.c.kind == kind, d.c.id.in_(wanted)))
             ).all()
         return {row.id: row.name for row in rows}
 
-    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> builtins.list[DirectoryEntry]:
+    async def directory(self, kind: DirectoryKind, *, limit: int = 500) -> list[DirectoryEntry]:
         """Every known entry of a kind, by name (for pickers)."""
         d = self._schema.directory
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(
                     select(d.c.id, d.c.name).where(d.c.kind == kind).order_by(d.c.name, d.c.id).limit(limit)
@@ -106,5 +65,5 @@ class DirectoryNames(StoreBase):
     async def forget_name(self, kind: DirectoryKind, item_id: uuid.UUID) -> None:
         """Remove one id's name."""
         d = self._schema.directory
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(delete(d).where(d.c.kind == kind, d.c.id == item_id))

@@ -37,7 +37,7 @@ class EmbeddingModels(StoreBase):
     async def recorded_embedding(self) -> EmbeddingIdentity | None:
         """What `pmem migrate` (or the last finished `pmem reembed`) recorded; None: nothing."""
         e = self._schema.embedding_config
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (await conn.execute(select(e.c.provider, e.c.model, e.c.dim).where(e.c.id == 1))).first()
         return None if row is None else EmbeddingIdentity(provider=row[0], model=row[1], dim=int(row[2]))
 
@@ -68,7 +68,7 @@ class EmbeddingModels(StoreBase):
                 "a new database with the new PMEM_EMBEDDING_DIM instead"
             )
         e, m = self._schema.embedding_config, self._schema.memories
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             row = (
                 await conn.execute(
                     select(e.c.reembed_provider, e.c.reembed_model, e.c.reembed_after).where(e.c.id == 1)
@@ -86,7 +86,7 @@ class EmbeddingModels(StoreBase):
                 .where(e.c.id == 1)
                 .values(reembed_provider=target.provider, reembed_model=target.model, reembed_after=after)
             )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             total = int((await conn.execute(select(func.count()).select_from(m))).scalar_one())
             done = 0
             if after is not None:
@@ -99,7 +99,7 @@ class EmbeddingModels(StoreBase):
             stmt = select(m.c.id, m.c.key, m.c.value).order_by(m.c.id).limit(batch_size)
             if after is not None:
                 stmt = stmt.where(m.c.id > after)
-            async with self._reading() as conn:
+            async with self._backend.reading() as conn:
                 rows = (await conn.execute(stmt)).all()
             if not rows:
                 break
@@ -111,7 +111,7 @@ class EmbeddingModels(StoreBase):
                 {"rid": r._mapping["id"], "vec": self._check_dim(vector, "embedding")}
                 for r, vector in zip(rows, vectors, strict=True)
             ]
-            async with self._transaction() as conn:
+            async with self._backend.transaction() as conn:
                 await conn.execute(
                     update(m).where(m.c.id == bindparam("rid")).values(embedding=bindparam("vec")), changes
                 )
@@ -121,7 +121,7 @@ class EmbeddingModels(StoreBase):
             done += len(rows)
             if progress is not None:
                 progress(min(done, total), total)
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(
                 update(e)
                 .where(e.c.id == 1)
@@ -132,7 +132,7 @@ class EmbeddingModels(StoreBase):
                     reembed_provider=None,
                     reembed_model=None,
                     reembed_after=None,
-                    updated_at=self._now(),
+                    updated_at=self._backend.now(),
                 )
             )
         return ReembedReport(target=target, total=total, reembedded=reembedded, resumed=resumed)

@@ -7,7 +7,6 @@ that something was erased, by whom and when, without saying what."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -65,7 +64,7 @@ class MemoryErasure(ConversationTurns):
 
     async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Erase one memory (see the module docstring); False when there is no such memory."""
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return False
@@ -88,12 +87,12 @@ class MemoryErasure(ConversationTurns):
         and every conversation turn of theirs, in batches; `teams` limits it to memories and turns of
         those teams. Returns how many memories were erased."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = [self._about_user(user_id)]
+        conditions: list[ColumnElement[bool]] = [self._about_user(user_id)]
         if teams is not None:
             conditions.append(m.c.team_id.in_(sorted(teams)))
         erased = 0
         while True:
-            async with self._transaction() as conn:
+            async with self._backend.transaction() as conn:
                 rows = (
                     await conn.execute(
                         select(*self._memory_columns).where(*conditions).limit(ERASE_BATCH).with_for_update()
@@ -116,7 +115,7 @@ class MemoryErasure(ConversationTurns):
     async def _forget_user_name(self, user_id: uuid.UUID) -> None:
         """The person's display name goes with them."""
         d = self._schema.directory
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(delete(d).where(d.c.kind == "user", d.c.id == user_id))
 
     async def _strip_audit_about(self, user_id: uuid.UUID) -> None:
@@ -131,12 +130,12 @@ class MemoryErasure(ConversationTurns):
             .where(about, or_(a.c.key.is_not(None), a.c.old_value.is_not(None), a.c.new_value.is_not(None)))
             .values(key=None, old_value=None, new_value=None)
         )
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(stmt)
 
     async def archive(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Soft delete (status → archived); False when there is no such memory."""
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return False
@@ -153,11 +152,11 @@ class MemoryErasure(ConversationTurns):
 
     # -- retention ------------------------------------------------------------------------------
 
-    async def _contexts(self, status: str) -> builtins.list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+    async def _contexts(self, status: str) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
         """Distinct (team, persona) contexts among memories of one status (persona: None for `user`)."""
         m = self._schema.memories
         stmt = select(m.c.team_id, m.c.scope, m.c.owner_id).where(m.c.status == status).distinct()
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return sorted(
             {(row.team_id, None if row.scope == "user" else row.owner_id) for row in rows},
@@ -192,7 +191,7 @@ class MemoryErasure(ConversationTurns):
                 continue
             stmt = rows_older_than(self._in_context(team_id, persona_id), now - timedelta(days=days))
             while True:
-                async with self._transaction() as conn:
+                async with self._backend.transaction() as conn:
                     rows = (await conn.execute(stmt.limit(ERASE_BATCH).with_for_update())).all()
                     await act(conn, rows)
                 total += len(rows)

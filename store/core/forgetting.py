@@ -19,7 +19,6 @@ event of the conversation arrived), the plan is made again."""
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -43,7 +42,7 @@ from store.rules.policy import check_may_decide, plan_reject
 _ATTEMPTS = 3
 
 
-def folded(first: Sequence[float], second: Sequence[float]) -> builtins.list[float]:
+def folded(first: Sequence[float], second: Sequence[float]) -> list[float]:
     """The unit direction of two vectors each scaled to length 1 (how the worker folds a turn's own
     text with its text in context, and a fact with its evidence)."""
     pair = np.asarray([first, second], dtype=np.float64)
@@ -51,7 +50,7 @@ def folded(first: Sequence[float], second: Sequence[float]) -> builtins.list[flo
     norms[norms == 0.0] = 1.0
     total = (pair / norms).sum(axis=0)
     length = float(np.linalg.norm(total)) or 1.0
-    result: builtins.list[float] = (total / length).tolist()
+    result: list[float] = (total / length).tolist()
     return result
 
 
@@ -65,9 +64,9 @@ class _Rejecting:
     revision: Revision | None
     revision_channel: uuid.UUID | None
 
-    def rejected_evidence(self) -> builtins.list[tuple[uuid.UUID | None, str | None]]:
+    def rejected_evidence(self) -> list[tuple[uuid.UUID | None, str | None]]:
         """(conversation, evidence) of what is rejected: the archived memory's, the proposal's."""
-        found: builtins.list[tuple[uuid.UUID | None, str | None]] = []
+        found: list[tuple[uuid.UUID | None, str | None]] = []
         if self.archive:
             found.append((self.memory.source_channel_id, self.memory.evidence))
         if self.revision is not None:
@@ -81,7 +80,7 @@ class _MemoryChange:
     evidence: str | None
     fact: str  # the memory's embedded text (`embedding_text`)
 
-    def texts(self) -> builtins.list[str]:
+    def texts(self) -> list[str]:
         if self.evidence is None:
             return [self.fact]
         return [self.fact, f"{self.evidence}\n{self.fact}"]
@@ -92,14 +91,14 @@ class _ForgetPlan:
     """Everything forgetting writes: turns erased, turns read again (and whether each has an
     embedding to compute again), memories' new evidence, proposals' new evidence."""
 
-    erase: builtins.list[uuid.UUID] = field(default_factory=list)
+    erase: list[uuid.UUID] = field(default_factory=list)
     reread: dict[uuid.UUID, tuple[TurnReading, bool]] = field(default_factory=dict)
     memories: dict[uuid.UUID, _MemoryChange] = field(default_factory=dict)
     revisions: dict[uuid.UUID, str | None] = field(default_factory=dict)
 
-    def texts(self) -> builtins.list[str]:
+    def texts(self) -> list[str]:
         """The texts to embed, each once."""
-        wanted: builtins.list[str] = []
+        wanted: list[str] = []
         for reading, embedded in self.reread.values():
             if embedded:
                 wanted += [reading.own, reading.around]
@@ -127,16 +126,16 @@ class RejectAndForget(MemoryReview, ConversationTurns):
         checks the memory is about them) archives it whatever its status, with any open proposal,
         and forgets only their own turns. Audited as `reject`, by `actor`."""
         check_may_decide(actor)
-        vectors: dict[str, builtins.list[float]] = {}
+        vectors: dict[str, list[float]] = {}
         for _ in range(_ATTEMPTS):
             if forget:
-                async with self._reading() as conn:
+                async with self._backend.reading() as conn:
                     peek = await self._rejecting(conn, memory_id, person, lock=False)
                     if peek is None:
                         return None
                     wanted = (await self._forget_plan(conn, peek, person)).texts()
                 await self._embed_into(vectors, [text for text in wanted if text not in vectors])
-            async with self._transaction() as conn:
+            async with self._backend.transaction() as conn:
                 rejecting = await self._rejecting(conn, memory_id, person, lock=True)
                 if rejecting is None:
                     return None
@@ -151,7 +150,7 @@ class RejectAndForget(MemoryReview, ConversationTurns):
             return Rejection(memory=memory, forgotten_turns=len(plan.erase))
         raise StoreError(f"what was said changed while forgetting memory {memory_id}; try again")
 
-    async def _embed_into(self, vectors: dict[str, builtins.list[float]], texts: Sequence[str]) -> None:
+    async def _embed_into(self, vectors: dict[str, list[float]], texts: Sequence[str]) -> None:
         if not texts:
             return
         found = await self._embedder.embed(list(texts))
@@ -218,7 +217,7 @@ class RejectAndForget(MemoryReview, ConversationTurns):
     ) -> _ForgetPlan:
         plan = _ForgetPlan()
         memory = rejecting.memory
-        said: dict[uuid.UUID, builtins.list[SaidLine]] = defaultdict(list)
+        said: dict[uuid.UUID, list[SaidLine]] = defaultdict(list)
         forgotten: set[str] = set()
         for channel, evidence in rejecting.rejected_evidence():
             lines = evidence_lines(evidence)
@@ -267,7 +266,7 @@ class RejectAndForget(MemoryReview, ConversationTurns):
             t.c.search_text.is_not(None).label("has_search_text"),
             t.c.embedding.is_not(None).label("has_embedding"),
         ).where(t.c.event_id.in_(sorted({row.event_id for row in cited})))
-        by_event: dict[uuid.UUID, builtins.list[StoredTurn]] = defaultdict(list)
+        by_event: dict[uuid.UUID, list[StoredTurn]] = defaultdict(list)
         embedded: dict[uuid.UUID, bool] = {}
         for row in (await conn.execute(stmt)).all():
             by_event[row.event_id].append(

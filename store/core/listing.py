@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.core.base import audit_entry
+from store.core.base import audit_entry, replica_read
 from store.core.turns import ConversationTurns
 from store.model import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 from store.rules.pagination import newest_first_page
@@ -24,7 +23,7 @@ class MemoryListing(ConversationTurns):
         team_id: uuid.UUID | None,
         words: Sequence[str],
         limit: int,
-    ) -> builtins.list[Memory]:
+    ) -> list[Memory]:
         """At most `limit` active or pending memories of these owners in the team context that
         are the most relevant to `words` (a conversation's informative words), for the extraction
         prompt's existing keys: on Postgres, the full-text matches first (by rank) among each
@@ -33,10 +32,10 @@ class MemoryListing(ConversationTurns):
             return []
         return await self._backend.prompt_memories(owners, team_id=team_id, words=words, limit=limit)
 
-    async def list(self, flt: MemoryFilter) -> builtins.list[Memory]:
+    async def list_memories(self, flt: MemoryFilter) -> list[Memory]:
         """Memories matching every set field of the filter, most recently updated first."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = []
         for column, value in (
             (m.c.scope, flt.scope),
             (m.c.owner_id, flt.owner_id),
@@ -59,7 +58,7 @@ class MemoryListing(ConversationTurns):
             .limit(flt.limit)
             .offset(flt.offset)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [self._memory(row) for row in rows]
 
@@ -69,13 +68,14 @@ class MemoryListing(ConversationTurns):
         stmt = select(func.count()).where(
             m.c.scope == scope, m.c.owner_id == owner_id, m.c.status != "archived"
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             return int((await conn.execute(stmt)).scalar_one())
 
+    @replica_read
     async def list_for_user(self, query: UserMemoryQuery) -> Page[Memory]:
         """A person's own memories (every status), newest first, one page."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = [self._about_user(query.user_id)]
+        conditions: list[ColumnElement[bool]] = [self._about_user(query.user_id)]
         if query.scope is not None:
             conditions.append(m.c.scope == query.scope)
         if query.persona_id is not None:
@@ -91,12 +91,13 @@ class MemoryListing(ConversationTurns):
             .order_by(m.c.created_at.desc(), m.c.id.desc())
             .limit(query.limit + 1)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         memories = [self._memory(row) for row in rows]
         items, cursor = newest_first_page([(mm.created_at, mm.id, mm) for mm in memories], query.limit)
         return Page(items=items, next_cursor=cursor)
 
+    @replica_read
     async def export_user(self, user_id: uuid.UUID) -> UserExport:
         """Everything about one person: memories (with their evidence), their revisions (every
         status), audit rows and conversation turns."""
@@ -105,7 +106,7 @@ class MemoryListing(ConversationTurns):
             and_(a.c.scope == "user", a.c.owner_id == user_id),
             and_(a.c.scope == "persona_user", a.c.user_id == user_id),
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (
                 await conn.execute(
                     select(*self._memory_columns)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -11,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, false, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import StoreBase, audit_entry, change_audit_values
+from store.core.base import StoreBase, audit_entry, change_audit_values, replica_read
 from store.errors import NothingPending, StoreError
 from store.model import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
 from store.rules.admission import admit, refusal
@@ -26,7 +25,7 @@ class _Decision:
 
     memory: Memory
     revision: Revision | None
-    embedding: builtins.list[float] | None
+    embedding: list[float] | None
     kind: ReviewKind
 
 
@@ -55,9 +54,9 @@ class MemoryReview(StoreBase):
         """Apply the open revision, or make a pending memory active; None if missing or nothing pending."""
         check_may_decide(actor)
         m = self._schema.memories
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             peek = await self._open_revision(conn, memory_id, lock=False)
-        prepared: tuple[uuid.UUID, str, builtins.list[float]] | None = None
+        prepared: tuple[uuid.UUID, str, list[float]] | None = None
         if peek is not None and peek[1] is None:
             # a proposal written without an embedding: embed before taking locks
             memory = await self.get_by_id(memory_id)
@@ -67,14 +66,16 @@ class MemoryReview(StoreBase):
                 peek[0].new_value,
                 await self.embed_memory(key, peek[0].new_value),
             )
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             decision = await self._decision(conn, memory_id, plan_approve)
             if decision is None:
                 return None
             memory, revision, embedding = decision.memory, decision.revision, decision.embedding
             if decision.kind == "activate":
                 await conn.execute(
-                    update(m).where(m.c.id == memory_id).values(status="active", updated_at=self._now())
+                    update(m)
+                    .where(m.c.id == memory_id)
+                    .values(status="active", updated_at=self._backend.now())
                 )
                 await self._audit(conn, change_audit_values("approve", memory, memory.value, actor=actor))
             elif revision is not None:
@@ -90,7 +91,7 @@ class MemoryReview(StoreBase):
                         confidence=revision.confidence,
                         embedding=embedding,
                         status="active",
-                        updated_at=self._now(),
+                        updated_at=self._backend.now(),
                         evidence=revision.evidence,
                         observed_at=revision.observed_at,
                     )
@@ -104,7 +105,7 @@ class MemoryReview(StoreBase):
         A rejected pending memory is archived rather than deleted, so extraction does not propose the
         same value again (see `store.rules.policy`)."""
         check_may_decide(actor)
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             decision = await self._decision(conn, memory_id, plan_reject)
             if decision is None:
                 return None
@@ -150,7 +151,7 @@ class MemoryReview(StoreBase):
             return current
         embedding = await self.embed_memory(current.key, value) if current.value != value else None
         m = self._schema.memories
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             memory = await self._memory_in(conn, memory_id, lock=True)
             if memory is None:
                 return None
@@ -159,7 +160,7 @@ class MemoryReview(StoreBase):
             )
             if pending_only and plan_approve(memory, open_rev[0] if open_rev else None) == "nothing":
                 raise NothingPending(f"memory {memory_id} has nothing pending to review")
-            values: dict[str, object] = {"value": value, "updated_at": self._now()}
+            values: dict[str, object] = {"value": value, "updated_at": self._backend.now()}
             if embedding is not None:
                 values["embedding"] = embedding
             if activate:
@@ -172,30 +173,30 @@ class MemoryReview(StoreBase):
             await self._audit(conn, change_audit_values("edit", memory, value, actor=actor))
             return await self._memory_in(conn, memory_id)
 
-    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> builtins.list[Revision]:
+    async def pending_revisions(self, memory_id: uuid.UUID | None = None) -> list[Revision]:
         """Open proposals (all, or of one memory), oldest first."""
         r = self._schema.revisions
         stmt = select(r).where(r.c.status == "pending").order_by(r.c.created_at, r.c.id)
         if memory_id is not None:
             stmt = stmt.where(r.c.memory_id == memory_id)
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [self._revision(row) for row in rows]
 
-    async def audit_log(self, memory_id: uuid.UUID) -> builtins.list[AuditEntry]:
+    async def audit_log(self, memory_id: uuid.UUID) -> list[AuditEntry]:
         """Every audited change of one memory, oldest first (kept after a delete)."""
         a = self._schema.audit
         stmt = select(a).where(a.c.memory_id == memory_id).order_by(a.c.id)
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [audit_entry(row) for row in rows]
 
     # -- the review queue -----------------------------------------------------------------------
 
-    def _queue_conditions(self, query: ReviewQuery) -> builtins.list[ColumnElement[bool]]:
+    def _queue_conditions(self, query: ReviewQuery) -> list[ColumnElement[bool]]:
         """Filters on `memories` shared by both kinds of review item (SQL, never Python filtering)."""
         m = self._schema.memories
-        conditions: builtins.list[ColumnElement[bool]] = []
+        conditions: list[ColumnElement[bool]] = []
         if query.teams is not None:
             conditions.append(m.c.team_id.in_(sorted(query.teams)) if query.teams else false())
         if query.team_id is not None:
@@ -210,6 +211,7 @@ class MemoryReview(StoreBase):
             conditions.append(self._about_user(query.user_id))
         return conditions
 
+    @replica_read
     async def review_queue(self, query: ReviewQuery) -> Page[ReviewItem]:
         """Pending memories and open revisions, newest first, one page (two indexed reads, merged)."""
         m, r = self._schema.memories, self._schema.revisions
@@ -245,10 +247,10 @@ class MemoryReview(StoreBase):
         if query.min_confidence is not None:
             pending = pending.where(m.c.confidence >= query.min_confidence)
             proposals = proposals.where(r.c.confidence >= query.min_confidence)
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             memory_rows = (await conn.execute(pending)).all()
             revision_rows = (await conn.execute(proposals)).all()
-        entries: builtins.list[tuple[datetime, uuid.UUID, ReviewItem]] = []
+        entries: list[tuple[datetime, uuid.UUID, ReviewItem]] = []
         for row in memory_rows:
             memory = self._memory(row)
             entries.append((memory.created_at, memory.id, review_item_of_memory(memory)))
@@ -276,7 +278,7 @@ class MemoryReview(StoreBase):
         """The memory a review item stands for: the memory with this id, or the memory whose open
         revision has this id; None when neither exists."""
         m, r = self._schema.memories, self._schema.revisions
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (await conn.execute(select(*self._memory_columns).where(m.c.id == item_id))).first()
             if row is None:
                 row = (
@@ -288,13 +290,14 @@ class MemoryReview(StoreBase):
                 ).first()
         return None if row is None else self._memory(row)
 
+    @replica_read
     async def pending_counts(self, teams: frozenset[uuid.UUID] | None = None) -> dict[str, int]:
         """Review-queue depth by scope: pending memories plus open revisions (of `teams` only, when
         given)."""
         m, r = self._schema.memories, self._schema.revisions
         within = self._queue_conditions(ReviewQuery(teams=teams))
         counts: dict[str, int] = {scope: 0 for scope in SCOPES}
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             for stmt in (
                 select(m.c.scope, func.count())
                 .where(m.c.status == "pending_review", *within)

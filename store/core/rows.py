@@ -1,25 +1,38 @@
-"""The memory and revision columns the stores read, and the decoders of their rows, by name."""
+"""The one shape of each row kind the stores read: a memory, a revision and a turn are read as the
+columns named like their model's fields (`store.model.Memory`, `Revision`, `Turn`), in that order,
+and decoded by name. The tables hold these columns and the decoders read each of them (tests hold
+both to the models), the raw SQL selects them (`columns_sql`), SQLAlchemy selects them
+(`memory_columns`, `turn_columns`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Column, Table
 from sqlalchemy.engine import Row
 
-from store.model import Memory, Revision
+from store.model import Memory, Revision, Turn
 from store.rules.policy import storable_confidence
 
-# what a `Memory` is made of, in the order the raw SQL selects them
-MEMORY_COLUMNS = (
-    "id", "scope", "owner_id", "user_id", "key", "value", "source_channel_id", "confidence",
-    "status", "created_at", "updated_at", "team_id", "evidence", "observed_at",
-)  # fmt: skip
-REVISION_COLUMNS = (
-    "id", "memory_id", "old_value", "new_value", "confidence", "source_event_id", "status",
-    "created_at", "evidence", "observed_at",
-)  # fmt: skip
+
+def field_names(model: type[Any]) -> tuple[str, ...]:
+    """The names of a model dataclass's fields, in order: its row's columns."""
+    return tuple(field.name for field in dataclasses.fields(model))
+
+
+def _optional(model: type[Any]) -> tuple[str, ...]:
+    """The fields with a default: a row read without them (an older column list) reads None."""
+    return tuple(f.name for f in dataclasses.fields(model) if f.default is not dataclasses.MISSING)
+
+
+# what a `Memory`, a `Revision` and a `Turn` are made of, in the order the raw SQL selects them
+MEMORY_COLUMNS = field_names(Memory)
+REVISION_COLUMNS = field_names(Revision)
+TURN_COLUMNS = field_names(Turn)
+_REVISION_REQUIRED = tuple(n for n in REVISION_COLUMNS if n not in _optional(Revision) and n != "confidence")
+_REVISION_OPTIONAL = _optional(Revision)
 
 
 def columns_sql(columns: tuple[str, ...], alias: str) -> str:
@@ -32,6 +45,11 @@ def memory_columns(table: Table) -> list[Column[Any]]:
     return [table.c[name] for name in MEMORY_COLUMNS]
 
 
+def turn_columns(table: Table) -> list[Column[Any]]:
+    """`TURN_COLUMNS` of the turns table, for a SQLAlchemy SELECT."""
+    return [table.c[name] for name in TURN_COLUMNS]
+
+
 def _mapping(row: Any) -> Mapping[Any, Any]:
     mapping: Mapping[Any, Any] = row._mapping if isinstance(row, Row) else row
     return mapping
@@ -41,6 +59,8 @@ def memory_from_row(row: Any) -> Memory:
     """A `Memory` from a SQLAlchemy row or a mapping holding `MEMORY_COLUMNS` by name; a row without the
     evidence, observation time or team reads them as None."""
     data = _mapping(row)
+    # each field by name, not a loop over the column list: recall decodes every candidate, and the
+    # loop costs half as much again (a test holds this to the model's fields)
     return Memory(
         id=data["id"],
         scope=data["scope"],
@@ -63,15 +83,25 @@ def memory_from_row(row: Any) -> Memory:
 def revision_from_row(row: Any) -> Revision:
     """A `Revision` from a row (or mapping) holding `REVISION_COLUMNS` by name."""
     data = _mapping(row)
-    return Revision(
+    values = {name: data[name] for name in _REVISION_REQUIRED}
+    values.update((name, data.get(name)) for name in _REVISION_OPTIONAL)
+    return Revision(confidence=storable_confidence(data["confidence"]), **values)
+
+
+def turn_from_row(row: Any) -> Turn:
+    """A `Turn` from a SQLAlchemy row or a mapping holding `TURN_COLUMNS` by name (each field by
+    name, as `memory_from_row`: turn recall decodes every candidate)."""
+    data = _mapping(row)
+    return Turn(
         id=data["id"],
-        memory_id=data["memory_id"],
-        old_value=data["old_value"],
-        new_value=data["new_value"],
-        confidence=storable_confidence(data["confidence"]),
-        source_event_id=data["source_event_id"],
-        status=data["status"],
-        created_at=data["created_at"],
-        evidence=data.get("evidence"),
-        observed_at=data.get("observed_at"),
+        channel_id=data["channel_id"],
+        event_id=data["event_id"],
+        user_id=data["user_id"],
+        persona_id=data["persona_id"],
+        team_id=data["team_id"],
+        role=data["role"],
+        text=data["text"],
+        at=data["at"],
+        position=data["position"],
+        speaker=data["speaker"],
     )

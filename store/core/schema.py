@@ -11,14 +11,12 @@ the migrated Postgres database and these definitions do not drift apart.
 
 from __future__ import annotations
 
-import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
@@ -37,24 +35,6 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.types import TypeEngine
-
-NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
-# pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
-HNSW_VECTOR_MAX_DIM = 2000
-HNSW_HALFVEC_MAX_DIM = 4000
-TEXT_SEARCH_CONFIG = "english"
-# what full text searches in a memory: its key and value (weight A) and its evidence (weight B,
-# so a match in what was said counts, but less than one in the fact itself)
-MEMORY_TSV_SQL = (
-    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value), 'A') || "
-    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(evidence, '')), 'B')"
-)
-# a turn is found by its own words and, weighing less, those of the turns around it (`search_text`
-# holds both; `text` alone for a turn stored without it)
-TURN_TSV_SQL = (
-    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text), 'A') || "
-    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(search_text, '')), 'B')"
-)
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -79,46 +59,6 @@ class UtcDateTime(TypeDecorator[datetime]):
             return None
         moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-
-
-def array_literal(values: Sequence[object]) -> str:
-    """Postgres's text form of a one-dimensional array, `{"a","b",NULL}`, for a parameter cast in
-    SQL (`CAST(:keys AS text[])`): None is NULL, every other element is quoted as its `str` (a
-    datetime in ISO form), with `"` and `\\` escaped. The worker's statements carry a dozen short
-    arrays per event; the driver's generic list adaptation (element types looked up and dumped
-    one by one) cost about a quarter of its write's client CPU, this one string a fraction."""
-    return "{" + ",".join(map(_array_element, values)) + "}"
-
-
-def _array_element(value: object) -> str:
-    if value is None:
-        return "NULL"
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector, `[x,y,…]` (what `CAST(... AS vector(D))` reads): the
-    float32 values pgvector stores, each in the nine significant digits that give it back exactly.
-    40 % less text than `repr` of the doubles, in half the time (it runs for every memory written
-    and every recall query)."""
-    values = tuple(np.asarray(vector, dtype=np.float32).tolist())
-    return _vector_format(len(values)) % values
-
-
-@functools.lru_cache(maxsize=8)
-def _vector_format(dim: int) -> str:
-    # one %-format of the whole tuple: a fifth faster than formatting each value and joining
-    return "[" + ",".join(["%.9g"] * dim) + "]"
-
-
-def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:
-    """(indexed expression, operator class) of the HNSW index for a dimension; None above 4000."""
-    if embedding_dim <= HNSW_VECTOR_MAX_DIM:
-        return "embedding", "vector_cosine_ops"
-    if embedding_dim <= HNSW_HALFVEC_MAX_DIM:
-        return f"(embedding::halfvec({embedding_dim}))", "halfvec_cosine_ops"
-    return None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -277,7 +217,7 @@ def _turns(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
     Index("ix_conversation_turns_at", table.c.at)
     # no HNSW index: every event writes a dozen turns, and an HNSW insert into a large graph
     # costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most recent
-    # turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
+    # turns exactly through ix_conversation_turns_context (`store.rules.turn_recall.TURN_WINDOW`)
     return table
 
 

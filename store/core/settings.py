@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -24,15 +23,15 @@ class SettingsRows(StoreBase):
 
     async def settings_rows(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> list[dict[str, Any]]:
         """The global, team and persona rows that apply, least specific first."""
         s = self._schema.settings
-        levels: builtins.list[ColumnElement[bool]] = [s.c.level == "global"]
+        levels: list[ColumnElement[bool]] = [s.c.level == "global"]
         if team_id is not None:
             levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
         if persona_id is not None:
             levels.append(and_(s.c.level == "persona", s.c.target_id == persona_id))
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(select(s).where(or_(*levels)))).all()
         ordered = sorted(
             (dict(row._mapping) for row in rows), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]]
@@ -71,7 +70,9 @@ class SettingsRows(StoreBase):
             "extraction_prompt": extraction_prompt,
             "min_confidence": None if min_confidence is None else storable_confidence(min_confidence),
         }
-        stmt = self._insert(s).values(level=level, target_id=target_id, updated_at=self._now(), **values)
+        stmt = self._insert(s).values(
+            level=level, target_id=target_id, updated_at=self._backend.now(), **values
+        )
         excluded = stmt.excluded
         stmt = stmt.on_conflict_do_update(
             index_elements=[s.c.level, func.coalesce(s.c.target_id, self._backend.nil())],
@@ -80,7 +81,7 @@ class SettingsRows(StoreBase):
                 "updated_at": excluded.updated_at,
             },
         )
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(stmt)
 
     @property
@@ -92,7 +93,7 @@ class SettingsRows(StoreBase):
         """One level's own row (every field None when the level has no row: all inherited)."""
         s = self._schema.settings
         target = s.c.target_id.is_(None) if target_id is None else s.c.target_id == target_id
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (await conn.execute(select(s).where(s.c.level == level, target))).first()
         if row is None:
             return SettingsRow(level=level, target_id=target_id)
@@ -132,11 +133,11 @@ class SettingsRows(StoreBase):
             "review_tool_saves": row.review_tool_saves,
         }
         stmt = self._insert(s).values(
-            level=row.level, target_id=row.target_id, updated_at=self._now(), **values
+            level=row.level, target_id=row.target_id, updated_at=self._backend.now(), **values
         )
         stmt = stmt.on_conflict_do_update(
             index_elements=[s.c.level, func.coalesce(s.c.target_id, self._backend.nil())],
             set_={**values, "updated_at": stmt.excluded.updated_at},
         )
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(stmt)

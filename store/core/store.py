@@ -4,7 +4,7 @@ erasure and retention (`store.core.erasure`), rejecting and forgetting what was 
 (`store.core.forgetting`), settings (`store.core.settings`), API keys
 (`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`) and conversation turns
 (`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Memory recall's
-arguments are checked here; each backend ranks the memories itself (`_recall_memories`).
+arguments are checked here; the store's backend ranks the memories (`Backend.recall_memories`).
 
 Decisions come from pure modules (`store.rules.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -13,11 +13,11 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Sequence
 
 from store.core.api_keys import ApiKeys
+from store.core.base import replica_read
 from store.core.channel_turns import ChannelConversations
 from store.core.directory import DirectoryNames
 from store.core.embedding_models import EmbeddingModels
@@ -46,6 +46,7 @@ class CoreStore(
 ):
     """Everything the Postgres and SQLite stores share; each ranks recalled memories its own way."""
 
+    @replica_read
     async def recall(
         self,
         user_id: uuid.UUID,
@@ -56,7 +57,7 @@ class CoreStore(
         retriever: Retriever = "hybrid",
         query_embedding: Sequence[float] | None = None,
         team_id: uuid.UUID | None = None,
-    ) -> builtins.list[RecallHit]:
+    ) -> list[RecallHit]:
         """Active memories of the user (and persona) in the team context (`team_id`: rows of no team
         and of that team), hybrid-ranked; empty query → top by confidence. An unknown `retriever`
         raises ValueError."""
@@ -71,8 +72,11 @@ class CoreStore(
         )
         if limit <= 0:
             return []
-        return await self._recall_memories(asked)
+        return await self._backend.recall_memories(asked)
 
-    async def _recall_memories(self, asked: RecallQuery) -> builtins.list[RecallHit]:
-        """The backend's ranking of the memories for a checked recall (`limit` above 0)."""
-        raise NotImplementedError
+    async def check_schema(self) -> None:
+        """Raise `store.migrate.SchemaError` unless the database is migrated to this version and
+        embedding dimension (SQLite creates its tables); refuse another embedding model than the
+        stored vectors were made with."""
+        await self._backend.check_schema()
+        await self.check_embedding_identity()

@@ -27,8 +27,8 @@ class UiSessions(StoreBase):
         """Store a new session; False (nothing stored) when this sign-in token opened one before.
         Sessions that ended or expired, and whose sign-in tokens expired too, are removed."""
         s = self._schema.ui_sessions
-        now = self._now()
-        async with self._transaction() as conn:
+        now = self._backend.now()
+        async with self._backend.transaction() as conn:
             await conn.execute(delete(s).where(and_(s.c.expires_at < now, s.c.sign_in_expires_at < now)))
             result = await conn.execute(
                 self._insert(s)
@@ -50,11 +50,11 @@ class UiSessions(StoreBase):
     async def ui_session(self, digest: str) -> UiSession | None:
         """The open session with this cookie digest; None when unknown, ended or expired."""
         s = self._schema.ui_sessions
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (
                 await conn.execute(
                     select(s).where(
-                        s.c.digest == digest, s.c.ended_at.is_(None), s.c.expires_at > self._now()
+                        s.c.digest == digest, s.c.ended_at.is_(None), s.c.expires_at > self._backend.now()
                     )
                 )
             ).first()
@@ -70,7 +70,9 @@ class UiSessions(StoreBase):
     async def end_ui_session(self, digest: str) -> None:
         """End a session (sign-out); its cookie opens nothing from now on."""
         s = self._schema.ui_sessions
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             await conn.execute(
-                update(s).where(s.c.digest == digest, s.c.ended_at.is_(None)).values(ended_at=self._now())
+                update(s)
+                .where(s.c.digest == digest, s.c.ended_at.is_(None))
+                .values(ended_at=self._backend.now())
             )

@@ -3,7 +3,6 @@ in one transaction with its processed-event row (idempotency)."""
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import logging
 import uuid
@@ -58,7 +57,7 @@ class EventBatch:
 
     event_id: uuid.UUID
     memories: Sequence[NewMemory]
-    embeddings: Sequence[builtins.list[float]]
+    embeddings: Sequence[list[float]]
     actor: str
     dedup: DedupRule | None
     neighbours: int
@@ -78,7 +77,7 @@ def unchanged_result(existing: Memory, revision: Revision | None, new: NewMemory
     return UpsertResult(memory_id=existing.id, action="unchanged", revision_id=pending_id)
 
 
-def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
+def write_order(memories: Sequence[NewMemory]) -> list[int]:
     """The memories' indexes in the order an event writes them: one fixed order (scope, owner,
     user, team, key) keeps two events touching the same memories from deadlocking."""
     return sorted(
@@ -93,12 +92,10 @@ def write_order(memories: Sequence[NewMemory]) -> builtins.list[int]:
     )
 
 
-def occurrence_rounds(
-    memories: Sequence[NewMemory], indexes: Sequence[int]
-) -> builtins.list[builtins.list[int]]:
+def occurrence_rounds(memories: Sequence[NewMemory], indexes: Sequence[int]) -> list[list[int]]:
     """`indexes` split into rounds in which each memory identity (scope, owner, user, team, key)
     appears at most once: its first occurrences, then its second ones, …, each in the given order."""
-    rounds: builtins.list[builtins.list[int]] = []
+    rounds: list[list[int]] = []
     seen: dict[tuple[Any, ...], int] = {}
     for i in indexes:
         m = memories[i]
@@ -112,7 +109,7 @@ def occurrence_rounds(
 
 
 def apply_dedup(
-    rows: builtins.list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
+    rows: list[NewMemory], near: Sequence[Sequence[Neighbour]], dedup: DedupRule
 ) -> tuple[dict[int, UpsertResult], set[int]]:
     """`dedup`'s verdict on each new memory given its stored neighbours: the skipped ones' results
     (near duplicates, by index) and the indexes whose key is already stored. A memory written under
@@ -156,7 +153,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         new: NewMemory,
-        embedding: builtins.list[float],
+        embedding: list[float],
         *,
         actor: str,
         event_id: uuid.UUID | None,
@@ -175,7 +172,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         new: NewMemory,
-        embedding: builtins.list[float],
+        embedding: list[float],
         existing: Memory,
         revision: Revision | None,
         *,
@@ -187,7 +184,7 @@ class MemoryWrites(ConversationTurns):
         revision) as `store.rules.policy.plan_upsert` says: unchanged, update or pending revision. Audit
         rows are written at once, or appended to `audits` for the caller to flush."""
         m = self._schema.memories
-        now = self._now()
+        now = self._backend.now()
         plan = plan_upsert(existing, revision, new)
 
         if plan.kind == "unchanged":
@@ -247,11 +244,11 @@ class MemoryWrites(ConversationTurns):
     async def _insert_new(
         self,
         conn: AsyncConnection,
-        rows: Sequence[tuple[NewMemory, builtins.list[float]]],
+        rows: Sequence[tuple[NewMemory, list[float]]],
         *,
         actor: str,
         event_id: uuid.UUID | None,
-    ) -> builtins.list[UpsertResult | None]:
+    ) -> list[UpsertResult | None]:
         """Insert every row whose key is new in ONE statement, and their `add` audit rows in one
         more; per row, the result, or None when its key exists (the caller upserts that one).
         Two statements per event instead of two per memory: each round trip costs the worker
@@ -260,7 +257,7 @@ class MemoryWrites(ConversationTurns):
             return []
         ids = [uuid.uuid4() for _ in rows]
         m = self._schema.memories
-        now = self._now()
+        now = self._backend.now()
         values = [
             {
                 "id": new_id,
@@ -311,7 +308,7 @@ class MemoryWrites(ConversationTurns):
 
     async def _locked_by_keys(
         self, conn: AsyncConnection, rows: Sequence[NewMemory]
-    ) -> builtins.list[tuple[Memory, Revision | None] | None]:
+    ) -> list[tuple[Memory, Revision | None] | None]:
         """Per new memory: the stored row of its key and that row's open revision, both locked,
         or None; two statements for all of them (the one-row path takes three per memory)."""
         if not rows:
@@ -346,22 +343,11 @@ class MemoryWrites(ConversationTurns):
             for row in (await conn.execute(rev_stmt)).all():
                 revision = self._revision(row)
                 revisions[revision.memory_id] = revision
-        found: builtins.list[tuple[Memory, Revision | None] | None] = []
+        found: list[tuple[Memory, Revision | None] | None] = []
         for key in wanted:
             memory = by_identity.get(key)
             found.append(None if memory is None else (memory, revisions.get(memory.id)))
         return found
-
-    async def _neighbours_in(
-        self,
-        conn: AsyncConnection,
-        memories: Sequence[NewMemory],
-        embeddings: Sequence[Sequence[float]],
-        k: int,
-    ) -> builtins.list[builtins.list[Neighbour]]:
-        """Per new memory: its k nearest stored memories of the same owner in its team context,
-        plus a stored row under the same key, best first (`Backend.neighbours`)."""
-        return await self._backend.neighbours(conn, memories, embeddings, k)
 
     async def upsert(
         self, memory: NewMemory, *, actor: str = "system", event_id: uuid.UUID | None = None
@@ -372,7 +358,7 @@ class MemoryWrites(ConversationTurns):
         memory = admit_memory(memory)
         validate_new_memory(memory)
         (embedding,) = await self._embeddings_for([memory])
-        async with self._transaction() as conn:
+        async with self._backend.transaction() as conn:
             return await self._upsert_in(conn, memory, embedding, actor=actor, event_id=event_id)
 
     async def write_event(
@@ -435,8 +421,12 @@ class MemoryWrites(ConversationTurns):
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     async def _write_event_once(self, batch: EventBatch) -> EventWrite:
-        """One attempt at `write_event`'s transaction (a backend may send it its own way)."""
-        async with self._transaction() as conn:
+        """One attempt at `write_event`'s transaction: the backend's own write when it has one for
+        this batch (`Backend.write_event`), else the statements below, one at a time."""
+        written = await self._backend.write_event(batch)
+        if written is not None:
+            return written
+        async with self._backend.transaction() as conn:
             return await self._write_event_in(conn, batch)
 
     async def _write_event_in(self, conn: AsyncConnection, batch: EventBatch) -> EventWrite:
@@ -446,7 +436,7 @@ class MemoryWrites(ConversationTurns):
             self._insert(pe)
             .values(
                 event_id=batch.event_id,
-                processed_at=self._now(),
+                processed_at=self._backend.now(),
                 memory_count=len(batch.memories),
                 actor=batch.actor,
                 body_sha256=batch.body_sha256,
@@ -463,7 +453,7 @@ class MemoryWrites(ConversationTurns):
         stored_key: set[int] = set()
         if batch.dedup is not None and rows:
             await self._backend.lock_owners(conn, rows)
-            near = await self._neighbours_in(conn, rows, batch.embeddings, batch.neighbours)
+            near = await self._backend.neighbours(conn, rows, batch.embeddings, batch.neighbours)
             results, stored_key = apply_dedup(rows, near, batch.dedup)
         pending = [i for i in write_order(batch.memories) if i not in results]
         fresh = [i for i in pending if i not in stored_key]
@@ -484,7 +474,7 @@ class MemoryWrites(ConversationTurns):
         self,
         conn: AsyncConnection,
         rows: Sequence[NewMemory],
-        embeddings: Sequence[builtins.list[float]],
+        embeddings: Sequence[list[float]],
         taken: Sequence[int],
         results: dict[int, UpsertResult],
         *,
@@ -512,11 +502,11 @@ class MemoryWrites(ConversationTurns):
     async def is_processed(self, event_id: uuid.UUID) -> bool:
         """Whether `write_event` already committed this event."""
         pe = self._schema.processed_events
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             row = (await conn.execute(select(pe.c.event_id).where(pe.c.event_id == event_id))).first()
         return row is not None
 
-    async def event_writes(self, event_id: uuid.UUID) -> builtins.list[EventMemory]:
+    async def event_writes(self, event_id: uuid.UUID) -> list[EventMemory]:
         """What `write_event` created, updated or proposed for this event, in write order, from the
         audit trail (so also for memories archived or changed since; an erased memory is gone, key and all).
         Unchanged memories left no audit row."""
@@ -530,7 +520,7 @@ class MemoryWrites(ConversationTurns):
             )
             .order_by(a.c.id)
         )
-        async with self._reading() as conn:
+        async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [
             EventMemory(

@@ -1,33 +1,65 @@
-"""`PgBackend`: the shared store code's `store.core.backend.Backend` on Postgres: advisory locks
-per owner, the near-duplicate read in one statement (`store.postgres.neighbours_sql`), the prompt's
-full-text ranking and turn recall in SQL, the reads sent on the driver (`PgConnections.fetch`)."""
+"""`PgBackend`: the shared store code's `store.core.backend.Backend` on Postgres, composed of parts
+that each own one job:
+
+- `PgConnections` (`store.postgres.connections`): the engines and the reused driver connections;
+  the server's clock for timestamps; a committed transaction makes the caller's next reads need
+  the primary (`store.read_scope`);
+- `ReadReplicas` (`store.postgres.replicas`): where a read a replica may serve runs (`routed_read`);
+- `PgEventWriter` (`store.postgres.event_write`): the worker's pipelined write of an event;
+- `PgRecall` (`store.postgres.recall`): memory recall in one SQL statement;
+- here: advisory locks per owner, the near-duplicate read in one statement
+  (`store.postgres.neighbours_sql`), the prompt's full-text ranking and turn recall in SQL
+  (`store.postgres.turns_sql`), the reads sent on the driver (`PgConnections.fetch`).
+
+Reads on replicas: the store's reads marked `store.core.base.replica_read` (recall of memories and
+turns, listing a person's memories and conversations, the export and the review queue) run on a
+healthy replica, unless the caller's `store.read_scope.ReadScope` asks for the primary (it needs its
+own write) or no replica is fit (then the primary; `ReadReplicas` counts why). A read that fails on
+a replica for want of a connection (or a recovery conflict) runs again on the primary. Everything
+else, every write and the schema and embedding-model checks, runs on the primary.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Table, literal_column
+from sqlalchemy import ColumnElement, Table, func, literal_column
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.recall import Bm25, TermStats, query_terms, term_stats, websearch_or_query
-from store.core.rows import memory_from_row
-from store.core.schema import NIL_UUID_SQL, Schema
-from store.core.turns import (
-    CONTEXT_WORD_WEIGHT,
-    TURN_STATS_SAMPLE,
-    TURN_WINDOW,
-    fuse_turn_scores,
-    turn_from_row,
-    turn_term_stats_sql,
-    turn_window_sql,
-    turns_insert_statement,
+from store.core.backend import TurnRecall
+from store.core.rows import memory_from_row, turn_from_row
+from store.core.schema import Schema
+from store.core.writes import EventBatch
+from store.errors import StoreConflict, StoreUnavailable, translating_errors
+from store.migrate import (
+    EmbeddingDimensionMismatch,
+    SchemaError,
+    current_revision,
+    existing_embedding_dim,
+    head_revision,
 )
-from store.model import NIL_UUID, Memory, Neighbour, NewMemory, NewTurn, OwnerRef, Turn, TurnHit
-from store.postgres.connections import PgConnections
+from store.model import (
+    NIL_UUID,
+    EventWrite,
+    Memory,
+    Neighbour,
+    NewMemory,
+    NewTurn,
+    OwnerRef,
+    RecallHit,
+    RecallQuery,
+    Turn,
+    TurnHit,
+)
+from store.postgres.connections import PgConnections, reads_on, reads_routed
+from store.postgres.dialect import NIL_UUID_SQL, websearch_or_query
+from store.postgres.event_write import PgEventWriter
 from store.postgres.neighbours_sql import (
     OWNER_LOCKS_SQL,
     OwnerKey,
@@ -40,15 +72,125 @@ from store.postgres.neighbours_sql import (
     prompt_memories_statement,
 )
 from store.postgres.params import float4_array
+from store.postgres.recall import PgRecall
+from store.postgres.replicas import ReadReplicas
+from store.postgres.turns_sql import turn_term_stats_sql, turn_window_sql, turns_insert_statement
+from store.read_scope import note_write, reads_need_primary
+from store.rules.recall import Bm25, TermStats, term_stats
+from store.rules.terms import query_terms
+from store.rules.turn_recall import CONTEXT_WORD_WEIGHT, TURN_STATS_SAMPLE, TURN_WINDOW, fuse_turn_scores
+
+T = TypeVar("T")
 
 
 class PgBackend:
-    """`Backend` on Postgres, over the store's connections and owner-size cache."""
+    """`Backend` on Postgres, over the store's connections, read replicas, event writer, recall and
+    owner-size cache (module docstring)."""
 
-    def __init__(self, connections: PgConnections, schema: Schema, owner_sizes: OwnerSizes) -> None:
+    def __init__(
+        self,
+        connections: PgConnections,
+        schema: Schema,
+        *,
+        owner_sizes: OwnerSizes,
+        recall: PgRecall,
+        replicas: ReadReplicas | None = None,
+    ) -> None:
         self._connections = connections
         self._schema = schema
         self._owner_sizes = owner_sizes
+        self._recall = recall
+        self._replicas = replicas
+        # the owners' sizes choose the near-duplicate read's shape, for this writer and the shared one alike
+        self._event_writer = PgEventWriter(connections, schema, owner_sizes)
+
+    @property
+    def connections(self) -> PgConnections:
+        """The primary's connections."""
+        return self._connections
+
+    @property
+    def replicas(self) -> ReadReplicas | None:
+        """The read replicas (None: every read on the primary)."""
+        return self._replicas
+
+    @property
+    def recall(self) -> PgRecall:
+        """Memory recall in SQL (its statement's EXPLAIN and session settings too)."""
+        return self._recall
+
+    def now(self) -> Any:
+        """The server's clock, so timestamps agree across worker hosts."""
+        return func.now()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction on the primary; once committed, the caller's next reads need the primary
+        (`store.read_scope`)."""
+        async with translating_errors(), self._connections.engine.begin() as conn:
+            yield conn
+        note_write()
+
+    def reading(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A reading connection (`PgConnections.reading`: a replica's inside `routed_read`)."""
+        return self._connections.reading()
+
+    async def routed_read(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()` on a replica when one is fit and the caller's scope allows it, else on the
+        primary; once more on the primary when the replica fails it (module docstring)."""
+        replicas = self._replicas
+        if replicas is None or reads_routed() or reads_need_primary():
+            return await read()
+        replica = await replicas.pick()
+        if replica is None:
+            return await read()
+        try:
+            with reads_on(replica.connections):
+                return await read()
+        except (StoreUnavailable, StoreConflict) as exc:
+            replicas.failed(replica, exc, down=isinstance(exc, StoreUnavailable))
+        return await read()
+
+    async def recall_memories(self, asked: RecallQuery) -> list[RecallHit]:
+        """Ranked in one SQL statement (`PgRecall.recall`)."""
+        return await self._recall.recall(asked)
+
+    async def write_event(self, batch: EventBatch) -> EventWrite | None:
+        """The pipelined write (`PgEventWriter`) for the events it takes (the worker's, deduplicated
+        pending memories); None for the rest."""
+        dedup = batch.dedup
+        if dedup is not None and self._event_writer.takes(batch.memories, dedup):
+            return await self._event_writer.write(batch, dedup)
+        return None
+
+    async def check_schema(self) -> None:
+        """Raise `SchemaError` unless the database is migrated to this version and dimension."""
+
+        def inspect(sync_conn: Connection) -> tuple[str | None, int | None]:
+            """(alembic revision, embedding dimension) of the database."""
+            return current_revision(sync_conn), existing_embedding_dim(sync_conn)
+
+        async with translating_errors(), self._connections.engine.connect() as conn:
+            revision, dim = await conn.run_sync(inspect)
+        if revision is None or dim is None:
+            raise SchemaError(
+                "the database has no persona-memory schema yet: run `pmem migrate` "
+                "(it reads PMEM_DATABASE_URL and PMEM_EMBEDDING_DIM)"
+            )
+        if dim != self._schema.embedding_dim:
+            raise EmbeddingDimensionMismatch(existing=dim, configured=self._schema.embedding_dim)
+        head = head_revision()
+        if revision != head:
+            raise SchemaError(
+                f"the database schema is at revision {revision} but this version of persona-memory "
+                f"needs {head}: run `pmem migrate`"
+            )
+
+    async def close(self) -> None:
+        """Close the kept connections, then the pool (the replicas' too)."""
+        if self._replicas is not None:
+            await self._replicas.close()
+        await self._connections.close()
 
     def nil(self) -> ColumnElement[Any]:
         """The nil uuid literal."""
@@ -127,38 +269,26 @@ class PgBackend:
         rows = await self._connections.fetch(turn_term_stats_sql(), params)
         return term_stats([tuple(row.values()) for row in rows])
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
         """The context's recent turns ranked by vector distance and full text in one statement
         (`turn_window_sql`), fused in Python."""
-        tq = websearch_or_query(text)
-        full_text = tq is not None and bool(stats.idf)
+        tq = websearch_or_query(asked.text)
+        full_text = tq is not None and bool(asked.stats.idf)
         sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=full_text)
         params: dict[str, Any] = {
-            **_context_params(user_id, persona_id, team_id),
+            **_context_params(asked.user_id, asked.persona_id, asked.team_id),
             "window": TURN_WINDOW,
-            "k": k,
-            "qv": float4_array(vector),
+            "k": asked.k,
+            "qv": float4_array(asked.vector),
         }
         if full_text:
             params.update(
                 tq=tq,
-                lexemes=list(stats.idf),
-                idfs=list(stats.idf.values()),
+                lexemes=list(asked.stats.idf),
+                idfs=list(asked.stats.idf.values()),
                 k1=_BM25.k1,
                 b=_BM25.b,
-                avglen=max(stats.mean_length, 1.0),
+                avglen=max(asked.stats.mean_length, 1.0),
                 context_weight=CONTEXT_WORD_WEIGHT,
             )
         turns: dict[uuid.UUID, Turn] = {}
@@ -167,7 +297,7 @@ class PgBackend:
             turn = turn_from_row(row)
             turns[turn.id] = turn
             scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
-        return fuse_turn_scores(turns, scores, limit, query=query, now=datetime.now(UTC))
+        return fuse_turn_scores(turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))
 
 
 _BM25 = Bm25()

@@ -15,7 +15,6 @@ Reads can be sent elsewhere: inside `reads_on(replica)` (a read replica's own `P
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -102,7 +101,7 @@ class PgConnections:
         event.listen(self.engine.sync_engine, "connect", self._configure)
         # recall is a single SELECT: autocommit saves the BEGIN/COMMIT round trips
         self.read_engine: AsyncEngine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._idle: builtins.list[tuple[AsyncConnection, DriverConnection[Any]]] = []
+        self._idle: list[tuple[AsyncConnection, DriverConnection[Any]]] = []
         self._idle_limit = pool_size // 2
 
     def _configure(self, dbapi_connection: Any, _record: Any) -> None:
@@ -171,7 +170,7 @@ class PgConnections:
         results come back in one round trip (the first fetch, or the end of the block)."""
         return driver.pipeline()
 
-    async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> builtins.list[dict[str, Any]]:
+    async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit; its
         rows by column name.
 

@@ -29,7 +29,6 @@ other events of that owner wait for: a persona that learns from all its users ta
 
 from __future__ import annotations
 
-import builtins
 import itertools
 import uuid
 from collections.abc import Mapping, Sequence
@@ -42,8 +41,7 @@ from psycopg.rows import dict_row
 
 from store.core.base import AuditRows, change_audit_values
 from store.core.rows import memory_from_row, revision_from_row
-from store.core.schema import Schema, array_literal
-from store.core.turns import turns_insert_statement
+from store.core.schema import Schema
 from store.core.writes import (
     EventBatch,
     apply_dedup,
@@ -64,6 +62,7 @@ from store.postgres.neighbours_sql import (
     owner_key,
 )
 from store.postgres.params import float4_array
+from store.postgres.turns_sql import turns_insert_statement
 from store.postgres.write_sql import (
     LOCK_BY_KEYS_SQL,
     LOCK_OPEN_REVISIONS_BY_KEYS_SQL,
@@ -89,9 +88,9 @@ _UPDATE_PENDING_SQL = (
     "evidence = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.evidence ELSE u.evidence END, "
     "observed_at = CASE WHEN u.evidence IS NULL AND u.observed_at IS NULL THEN m.observed_at "
     "ELSE u.observed_at END "
-    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(values)s AS text[]), CAST(%(confidences)s AS float8[]), "
-    "CAST(%(statuses)s AS text[]), CAST(%(starts)s AS int[]), CAST(%(channels)s AS uuid[]), "
-    "CAST(%(evidences)s AS text[]), CAST(%(observed)s AS timestamptz[])) "
+    "FROM unnest(CAST(%(ids)b AS uuid[]), CAST(%(values)b AS text[]), CAST(%(confidences)b AS float8[]), "
+    "CAST(%(statuses)b AS text[]), CAST(%(starts)b AS int[]), CAST(%(channels)b AS uuid[]), "
+    "CAST(%(evidences)b AS text[]), CAST(%(observed)b AS timestamptz[])) "
     "AS u(id, value, confidence, status, start, channel, evidence, observed_at) WHERE m.id = u.id"
 )
 # proposals for reviewed rows (`plan_upsert`'s "propose"): a new pending revision, or the open one
@@ -102,9 +101,9 @@ _PROPOSE_SQL = (
     "SELECT id, memory_id, old_value, new_value, confidence, "
     "CAST((CAST(%(embeddings)s AS real[]))[start:start + {dim} - 1] AS vector({dim})), channel, "
     "CAST(%(event_id)s AS uuid), %(actor)s, now(), 'pending', evidence, observed_at "
-    "FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(memory_ids)s AS uuid[]), CAST(%(old_values)s AS text[]), "
-    "CAST(%(new_values)s AS text[]), CAST(%(confidences)s AS float8[]), CAST(%(starts)s AS int[]), "
-    "CAST(%(channels)s AS uuid[]), CAST(%(evidences)s AS text[]), CAST(%(observed)s AS timestamptz[])) "
+    "FROM unnest(CAST(%(ids)b AS uuid[]), CAST(%(memory_ids)b AS uuid[]), CAST(%(old_values)b AS text[]), "
+    "CAST(%(new_values)b AS text[]), CAST(%(confidences)b AS float8[]), CAST(%(starts)b AS int[]), "
+    "CAST(%(channels)b AS uuid[]), CAST(%(evidences)b AS text[]), CAST(%(observed)b AS timestamptz[])) "
     "AS p(id, memory_id, old_value, new_value, confidence, start, channel, evidence, observed_at) "
     "ON CONFLICT (id) DO UPDATE SET old_value = EXCLUDED.old_value, new_value = EXCLUDED.new_value, "
     "confidence = EXCLUDED.confidence, embedding = EXCLUDED.embedding, "
@@ -416,7 +415,7 @@ def plan_stored_keys(
     by_key: Mapping[tuple[Any, ...], Memory],
     open_revisions: Mapping[uuid.UUID, Revision],
     results: dict[int, UpsertResult],
-) -> builtins.list[PlannedWrite]:
+) -> list[PlannedWrite]:
     """`plan_upsert` for each row `taken` (by index, extracted as pending) against its stored row
     (by `key_identity`) and that row's open revision: the changes to write, in order, and each
     row's outcome into `results`."""
@@ -443,13 +442,13 @@ def plan_stored_keys(
 def _update_params(updates: Sequence[PlannedWrite], dim: int) -> dict[str, Any]:
     """`_UPDATE_PENDING_SQL`'s parameters."""
     return {
-        "ids": array_literal([u.existing.id for u in updates]),
-        "values": array_literal([u.new.value for u in updates]),
-        "confidences": array_literal([storable_confidence(u.new.confidence) for u in updates]),
-        "statuses": array_literal([u.new.status for u in updates]),
-        "channels": array_literal([u.new.source_channel_id for u in updates]),
-        "evidences": array_literal([u.new.evidence for u in updates]),
-        "observed": array_literal([u.new.observed_at for u in updates]),
+        "ids": [u.existing.id for u in updates],
+        "values": [u.new.value for u in updates],
+        "confidences": [storable_confidence(u.new.confidence) for u in updates],
+        "statuses": [u.new.status for u in updates],
+        "channels": [u.new.source_channel_id for u in updates],
+        "evidences": [u.new.evidence for u in updates],
+        "observed": [u.new.observed_at for u in updates],
         **_stacked_vectors([u.vector for u in updates], dim),
     }
 
@@ -459,14 +458,14 @@ def _propose_params(
 ) -> dict[str, Any]:
     """`_PROPOSE_SQL`'s parameters."""
     return {
-        "ids": array_literal([p.revision_id for p in proposals]),
-        "memory_ids": array_literal([p.existing.id for p in proposals]),
-        "old_values": array_literal([p.existing.value for p in proposals]),
-        "new_values": array_literal([p.new.value for p in proposals]),
-        "confidences": array_literal([storable_confidence(p.new.confidence) for p in proposals]),
-        "channels": array_literal([p.new.source_channel_id for p in proposals]),
-        "evidences": array_literal([p.new.evidence for p in proposals]),
-        "observed": array_literal([p.new.observed_at for p in proposals]),
+        "ids": [p.revision_id for p in proposals],
+        "memory_ids": [p.existing.id for p in proposals],
+        "old_values": [p.existing.value for p in proposals],
+        "new_values": [p.new.value for p in proposals],
+        "confidences": [storable_confidence(p.new.confidence) for p in proposals],
+        "channels": [p.new.source_channel_id for p in proposals],
+        "evidences": [p.new.evidence for p in proposals],
+        "observed": [p.new.observed_at for p in proposals],
         "event_id": event_id,
         "actor": actor,
         **_stacked_vectors([p.vector for p in proposals], dim),
@@ -478,5 +477,5 @@ def _stacked_vectors(vectors: Sequence[Sequence[float]], dim: int) -> dict[str, 
     begins, 1-based) for the statements that slice them."""
     return {
         "embeddings": float4_array(itertools.chain.from_iterable(vectors)),
-        "starts": array_literal([1 + n * dim for n in range(len(vectors))]),
+        "starts": [1 + n * dim for n in range(len(vectors))],
     }

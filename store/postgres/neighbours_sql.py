@@ -17,7 +17,6 @@ prompt shows; pure statement builders (psycopg's `%(name)s` parameters), sent by
 
 from __future__ import annotations
 
-import builtins
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from store.core.rows import MEMORY_COLUMNS, columns_sql, memory_from_row
-from store.core.schema import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, array_literal, hnsw_expression
 from store.model import NIL_UUID, Neighbour, NewMemory, OwnerRef
+from store.postgres.dialect import NIL_UUID_SQL, TEXT_SEARCH_CONFIG, hnsw_expression
 from store.postgres.params import Float4Array
 from store.services.ttl_cache import TtlCache
 
@@ -60,13 +59,13 @@ def owner_lock_key(memory: NewMemory) -> str:
 # `owner_lock_names`): taken in the array's order, so two events never deadlock on them
 OWNER_LOCKS_SQL = (
     "SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) "
-    "FROM unnest(CAST(%(names)s AS text[])) AS t(n)"
+    "FROM unnest(CAST(%(names)b AS text[])) AS t(n)"
 )
 
 
-def owner_lock_names(memories: Sequence[NewMemory]) -> str:
+def owner_lock_names(memories: Sequence[NewMemory]) -> list[str]:
     """`OWNER_LOCKS_SQL`'s `names`: the memories' owners' lock names, sorted, as one text[]."""
-    return array_literal(sorted({owner_lock_key(m) for m in memories}))
+    return sorted({owner_lock_key(m) for m in memories})
 
 
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
@@ -150,7 +149,7 @@ def neighbours_statement(
     *,
     dim: int,
 ) -> tuple[str, dict[str, Any]]:
-    """Postgres: the one statement (`%(name)s` parameters) behind `_neighbours_in`, given the
+    """Postgres: the one statement (`%(name)s` parameters) behind `PgBackend.neighbours`, given the
     memories' embeddings as `float4_array`s and the owners' capped sizes where known
     (`OwnerSizes.lookup`, `_owner_row_counts`). `shape` (see `ReadShape`) splits it in two for a
     write that reads large owners' reviewed rows before taking the owner locks; "hnsw" gives
@@ -299,9 +298,7 @@ def neighbours_statement(
     return sql, params
 
 
-def neighbours_from_rows(
-    rows: Sequence[Mapping[Any, Any]], count: int
-) -> builtins.list[builtins.list[Neighbour]]:
+def neighbours_from_rows(rows: Sequence[Mapping[Any, Any]], count: int) -> list[list[Neighbour]]:
     """The rows of `neighbours_statement` as each of the `count` new memories' neighbours,
     best first."""
     found: list[dict[uuid.UUID, Neighbour]] = [{} for _ in range(count)]

@@ -6,42 +6,38 @@ and a full-text branch (BM25 over the query's lexemes, OR semantics, idf from th
 lexeme found only in the key weighing `ScoreFusion.key_weight`), each limited to the caller's
 owners and `active` rows in its WHERE clause, plus the same-key rows of other scopes so overrides
 can be merged (`store.postgres.recall_sql`). The shared pure code then fuses the scores with the
-query's cues (`store.core.recall.fuse_scores`, `store.rules.cues`), exactly as the SQLite store does.
+query's cues (`store.rules.recall.fuse_scores`, `store.rules.cues`), exactly as the SQLite store does.
 """
 
 from __future__ import annotations
 
-import builtins
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from store.core.base import checked_vector, embed_queries
-from store.core.recall import (
-    Bm25,
-    ScoreFusion,
-    TermStats,
-    candidate_count,
-    embedding_queries,
-    fuse,
-    fuse_scores,
-    is_empty_query,
-    mean_direction,
-    query_cues,
-    query_terms,
-    resolve_scopes,
-    term_stats,
-    websearch_or_query,
-)
+from store.core.base import checked_vector, query_vector
 from store.core.rows import memory_from_row
 from store.model import Memory, OwnerRef, RecallHit, RecallQuery
 from store.postgres.connections import PgConnections
+from store.postgres.dialect import websearch_or_query
 from store.postgres.params import float4_array
 from store.postgres.recall_sql import recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
+from store.rules.recall import (
+    Bm25,
+    ScoreFusion,
+    TermStats,
+    candidate_count,
+    fuse,
+    fuse_scores,
+    query_cues,
+    resolve_scopes,
+    term_stats,
+)
+from store.rules.terms import is_empty_query, query_terms
 
 # the settings `session_settings` reports (`store.postgres.recall_sql.RecallTuning`)
 _SESSION_SETTINGS = (
@@ -84,7 +80,7 @@ class PgRecall:
         self._fusion = fusion
         self._bm25 = bm25
 
-    async def recall(self, asked: RecallQuery) -> builtins.list[RecallHit]:
+    async def recall(self, asked: RecallQuery) -> list[RecallHit]:
         """The recall's memories (`limit` above 0) ranked in one statement; empty query → top by
         confidence."""
         plan = await self._plan(asked)
@@ -153,7 +149,7 @@ class PgRecall:
                 vector = checked_vector(query_embedding, self._dim, "query embedding")
             else:
                 assert stats is not None
-                vector = await self._query_vector(text, stats)
+                vector = await query_vector(self._embedder, text, stats.word_share, self._fusion, self._dim)
             params["qv"] = float4_array(vector)
             branches.append("vector")
         tsquery = websearch_or_query(text)
@@ -192,9 +188,3 @@ class PgRecall:
             {**params, "words": words, "sample": self._bm25.stats_sample},
         )
         return term_stats([tuple(row.values()) for row in rows])
-
-    async def _query_vector(self, text: str, stats: TermStats) -> builtins.list[float]:
-        """The mean direction of the query's embedding texts (`store.core.recall.embedding_queries`)."""
-        texts = embedding_queries(text, stats.word_share, self._fusion)
-        vectors = await embed_queries(self._embedder, texts, self._dim)
-        return vectors[0] if len(vectors) == 1 else mean_direction(vectors)

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from store.core.rows import MEMORY_COLUMNS, columns_sql
-from store.core.schema import TEXT_SEARCH_CONFIG, hnsw_expression
 from store.model import OwnerRef
+from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
 
 _MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
-# the same normalisation as store.core.recall.normalize_key: lower case, whitespace runs collapsed
+# the same normalisation as store.rules.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
 
 
@@ -120,7 +120,7 @@ def recall_sql(
         ctes.append(
             "txt AS MATERIALIZED (SELECT m.id, "
             f"coalesce((SELECT sum({weight}) FROM "
-            "unnest(CAST(%(lexemes)s AS text[]), CAST(%(idfs)s AS float8[])) AS t(lex, idf) "
+            "unnest(CAST(%(lexemes)b AS text[]), CAST(%(idfs)b AS float8[])) AS t(lex, idf) "
             "WHERE m.search_tsv @@ plainto_tsquery('simple', t.lex)), 0) "
             "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * length(m.search_tsv) / %(avglen)s)) "
             f"AS relevance FROM memories m, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query)"
@@ -166,7 +166,7 @@ def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     return (
         f"WITH owned AS MATERIALIZED (SELECT m.search_tsv FROM memories m WHERE {where} LIMIT %(sample)s), "
-        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)s AS text[])) AS u(word), "
+        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)b AS text[])) AS u(word), "
         f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
         "lexes AS (SELECT DISTINCT lex FROM words), "
         "df AS (SELECT x.lex, count(o.search_tsv) AS containing FROM lexes x "

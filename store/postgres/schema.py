@@ -10,7 +10,8 @@ from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, literal_column, text
 from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
 
-from store.core.schema import MEMORY_TSV_SQL, NIL_UUID_SQL, TURN_TSV_SQL, SchemaDialect, hnsw_expression
+from store.core.schema import SchemaDialect
+from store.postgres.dialect import MEMORY_TSV_SQL, NIL_UUID_SQL, TURN_TSV_SQL, hnsw_expression
 
 __all__ = ["POSTGRES"]
 
@@ -52,7 +53,7 @@ def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
         )
     # no HNSW index on turns: every event writes a dozen turns, and an HNSW insert into a large
     # graph costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most
-    # recent turns exactly through ix_conversation_turns_context (`store.core.turns.TURN_WINDOW`)
+    # recent turns exactly through ix_conversation_turns_context (`store.rules.turn_recall.TURN_WINDOW`)
 
 
 POSTGRES = SchemaDialect(

@@ -1,6 +1,7 @@
 """Postgres: the statements of the worker's event write (`store.postgres.event_write`), psycopg's
-`%(name)s` parameters, columns as arrays: each is one statement of fixed text whatever the number
-of rows (SQLAlchemy compiles a multi-row VALUES afresh for each row count). Pure."""
+`%(name)s` parameters, columns as arrays (lists bound in binary, `%(name)b`): each is one statement
+of fixed text whatever the number of rows (SQLAlchemy compiles a multi-row VALUES afresh for each
+row count). Pure."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any
 
 from store.core.base import AuditRows
 from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
-from store.core.schema import NIL_UUID_SQL, Schema, array_literal
+from store.core.schema import Schema
 from store.model import NewMemory
+from store.postgres.dialect import NIL_UUID_SQL
 from store.postgres.neighbours_sql import OWNER_LOCKS_SQL, owner_lock_names
 from store.postgres.params import float4_array
 from store.rules.policy import storable_confidence
@@ -22,12 +24,12 @@ from store.rules.policy import storable_confidence
 # one `real[]` (`starts`: where each row's begins, NULL for none); the key index's expressions as
 # the conflict target; audit rows for the inserted ones in the input order (audit ids are write order)
 _INSERT_NEW_SQL = (
-    "WITH new_rows AS (SELECT * FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(scopes)s AS text[]), "
-    "CAST(%(owners)s AS uuid[]), CAST(%(users)s AS uuid[]), CAST(%(keys)s AS text[]), "
-    "CAST(%(values)s AS text[]), "
-    "CAST(%(channels)s AS uuid[]), CAST(%(confidences)s AS float8[]), CAST(%(statuses)s AS text[]), "
-    "CAST(%(starts)s AS int[]), CAST(%(observed)s AS timestamptz[]), CAST(%(teams)s AS uuid[]), "
-    "CAST(%(evidences)s AS text[])) "
+    "WITH new_rows AS (SELECT * FROM unnest(CAST(%(ids)b AS uuid[]), CAST(%(scopes)b AS text[]), "
+    "CAST(%(owners)b AS uuid[]), CAST(%(users)b AS uuid[]), CAST(%(keys)b AS text[]), "
+    "CAST(%(values)b AS text[]), "
+    "CAST(%(channels)b AS uuid[]), CAST(%(confidences)b AS float8[]), CAST(%(statuses)b AS text[]), "
+    "CAST(%(starts)b AS int[]), CAST(%(observed)b AS timestamptz[]), CAST(%(teams)b AS uuid[]), "
+    "CAST(%(evidences)b AS text[])) "
     "WITH ORDINALITY AS t(id, scope, owner_id, user_id, key, value, source_channel_id, confidence, "
     "status, start, observed_at, team_id, evidence, ord)), "
     "ins AS (INSERT INTO {memories} (id, scope, owner_id, user_id, key, value, source_channel_id, "
@@ -46,8 +48,8 @@ _INSERT_NEW_SQL = (
 
 # the memories `m` of the identities in `key_identity_params`' arrays (through the key index)
 _BY_KEYS_SQL = (
-    "memories m JOIN unnest(CAST(%(scopes)s AS text[]), CAST(%(owners)s AS uuid[]), "
-    "CAST(%(users)s AS uuid[]), CAST(%(teams)s AS uuid[]), CAST(%(keys)s AS text[])) "
+    "memories m JOIN unnest(CAST(%(scopes)b AS text[]), CAST(%(owners)b AS uuid[]), "
+    "CAST(%(users)b AS uuid[]), CAST(%(teams)b AS uuid[]), CAST(%(keys)b AS text[])) "
     "AS w(scope, owner_id, user_id, team_id, key) "
     f"ON m.scope = w.scope AND m.owner_id = w.owner_id AND coalesce(m.user_id, {NIL_UUID_SQL}) = w.user_id "
     f"AND coalesce(m.team_id, {NIL_UUID_SQL}) = w.team_id AND m.key = w.key"
@@ -86,16 +88,16 @@ def audit_insert_sql(table: str) -> str:
     """Postgres: audit rows from column arrays (`%(name)s` parameters), inserted in array order, so
     their ids follow the order they were collected in."""
     names = ", ".join(name for name, _ in _AUDIT_COLUMNS)
-    arrays = ", ".join(f"CAST(%({name})s AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
+    arrays = ", ".join(f"CAST(%({name})b AS {kind}[])" for name, kind in _AUDIT_COLUMNS)
     return (
         f"INSERT INTO {table} ({names}, at) SELECT {names}, now() FROM unnest({arrays}) "
         f"WITH ORDINALITY AS t({names}, ord) ORDER BY ord"
     )
 
 
-def audit_params(rows: AuditRows) -> dict[str, str]:
+def audit_params(rows: AuditRows) -> dict[str, list[Any]]:
     """Postgres: `audit_insert_sql`'s column arrays for audit rows collected by `_audit`."""
-    return {name: array_literal([row[name] for row in rows]) for name, _ in _AUDIT_COLUMNS}
+    return {name: [row[name] for row in rows] for name, _ in _AUDIT_COLUMNS}
 
 
 def claim_statement(
@@ -107,7 +109,7 @@ def claim_statement(
     body_sha256: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Postgres: insert the processed-event row unless it exists and take the owners' advisory
-    locks (see `store.core.neighbours`), in one statement whose `claimed` is 1 when this transaction
+    locks (`Backend.lock_owners`), in one statement whose `claimed` is 1 when this transaction
     claimed the event."""
     sql = (
         f"WITH claim AS (INSERT INTO {table} "
@@ -149,28 +151,28 @@ def insert_new_statement(
         dim=schema.embedding_dim,
     )
     params = {
-        "ids": array_literal(ids),
-        "scopes": array_literal([new.scope for new in rows]),
-        "owners": array_literal([new.owner_id for new in rows]),
-        "users": array_literal([new.user_id for new in rows]),
-        "keys": array_literal([new.key for new in rows]),
-        "values": array_literal([new.value for new in rows]),
-        "channels": array_literal([new.source_channel_id for new in rows]),
-        "confidences": array_literal([storable_confidence(new.confidence) for new in rows]),
-        "statuses": array_literal([new.status for new in rows]),
-        "starts": array_literal(starts),
+        "ids": list(ids),
+        "scopes": [new.scope for new in rows],
+        "owners": [new.owner_id for new in rows],
+        "users": [new.user_id for new in rows],
+        "keys": [new.key for new in rows],
+        "values": [new.value for new in rows],
+        "channels": [new.source_channel_id for new in rows],
+        "confidences": [storable_confidence(new.confidence) for new in rows],
+        "statuses": [new.status for new in rows],
+        "starts": starts,
         "embeddings": float4_array(itertools.chain.from_iterable(v for v in vectors if v is not None)),
-        "observed": array_literal([new.observed_at for new in rows]),
-        "teams": array_literal([new.team_id for new in rows]),
-        "evidences": array_literal([new.evidence for new in rows]),
+        "observed": [new.observed_at for new in rows],
+        "teams": [new.team_id for new in rows],
+        "evidences": [new.evidence for new in rows],
         "actor": actor,
         "event_id": event_id,
     }
     return sql, params
 
 
-def key_identity_params(identities: Sequence[tuple[Any, ...]]) -> dict[str, str]:
+def key_identity_params(identities: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
     """`LOCK_BY_KEYS_SQL`'s array parameters for these `key_identity` tuples."""
     columns = list(zip(*identities, strict=True))
     names = ("scopes", "owners", "users", "teams", "keys")
-    return {name: array_literal(column) for name, column in zip(names, columns, strict=True)}
+    return {name: list(column) for name, column in zip(names, columns, strict=True)}

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from store.core.turns import merge_recall
 from store.model import (
     INCLUDE_ALL,
     RecallHit,
@@ -20,6 +19,7 @@ from store.model import (
     TurnHit,
 )
 from store.protocols import RecallStore
+from store.rules.turn_recall import merge_recall
 from store.services.settings_cache import SettingsCache
 
 
@@ -57,7 +57,7 @@ class ContextRecall:
 async def items_in_context(
     store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
 ) -> list[RecallItem]:
-    """Memories and turns of this context in one ranked list (`store.core.turns.merge_recall`), each
+    """Memories and turns of this context in one ranked list (`store.rules.turn_recall.merge_recall`), each
     kind only when `include` names it: nothing when memory is disabled there, no turns when the
     setting `history` is off. `settings`: where the context's settings are kept between requests
     (the API's recall is the hot path; a settings change applies within the cache's `ttl_s`)."""

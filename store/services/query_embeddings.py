@@ -1,7 +1,7 @@
 """`SharedQueryEmbeddings`: an embedder that embeds each recall query text once.
 
 A platform recall runs the memory recall and the turn recall side by side, and each embeds the
-query itself plus its own focused variant (`store.core.recall.embedding_queries`): the query
+query itself plus its own focused variant (`store.rules.recall.embedding_queries`): the query
 text was embedded twice per request. This wrapper keeps the query vectors of the last
 `max_entries` texts, and a text being embedded is awaited, not embedded again, by a concurrent
 recall (the other half of the same request, or another request with the same words: the hint and

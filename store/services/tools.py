@@ -45,10 +45,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store.core.recall import normalize_key, resolve_scopes, writable_owner
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.protocols import MemoryStore
 from store.rules.admission import admit, refusal
+from store.rules.recall import normalize_key, resolve_scopes, writable_owner
 from store.services.context_recall import recall_in_context
 from store.services.json_shapes import memory_json, turn_json
 
@@ -450,7 +450,7 @@ class MemoryTools:
     ) -> list[Memory]:
         found: list[Memory] = []
         for owner in owners:
-            found += await self.context.store.list(
+            found += await self.context.store.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,
@@ -493,7 +493,7 @@ class MemoryTools:
             own.append(OwnerRef(scope="user", owner_id=ctx.user_id))
         deleted = 0
         for owner in own:
-            rows = await ctx.store.list(
+            rows = await ctx.store.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,

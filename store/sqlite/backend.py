@@ -1,45 +1,363 @@
-"""`SqliteBackend`: the shared store code's `store.core.backend.Backend` on SQLite. There is no
-vector index and no advisory lock: near duplicates and turns are ranked with numpy off the event
-loop, and `BEGIN IMMEDIATE` already serialises every writer."""
+"""`SqliteBackend`: the shared store code's `store.core.backend.Backend` on SQLite (aiosqlite), for
+a single process without Postgres.
+
+Recall ranks exactly as on Postgres: the same query cues, the same score fusion with time and
+conversation boosts, the same merging of a key across scopes (`store.rules.recall`,
+`store.rules.cues`). Full text is SQLite's FTS5 (`store.sqlite.fts`: `porter unicode61` tokenizer,
+so "preferences" finds "prefers"; OR over the query's informative words; `bm25()` scores, the key
+column weighing `ScoreFusion.key_weight`). Vectors are scored with numpy off the event loop
+(`store.sqlite.ranking`, `store.sqlite.turn_ranking`): the caller's owners' embeddings (and a
+context's recent turns) are read once into a unit-row matrix, kept until anything is written (this
+process's writes, or another connection's, seen through `PRAGMA data_version`). Owner isolation is
+in the SQL WHERE clauses that read the rows, never a filter in Python. There is no advisory lock:
+`BEGIN IMMEDIATE` already serialises every writer.
+
+The tables are created on first use (`store.migrate` does the same), so `sqlite:///:memory:` works.
+Writers are serialised by one pooled connection and `BEGIN IMMEDIATE`. SQLite's lower() folds ASCII
+only.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
-import numpy as np
-from sqlalchemy import ColumnElement, Table, literal_column, select
+from sqlalchemy import ColumnElement, String, Table, event, literal_column, select, text, type_coerce
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from store.core.base import checked_vector, owner_clause, team_clause
-from store.core.recall import TermStats
-from store.core.rows import memory_columns, memory_from_row
-from store.core.schema import Schema
-from store.core.turns import TurnWindow, fuse_turn_scores, window_scores, window_term_stats
-from store.model import NIL_UUID, Memory, Neighbour, NewMemory, NewTurn, OwnerRef, TurnHit
+from store.core.backend import TurnRecall
+from store.core.base import checked_vector, owner_clause, query_vector, team_clause
+from store.core.rows import memory_columns, memory_from_row, turn_columns, turn_from_row
+from store.core.schema import Schema, build_schema
+from store.core.turns import turn_context
+from store.errors import translating_errors
+from store.migrate import create_sqlite_schema
+from store.model import (
+    NIL_UUID,
+    EventWrite,
+    Memory,
+    Neighbour,
+    NewMemory,
+    NewTurn,
+    OwnerRef,
+    RecallHit,
+    RecallQuery,
+    TurnHit,
+)
+from store.protocols import Embedder
+from store.rules.cues import informative_query
+from store.rules.recall import (
+    DEFAULT_WEIGHTS,
+    ScoreFusion,
+    TermStats,
+    candidate_count,
+    fuse,
+    fuse_scores,
+    query_cues,
+    resolve_scopes,
+    top_order,
+)
+from store.rules.terms import is_empty_query, query_terms
+from store.rules.turn_recall import TURN_WINDOW, fuse_turn_scores
+from store.rules.urls import to_sqlalchemy_url
+from store.sqlite.fts import FTS_BACKFILL, FTS_COLUMNS, FTS_DDL, bm25_expression, owner_match
+from store.sqlite.ranking import OwnerIndex, StampedCache, cosines, fts5_match, owner_index, top_cosines
+from store.sqlite.schema import SQLITE
+from store.sqlite.turn_ranking import TurnWindow, turn_window, window_scores, window_term_stats
 
-# the recent turns of a (user, persona, team) context, prepared for ranking
-TurnWindows = Callable[[uuid.UUID, uuid.UUID | None, uuid.UUID | None], Awaitable[TurnWindow]]
+if TYPE_CHECKING:
+    from store.core.writes import EventBatch
+
+T = TypeVar("T")
+
+
+class SqliteOptions(TypedDict, total=False):
+    """How a SQLite store ranks and waits (`SqliteBackend`'s keyword arguments)."""
+
+    weights: Mapping[str, float]
+    fusion: ScoreFusion | None
+    busy_timeout_ms: int
+    index_cache_owners: int
 
 
 class SqliteBackend:
-    """`Backend` on SQLite, given the store's reading connections and its turn windows."""
+    """`Backend` on SQLite: one engine of one pooled connection, the tables created on first use,
+    and the owners' memories and contexts' turns held for ranking (module docstring)."""
 
     def __init__(
         self,
-        schema: Schema,
+        database_url: str,
+        embedder: Embedder,
         *,
-        reading: Callable[[], AbstractAsyncContextManager[AsyncConnection]],
-        turn_windows: TurnWindows,
+        weights: Mapping[str, float] = DEFAULT_WEIGHTS,
+        fusion: ScoreFusion | None = None,
+        busy_timeout_ms: int = 30_000,
+        index_cache_owners: int = 64,
     ) -> None:
-        self._schema = schema
-        self._reading = reading
-        self._turn_windows = turn_windows
+        """`busy_timeout_ms`: how long a writer waits for another process's write lock;
+        `index_cache_owners`: how many owners' (and contexts') rows are held for ranking."""
+        # one connection: SQLite has one writer anyway, and `:memory:` must stay one database
+        self._engine = create_async_engine(
+            to_sqlalchemy_url(database_url),
+            poolclass=AsyncAdaptedQueuePool,
+            pool_size=1,
+            max_overflow=0,
+            pool_timeout=busy_timeout_ms / 1000,
+            hide_parameters=True,  # errors never carry SQL parameters (memory values)
+        )
+        self._busy_timeout_ms = busy_timeout_ms
+        event.listen(self._engine.sync_engine, "connect", self._configure_connection)
+        event.listen(self._engine.sync_engine, "begin", self._begin_immediate)
+        self._schema = build_schema(embedder.dim, SQLITE)
+        self._embedder = embedder
+        self._weights = dict(weights)
+        self._fusion = fusion or ScoreFusion()
+        self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
+        # owners' memories and embeddings (numpy), least recently used dropped beyond the bound; a write
+        # through this store bumps `_generation`, another connection's commit `PRAGMA data_version`
+        self._indexes: StampedCache[tuple[tuple[OwnerRef, ...], uuid.UUID | None], OwnerIndex] = StampedCache(
+            index_cache_owners
+        )
+        # the same for conversation turns, per (user, persona, team) context
+        self._turn_windows: StampedCache[tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None], TurnWindow] = (
+            StampedCache(index_cache_owners)
+        )
+        self._generation = 0
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy async engine."""
+        return self._engine
+
+    @property
+    def schema(self) -> Schema:
+        """The tables on SQLite for the embedder's dimension."""
+        return self._schema
+
+    def now(self) -> Any:
+        """This process's clock (SQLite has one writer process at a time)."""
+        return datetime.now(UTC)
+
+    async def routed_read(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()` as it is: SQLite has no read replicas."""
+        return await read()
+
+    async def write_event(self, batch: EventBatch) -> EventWrite | None:
+        """None: the shared write, one statement at a time, writes every event."""
+        return None
+
+    async def close(self) -> None:
+        """Close the pooled connection."""
+        await self._engine.dispose()
+
+    def _configure_connection(self, dbapi_connection: Any, _record: Any) -> None:
+        # let SQLAlchemy emit BEGIN itself (see _begin_immediate) instead of pysqlite's implicit one
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @staticmethod
+    def _begin_immediate(conn: Any) -> None:
+        # take the write lock up front: a deferred transaction that later writes can fail with
+        # SQLITE_BUSY when another process wrote in between
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    async def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if not self._schema_ready:
+                async with self._engine.begin() as conn:
+                    await conn.run_sync(create_sqlite_schema, self._schema)
+                    info = (await conn.exec_driver_sql("PRAGMA table_info(memories_fts)")).all()
+                    columns = [str(row._mapping["name"]) for row in info]
+                    if columns and columns != list(FTS_COLUMNS):
+                        # a full-text table of another layout: rebuild it from memories
+                        await conn.exec_driver_sql("DROP TABLE memories_fts")
+                        for trigger in ("insert", "delete", "update"):
+                            await conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS memories_fts_{trigger}")
+                    for statement in FTS_DDL:
+                        await conn.exec_driver_sql(statement)
+                    # rows written before the full-text table existed (a database from an older version)
+                    await conn.exec_driver_sql(FTS_BACKFILL)
+                self._schema_ready = True
+
+    async def check_schema(self) -> None:
+        """Create the tables if missing: SQLite needs no separate migration step."""
+        await self._ensure_schema()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        await self._ensure_schema()
+        try:
+            async with translating_errors(), self._engine.begin() as conn:
+                yield conn
+        finally:
+            self._generation += 1
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncConnection]:
+        await self._ensure_schema()
+        async with translating_errors(), self._engine.connect() as conn:
+            yield conn
+
+    async def recall_memories(self, asked: RecallQuery) -> list[RecallHit]:
+        """Ranked in numpy over the owners' memories held in memory (`OwnerIndex`) and FTS5."""
+        owners = resolve_scopes(asked.user_id, asked.persona_id)
+        k = candidate_count(asked.limit)
+        branches: dict[str, Awaitable[dict[uuid.UUID, float]]] = {}
+        async with self.reading() as conn:
+            index = await self._owner_index(conn, owners, asked.team_id)
+            if is_empty_query(asked.text):
+                top = [m.id for m in top_order(index.memories)[:k]]
+                rows = [index.by_id[mid] for mid in index.with_same_key(set(top))]
+                return fuse(rows, {"top": top}, limit=asked.limit, weights=self._weights)
+            cues = query_cues(asked.text, now=datetime.now(UTC))
+            # FTS5 clamps the idf of a word in more than half of the rows to ~0: beside rarer words
+            # it only adds noise that score normalisation would blow up, so it is not matched
+            words = query_terms(cues.text)
+            match = fts5_match(informative_query(" ".join(words), index.word_share(words), max_share=0.5))
+            if asked.retriever in ("hybrid", "keyword") and match is not None:
+                branches["text"] = self._text_scores(conn, owners, asked.team_id, match, k)
+            if asked.retriever in ("hybrid", "vector"):
+                branches["vector"] = self._vector_scores(cues.text, asked.query_embedding, index, k)
+            # both branches wait on threads (SQLite's, numpy's) or the embedder: run them side by side,
+            # and let both finish before the connection is returned, even when one fails
+            results = await asyncio.gather(*branches.values(), return_exceptions=True)
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:
+            raise failed[0]
+        scores = {
+            name: branch
+            for name, branch in zip(branches, results, strict=True)
+            if isinstance(branch, dict) and branch
+        }
+        wanted = {mid for branch in scores.values() for mid in branch if mid in index.by_id}
+        rows = [index.by_id[mid] for mid in index.with_same_key(wanted)]
+        return fuse_scores(
+            rows,
+            scores,
+            limit=asked.limit,
+            fusion=self._fusion,
+            time_window=cues.time_window,
+            when=cues.when,
+        )
+
+    async def _vector_scores(
+        self, text: str, query_embedding: Sequence[float] | None, index: OwnerIndex, k: int
+    ) -> dict[uuid.UUID, float]:
+        """Cosine of the `k` memories nearest the query (its given embedding, else the embedder's)."""
+        if query_embedding is not None:
+            vector = checked_vector(query_embedding, self._schema.embedding_dim, "query embedding")
+        else:
+            vector = await query_vector(
+                self._embedder,
+                text,
+                index.word_share(query_terms(text)),
+                self._fusion,
+                self._schema.embedding_dim,
+            )
+        found = await asyncio.to_thread(top_cosines, index.matrix, index.usable, vector, k)
+        return {index.memories[row].id: cosine for row, cosine in found}
+
+    async def _stamp(self, conn: AsyncConnection) -> tuple[int, int]:
+        """Changes since the owners' rows were read: this store's writes and other connections'."""
+        version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar_one()
+        return self._generation, int(version)
+
+    async def _turn_window(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
+    ) -> TurnWindow:
+        """A context's recent turns prepared for ranking, read once and kept until anything is
+        written (as the owners' memories are)."""
+        key = (user_id, persona_id, team_id)
+        async with self.reading() as conn:
+            stamp = await self._stamp(conn)
+            cached = self._turn_windows.get(key, stamp)
+            if cached is not None:
+                return cached
+            window = await self._read_turn_window(conn, user_id, persona_id, team_id, stamp)
+        self._turn_windows.put(key, window)
+        return window
+
+    async def _read_turn_window(
+        self,
+        conn: AsyncConnection,
+        user_id: uuid.UUID,
+        persona_id: uuid.UUID | None,
+        team_id: uuid.UUID | None,
+        stamp: tuple[int, int],
+    ) -> TurnWindow:
+        """The context's `TURN_WINDOW` most recent turns, with their surrounding words and
+        embeddings, prepared for ranking off the event loop."""
+        t = self._schema.turns
+        stmt = (
+            select(*turn_columns(t), t.c.search_text, type_coerce(t.c.embedding, String))
+            .where(*turn_context(t, self.nil(), user_id, persona_id, team_id))
+            .order_by(t.c.at.desc())
+            .limit(TURN_WINDOW)
+        )
+        rows = (await conn.execute(stmt)).all()
+        turns = [turn_from_row(row) for row in rows]
+        return await asyncio.to_thread(
+            turn_window,
+            turns,
+            [row[-1] for row in rows],
+            self._schema.embedding_dim,
+            stamp,
+            [row[-2] for row in rows],
+        )
+
+    async def _owner_index(
+        self, conn: AsyncConnection, owners: Sequence[OwnerRef], team_id: uuid.UUID | None
+    ) -> OwnerIndex:
+        """The owners' active memories visible in the team context, and their embeddings, read once
+        and kept until anything is written."""
+        key = (tuple(owners), team_id)
+        stamp = await self._stamp(conn)
+        cached = self._indexes.get(key, stamp)
+        if cached is not None:
+            return cached
+        m = self._schema.memories
+        statement = select(*memory_columns(m), type_coerce(m.c.embedding, String)).where(
+            m.c.status == "active", owner_clause(m, owners), team_clause(m, team_id)
+        )
+        rows = (await conn.execute(statement)).all()
+        memories = [memory_from_row(row) for row in rows]
+        index = await asyncio.to_thread(
+            owner_index, stamp, memories, [row[-1] for row in rows], self._schema.embedding_dim
+        )
+        self._indexes.put(key, index)
+        return index
+
+    async def _text_scores(
+        self,
+        conn: AsyncConnection,
+        owners: Sequence[OwnerRef],
+        team_id: uuid.UUID | None,
+        match: str,
+        k: int,
+    ) -> dict[uuid.UUID, float]:
+        """FTS5 BM25 (higher is better) of the owners' active memories visible in the team context
+        matching any query word."""
+        bm25 = bm25_expression(self._fusion.key_weight)
+        statement = text(
+            f"SELECT memory_id, -{bm25} FROM memories_fts WHERE memories_fts MATCH :match "
+            # ties by rowid: reading each match's memory_id for the tie-break cost a third of the query
+            f"ORDER BY {bm25}, rowid LIMIT :k"
+        )
+        rows = (await conn.execute(statement, {"match": owner_match(owners, team_id, match), "k": k})).all()
+        return {uuid.UUID(str(row[0])): float(row[1]) for row in rows}
 
     def nil(self) -> ColumnElement[Any]:
         """The nil uuid literal (uuids are text on SQLite)."""
@@ -100,7 +418,7 @@ class SqliteBackend:
             .order_by(m.c.updated_at.desc())
             .limit(limit)
         )
-        async with self._reading() as conn:
+        async with self.reading() as conn:
             return [memory_from_row(row) for row in (await conn.execute(stmt)).all()]
 
     async def insert_turns(
@@ -142,40 +460,10 @@ class SqliteBackend:
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
     ) -> TermStats:
         """The query words' shares of the context's cached window."""
-        return window_term_stats(await self._turn_windows(user_id, persona_id, team_id), text)
+        return window_term_stats(await self._turn_window(user_id, persona_id, team_id), text)
 
-    async def recall_turns(
-        self,
-        user_id: uuid.UUID,
-        persona_id: uuid.UUID | None,
-        team_id: uuid.UUID | None,
-        query: str,
-        vector: Sequence[float],
-        k: int,
-        limit: int,
-        *,
-        text: str,
-        stats: TermStats,
-    ) -> list[TurnHit]:
+    async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
         """The context's recent turns (the store's cached window) ranked with numpy and BM25."""
-        window = await self._turn_windows(user_id, persona_id, team_id)
-        scores = await asyncio.to_thread(window_scores, window, text, vector, k)
-        return fuse_turn_scores(window.turns, scores, limit, query=query, now=datetime.now(UTC))
-
-
-def cosines(matrix: Sequence[Any], vector: Sequence[float]) -> list[float]:
-    """Cosine similarity of `vector` to each row (rows without an embedding: -inf)."""
-    if not matrix:
-        return []
-    q = np.asarray(vector, dtype=np.float32)
-    q_norm = float(np.linalg.norm(q)) or 1.0
-    present = [i for i, row in enumerate(matrix) if row is not None]
-    out = [float("-inf")] * len(matrix)
-    if present:
-        rows = np.asarray([matrix[i] for i in present], dtype=np.float32)
-        norms = np.linalg.norm(rows, axis=1)
-        norms[norms == 0] = 1.0
-        sims = rows @ q / (norms * q_norm)
-        for i, s in zip(present, sims.tolist(), strict=True):
-            out[i] = float(s)
-    return out
+        window = await self._turn_window(asked.user_id, asked.persona_id, asked.team_id)
+        scores = await asyncio.to_thread(window_scores, window, asked.text, asked.vector, asked.k)
+        return fuse_turn_scores(window.turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))

@@ -11,7 +11,7 @@ from api.errors import BadInput, Forbidden
 from api.principal import Principal
 from api.tool_calls import ToolSubject, tool_subject
 from api.ui_core import Names, group_my_memories
-from store.core.directory import MAX_NAME_CHARS, clean_name, directory_entries
+from store.rules.directory import MAX_NAME_CHARS, clean_name, directory_entries
 from worker.events import ConversationEnded, EventLimits, event_names, parse_event
 
 TEAM_A, TEAM_B, PERSONA = uuid.UUID(int=0xA), uuid.UUID(int=0xB), uuid.UUID(int=9)

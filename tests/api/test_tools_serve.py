@@ -237,7 +237,7 @@ async def test_python_http_and_mcp_give_the_same_answer(
         assert all(needle in text for needle in row.contains), (channel, answer)
         assert OTHER_TEAM_SECRET not in text, (channel, answer)
         # the team-B fact is never touched from team A
-        left = await store.list(MemoryFilter(owner_id=user, key="office"))
+        left = await store.list_memories(MemoryFilter(owner_id=user, key="office"))
         assert [m.value for m in left] == [OTHER_TEAM_SECRET]
     assert all(answer == answers["python"] for answer in answers.values()), answers
 
@@ -255,8 +255,8 @@ async def test_a_save_that_is_only_a_secret_stores_nothing_through_any_channel(
         user = uuid.uuid4()
         answer = await call(user)
         assert "holds only a secret" in answer["error"], (channel, answer)
-        assert await store.list(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
-        assert await store.list(MemoryFilter(owner_id=user)) == [], channel
+        assert await store.list_memories(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
+        assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
 
 
 async def test_tool_lists_agree(served: Served) -> None:
@@ -376,7 +376,7 @@ async def test_mcp_refuses_before_any_tool_runs(
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if tokens[credential]:
         headers["Authorization"] = f"Bearer {tokens[credential]}"
-    before = await store.list(MemoryFilter(owner_id=other))
+    before = await store.list_memories(MemoryFilter(owner_id=other))
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -392,7 +392,7 @@ async def test_mcp_refuses_before_any_tool_runs(
     assert refusal["jsonrpc"] == "2.0" and refusal["id"] == 1, refusal
     reason = refusal["error"]["message"]
     assert reason == REASONS[credential, tuple(context)], reason
-    assert await store.list(MemoryFilter(owner_id=other)) == before
+    assert await store.list_memories(MemoryFilter(owner_id=other)) == before
     # the SDK's client raises that message, without reaching a tool
     # (the SDK may wrap its MCPError in exception groups: `mcp_errors` finds it)
     with pytest.raises(Exception) as caught:
@@ -400,7 +400,7 @@ async def test_mcp_refuses_before_any_tool_runs(
             await client.call_tool("forget", {"subject": "me", "key": "diet"})
     raised = mcp_errors(caught.value)
     assert [error.message for error in raised] == [reason], caught.value
-    assert await store.list(MemoryFilter(owner_id=other)) == before
+    assert await store.list_memories(MemoryFilter(owner_id=other)) == before
 
 
 def mcp_errors(raised: BaseException) -> list[MCPError]:

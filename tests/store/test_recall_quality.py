@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import (
+from store.model import Memory
+from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
+from store.rules.recall import (
     ScoreFusion,
     bm25_idf,
     candidate_features,
@@ -20,9 +22,7 @@ from store.core.recall import (
     query_cues,
     term_stats,
 )
-from store.model import Memory
-from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
-from store.sqlite.store import bm25_expression
+from store.sqlite.fts import bm25_expression
 from tests.factories import stored_fact, user_fact
 from tests.store.store_testkit import MakeStore, Store
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from extraction.embeddings import HashingEmbedder
-from store.core.recall import top_cosines, unit_rows
 from store.model import NewMemory, OwnerRef
-from store.sqlite.store import SqliteMemoryStore, owner_match, owner_token
+from store.sqlite.fts import owner_match, owner_token
+from store.sqlite.ranking import top_cosines, unit_rows
+from store.sqlite.store import SqliteMemoryStore
 from tests.factories import user_fact
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from store.model import DirectoryEntry, MemoryFilter, NewTurn, SettingsRow
 from store.rules.admission import admit, admit_memory, has_content
 from store.rules.hint import build_hint
+from store.services.context_recall import ContextRecall, items_in_context
 from tests.factories import HOSTILE_TEXT, leaks, user_fact
 from tests.store.store_testkit import Store
 
@@ -67,7 +68,7 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
             await store.upsert(memory)
         with pytest.raises(ValueError, match=r"key: |value: "):
             await store.write_event(event_id=event, memories=[memory])
-        assert await store.list(MemoryFilter(owner_id=user)) == []
+        assert await store.list_memories(MemoryFilter(owner_id=user)) == []
         memory = user_fact(user, "home city", "Lives in Lisbon", evidence=f"user: {evidence}")
     written = await store.upsert(memory)
     other = dataclasses.replace(memory, key="the other note", status="pending_review")
@@ -97,10 +98,15 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
 
     kept = await store.conversation(user, event)
     assert len(kept) == sum(has_content(admit(text).text) for text in said)
-    items = await store.recall_items(user, None, f"{key} {value} {' '.join(said)}", 20)
+    items = await items_in_context(
+        store,
+        ContextRecall(
+            user_id=user, persona_id=None, team_id=None, query=f"{key} {value} {' '.join(said)}", limit=20
+        ),
+    )
     reads = {
         "get": await store.get_by_id(written.memory_id),
-        "list": await store.list(MemoryFilter(owner_id=user)),
+        "list": await store.list_memories(MemoryFilter(owner_id=user)),
         "export": await store.export_user(user),
         "conversation": kept,
         "recall": items,

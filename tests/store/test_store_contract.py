@@ -357,7 +357,7 @@ async def test_a_processed_event_is_a_duplicate_and_writes_nothing(store: Store)
     await store.write_event(event_id=event, memories=[mem(owner=user, key="a", value="1")])
     again = await store.write_event(event_id=event, memories=[mem(owner=user, key="b", value="2")])
     assert again.duplicate is True and again.results == ()
-    assert [m.key for m in await store.list(MemoryFilter(owner_id=user))] == ["a"]
+    assert [m.key for m in await store.list_memories(MemoryFilter(owner_id=user))] == ["a"]
 
 
 @pytest.mark.parametrize("deduplicated", [False, True])
@@ -405,7 +405,7 @@ async def test_concurrent_writers_of_one_event_write_it_once(store: Store) -> No
     outcomes = await asyncio.gather(*(store.write_event(event_id=event, memories=batch) for _ in range(4)))
     assert sorted(o.duplicate for o in outcomes) == [False, True, True, True]
     assert await store.count_by_owner("user", user) == 5
-    for memory in await store.list(MemoryFilter(owner_id=user)):
+    for memory in await store.list_memories(MemoryFilter(owner_id=user)):
         assert await actions(store, memory.id) == ["add"]
 
 
@@ -461,20 +461,24 @@ async def test_list_filters_by_every_field_newest_first(store: Store) -> None:
     await store.upsert(mem(owner=user, key="Alice / city", value="Porto", status="pending_review"))
     await store.upsert(mem(owner=user, key="alice / pet", value="cat", channel=channel))
     await store.upsert(mem(scope="persona_user", owner=persona, user=user, key="tone", value="formal"))
-    assert len(await store.list(MemoryFilter(owner_id=user))) == 3
-    assert [m.key for m in await store.list(MemoryFilter(owner_id=user, status="pending_review"))] == [
-        "Alice / city"
-    ]
-    assert {m.key for m in await store.list(MemoryFilter(key_prefix="Alice / "))} == {
+    assert len(await store.list_memories(MemoryFilter(owner_id=user))) == 3
+    assert [
+        m.key for m in await store.list_memories(MemoryFilter(owner_id=user, status="pending_review"))
+    ] == ["Alice / city"]
+    assert {m.key for m in await store.list_memories(MemoryFilter(key_prefix="Alice / "))} == {
         "Alice / birthday",
         "Alice / city",
     }
-    assert [m.key for m in await store.list(MemoryFilter(source_channel_id=channel))] == ["alice / pet"]
-    assert [m.key for m in await store.list(MemoryFilter(scope="persona_user", user_id=user))] == ["tone"]
-    assert [m.key for m in await store.list(MemoryFilter(key="tone"))] == ["tone"]
-    newest_first = [m.key for m in await store.list(MemoryFilter(owner_id=user))]
+    assert [m.key for m in await store.list_memories(MemoryFilter(source_channel_id=channel))] == [
+        "alice / pet"
+    ]
+    assert [m.key for m in await store.list_memories(MemoryFilter(scope="persona_user", user_id=user))] == [
+        "tone"
+    ]
+    assert [m.key for m in await store.list_memories(MemoryFilter(key="tone"))] == ["tone"]
+    newest_first = [m.key for m in await store.list_memories(MemoryFilter(owner_id=user))]
     assert newest_first[0] == "alice / pet"
-    page = await store.list(MemoryFilter(owner_id=user, limit=2, offset=2))
+    page = await store.list_memories(MemoryFilter(owner_id=user, limit=2, offset=2))
     assert [m.key for m in page] == newest_first[2:]
 
 

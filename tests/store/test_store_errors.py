@@ -74,17 +74,17 @@ async def test_statement_timeout_and_constraint_errors_are_not_outages(database_
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=8), statement_timeout_s=0.2)
     try:
         with pytest.raises(StoreTimeout):
-            async with store._reading() as conn:
+            async with store.backend.reading() as conn:
                 await conn.execute(sqlalchemy.text("SELECT pg_sleep(2)"))
         insert = sqlalchemy.text(
             "INSERT INTO processed_events (event_id, processed_at, memory_count, actor)"
             " VALUES (:e, now(), 0, 'test')"
         )
         event_id = uuid.uuid4()
-        async with store._transaction() as conn:
+        async with store.backend.transaction() as conn:
             await conn.execute(insert, {"e": event_id})
         with pytest.raises(StoreIntegrityError) as caught:
-            async with store._transaction() as conn:
+            async with store.backend.transaction() as conn:
                 await conn.execute(insert, {"e": event_id})
         assert "INSERT" not in str(caught.value)
     finally:

@@ -220,11 +220,11 @@ async def test_several_new_memories_of_one_owner_each_meet_their_own_nearest(
     ]
     vectors = [list(m.embedding or []) for m in new]
     with recorded(store) as traffic:
-        async with store._transaction() as conn:
-            together = await store._neighbours_in(conn, new, vectors, 3)
-    async with store._transaction() as conn:
+        async with store.backend.transaction() as conn:
+            together = await store.backend.neighbours(conn, new, vectors, 3)
+    async with store.backend.transaction() as conn:
         alone = [
-            (await store._neighbours_in(conn, [m], [v], 3))[0] for m, v in zip(new, vectors, strict=True)
+            (await store.backend.neighbours(conn, [m], [v], 3))[0] for m, v in zip(new, vectors, strict=True)
         ]
 
     def found(neighbours: list[Neighbour]) -> list[tuple[str, float]]:

@@ -108,7 +108,7 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
         rollbacks += sum(s.sql == "ROLLBACK" for s in traffic.sent)
         assert await store.is_processed(event)
         assert results[path].results[0].memory_id == old.memory_id
-        rows = await store.list(MemoryFilter(owner_id=owner, status=None))
+        rows = await store.list_memories(MemoryFilter(owner_id=owner, status=None))
         assert sorted((m.key, m.value) for m in rows) == [("city", "Lives in Porto"), ("pet", "Has a dog")]
     assert [(r.action, r.near_duplicate) for r in results["pipelined"].results] == [
         (r.action, r.near_duplicate) for r in results["general"].results
@@ -122,7 +122,7 @@ async def test_a_processed_event_is_refused_without_writing(store: PostgresMemor
     await write(store, event, fact(owner, "city", "Lives in Lyon"))
     again = await write(store, event, fact(owner, "pet", "Has a cat"))
     assert again.duplicate and again.results == ()
-    assert [m.key for m in await store.list(MemoryFilter(owner_id=owner))] == ["city"]
+    assert [m.key for m in await store.list_memories(MemoryFilter(owner_id=owner))] == ["city"]
     assert await in_transaction(pg_url) == 0
 
 
@@ -407,7 +407,9 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
         if path == "pipelined":
             assert (traffic.round_trips, traffic.through_sqlalchemy) == (pipelines, [])
         assert await store.is_processed(event)
-        memories = sorted(await store.list(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key)
+        memories = sorted(
+            await store.list_memories(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key
+        )
         revisions = {r.memory_id: r for r in await store.pending_revisions()}
         left[path] = {
             "results": [(r.action, r.revision_id is not None, r.near_duplicate) for r in written.results],
@@ -481,6 +483,6 @@ async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_r
     assert [(r.action, r.memory_id) for r in written.results] == [("updated", stored.memory_id)]
     assert store.conflict_retries == retries + (hidden - 1)
     assert calls == hidden + 1
-    rows = await store.list(MemoryFilter(owner_id=owner, status=None))
+    rows = await store.list_memories(MemoryFilter(owner_id=owner, status=None))
     assert [(m.key, m.value) for m in rows] == [("city", "Moved to Porto last spring")]
     assert await in_transaction(pg_url) == 0

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.core.recall import normalize_key
 from store.model import Memory, MemoryFilter, NewMemory, Scope, Status
+from store.rules.recall import normalize_key
 from tests.store.store_testkit import Store
 
 USERS = [uuid.UUID(int=i) for i in range(1, 4)]
@@ -98,5 +98,5 @@ async def test_recall_never_leaks_other_owners_or_inactive_rows(
 
 
 async def _visible_active(store: Store, me: uuid.UUID, persona: uuid.UUID | None) -> list[Memory]:
-    everything = await store.list(MemoryFilter(status="active", limit=1000))
+    everything = await store.list_memories(MemoryFilter(status="active", limit=1000))
     return [m for m in everything if visible(m.scope, m.owner_id, m.user_id, me, persona)]

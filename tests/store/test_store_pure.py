@@ -9,18 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from store.core.recall import (
-    candidate_count,
-    fuse,
-    is_empty_query,
-    keyword_terms,
-    normalize_key,
-    resolve_scopes,
-    rrf_scores,
-    top_order,
-    websearch_or_query,
-    writable_owner,
-)
 from store.core.writes import key_identity
 from store.model import (
     Memory,
@@ -32,10 +20,21 @@ from store.model import (
     Status,
     UpsertResult,
 )
+from store.postgres.dialect import websearch_or_query
 from store.postgres.event_write import plan_stored_keys
 from store.postgres.recall_sql import owner_sql, recall_sql
 from store.rules.hint import build_memory_hint
 from store.rules.policy import merge_settings, plan_approve, plan_reject, plan_upsert, same_value
+from store.rules.recall import (
+    candidate_count,
+    fuse,
+    normalize_key,
+    resolve_scopes,
+    rrf_scores,
+    top_order,
+    writable_owner,
+)
+from store.rules.terms import is_empty_query, keyword_terms
 from store.rules.urls import DatabaseUrlError, backend_of, to_sqlalchemy_url
 from tests.factories import user_fact
 

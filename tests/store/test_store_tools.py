@@ -82,7 +82,7 @@ async def test_remember_recall_forget_about_the_user(store: Store) -> None:
     await tools.remember("me", "favourite food", "Ramen")
     found = await tools.recall("user", "favourite food")
     assert found["found"] is True and [f["value"] for f in found["facts"]] == ["Ramen"]
-    assert [m.key for m in await store.list(MemoryFilter(owner_id=tools.context.user_id))] == [
+    assert [m.key for m in await store.list_memories(MemoryFilter(owner_id=tools.context.user_id))] == [
         "favourite food"
     ]
     assert (await tools.forget("myself", "favourite food"))["forgotten"] == 1

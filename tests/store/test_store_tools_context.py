@@ -32,7 +32,9 @@ async def test_the_team_bounds_every_tool(store: Store) -> None:
     assert (await tools.recall("me", "office"))["found"] is False
     assert (await tools.recall("me", "diet"))["found"] is True
     assert (await tools.forget("me", "office"))["forgotten"] == 0
-    assert [m.value for m in await store.list(MemoryFilter(owner_id=user, key="office"))] == ["Berlin"]
+    assert [m.value for m in await store.list_memories(MemoryFilter(owner_id=user, key="office"))] == [
+        "Berlin"
+    ]
     # in team B, team A's memory is out of reach
     other = tools_in(store, user, TEAM_B)
     assert (await other.forget("me", "hometown"))["forgotten"] == 0
@@ -53,7 +55,7 @@ async def test_review_tool_saves_and_memory_off(store: Store) -> None:
     off = tools_in(store, user, TEAM_B)
     assert (await off.memory_save("city", "Porto"))["saved"] is False
     assert (await off.memory_recall())["memories"] == []
-    assert await store.list(MemoryFilter(owner_id=user, key="city")) == []
+    assert await store.list_memories(MemoryFilter(owner_id=user, key="city")) == []
 
 
 async def test_directory_keeps_the_latest_name(store: Store) -> None:

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.model import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
+from store.services.context_recall import ContextRecall, items_in_context
 from tests.factories import user_fact
 from tests.store.store_testkit import Store
 
@@ -131,16 +132,28 @@ async def test_turn_recall_finds_what_was_said_and_only_for_its_speaker(store: S
     assert await store.recall_turns(user, None, "", 5) == []
 
 
-async def test_recall_items_merges_memories_and_turns_and_include_selects(store: Store) -> None:
+async def test_recall_in_context_merges_memories_and_turns_and_include_selects(store: Store) -> None:
     user = uuid.uuid4()
     await store.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
     await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")])
-    both = await store.recall_items(user, None, "Porto Ana", 10)
+    both = await items_in_context(
+        store, ContextRecall(user_id=user, persona_id=None, team_id=None, query="Porto Ana", limit=10)
+    )
     # the reviewed fact leads: no turn is closer to the question (this turn has no embedding)
     assert [i.kind for i in both] == ["memory", "turn"]
-    only_turns = await store.recall_items(user, None, "Porto Ana", 10, include=("turns",))
+    only_turns = await items_in_context(
+        store,
+        ContextRecall(
+            user_id=user, persona_id=None, team_id=None, query="Porto Ana", limit=10, include=("turns",)
+        ),
+    )
     assert [i.kind for i in only_turns] == ["turn"]
-    only_memories = await store.recall_items(user, None, "Porto Ana", 10, include=("memories",))
+    only_memories = await items_in_context(
+        store,
+        ContextRecall(
+            user_id=user, persona_id=None, team_id=None, query="Porto Ana", limit=10, include=("memories",)
+        ),
+    )
     assert [i.kind for i in only_memories] == ["memory"]
 
 
@@ -364,7 +377,12 @@ async def test_the_speaker_is_kept_shown_and_exported_and_the_search_text_finds_
     assert {h.turn.text for h in hits} >= {"Madeira, twice!"}
     # its own words rank a turn above one that only has them around it
     assert hits[0].turn.text == "where did you go sailing last summer?"
-    items = await store.recall_items(user, None, "Madeira", 5, include=("turns",))
+    items = await items_in_context(
+        store,
+        ContextRecall(
+            user_id=user, persona_id=None, team_id=None, query="Madeira", limit=5, include=("turns",)
+        ),
+    )
     speakers = {item.turn.text: item.turn.speaker for item in items if item.turn is not None}
     assert speakers["Madeira, twice!"] == "Ada"
 

@@ -10,23 +10,25 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.core.turns import (
+from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
+from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
+from store.rules.turn_recall import (
     ItemMerge,
-    bm25_ranking,
-    bm25_scores,
     distinct_turns,
     fuse_turn_scores,
     leading_memories,
     merge_recall,
-    once_each,
     parse_include,
+    without_quoted_turns,
+)
+from store.sqlite.turn_ranking import (
+    bm25_ranking,
+    bm25_scores,
+    once_each,
     turn_window,
     vector_ranking,
     window_term_stats,
-    without_quoted_turns,
 )
-from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
-from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
 from tests.factories import past_turn, stored_fact
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)

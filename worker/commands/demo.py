@@ -329,7 +329,7 @@ async def _print_pending(store: Any, cast: Cast) -> None:
     print("memories per owner (extracted as pending_review; active once approved):")
     by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for owner in (*cast.users, *cast.personas):
-        for memory in await store.list(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
+        for memory in await store.list_memories(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
             if memory.status == "archived":
                 continue
             label = _label(cast, memory.owner_id)
@@ -353,7 +353,9 @@ async def _approve_and_recall(store: Any, cast: Cast, catalogue: dict[str, Any])
     user, persona, team = (uuid.UUID(catalogue[kind]) for kind in ("user", "persona", "team"))
     approved = 0
     for owner in (user, persona):
-        for memory in await store.list(MemoryFilter(owner_id=owner, status="pending_review", limit=200)):
+        for memory in await store.list_memories(
+            MemoryFilter(owner_id=owner, status="pending_review", limit=200)
+        ):
             if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != user):
                 continue
             if await store.approve(memory.id, actor="pmem-demo") is not None:

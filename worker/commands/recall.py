@@ -11,9 +11,9 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from store.core.recall import RETRIEVERS
-from store.core.turns import parse_include
 from store.model import INCLUDE_ALL, RecallItem
+from store.rules.recall import RETRIEVERS
+from store.rules.turn_recall import parse_include
 from store.services.context_recall import ContextRecall, items_in_context
 from store.services.json_shapes import recall_item_json
 from worker.commands.errors import run_reporting_database_errors

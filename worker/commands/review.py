@@ -75,7 +75,7 @@ async def _list(store: Store, args: argparse.Namespace) -> dict[str, Any]:
         status=None if args.status == "all" else args.status,
         limit=args.limit,
     )
-    memories = await store.list(flt)
+    memories = await store.list_memories(flt)
     revisions: list[dict[str, Any]] = []
     if args.status in ("pending_review", "all"):
         for revision in await store.pending_revisions():

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from store.core.recall import RETRIEVERS, ScoreFusion
 from store.model import Retriever
+from store.rules.recall import RETRIEVERS, ScoreFusion
 from worker.evaluation.locomo import UNIT_KINDS, ObservationContext, Split
 from worker.evaluation.product import INCLUDES, Include
 

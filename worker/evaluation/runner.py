@@ -320,7 +320,9 @@ async def evaluate_extracted(
         for written in outcome.written:
             await store.approve(written.id, actor="pmem-eval")
         progress.update(1, label)
-    memories = await store.list(MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000))
+    memories = await store.list_memories(
+        MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000)
+    )
 
     results = await ask_questions(
         store,

@@ -16,8 +16,8 @@ from store.protocols import Embedder
 from worker.evaluation.options import EvalOptions
 
 if TYPE_CHECKING:
-    from store.core.recall import ScoreFusion
     from store.factory import Store
+    from store.rules.recall import ScoreFusion
 
 
 async def fresh_store(

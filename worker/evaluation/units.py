@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
-from store.core.recall import mean_direction
 from store.model import NewMemory
+from store.rules.recall import mean_direction
 from worker.evaluation.cache import CachingEmbedder
 from worker.evaluation.locomo import Conversation, Unit, UnitKind, session_datetime
 from worker.evaluation.options import EvalOptions

@@ -1,7 +1,7 @@
-"""Pure recall logic shared by both stores: scope resolution, query terms and cues, BM25 statistics,
-reciprocal rank and score fusion, merging the same key across scopes, and the vector scoring the
-SQLite store does in numpy. No I/O: the Postgres and SQLite stores only fetch candidates and call
-these functions, so both rank the same way.
+"""Pure recall logic shared by both stores: scope resolution, query cues, BM25 statistics,
+reciprocal rank and score fusion, merging the same key across scopes. No I/O: the Postgres and
+SQLite stores only fetch candidates and call these functions, so both rank the same way (the
+SQLite store's in-process vector and full-text scoring is `store.sqlite.ranking`).
 
 Fusion works on *rankings* (ordered id lists, one per retriever). A memory's score is the sum over
 rankings of `weight / (k + rank)` (rank from 1). Memories that share a key (case and whitespace
@@ -13,7 +13,6 @@ by the row it overrides.
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,25 +25,12 @@ from store.model import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
 from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
 from store.rules.keys import embedding_text as embedding_text  # re-exported; store.rules.keys is the one home
 from store.rules.keys import normalize_key as normalize_key
+from store.rules.terms import is_empty_query
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RETRIEVERS: tuple[Retriever, ...] = ("hybrid", "vector", "keyword")
 RRF_K = 60
 DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "text": 1.0, "top": 1.0}
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-# Postgres' english configuration drops these; the SQLite LIKE fallback drops them too so that
-# "what does he like" does not match every row containing "he".
-_STOPWORDS_TEXT = """
-a about above after again against all am an and any are as at be because been before being below
-between both but by can could did do does doing down during each few for from further had has have
-having he her here hers herself him himself his how i if in into is it its itself just me more most
-my myself no nor not now of off on once only or other our ours ourselves out over own same she
-should so some such than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will with
-would you your yours yourself yourselves
-"""
-STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 
 def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
@@ -63,32 +49,6 @@ def writable_owner(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> OwnerRef
     if persona_id is None:
         return OwnerRef(scope="user", owner_id=user_id)
     return OwnerRef(scope="persona_user", owner_id=persona_id, user_id=user_id)
-
-
-def query_terms(query: str) -> list[str]:
-    """Lower-cased word tokens of a query, first occurrence order, without duplicates."""
-    seen: dict[str, None] = {}
-    for token in _WORD.findall(query.lower()):
-        seen.setdefault(token, None)
-    return list(seen)
-
-
-def keyword_terms(query: str) -> list[str]:
-    """Terms worth matching as substrings (stop words and 1-character tokens removed)."""
-    return [t for t in query_terms(query) if t not in STOPWORDS and len(t) > 1]
-
-
-def is_empty_query(query: str | None) -> bool:
-    """True when the query has no word at all: recall then returns the top memories."""
-    return not query or not query_terms(query)
-
-
-def websearch_or_query(query: str) -> str | None:
-    """Input for Postgres `websearch_to_tsquery` that ORs every term (None when there is none).
-
-    Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
-    terms = [t for t in query_terms(query) if t != "or"]
-    return " or ".join(terms) if terms else None
 
 
 def candidate_count(limit: int) -> int:
@@ -426,46 +386,3 @@ def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
     summed = np.sum(np.asarray(vectors, dtype=np.float64), axis=0)
     norm = float(np.linalg.norm(summed))
     return [float(x) for x in (summed / norm if norm > 0 else summed)]
-
-
-def fts5_match(text: str) -> str | None:
-    """An SQLite FTS5 MATCH expression ORing the query's informative words (each a quoted string, so
-    user text cannot inject FTS5 syntax); None when there is none."""
-    terms = [t for t in keyword_terms(text) if t != "or"]
-    return " OR ".join(f'"{t}"' for t in terms) if terms else None
-
-
-# -- vectors in numpy (SQLite) ---------------------------------------------------------------------
-
-
-def unit_rows(matrix: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """Rows scaled to unit length (zero rows stay zero, so they score 0 against any query)."""
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0.0] = 1.0
-    scaled: np.ndarray[Any, np.dtype[np.float32]] = (matrix / norms).astype(np.float32, copy=False)
-    return scaled
-
-
-def top_cosines(
-    unit_matrix: np.ndarray[Any, np.dtype[np.float32]],
-    usable: np.ndarray[Any, np.dtype[np.bool_]],
-    query_vector: Sequence[float],
-    k: int,
-) -> list[tuple[int, float]]:
-    """(row index, cosine) of the `k` rows most similar to the query, best first; rows not `usable`
-    (no embedding) are skipped, ties go to the lower index."""
-    query = np.asarray(query_vector, dtype=np.float32)
-    norm = float(np.linalg.norm(query))
-    if norm == 0.0 or unit_matrix.shape[0] == 0 or unit_matrix.shape[1] != query.shape[0]:
-        return []
-    cosines = unit_matrix @ (query / norm)
-    cosines = np.where(usable, cosines, -np.inf)
-    take = min(k, int(usable.sum()))
-    if take <= 0:
-        return []
-    if take < cosines.shape[0]:
-        part = np.argpartition(-cosines, take - 1)[:take]
-    else:
-        part = np.arange(cosines.shape[0])
-    order = part[np.lexsort((part, -cosines[part]))]
-    return [(int(i), float(cosines[i])) for i in order]

@@ -1,0 +1,42 @@
+"""What the Postgres statements of the store share: the nil uuid literal, the text-search
+configuration and the full-text documents of memories and turns (generated columns), the
+`websearch_to_tsquery` input of a query, and the HNSW index's expression for a dimension."""
+
+from __future__ import annotations
+
+from store.rules.terms import query_terms
+
+NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
+# pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
+HNSW_VECTOR_MAX_DIM = 2000
+HNSW_HALFVEC_MAX_DIM = 4000
+TEXT_SEARCH_CONFIG = "english"
+# what full text searches in a memory: its key and value (weight A) and its evidence (weight B,
+# so a match in what was said counts, but less than one in the fact itself)
+MEMORY_TSV_SQL = (
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, key || ' ' || value), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(evidence, '')), 'B')"
+)
+# a turn is found by its own words and, weighing less, those of the turns around it (`search_text`
+# holds both; `text` alone for a turn stored without it)
+TURN_TSV_SQL = (
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text), 'A') || "
+    f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(search_text, '')), 'B')"
+)
+
+
+def websearch_or_query(query: str) -> str | None:
+    """Input for Postgres `websearch_to_tsquery` that ORs every term (None when there is none).
+
+    Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
+    terms = [t for t in query_terms(query) if t != "or"]
+    return " or ".join(terms) if terms else None
+
+
+def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:
+    """(indexed expression, operator class) of the HNSW index for a dimension; None above 4000."""
+    if embedding_dim <= HNSW_VECTOR_MAX_DIM:
+        return "embedding", "vector_cosine_ops"
+    if embedding_dim <= HNSW_HALFVEC_MAX_DIM:
+        return f"(embedding::halfvec({embedding_dim}))", "halfvec_cosine_ops"
+    return None
