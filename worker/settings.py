@@ -6,6 +6,7 @@ import re
 from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from store.factory import StoreOptions
@@ -154,9 +155,12 @@ class Settings(BaseSettings):
     @classmethod
     def _database_url_is_postgres_or_sqlite(cls, value: str) -> str:
         if not value.startswith(("postgresql", "postgres://", "sqlite")):
-            raise ValueError(
-                "PMEM_DATABASE_URL must be a postgresql://… (or sqlite:///…) URL, "
-                f"got {value.split('://', 1)[0]!r}"
+            # pydantic's own type for a URL of another scheme: its report names the schemes
+            # expected in plain words (store.rules.input_errors)
+            raise PydanticCustomError(
+                "url_scheme",
+                "PMEM_DATABASE_URL must be a postgresql://… (or sqlite:///…) URL",
+                {"expected_schemes": "'postgresql' or 'sqlite'"},
             )
         return value
 
@@ -167,9 +171,12 @@ class Settings(BaseSettings):
             return None
         for url in value.split(","):
             if not url.strip().startswith(("postgresql", "postgres://")):
+                # the scheme only: the rest of a URL may hold a password
+                scheme, separator, _ = url.strip().partition("://")
+                given = f"a {scheme}:// URL" if separator else "a value that is not a URL"
                 raise ValueError(
                     "PMEM_DATABASE_READ_URL must be postgresql://… URLs of read replicas, "
-                    f"comma-separated, got {url.strip().split('://', 1)[0]!r}"
+                    f"comma-separated, got {given}"
                 )
         return value
 
@@ -192,7 +199,15 @@ class Settings(BaseSettings):
     @field_validator("stream_max_age", "dlq_max_age", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
-        return parse_duration(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError:
+            # a type of its own: reported as "expected a duration (…)" with the value given
+            raise PydanticCustomError(
+                "duration_parsing", "not a duration (use seconds, or a number with s, m, h, d or w)"
+            ) from None
 
     @field_validator("auth_jwt_secret")
     @classmethod

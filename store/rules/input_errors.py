@@ -1,11 +1,14 @@
 """What is wrong with an input, in the caller's words: the field as they sent it (`messages[0].role`)
 and the JSON type expected ("expected an array"), never a Python type or a pydantic phrase.
 
-One place for the API's 422 answers and the worker's dead-letter reasons. Pure; the input value is
-never repeated (it may be a secret), only its JSON type."""
+One place for the API's 422 answers, the worker's dead-letter reasons and `pmem`'s report of a bad
+`PMEM_*` variable. Pure. A request's value is never repeated (it may be a secret), only its JSON
+type; a variable's value is (the user typed it), unless the caller says it is a secret."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +46,32 @@ _EXPECTED: dict[str, str] = {
     "date_parsing": "expected an ISO 8601 date string (e.g. 2026-05-01)",
     "none_required": "expected null",
 }
+
+
+# What a text value (an environment variable) should have been, by pydantic error type: every
+# variable arrives as a string, so the words name the kind of text, not a JSON type.
+_EXPECTED_TEXT: dict[str, str] = {
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_parsing_size": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "finite_number": "a finite number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "url_type": "a URL",
+    "url_parsing": "a URL",
+    "url_syntax_violation": "a URL",
+    "url_too_long": "a shorter URL",
+    "uuid_type": "a UUID",
+    "uuid_parsing": "a UUID",
+    "duration_parsing": "a duration (seconds, or a number with s, m, h, d or w: 90s, 30m, 12h, 7d)",
+}
+# a longer value is cut here: the line stays readable
+_SHOWN_CHARS = 80
+# pydantic lists expected values as "'a', 'b' or 'c'"
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
 
 def json_type(value: Any) -> str:
@@ -159,3 +188,52 @@ def unparsable_body(cause: BaseException | None) -> str:
     if isinstance(cause, RecursionError):
         return "body: not valid JSON (nested too deeply)"
     return "body: not valid JSON"
+
+
+def _choices(expected: object) -> list[str]:
+    return _QUOTED.findall(str(expected))
+
+
+def _expected_text(kind: str, context: Mapping[str, Any]) -> str | None:
+    if kind in _EXPECTED_TEXT:
+        return _EXPECTED_TEXT[kind]
+    if kind in ("literal_error", "enum"):
+        expected = context.get("expected", "")
+        choices = _choices(expected)
+        return f"one of: {', '.join(choices)}" if choices else f"one of {expected or 'the documented values'}"
+    if kind == "url_scheme":
+        schemes = _choices(context.get("expected_schemes", ""))
+        return f"a URL starting with {' or '.join(f'{s}://' for s in schemes)}" if schemes else "a URL"
+    return None
+
+
+def _given(value: Any, *, shown: bool) -> str:
+    if not shown:
+        return ", got a value that is not shown (it holds a secret)"
+    if value == "":
+        return ", got an empty value"
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) > _SHOWN_CHARS:
+        text = text[: _SHOWN_CHARS - 1] + "…"
+    # JSON quoting: a newline or a quote in the value cannot break the line
+    return f", got {json.dumps(text, ensure_ascii=False)}"
+
+
+def value_message(name: str | None, error: Mapping[str, Any], *, secret: bool) -> str:
+    """`NAME: expected <kind of value>, got "<value>"` for one error on a text value such as an
+    environment variable (None: a check across values, said as is); a secret is never shown."""
+    kind = str(error.get("type", ""))
+    context: Mapping[str, Any] = error.get("ctx") or {}
+    expected = _expected_text(kind, context)
+    if expected is not None:
+        said = f"expected {expected}"
+    else:
+        # a check's own words often name the variable already: say it once
+        said = problem(error).removeprefix(f"{name} " if name else "")
+    if name is None:
+        # a check across values: its input is every value at once
+        return said
+    if kind not in ("value_error", "assertion_error", "missing"):
+        # a check's own words describe the value already
+        said += _given(error.get("input"), shown=not secret)
+    return f"{name}: {said}"

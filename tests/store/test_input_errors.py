@@ -11,7 +11,14 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store.rules.input_errors import describe, field_name, json_type, message, unparsable_body
+from store.rules.input_errors import (
+    describe,
+    field_name,
+    json_type,
+    message,
+    unparsable_body,
+    value_message,
+)
 
 
 class Colour(enum.Enum):
@@ -158,3 +165,71 @@ def test_a_body_that_is_not_json_says_where() -> None:
 )
 def test_json_types(value: Any, expected: str) -> None:
     assert json_type(value) == expected
+
+
+class Variables(BaseModel):
+    """Text values as the environment gives them."""
+
+    count: int = Field(default=1, ge=1)
+    ratio: float = 0.5
+    flag: bool = False
+    provider: Literal["openai", "local", "hashing"] = "local"
+    colour: Colour = Colour.RED
+    api_key: int = 0
+
+
+def value_error_of(name: str, value: str, *, secret: bool = False) -> str:
+    with pytest.raises(ValidationError) as caught:
+        Variables.model_validate({name: value})
+    (error,) = caught.value.errors()
+    return value_message(f"PMEM_{name.upper()}", error, secret=secret)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("count", "many", 'PMEM_COUNT: expected a whole number, got "many"'),
+        ("count", "1.5", 'PMEM_COUNT: expected a whole number, got "1.5"'),
+        ("count", "", "PMEM_COUNT: expected a whole number, got an empty value"),
+        ("count", "0", 'PMEM_COUNT: must be at least 1, got "0"'),
+        ("ratio", "half", 'PMEM_RATIO: expected a number, got "half"'),
+        ("flag", "maybe", 'PMEM_FLAG: expected true or false, got "maybe"'),
+        ("provider", "remote", 'PMEM_PROVIDER: expected one of: openai, local, hashing, got "remote"'),
+        ("colour", "green", 'PMEM_COLOUR: expected one of: red, blue, got "green"'),
+    ],
+)
+def test_a_variable_names_the_kind_of_value_and_echoes_it(name: str, value: str, expected: str) -> None:
+    said = value_error_of(name, value)
+    assert said == expected
+    assert not any(word in said for word in PYTHON_WORDS), said
+
+
+def test_a_secret_variable_value_is_never_echoed() -> None:
+    said = value_error_of("api_key", "sk-secret-value-xyz", secret=True)
+    assert said == "PMEM_API_KEY: expected a whole number, got a value that is not shown (it holds a secret)"
+
+
+def test_a_url_of_another_scheme_names_the_schemes_expected() -> None:
+    error = {
+        "type": "url_scheme",
+        "loc": ("database_url",),
+        "input": "mysql://db/pmem",
+        "ctx": {"expected_schemes": "'postgresql' or 'sqlite'"},
+    }
+    assert value_message("PMEM_DATABASE_URL", error, secret=False) == (
+        'PMEM_DATABASE_URL: expected a URL starting with postgresql:// or sqlite://, got "mysql://db/pmem"'
+    )
+    bad = {"type": "url_parsing", "loc": ("u",), "input": "::", "ctx": {"error": "relative URL"}}
+    assert value_message("PMEM_U", bad, secret=False) == 'PMEM_U: expected a URL, got "::"'
+
+
+def test_a_check_that_names_the_variable_says_it_once_without_the_value() -> None:
+    error = {"type": "value_error", "loc": ("x",), "input": "v", "ctx": {"error": "PMEM_X must be long"}}
+    assert value_message("PMEM_X", error, secret=False) == "PMEM_X: must be long"
+    across = {"type": "value_error", "loc": (), "input": {"x": "v"}, "ctx": {"error": "PMEM_X needs PMEM_Y"}}
+    assert value_message(None, across, secret=True) == "PMEM_X needs PMEM_Y"
+
+
+def test_an_echoed_value_stays_on_one_short_line() -> None:
+    said = value_error_of("count", 'a "quoted"\nvalue' + "x" * 200)
+    assert "\n" not in said and len(said) < 140, said

@@ -10,8 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from worker.commands.errors import EXIT_CONFIGURATION, EXIT_UNREACHABLE, describe, redact, secrets_in
+from worker.commands.errors import (
+    EXIT_CONFIGURATION,
+    EXIT_UNREACHABLE,
+    describe,
+    describe_validation,
+    is_secret,
+    redact,
+    secrets_in,
+)
+from worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-pw"
@@ -44,8 +54,8 @@ def single_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_bad_pmem_value_names_the_variable_not_the_field() -> None:
     result = pmem("migrate", PMEM_CONCURRENCY="many")
     assert single_line(result) == (
-        "pmem migrate: PMEM_CONCURRENCY: Input should be a valid integer, unable to parse string as an "
-        "integer. Fix the value or unset the variable to use the default (README: Configuration)"
+        'pmem migrate: PMEM_CONCURRENCY: expected a whole number, got "many". Fix the value or unset the '
+        "variable to use the default (README: Configuration)"
     )
     assert result.returncode == EXIT_CONFIGURATION
 
@@ -53,7 +63,8 @@ def test_a_bad_pmem_value_names_the_variable_not_the_field() -> None:
 def test_a_database_url_of_another_kind_is_named_without_its_password() -> None:
     result = pmem("migrate", PMEM_DATABASE_URL=f"mysql://pmem:{PASSWORD}@db/pmem")
     assert single_line(result).startswith(
-        "pmem migrate: PMEM_DATABASE_URL: PMEM_DATABASE_URL must be a postgresql://… (or sqlite:///…) URL"
+        "pmem migrate: PMEM_DATABASE_URL: expected a URL starting with postgresql:// or sqlite://, got a "
+        "value that is not shown (it holds a secret). Fix the value"
     )
     assert result.returncode == EXIT_CONFIGURATION
 
@@ -97,7 +108,7 @@ def test_a_port_that_is_not_a_number_in_a_url() -> None:
 
 def test_a_port_variable_that_is_not_a_number() -> None:
     result = pmem("worker", PMEM_HTTP_PORT="94x4")
-    assert single_line(result).startswith("pmem worker: PMEM_HTTP_PORT: Input should be a valid integer")
+    assert single_line(result).startswith('pmem worker: PMEM_HTTP_PORT: expected a whole number, got "94x4".')
     assert result.returncode == EXIT_CONFIGURATION
 
 
@@ -141,3 +152,92 @@ def test_secrets_are_masked_wherever_they_appear() -> None:
     masked = redact(text, secrets_in(environ))
     assert PASSWORD not in masked and KEY not in masked
     assert "postgresql://pmem:***@127.0.0.1:1/pmem" in masked
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("PMEM_CONCURRENCY", "many", 'PMEM_CONCURRENCY: expected a whole number, got "many"'),
+        ("PMEM_CONCURRENCY", "0", 'PMEM_CONCURRENCY: must be at least 1, got "0"'),
+        ("PMEM_READ_MAX_LAG_S", "soon", 'PMEM_READ_MAX_LAG_S: expected a number, got "soon"'),
+        ("PMEM_LOG_JSON", "maybe", 'PMEM_LOG_JSON: expected true or false, got "maybe"'),
+        (
+            "PMEM_EMBEDDING_PROVIDER",
+            "remote",
+            'PMEM_EMBEDDING_PROVIDER: expected one of: openai, local, hashing, got "remote"',
+        ),
+        (
+            "PMEM_DATABASE_URL",
+            "mysql://db/pmem",
+            'PMEM_DATABASE_URL: expected a URL starting with postgresql:// or sqlite://, got "mysql://db/pmem"',
+        ),
+        (
+            "PMEM_STREAM_MAX_AGE",
+            "a week",
+            "PMEM_STREAM_MAX_AGE: expected a duration (seconds, or a number with s, m, h, d or w: 90s, "
+            '30m, 12h, 7d), got "a week"',
+        ),
+        (
+            "PMEM_DATABASE_READ_URL",
+            "replica-host",
+            "PMEM_DATABASE_READ_URL: must be postgresql://… URLs of read replicas, comma-separated, got a "
+            "value that is not a URL",
+        ),
+        (
+            "PMEM_AUTH_JWT_SECRET",
+            "short-secret",
+            "PMEM_AUTH_JWT_SECRET: must be at least 32 bytes",
+        ),
+    ],
+)
+def test_a_bad_variable_names_the_kind_of_value_in_plain_words(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    for name in os.environ:
+        if name.startswith(("PMEM_", "OPENAI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    said = describe_validation(caught.value)
+    assert said.startswith(expected), said
+    assert "Input should" not in said and "Value error" not in said, said
+    assert value not in said or not is_secret(variable, value), said
+
+
+def test_a_secret_value_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMEM_DATABASE_URL", f"mysql://pmem:{PASSWORD}@db/pmem")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    said = describe_validation(caught.value)
+    assert PASSWORD not in said and "mysql" not in said, said
+    assert said.startswith(
+        "PMEM_DATABASE_URL: expected a URL starting with postgresql:// or sqlite://, "
+        "got a value that is not shown (it holds a secret)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "secret"),
+    [
+        ("PMEM_LLM_API_KEY", "sk-1", True),
+        ("PMEM_AUTH_JWT_SECRET", "x", True),
+        ("PMEM_SOME_TOKEN", "x", True),
+        ("PMEM_DATABASE_URL", f"postgresql://pmem:{PASSWORD}@db/pmem", True),
+        ("PMEM_DATABASE_URL", f"host=db password={PASSWORD}", True),
+        ("PMEM_DATABASE_URL", "postgresql://pmem@db/pmem", False),
+        ("PMEM_CONCURRENCY", "many", False),
+    ],
+)
+def test_which_values_are_secret(variable: str, value: str, secret: bool) -> None:
+    assert is_secret(variable, value) is secret
+
+
+def test_a_check_across_variables_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PMEM_DATABASE_URL", "sqlite:///m.db")
+    monkeypatch.setenv("PMEM_DATABASE_READ_URL", "postgresql://r@replica/db")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    assert describe_validation(caught.value).startswith(
+        "PMEM_DATABASE_READ_URL names Postgres read replicas, but PMEM_DATABASE_URL is a SQLite file"
+    )

@@ -1,6 +1,7 @@
 """How `pmem` reports configuration and connection errors: one line that names the variable or flag
-and the fix, a documented exit code, and never a password or key (pydantic's `input_value`
-included). `describe` is pure; `worker.cli.main` prints its line (or the traceback with --debug).
+and the fix, a documented exit code, and never a password or key (a bad variable's value is shown
+only when it is not a secret). `describe` is pure; `worker.cli.main` prints its line (or the
+traceback with --debug).
 
 Exit codes:
 - 0: done.
@@ -21,6 +22,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from store.errors import StoreTimeout, StoreUnavailable
 from store.migrate import SchemaError
+from store.rules.input_errors import value_message
 from store.rules.urls import DatabaseUrlError
 
 EXIT_FAILED = 1
@@ -96,14 +98,22 @@ def variable_of(field: str) -> str:
     return VARIABLE_OF_FIELD.get(field, f"PMEM_{field.upper()}")
 
 
+def is_secret(variable: str, value: object) -> bool:
+    """Whether a variable's value must not be shown: a key, secret, password or token, or a URL
+    (or connection string) with a password in it."""
+    if SECRET_VARIABLE.search(variable):
+        return True
+    return isinstance(value, str) and bool(_URL_PASSWORD.search(value) or _PASSWORD_PARAM.search(value))
+
+
 def describe_validation(exc: ValidationError) -> str:
-    """A pydantic error on the settings as `VARIABLE: problem` (the input value never shown)."""
+    """A pydantic error on the settings as `VARIABLE: expected …, got "…"` (a secret never shown)."""
     parts: list[str] = []
-    for error in exc.errors(include_input=False, include_url=False):
+    for error in exc.errors(include_url=False):
         location = [str(part) for part in error.get("loc", ())]
-        field = location[0] if location else "?"
-        problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        parts.append(f"{variable_of(field)}: {problem}")
+        variable = variable_of(location[0]) if location else None
+        secret = variable is None or is_secret(variable, error.get("input"))
+        parts.append(value_message(variable, error, secret=secret))
     return (
         "; ".join(parts) + ". Fix the value or unset the variable to use the default (README: Configuration)"
     )
