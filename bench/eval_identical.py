@@ -42,7 +42,7 @@ def report(checkout: Path, locomo: Path, unit: str, store: str, args: argparse.N
         "--json",
     ]
     if unit == "product":
-        command += ["--include", "both"]
+        command += ["--include", "both", "--extractor", args.extractor]
     cache = args.embedding_cache
     command += ["--embedding-cache", str(cache)] if cache else ["--no-embedding-cache"]
     env = {**os.environ, "PYTHONPATH": str(SEEDED_IDS), "PMEM_BENCH_UUID_SEED": str(args.seed)}
@@ -69,6 +69,12 @@ def main() -> None:
     parser.add_argument("--split", default="all", choices=["dev", "test", "all"])
     parser.add_argument("--max-conversations", type=int, default=2)
     parser.add_argument("--embedding-cache", type=Path)
+    parser.add_argument(
+        "--extractor",
+        default="reference",
+        choices=["reference", "configured"],
+        help="the product unit's extractor (reference: LoCoMo's observations, the same in every checkout)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one report may take")
     parser.add_argument("--json", type=Path, help="write the table here")
