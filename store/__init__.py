@@ -15,12 +15,13 @@ runs on, and `core/` imports neither: `tests/test_directory_layering.py`):
                    pagination, urls
     core/          the one store, in SQLAlchemy Core, database-neutral: store (`CoreStore`, assembled
                    from one module per role: writes, review, listing, erasure, forgetting, settings,
-                   api_keys, embedding_models, directory, ui_sessions, turns and channel_turns),
-                   backend (the `Backend` Protocol: every database-specific operation — connections,
-                   transactions, the clock, replica routing, recall, the event write, the schema
-                   check — is a method of the backend the store holds), base (`StoreBase`,
-                   `replica_read`, embeddings, audit rows), rows (one column list and decoder per
-                   row kind, the model's fields), schema (the tables, built with a backend's
+                   api_keys, embedding_models, directory, ui_sessions, turns and channel_turns, each
+                   inheriting only `StoreBase`; one part reaches another through its module's functions
+                   of the store), backend (the `Backend` Protocol: every database-specific operation —
+                   connections, transactions, the clock, replica routing, recall, the event write, the
+                   schema check — is a method of the backend the store holds), base (`StoreBase`,
+                   `replica_read`, embeddings, audit rows), rows (one column list and decoder per row
+                   kind, the model's fields), schema (the tables, built with a backend's
                    `SchemaDialect`)
     postgres/      the Postgres + pgvector backend: store (`PostgresMemoryStore`: the core store
                    holding a `PgBackend`), backend (`PgBackend`, composed of the parts below),

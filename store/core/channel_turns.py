@@ -11,8 +11,7 @@ import uuid
 
 from sqlalchemy import ColumnElement, delete, func, select
 
-from store.core.base import replica_read
-from store.core.turns import ConversationTurns
+from store.core.base import StoreBase, replica_read
 from store.model import ChannelConversation, ConversationQuery, Page
 from store.rules.pagination import newest_first_page
 
@@ -30,7 +29,7 @@ def _ordered(values: set[uuid.UUID | None]) -> tuple[uuid.UUID | None, ...]:
     return tuple(sorted(values, key=lambda v: (v is None, str(v))))
 
 
-class ChannelConversations(ConversationTurns):
+class ChannelConversations(StoreBase):
     """Listing and deleting a person's turns by channel (both backends)."""
 
     @replica_read

@@ -16,16 +16,17 @@ from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.turns import ConversationTurns
+from store.core.base import StoreBase
+from store.core.settings import effective_settings
+from store.core.turns import delete_user_turns, expire_old_turns
 from store.model import Memory, MemorySettings, RetentionReport
-from store.rules.policy import merge_settings
 
 # rows per transaction in bulk erasure and retention: short locks, bounded memory
 ERASE_BATCH = 500
 Progress = Callable[[int], None]
 
 
-class MemoryErasure(ConversationTurns):
+class MemoryErasure(StoreBase):
     """Archive, erase, erase everything about a user, retention."""
 
     async def _erase_rows(self, conn: AsyncConnection, memories: Sequence[Memory], *, actor: str) -> None:
@@ -106,7 +107,7 @@ class MemoryErasure(ConversationTurns):
             if len(batch) < ERASE_BATCH:
                 break
         # the person's conversation turns go with their memories (they are about nobody else)
-        await self.delete_conversations(user_id, teams=teams)
+        await delete_user_turns(self, user_id, teams=teams)
         if teams is None:
             await self._strip_audit_about(user_id)
             await self._forget_user_name(user_id)
@@ -184,9 +185,7 @@ class MemoryErasure(ConversationTurns):
         context's retention, in batches, and `act` on each batch in its own transaction."""
         total = 0
         for team_id, persona_id in await self._contexts(status):
-            days = days_of(
-                merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
-            )
+            days = days_of(await effective_settings(self, team_id, persona_id))
             if days is None:
                 continue
             stmt = rows_older_than(self._in_context(team_id, persona_id), now - timedelta(days=days))
@@ -268,7 +267,7 @@ class MemoryErasure(ConversationTurns):
             now=now,
             tick=tick,
         )
-        turns = await self.expire_turns(now=now)
+        turns = await expire_old_turns(self, now=now)
         tick(turns)
         return RetentionReport(
             rejected_memories=rejected,

@@ -29,8 +29,7 @@ import numpy as np
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.review import MemoryReview
-from store.core.turns import ConversationTurns
+from store.core.base import StoreBase
 from store.errors import StoreError
 from store.model import NIL_UUID, Memory, Rejection, Revision
 from store.rules.evidence import SaidLine, evidence_lines
@@ -107,7 +106,7 @@ class _ForgetPlan:
         return list(dict.fromkeys(wanted))
 
 
-class RejectAndForget(MemoryReview, ConversationTurns):
+class RejectAndForget(StoreBase):
     """`reject_memory`: a reviewer's or a person's rejection, optionally forgetting what was said."""
 
     async def reject_memory(

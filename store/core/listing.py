@@ -7,13 +7,13 @@ from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from store.core.base import audit_entry, replica_read
-from store.core.turns import ConversationTurns
+from store.core.base import StoreBase, audit_entry, replica_read
+from store.core.turns import user_turns
 from store.model import Memory, MemoryFilter, OwnerRef, Page, Scope, UserExport, UserMemoryQuery
 from store.rules.pagination import newest_first_page
 
 
-class MemoryListing(ConversationTurns):
+class MemoryListing(StoreBase):
     """Lists and counts."""
 
     async def prompt_memories(
@@ -128,5 +128,5 @@ class MemoryListing(ConversationTurns):
             memories=memories,
             revisions=tuple(self._revision(row) for row in revision_rows),
             audit=tuple(audit_entry(row) for row in audit_rows),
-            turns=await self.export_turns(user_id),
+            turns=await user_turns(self, user_id),
         )

@@ -1,4 +1,5 @@
-"""Memory settings rows (global / team / persona) and their merge into the effective policy."""
+"""Memory settings rows (global / team / persona) and their merge into the effective policy
+(`effective_settings`, which retention and the turns' expiry read it through)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,30 @@ from store.rules.policy import check_settings_row, merge_settings, storable_conf
 _SETTINGS_LEVEL_ORDER = {"global": 0, "team": 1, "persona": 2}
 
 
+async def rows_that_apply(
+    store: StoreBase, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+) -> list[dict[str, Any]]:
+    """The global, team and persona rows of `store` that apply, least specific first."""
+    s = store._schema.settings
+    levels: list[ColumnElement[bool]] = [s.c.level == "global"]
+    if team_id is not None:
+        levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
+    if persona_id is not None:
+        levels.append(and_(s.c.level == "persona", s.c.target_id == persona_id))
+    async with store._backend.reading() as conn:
+        rows = (await conn.execute(select(s).where(or_(*levels)))).all()
+    ordered = sorted((dict(row._mapping) for row in rows), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]])
+    return ordered
+
+
+async def effective_settings(
+    store: StoreBase, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
+) -> MemorySettings:
+    """The effective settings in `store` for a team and persona: its defaults, then the global, team
+    and persona rows (most specific wins)."""
+    return merge_settings(await rows_that_apply(store, team_id, persona_id), store._settings_defaults)
+
+
 class SettingsRows(StoreBase):
     """Read and write settings rows."""
 
@@ -25,22 +50,11 @@ class SettingsRows(StoreBase):
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> list[dict[str, Any]]:
         """The global, team and persona rows that apply, least specific first."""
-        s = self._schema.settings
-        levels: list[ColumnElement[bool]] = [s.c.level == "global"]
-        if team_id is not None:
-            levels.append(and_(s.c.level == "team", s.c.target_id == team_id))
-        if persona_id is not None:
-            levels.append(and_(s.c.level == "persona", s.c.target_id == persona_id))
-        async with self._backend.reading() as conn:
-            rows = (await conn.execute(select(s).where(or_(*levels)))).all()
-        ordered = sorted(
-            (dict(row._mapping) for row in rows), key=lambda r: _SETTINGS_LEVEL_ORDER[r["level"]]
-        )
-        return ordered
+        return await rows_that_apply(self, team_id, persona_id)
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
-        return merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
+        return await effective_settings(self, team_id, persona_id)
 
     async def put_settings(
         self,

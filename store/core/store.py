@@ -2,9 +2,16 @@
 role: writes (`store.core.writes`), review (`store.core.review`), listing (`store.core.listing`),
 erasure and retention (`store.core.erasure`), rejecting and forgetting what was said
 (`store.core.forgetting`), settings (`store.core.settings`), API keys
-(`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`) and conversation turns
-(`store.core.turns`, through the writes; by channel, `store.core.channel_turns`). Memory recall's
-arguments are checked here; the store's backend ranks the memories (`Backend.recall_memories`).
+(`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`), embedding models
+(`store.core.embedding_models`), display names (`store.core.directory`) and conversation turns
+(`store.core.turns`; by channel, `store.core.channel_turns`). Memory recall's arguments are checked
+here; the store's backend ranks the memories (`Backend.recall_memories`).
+
+Each part inherits `StoreBase` (`store.core.base`) and no other part, and `CoreStore` lists them all
+as its bases: a backend's store, `CoreStore`, a part, `StoreBase`. What one part needs of another
+is a function of the other's module taking the store (the turns the event write stores, erasure and
+retention remove and the export lists: `store.core.turns`; the effective settings:
+`store.core.settings.effective_settings`).
 
 Decisions come from pure modules (`store.rules.policy`); these modules only read rows, ask the policy and
 run the plan inside one transaction. Rows are locked (`FOR UPDATE` on Postgres; SQLite serialises
@@ -26,6 +33,7 @@ from store.core.forgetting import RejectAndForget
 from store.core.listing import MemoryListing
 from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
+from store.core.turns import ConversationTurns
 from store.core.ui_sessions import UiSessions
 from store.core.writes import MemoryWrites
 from store.model import RecallHit, RecallQuery, Retriever
@@ -38,6 +46,7 @@ class CoreStore(
     MemoryListing,
     MemoryErasure,
     ChannelConversations,
+    ConversationTurns,
     SettingsRows,
     ApiKeys,
     UiSessions,

@@ -19,13 +19,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, Table, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.backend import TurnRecall
-from store.core.base import query_vector, replica_read
+from store.core.backend import Backend, TurnRecall
+from store.core.base import StoreBase, query_vector, replica_read
 from store.core.rows import turn_columns, turn_from_row
-from store.core.settings import SettingsRows
+from store.core.settings import effective_settings
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
 from store.rules.pagination import newest_first_page
-from store.rules.policy import merge_settings
 from store.rules.recall import candidate_count, query_cues
 from store.rules.terms import query_terms
 from store.rules.turn_recall import TURN_FUSION
@@ -47,17 +46,73 @@ def turn_context(
     ]
 
 
-class ConversationTurns(SettingsRows):
+# Other parts of the store reach turns through these functions of the store (the event write stores
+# them, erasure and retention remove them, the export lists them): each part inherits only
+# `StoreBase`, none another part.
+
+
+async def insert_turns(
+    backend: Backend, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
+) -> None:
+    """Store an event's turns in the caller's transaction; a turn already stored is kept."""
+    if turns:
+        await backend.insert_turns(conn, event_id, turns)
+
+
+async def delete_user_turns(
+    store: StoreBase, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+) -> int:
+    """Erase every stored turn of this user (of `teams` only, when given); how many were erased."""
+    t = store._schema.turns
+    conditions = [t.c.user_id == user_id]
+    if teams is not None:
+        conditions.append(t.c.team_id.in_(sorted(teams)))
+    async with store._backend.transaction() as conn:
+        result = await conn.execute(delete(t).where(*conditions))
+    return int(result.rowcount or 0)
+
+
+async def user_turns(store: StoreBase, user_id: uuid.UUID) -> tuple[Turn, ...]:
+    """Every stored turn of this user, oldest first."""
+    t = store._schema.turns
+    stmt = select(*turn_columns(t)).where(t.c.user_id == user_id).order_by(t.c.at, t.c.event_id, t.c.position)
+    async with store._backend.reading() as conn:
+        return tuple(turn_from_row(row) for row in (await conn.execute(stmt)).all())
+
+
+async def _turn_contexts(store: StoreBase) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+    """Distinct (team, persona) pairs among stored turns: each has its own `history_days`."""
+    t = store._schema.turns
+    async with store._backend.reading() as conn:
+        rows = (await conn.execute(select(t.c.team_id, t.c.persona_id).distinct())).all()
+    return sorted({(row.team_id, row.persona_id) for row in rows}, key=lambda p: (str(p[0]), str(p[1])))
+
+
+async def expire_old_turns(store: StoreBase, *, now: datetime, batch: int = 5000) -> int:
+    """Erase turns said more than `history_days` before `now` (per team and persona settings), in
+    batches; how many were erased."""
+    t = store._schema.turns
+    erased = 0
+    for team_id, persona_id in await _turn_contexts(store):
+        policy = await effective_settings(store, team_id, persona_id)
+        if policy.history_days is None:
+            continue
+        cutoff = now - timedelta(days=policy.history_days)
+        team = t.c.team_id.is_(None) if team_id is None else t.c.team_id == team_id
+        persona = t.c.persona_id.is_(None) if persona_id is None else t.c.persona_id == persona_id
+        while True:
+            ids = select(t.c.id).where(team, persona, t.c.at < cutoff).limit(batch).scalar_subquery()
+            async with store._backend.transaction() as conn:
+                result = await conn.execute(delete(t).where(t.c.id.in_(ids)))
+            count = int(result.rowcount or 0)
+            erased += count
+            if count < batch:
+                break
+    return erased
+
+
+class ConversationTurns(StoreBase):
     """Writing, recalling, listing, deleting and erasing conversation turns (both backends)."""
-
-    # -- writes (inside `write_event`'s transaction) --------------------------------------------
-
-    async def _insert_turns(
-        self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
-    ) -> None:
-        """Store an event's turns in the caller's transaction; a turn already stored is kept."""
-        if turns:
-            await self._backend.insert_turns(conn, event_id, turns)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -198,50 +253,13 @@ class ConversationTurns(SettingsRows):
     ) -> int:
         """Erase every remembered conversation of this user (of `teams` only, when given); how
         many turns were erased."""
-        t = self._schema.turns
-        conditions = [t.c.user_id == user_id]
-        if teams is not None:
-            conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._backend.transaction() as conn:
-            result = await conn.execute(delete(t).where(*conditions))
-        return int(result.rowcount or 0)
+        return await delete_user_turns(self, user_id, teams=teams)
 
     async def export_turns(self, user_id: uuid.UUID) -> tuple[Turn, ...]:
         """Every stored turn of this user, oldest first (for the export)."""
-        t = self._schema.turns
-        stmt = (
-            select(*self._turn_columns())
-            .where(t.c.user_id == user_id)
-            .order_by(t.c.at, t.c.event_id, t.c.position)
-        )
-        async with self._backend.reading() as conn:
-            return tuple(self._turn(row) for row in (await conn.execute(stmt)).all())
-
-    async def _turn_contexts(self) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
-        """Distinct (team, persona) pairs among stored turns: each has its own `history_days`."""
-        t = self._schema.turns
-        async with self._backend.reading() as conn:
-            rows = (await conn.execute(select(t.c.team_id, t.c.persona_id).distinct())).all()
-        return sorted({(row.team_id, row.persona_id) for row in rows}, key=lambda p: (str(p[0]), str(p[1])))
+        return await user_turns(self, user_id)
 
     async def expire_turns(self, *, now: datetime, batch: int = 5000) -> int:
         """Erase turns said more than `history_days` before `now` (per team and persona settings),
         in batches; how many were erased."""
-        t = self._schema.turns
-        erased = 0
-        for team_id, persona_id in await self._turn_contexts():
-            policy = merge_settings(await self.settings_rows(team_id, persona_id), self._settings_defaults)
-            if policy.history_days is None:
-                continue
-            cutoff = now - timedelta(days=policy.history_days)
-            team = t.c.team_id.is_(None) if team_id is None else t.c.team_id == team_id
-            persona = t.c.persona_id.is_(None) if persona_id is None else t.c.persona_id == persona_id
-            while True:
-                ids = select(t.c.id).where(team, persona, t.c.at < cutoff).limit(batch).scalar_subquery()
-                async with self._backend.transaction() as conn:
-                    result = await conn.execute(delete(t).where(t.c.id.in_(ids)))
-                count = int(result.rowcount or 0)
-                erased += count
-                if count < batch:
-                    break
-        return erased
+        return await expire_old_turns(self, now=now, batch=batch)

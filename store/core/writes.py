@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.base import AuditRows, audit_values, change_audit_values
-from store.core.turns import ConversationTurns
+from store.core.base import AuditRows, StoreBase, audit_values, change_audit_values
+from store.core.turns import insert_turns
 from store.errors import StoreConflict, StoreError
 from store.model import (
     NIL_UUID,
@@ -142,7 +142,7 @@ def validate_new_turns(turns: Sequence[NewTurn]) -> None:
         seen.add(turn.position)
 
 
-class MemoryWrites(ConversationTurns):
+class MemoryWrites(StoreBase):
     """Upserts and event writes, with their audit rows."""
 
     conflict_retries: int = 0  # transactions retried after a deadlock/serialisation failure
@@ -467,7 +467,7 @@ class MemoryWrites(ConversationTurns):
         await self._upsert_taken(
             conn, rows, batch.embeddings, taken, results, actor=batch.actor, event_id=batch.event_id
         )
-        await self._insert_turns(conn, batch.event_id, batch.turns)
+        await insert_turns(self._backend, conn, batch.event_id, batch.turns)
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(batch.memories))))
 
     async def _upsert_taken(
