@@ -218,6 +218,12 @@ class MemoryErasure(StoreBase):
         def pending_days(policy: MemorySettings) -> int | None:
             return policy.pending_days
 
+        def memories_left(status: str) -> Callable[[ColumnElement[bool], datetime], Select[Any]]:
+            """The memories of `status` not touched since the cutoff, in a context."""
+            return lambda context, cutoff: select(*self._memory_columns).where(
+                m.c.status == status, context, m.c.updated_at < cutoff
+            )
+
         async def reject_memories(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
             for row in rows:
                 await self._set_archived(conn, self._memory(row), action="reject", actor=actor)
@@ -234,27 +240,19 @@ class MemoryErasure(StoreBase):
         async def erase_rows(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> None:
             await self._erase_rows(conn, [self._memory(row) for row in rows], actor=actor)
 
+        async def expire_memories(
+            status: str,
+            days_of: Callable[[MemorySettings], int | None],
+            act: Callable[[AsyncConnection, Sequence[Row[Any]]], Awaitable[None]],
+        ) -> int:
+            older = memories_left(status)
+            return await self._expire(
+                status=status, days_of=days_of, rows_older_than=older, act=act, now=now, tick=tick
+            )
+
         # erase first, so what this run rejects gets its whole archived period
-        erased = await self._expire(
-            status="archived",
-            days_of=lambda policy: policy.archived_days,
-            rows_older_than=lambda context, cutoff: select(*self._memory_columns).where(
-                m.c.status == "archived", context, m.c.updated_at < cutoff
-            ),
-            act=erase_rows,
-            now=now,
-            tick=tick,
-        )
-        rejected = await self._expire(
-            status="pending_review",
-            days_of=pending_days,
-            rows_older_than=lambda context, cutoff: select(*self._memory_columns).where(
-                m.c.status == "pending_review", context, m.c.updated_at < cutoff
-            ),
-            act=reject_memories,
-            now=now,
-            tick=tick,
-        )
+        erased = await expire_memories("archived", lambda policy: policy.archived_days, erase_rows)
+        rejected = await expire_memories("pending_review", pending_days, reject_memories)
         revisions = await self._expire(
             status="active",
             days_of=pending_days,
