@@ -11,7 +11,6 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,14 +20,12 @@ from hypothesis import strategies as st
 
 from api.app import create_app
 from api.auth import mint_jwt
-from extraction.embeddings import HashingEmbedder
 from extraction.types import ExtractionRequest, ExtractionResult
 from extraction.validate import merged_and_screened, validate_items
 from store.postgres.store import PostgresMemoryStore
 from store.sqlite.store import SqliteMemoryStore
-from tests.api.conftest import AUTH, DIM, SECRET
+from tests.api.conftest import AUTH, SECRET
 from tests.factories import HOSTILE_TEXT, leaks
-from tests.store.conftest import truncate
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
 from worker.pipeline import PipelineDeps, process_event
@@ -86,15 +83,9 @@ class Gated:
         return {"user_id": str(self.user), "persona_id": str(self.persona), "team_id": str(self.team)}
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
-async def gated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Gated]:
-    store: PostgresMemoryStore | SqliteMemoryStore
-    if request.param == "postgres":
-        url = request.getfixturevalue("api_db_url")
-        truncate(url)
-        store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM))
-    else:
-        store = SqliteMemoryStore(f"sqlite:///{tmp_path}/gate.db", HashingEmbedder(dim=DIM))
+@pytest.fixture
+async def gated(each_store: PostgresMemoryStore | SqliteMemoryStore) -> AsyncIterator[Gated]:
+    store = each_store
     app = create_app(store=store, auth=AUTH, max_body_bytes=64_000)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     api, admin_ui, user_ui = (
@@ -116,7 +107,6 @@ async def gated(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     yield gated
     for client in (api, admin_ui, user_ui):
         await client.aclose()
-    await store.close()
 
 
 def strings(value: Any) -> Iterator[str]:

@@ -21,6 +21,7 @@ from store.core.schema import SchemaDialect, build_schema
 from store.model import Memory, Revision, Turn
 from store.postgres.schema import POSTGRES
 from store.sqlite.schema import SQLITE
+from tests.factories import past_turn
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
@@ -77,19 +78,7 @@ def test_a_row_reads_back_as_the_model_it_was_made_of() -> None:
         status="pending",
         created_at=NOW,
     )
-    turn = Turn(
-        id=uuid.uuid4(),
-        channel_id=uuid.uuid4(),
-        event_id=uuid.uuid4(),
-        user_id=uuid.uuid4(),
-        persona_id=None,
-        team_id=None,
-        role="user",
-        text="I moved to Lisbon",
-        at=NOW,
-        position=1,
-        speaker="Ana",
-    )
+    turn = past_turn("I moved to Lisbon", speaker="Ana")
     assert memory_from_row(dataclasses.asdict(memory)) == memory
     assert revision_from_row(dataclasses.asdict(revision)) == revision
     assert turn_from_row(dataclasses.asdict(turn)) == turn
