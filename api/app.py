@@ -31,6 +31,7 @@ from api.routes import directory, me, platform, review, settings, tools
 from store.errors import StoreTimeout, StoreUnavailable
 from store.protocols import ControlPlaneStore
 from store.read_scope import ReadScope, read_scope
+from store.rules.hint import DEFAULT_MAX_TOKENS
 from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
 
@@ -190,6 +191,7 @@ def create_app(
     store: ControlPlaneStore,
     auth: AuthConfig,
     max_input_tokens: int = 6000,
+    hint_max_tokens: int = DEFAULT_MAX_TOKENS,
     max_body_bytes: int = 1_000_000,
     settings_cache_s: float = 5.0,
     ui_session_s: float = 8 * 3600,
@@ -209,6 +211,7 @@ def create_app(
         keys=ApiKeyCache(store.verify_api_key),
         settings_cache=SettingsCache(ttl_s=settings_cache_s),
         max_input_tokens=max_input_tokens,
+        hint_max_tokens=hint_max_tokens,
         max_body_bytes=max_body_bytes,
         ui_session_s=ui_session_s,
         sign_in_max_s=sign_in_max_s,

@@ -35,6 +35,7 @@ class AppState:
     keys: ApiKeyCache
     settings_cache: SettingsCache  # the settings the platform's recall (the hot path) reads
     max_input_tokens: int
+    hint_max_tokens: int  # the prompt hint's largest size (PMEM_HINT_MAX_TOKENS)
     max_body_bytes: int
     ui_session_s: float = 8 * 3600  # how long a web-UI session lasts after sign-in
     sign_in_max_s: float = 600  # the longest life a sign-in token may have

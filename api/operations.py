@@ -36,10 +36,9 @@ from store.model import (
 )
 from store.protocols import ControlPlaneStore, RecallStore
 from store.rules.admission import admit, refusal
-from store.rules.hint import build_hint
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
-from store.services.context_recall import ContextRecall, items_in_context
+from store.services.context_recall import ContextRecall, hint_in_context, items_in_context
 from store.services.settings_cache import SettingsCache
 
 Decision = Literal["approve", "reject", "edit"]
@@ -411,14 +410,24 @@ async def put_settings(
 async def platform_recall(
     store: RecallStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
 ) -> list[RecallItem]:
-    """Recall (memories and turns, as `include` says) for the user a service acts for (same as
+    """Recall (memories, then turns, as `include` says) for the user a service acts for (same as
     `pmem recall --json`), with the context's settings from `settings`."""
     access.require_service(principal)
     return await items_in_context(store, replace(asked, limit=_limit(asked.limit)), settings=settings)
 
 
 async def platform_hint(
-    store: RecallStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
+    store: RecallStore,
+    principal: Principal,
+    asked: ContextRecall,
+    settings: SettingsCache,
+    *,
+    max_tokens: int | None,
+    most_tokens: int,
 ) -> str:
-    """The prompt hint for the same recall."""
-    return build_hint(await platform_recall(store, principal, asked, settings))
+    """The prompt hint for the next message (`hint_in_context`) within `max_tokens`, at most
+    `most_tokens` (PMEM_HINT_MAX_TOKENS; None: that)."""
+    access.require_service(principal)
+    budget = most_tokens if max_tokens is None else min(max_tokens, most_tokens)
+    asked = replace(asked, limit=_limit(asked.limit))
+    return await hint_in_context(store, asked, max_tokens=budget, settings=settings)

@@ -17,7 +17,7 @@ from store.model import (
     SettingsRow,
     UserExport,
 )
-from store.services.context_recall import ContextRecall
+from store.services.context_recall import DEFAULT_TURN_LIMIT, ContextRecall
 from store.services.json_shapes import id_json, memory_json, revision_json, time_json, turn_json
 
 
@@ -61,17 +61,28 @@ class RecallBody(_Body):
     persona_id: uuid.UUID | None = None
     team_id: uuid.UUID | None = None
     query: str = Field(default="", max_length=4000)
+    # how many memories (by relevance), then how many turns of earlier conversations (0: none)
     limit: int = Field(default=20, ge=1, le=200, strict=True)
+    turn_limit: int = Field(default=DEFAULT_TURN_LIMIT, ge=0, le=200, strict=True)
     # what to recall: stored memories, earlier conversations' turns (default both)
     include: list[Literal["memories", "turns"]] = Field(
         default=["memories", "turns"], min_length=1, max_length=2
     )
 
-    _integral_limit = field_validator("limit", mode="before")(integral_number)
+    _integral_limit = field_validator("limit", "turn_limit", mode="before")(integral_number)
 
     def asked(self) -> ContextRecall:
         """What the service asks, as the operations take it."""
-        return ContextRecall(**self.model_dump())
+        return ContextRecall(**self.model_dump(exclude={"max_tokens"}))
+
+
+class HintBody(RecallBody):
+    """A recall formatted as the prompt hint, at most `max_tokens` long (absent, or more than the
+    setting PMEM_HINT_MAX_TOKENS: the setting)."""
+
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+
+    _integral_tokens = field_validator("max_tokens", mode="before")(integral_number)
 
 
 class SettingsBody(_Body):

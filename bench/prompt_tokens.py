@@ -21,8 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import extraction.prompt as prompt_module
-from extraction.prompt import _tiktoken_encode, default_template, render_prompts
+from extraction.prompt import default_template, render_prompts
 from extraction.types import ExtractionRequest, Role, TranscriptMessage
+from store.rules.tokens import counter_name
 from worker.evaluation.locomo import dialog_text, load_locomo
 
 
@@ -90,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plain.append(unnumbered_tokens(messages))
     report = {
         "sessions": len(numbered),
-        "counter": "cl100k" if _tiktoken_encode() is not None else "utf8_bytes_div_4",
+        "counter": counter_name(),
         "mean_tokens_numbered": statistics.fmean(numbered),
         "mean_tokens_unnumbered": statistics.fmean(plain),
         "increase": statistics.fmean(numbered) / statistics.fmean(plain) - 1,

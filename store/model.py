@@ -456,7 +456,8 @@ class TurnHit:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecallItem:
-    """One entry of recall's single ranked list: a memory (`memory` set) or a turn (`turn` set)."""
+    """One entry of recall's list (memories first, then turns): a memory (`memory` set) or a turn
+    (`turn` set)."""
 
     kind: RecallKind
     score: float
@@ -464,6 +465,8 @@ class RecallItem:
     turn: Turn | None = None
     sources: tuple[str, ...] = field(default_factory=tuple)
     cosine: float | None = None  # as `RecallHit.cosine`
+    # a memory's change proposed and awaiting review (None: nothing pending, or a turn)
+    pending_change: Revision | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

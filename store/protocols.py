@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -86,6 +86,10 @@ class RecallStore(Protocol):
         query_embedding: Sequence[float] | None = None,
     ) -> list[TurnHit]:
         """Turns said in exactly this context (user, persona or none, team or none), best first."""
+        ...
+
+    async def pending_changes(self, memory_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Revision]:
+        """The open proposed change of each of these memories that has one (one read)."""
         ...
 
 

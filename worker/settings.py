@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     # The worker caches memory settings (per team/persona) this long; 0 reads them for every event.
     settings_cache_s: float = Field(default=10.0, ge=0)
 
+    # The prompt hint (`POST /v1/hint`, `pmem recall --hint`): its largest size in tokens
+    hint_max_tokens: int = Field(default=1500, ge=50)
+
     # Event limits
     max_messages: int = Field(default=500, ge=1)
     max_message_chars: int = Field(default=20_000, ge=1)

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import RecallBody
+from api.schemas import HintBody, RecallBody
 from store.services.json_shapes import recall_item_json
 
 router = APIRouter(tags=["platform"])
@@ -17,18 +17,26 @@ router = APIRouter(tags=["platform"])
 
 @router.post("/v1/recall")
 async def recall(body: RecallBody, principal: Caller, state: State) -> JSONResponse:
-    """Active memories and earlier conversations' turns (`include`) for the user (and persona) in
-    the team's context, one list best first, each item with its `kind`; the same items as
-    `pmem recall --json`."""
+    """Active memories (`limit`, by relevance) then earlier conversations' turns that add something
+    new (`turn_limit`), as `include` says, for the user (and persona) in the team's context, one
+    list, each item with its `kind`; the same items as `pmem recall --json`."""
     items = await operations.platform_recall(state.store, principal, body.asked(), state.settings_cache)
     # a JSONResponse skips FastAPI's generic encoder: this is the platform's hot path
     return JSONResponse({"items": [recall_item_json(item) for item in items]})
 
 
 @router.post("/v1/hint", response_model=dict[str, str])
-async def hint(body: RecallBody, principal: Caller, state: State) -> JSONResponse:
-    """The same recall formatted as the prompt hint (bullets, at most ~6000 characters)."""
-    text = await operations.platform_hint(state.store, principal, body.asked(), state.settings_cache)
+async def hint(body: HintBody, principal: Caller, state: State) -> JSONResponse:
+    """The prompt hint for the next message (`query`): what is known, then what earlier
+    conversations add, at most `max_tokens` (capped by PMEM_HINT_MAX_TOKENS)."""
+    text = await operations.platform_hint(
+        state.store,
+        principal,
+        body.asked(),
+        state.settings_cache,
+        max_tokens=body.max_tokens,
+        most_tokens=state.hint_max_tokens,
+    )
     # as the recall: a JSONResponse skips FastAPI's validation and encoding of the return value
     return JSONResponse({"hint": text})
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -182,6 +182,18 @@ class MemoryReview(StoreBase):
         async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         return [self._revision(row) for row in rows]
+
+    @replica_read
+    async def pending_changes(self, memory_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Revision]:
+        """The open proposal of each of these memories that has one, in one read (a memory has at
+        most one open proposal)."""
+        if not memory_ids:
+            return {}
+        r = self._schema.revisions
+        stmt = select(r).where(r.c.status == "pending", r.c.memory_id.in_(list(memory_ids)))
+        async with self._backend.reading() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {revision.memory_id: revision for revision in map(self._revision, rows)}
 
     async def audit_log(self, memory_id: uuid.UUID) -> list[AuditEntry]:
         """Every audited change of one memory, oldest first (kept after a delete)."""

@@ -1,14 +1,17 @@
-"""The memory hint injected into the system prompt: one bullet per memory, highest priority first,
-capped at about 1500 tokens (~6000 characters) without cutting a bullet; with conversation memory,
-a second section of the few most relevant earlier turns (`build_hint`). Pure."""
+"""The memory hint injected into the system prompt (`build_hint`), in sections with budgets of their
+own, in tokens: "What is known" (the facts, first claim on the budget) and "From earlier
+conversations" (the turns that add something new, within what the facts leave). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Turn
+from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Revision, Turn
 from store.rules.evidence import evidence_lines
+from store.rules.novelty import new_turn_indexes
+from store.rules.tokens import TokenCounter, count_tokens
 
 DEFAULT_MAX_CHARS = 6000
 
@@ -58,10 +61,13 @@ def build_memory_hint(items: Sequence[RecallHit | Memory], max_chars: int = DEFA
 # the hint's two sections: what is known (facts), and what was said before (turns)
 KNOWN_HEADER = "What is known:"
 EARLIER_HEADER = "From earlier conversations:"
-# at most this many turns, each at most this long, within at most this share of the budget
-HINT_TURNS = 5
-HINT_TURN_CHARS = 300
+# the hint's size in tokens (`store.rules.tokens.count_tokens`) when no other is asked for
+DEFAULT_MAX_TOKENS = 1500
+# turns get at most this share of the hint, and only what the facts leave: a fact is never
+# displaced by a turn. Every fact of the context is shown when all of them fit in the other share
 HINT_TURN_SHARE = 0.35
+# each turn's text at most this long
+HINT_TURN_CHARS = 300
 # a fact's line quotes the messages it comes from, at most this long
 HINT_QUOTE_CHARS = 200
 
@@ -127,34 +133,134 @@ def turn_bullet(turn: Turn) -> str:
     return f"- {dated_turn_line(turn)}"
 
 
-def _fit(lines: Sequence[str], budget: int) -> list[str]:
+def pending_note(change: Revision | None) -> str:
+    """` — a change to X awaits review` for a fact whose proposed change waits in the review queue
+    ("" without one): the fact is not stated as certain."""
+    if change is None:
+        return ""
+    return f" — a change to {_one_line(change.new_value)} awaits review"
+
+
+def fact_line(item: RecallItem) -> str:
+    """A fact's hint line: `dated_bullet` with its change awaiting review right after the value,
+    `- lives in: Berlin — a change to Munich awaits review (said 8 May 2023) — "…"`."""
+    if item.memory is None:
+        raise ValueError("a fact line needs a memory")
+    plain = bullet(item.memory)
+    return plain + pending_note(item.pending_change) + dated_bullet(item.memory)[len(plain) :]
+
+
+def _by_standing(items: Sequence[RecallItem]) -> list[RecallItem]:
+    # facts no recall ranked: the user's own first, then the most certain, then the newest
+    def standing(item: RecallItem) -> tuple[int, float, float]:
+        m = item.memory
+        assert m is not None
+        return (SCOPE_PRIORITY[m.scope], -m.confidence, -m.updated_at.timestamp())
+
+    return sorted(items, key=standing)
+
+
+def _line_cost(line: str, counter: TokenCounter) -> int:
+    return counter(line) + 1  # the newline before it
+
+
+def _fit_lines(lines: Iterable[str], budget: int, counter: TokenCounter) -> tuple[list[str], int]:
+    """The lines (each once, order kept) that fit in `budget` tokens, a line that does not fit
+    skipped whole; and the tokens they use."""
     kept: list[str] = []
     used = 0
     for line in dict.fromkeys(lines):
-        cost = len(line) + 1
+        cost = _line_cost(line, counter)
         if used + cost <= budget:
             kept.append(line)
+            used += cost
+    return kept, used
+
+
+def choose_facts(
+    relevant: Sequence[RecallItem],
+    *,
+    budget: int,
+    every: Sequence[RecallItem] | None = None,
+    pinned: Sequence[RecallItem] = (),
+    counter: TokenCounter = count_tokens,
+) -> list[RecallItem]:
+    """The facts the hint shows within `budget` tokens (their lines, `fact_line`): the `pinned`
+    ones first, then, when `every` (all the context's facts) fits in the facts' share of the budget
+    (`1 - HINT_TURN_SHARE`), all of them, the `relevant` ones first; otherwise the relevant ones by
+    relevance, each that fits."""
+    chosen: dict[uuid.UUID, RecallItem] = {}
+    for item in [*pinned, *relevant, *_by_standing(every or ())]:
+        if item.memory is not None and item.memory.id not in chosen:
+            chosen[item.memory.id] = item
+    if every is not None:
+        complete = list(chosen.values())
+        cost = sum(_line_cost(fact_line(item), counter) for item in complete)
+        if cost <= int(budget * (1 - HINT_TURN_SHARE)):
+            return complete
+    ranked: dict[uuid.UUID, RecallItem] = {}
+    for item in [*pinned, *relevant]:
+        if item.memory is not None:
+            ranked.setdefault(item.memory.id, item)
+    kept: list[RecallItem] = []
+    used = 0
+    for item in ranked.values():
+        cost = _line_cost(fact_line(item), counter)
+        if used + cost <= budget:
+            kept.append(item)
             used += cost
     return kept
 
 
-def build_hint(items: Sequence[RecallItem], max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    """The prompt hint of a recall over memories and turns, within `max_chars`: "What is known"
-    (facts, best first, dated when known) and "From earlier conversations" (the few best turns,
-    dated, given at most `HINT_TURN_SHARE` of the budget; what they leave goes to the facts).
-    A line that does not fit is skipped whole; "" when nothing was recalled."""
-    memories = [item.memory for item in items if item.kind == "memory" and item.memory is not None]
+def build_hint(
+    items: Sequence[RecallItem],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    message: str = "",
+    every: Sequence[RecallItem] | None = None,
+    pinned: Sequence[RecallItem] = (),
+    counter: TokenCounter = count_tokens,
+) -> str:
+    """The prompt hint within `max_tokens` (`counter`): "What is known" (`choose_facts` of the
+    recall's memories, `every` and `pinned`), then "From earlier conversations": the recall's turns
+    that add something new beside the facts shown for the next `message` (`store.rules.novelty`),
+    dated, within what the facts leave of at most `HINT_TURN_SHARE` of the budget. A line that does
+    not fit is skipped whole; "" when there is nothing to show."""
+    relevant = [item for item in items if item.kind == "memory" and item.memory is not None]
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
+    header_cost = counter(KNOWN_HEADER)
+    facts = choose_facts(
+        relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, counter=counter
+    )
+    fact_lines = [fact_line(item) for item in facts]
+    facts_cost = header_cost + sum(_line_cost(line, counter) for line in fact_lines) if facts else 0
+    shown = [item.memory for item in facts if item.memory is not None]
+    fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
     turn_lines: list[str] = []
-    if turns:
-        budget = int(max_chars * HINT_TURN_SHARE) - len(EARLIER_HEADER) - 2
-        turn_lines = _fit([turn_bullet(t) for t in turns[:HINT_TURNS]], max(0, budget))
-    turn_cost = len(EARLIER_HEADER) + 2 + sum(len(line) + 1 for line in turn_lines) if turn_lines else 0
-    fact_budget = max_chars - turn_cost - len(KNOWN_HEADER) - 1
-    fact_lines = _fit([dated_bullet(m) for m in memories], max(0, fact_budget))
+    if fresh:
+        room = min(int(max_tokens * HINT_TURN_SHARE), max_tokens - facts_cost)
+        room -= counter(EARLIER_HEADER) + 2  # the header and the blank line before it
+        turn_lines, _ = _fit_lines([turn_bullet(turn) for turn in fresh], room, counter)
+    return _within(fact_lines, turn_lines, max_tokens, counter)
+
+
+def _joined(fact_lines: Sequence[str], turn_lines: Sequence[str]) -> str:
     sections = []
     if fact_lines:
         sections.append("\n".join([KNOWN_HEADER, *fact_lines]))
     if turn_lines:
         sections.append("\n".join([EARLIER_HEADER, *turn_lines]))
     return "\n\n".join(sections)
+
+
+def _within(fact_lines: list[str], turn_lines: list[str], max_tokens: int, counter: TokenCounter) -> str:
+    # lines are budgeted one by one; the joined text may count a token or two more: drop the last
+    # turn, then the last fact, until the whole fits
+    text = _joined(fact_lines, turn_lines)
+    while text and counter(text) > max_tokens:
+        if turn_lines:
+            turn_lines = turn_lines[:-1]
+        else:
+            fact_lines = fact_lines[:-1]
+        text = _joined(fact_lines, turn_lines)
+    return text

@@ -1,18 +1,16 @@
 """Conversation turns in recall, the part both stores share and no database decides: how many of a
 context's turns a recall ranks, what makes two stored turns one message, how a turn recall's
-branch scores fuse (as the memory recall's do), and how recall merges memories and turns into one
-list (`merge_recall`)."""
+branch scores fuse (as the memory recall's do), and how recall lists memories, then the turns that
+add something new (`facts_then_turns`)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
-from store.model import Memory, RecallHit, RecallInclude, RecallItem, Turn, TurnHit
-from store.rules.evidence import quoted_text
-from store.rules.hint import evidence_said
+from store.model import Memory, RecallHit, RecallInclude, RecallItem, Revision, Turn, TurnHit
+from store.rules.novelty import new_turn_indexes
 from store.rules.recall import ScoreFusion, fuse_scores, query_cues
 
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
@@ -23,18 +21,6 @@ TURN_WINDOW = 4000
 TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000
-# how recall merges memories and turns into one list (`merge_recall`): a memory about as close to
-# the question as the best turn (its cosine at least the best turn's minus `LEAD_MARGIN`) leads, at
-# most `LEAD_MAX` of them whatever the limit (so a longer list starts as a shorter one does); the
-# rest are merged by rank, each scored `weight / (k + rank in its own list)`. The lead was chosen on
-# LoCoMo dev with the reference extractor (facts as a capable model writes them;
-# bench/tune_product.py) among the variants that cost the rules extractor nothing on dev; the rank
-# constants were the rules extractor's choice before there was a lead
-ITEM_RRF_K = 10
-MEMORY_ITEM_WEIGHT = 0.25
-TURN_ITEM_WEIGHT = 1.0
-LEAD_MARGIN = 0.1
-LEAD_MAX = 6
 # how a turn recall mixes its vector and full-text scores and the query's cues: the memory recall's
 # score fusion (`store.rules.recall.fuse_scores`), whose constants the LoCoMo dialog unit chose on dev
 # (turns of one conversation asked together lift each other; a "When …?" question lifts turns
@@ -111,98 +97,43 @@ def fuse_turn_scores(
     )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ItemMerge:
-    """How recall merges its memories and turns into one list: which memories lead (`lead_margin`,
-    `lead_max`) and how the rest interleave (`k`, `memory_weight`, `turn_weight`)."""
-
-    lead_margin: float | None = LEAD_MARGIN  # None: no memory leads for its closeness alone
-    lead_max: int = LEAD_MAX
-    k: int = ITEM_RRF_K
-    memory_weight: float = MEMORY_ITEM_WEIGHT
-    turn_weight: float = TURN_ITEM_WEIGHT
-
-
-ITEM_MERGE = ItemMerge()
-
-
-def leading_memories(
-    memories: Sequence[RecallHit], turns: Sequence[TurnHit], limit: int, merge: ItemMerge = ITEM_MERGE
-) -> list[int]:
-    """Which of the memories lead the merged list (their indexes, in the memories' own order):
-    those whose cosine with the query is at least the best turn's minus `lead_margin` (every one
-    with a cosine when no turn has one), at most `lead_max` and `limit`. A memory found by full
-    text alone has no cosine and does not lead."""
-    if merge.lead_margin is None or not memories:
-        return []
-    cap = min(merge.lead_max, limit)
-    best_turn = max((t.cosine for t in turns if t.cosine is not None), default=None)
-    floor = None if best_turn is None else best_turn - merge.lead_margin
-    leading = [
-        index
-        for index, hit in enumerate(memories)
-        if hit.cosine is not None and (floor is None or hit.cosine >= floor)
-    ]
-    return leading[:cap]
-
-
-def merge_recall(
+def facts_then_turns(
     memories: Sequence[RecallHit],
     turns: Sequence[TurnHit],
-    limit: int,
     *,
-    merge: ItemMerge = ITEM_MERGE,
+    limit: int,
+    turn_limit: int,
+    message: str,
+    pending: Mapping[uuid.UUID, Revision] | None = None,
 ) -> list[RecallItem]:
-    """Memories and turns in one ranked list of at most `limit`: the memories that answer the
-    question about as well as the best turn lead (`leading_memories`); the rest follow merged by
-    rank, each scored `weight / (k + rank in its own list)`, and a turn a memory above it quotes is
-    left out (`without_quoted_turns`). Each list's own order is kept among its items that follow."""
-    leading = leading_memories(memories, turns, limit, merge)
+    """Recall's one list: the first `limit` memories by relevance, then at most `turn_limit` turns
+    that add something new beside them for the `message` (`store.rules.novelty`: no restatement of
+    it, no filler, no repeat, none a listed memory quotes). Each kind keeps its own order and limit,
+    so a turn never takes a memory's place; `pending`: the memories' changes awaiting review."""
+    shown = memories[:limit]
+    changes = pending or {}
     items = [
         RecallItem(
             kind="memory",
-            score=merge.memory_weight / (merge.k + rank),
+            score=hit.score,
             memory=hit.memory,
             sources=hit.sources,
             cosine=hit.cosine,
+            pending_change=changes.get(hit.memory.id),
         )
-        for rank, hit in enumerate(memories, start=1)
+        for hit in shown
     ]
-    chosen = set(leading)
-    leaders = [items[index] for index in leading]
-    rest = [item for index, item in enumerate(items) if index not in chosen]
-    rest += [
-        RecallItem(
-            kind="turn",
-            score=merge.turn_weight / (merge.k + rank),
-            turn=hit.turn,
-            sources=hit.sources,
-            cosine=hit.cosine,
+    if turn_limit <= 0:
+        return items
+    fresh = new_turn_indexes(
+        [hit.turn for hit in turns], message=message, shown=[hit.memory for hit in shown]
+    )
+    for index in fresh[:turn_limit]:
+        hit = turns[index]
+        items.append(
+            RecallItem(kind="turn", score=hit.score, turn=hit.turn, sources=hit.sources, cosine=hit.cosine)
         )
-        for rank, hit in enumerate(turns, start=1)
-    ]
-    # stable: at equal score a memory stays before a turn
-    rest.sort(key=lambda item: -item.score)
-    return without_quoted_turns(leaders + rest, limit)
-
-
-def without_quoted_turns(items: Sequence[RecallItem], limit: int) -> list[RecallItem]:
-    """The first `limit` of `items`, leaving out each turn that a memory placed above it already
-    quotes (its evidence holds the turn's text, from the same conversation): turns add what the
-    facts do not hold."""
-    quoted: set[tuple[uuid.UUID, str]] = set()
-    kept: list[RecallItem] = []
-    for item in items:
-        if len(kept) >= limit:
-            break
-        if item.memory is not None:
-            if item.memory.source_channel_id is not None:
-                channel = item.memory.source_channel_id
-                quoted.update((channel, text) for text in evidence_said(item.memory.evidence))
-        elif item.turn is not None and (item.turn.channel_id, quoted_text(item.turn.text)) in quoted:
-            continue
-        kept.append(item)
-    return kept
+    return items
 
 
 def parse_include(values: Sequence[str] | None) -> tuple[RecallInclude, ...]:

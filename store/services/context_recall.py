@@ -1,6 +1,7 @@
 """Recall in a conversation's context: the (team, persona) settings decide whether memory is on at
 all, and the team decides which memories are visible. One function for the CLI, the API and
-the tools, so the same inputs give the same answer everywhere."""
+the tools, so the same inputs give the same answer everywhere: recall (`items_in_context`) and the
+prompt hint (`hint_in_context`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from store.model import (
     RecallInclude,
     RecallItem,
     Retriever,
+    Revision,
     TurnHit,
 )
 from store.protocols import RecallStore
-from store.rules.turn_recall import merge_recall
+from store.rules.hint import build_hint
+from store.rules.turn_recall import facts_then_turns
 from store.services.settings_cache import SettingsCache
 
 
@@ -40,46 +43,131 @@ async def recall_in_context(
     return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
 
 
+# how many turns recall adds after the memories when the caller does not say
+DEFAULT_TURN_LIMIT = 5
+# turns ranked per turn asked for: the novelty rules leave some out (restatements, filler, repeats)
+TURN_CANDIDATES_PER_TURN = 3
+# the hint reads the context's facts by standing, at most one per this many tokens of its budget:
+# when they are fewer, that is all of them (a fact's line is rarely shorter)
+TOKENS_PER_LISTED_FACT = 15
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContextRecall:
     """One recall in a conversation's context: for whom (user, persona or none), in which team's
-    context, what for, how many, and which kinds (`include`)."""
+    context, what for (`query`: the next message), how many memories (`limit`) and how many turns
+    of earlier conversations after them (`turn_limit`, 0: none), and which kinds (`include`)."""
 
     user_id: uuid.UUID
     persona_id: uuid.UUID | None
     team_id: uuid.UUID | None
     query: str
     limit: int
+    turn_limit: int = DEFAULT_TURN_LIMIT
     include: Sequence[RecallInclude] = INCLUDE_ALL
     retriever: Retriever = "hybrid"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Found:
+    """What one recall read: the memories by relevance, the turns by relevance, the context's facts
+    by standing (None: not read), and the open proposed change of each of them that has one."""
+
+    memories: list[RecallHit]
+    turns: list[TurnHit]
+    every: list[RecallHit] | None
+    pending: dict[uuid.UUID, Revision]
+
+
+async def _found(
+    store: RecallStore, asked: ContextRecall, settings: SettingsCache | None, *, every_limit: int = 0
+) -> _Found | None:
+    """The reads of one recall, side by side; None when memory is disabled in the context.
+    `every_limit`: also read up to this many of the context's facts by standing."""
+    key = (asked.team_id, asked.persona_id)
+    load = partial(store.settings_for, *key)
+    policy = await (load() if settings is None else settings.settings(key, load))
+    if not policy.enabled:
+        return None
+    user_id, persona_id, team_id = asked.user_id, asked.persona_id, asked.team_id
+    with_memories = "memories" in asked.include
+
+    async def memories() -> list[RecallHit]:
+        if not with_memories or asked.limit <= 0:
+            return []
+        return await store.recall(
+            user_id, persona_id, asked.query, asked.limit, retriever=asked.retriever, team_id=team_id
+        )
+
+    async def turns() -> list[TurnHit]:
+        if "turns" not in asked.include or not policy.history or asked.turn_limit <= 0:
+            return []
+        candidates = asked.turn_limit * TURN_CANDIDATES_PER_TURN
+        return await store.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
+
+    async def every() -> list[RecallHit] | None:
+        if not with_memories or every_limit <= 0:
+            return None
+        # an empty query reads the context's facts by standing: no embedding, one owner-scoped read
+        return await store.recall(user_id, persona_id, "", every_limit, team_id=team_id)
+
+    # side by side: each waits on its own query embedding and statement
+    found_memories, found_turns, found_every = await asyncio.gather(memories(), turns(), every())
+    ids = {hit.memory.id for hit in [*found_memories, *(found_every or ())]}
+    pending = await store.pending_changes(ids) if ids else {}
+    return _Found(memories=found_memories, turns=found_turns, every=found_every, pending=pending)
 
 
 async def items_in_context(
     store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
 ) -> list[RecallItem]:
-    """Memories and turns of this context in one ranked list (`store.rules.turn_recall.merge_recall`), each
-    kind only when `include` names it: nothing when memory is disabled there, no turns when the
-    setting `history` is off. `settings`: where the context's settings are kept between requests
-    (the API's recall is the hot path; a settings change applies within the cache's `ttl_s`)."""
-    key = (asked.team_id, asked.persona_id)
-    load = partial(store.settings_for, *key)
-    policy = await (load() if settings is None else settings.settings(key, load))
-    if not policy.enabled or asked.limit <= 0:
+    """Recall's one list for this context (`store.rules.turn_recall.facts_then_turns`): the first
+    `limit` memories by relevance, each with its change awaiting review, then at most `turn_limit`
+    turns that add something new; each kind only when `include` names it, nothing when memory is
+    disabled there, no turns when the setting `history` is off. `settings`: where the context's
+    settings are kept between requests (the API's recall is the hot path; a settings change
+    applies within the cache's `ttl_s`)."""
+    found = await _found(store, asked, settings)
+    if found is None:
         return []
-    user_id, persona_id, query, limit = asked.user_id, asked.persona_id, asked.query, asked.limit
+    return facts_then_turns(
+        found.memories,
+        found.turns,
+        limit=asked.limit,
+        turn_limit=asked.turn_limit,
+        message=asked.query,
+        pending=found.pending,
+    )
 
-    async def memories() -> list[RecallHit]:
-        if "memories" not in asked.include:
-            return []
-        return await store.recall(
-            user_id, persona_id, query, limit, retriever=asked.retriever, team_id=asked.team_id
-        )
 
-    async def turns() -> list[TurnHit]:
-        if "turns" not in asked.include or not policy.history:
-            return []
-        return await store.recall_turns(user_id, persona_id, query, limit, team_id=asked.team_id)
-
-    # side by side: each waits on its own query embedding and statement
-    found_memories, found_turns = await asyncio.gather(memories(), turns())
-    return merge_recall(found_memories, found_turns, limit)
+async def hint_in_context(
+    store: RecallStore, asked: ContextRecall, *, max_tokens: int, settings: SettingsCache | None = None
+) -> str:
+    """The prompt hint for the next message (`asked.query`) within `max_tokens`
+    (`store.rules.hint.build_hint`): every fact of the context when they all fit the facts' share,
+    else the `limit` most relevant that fit; then the new turns (`turn_limit`) in what is left.
+    "" when memory is disabled in the context or nothing is known."""
+    every_limit = max(1, max_tokens // TOKENS_PER_LISTED_FACT)
+    found = await _found(store, asked, settings, every_limit=every_limit)
+    if found is None:
+        return ""
+    items = facts_then_turns(
+        found.memories,
+        found.turns,
+        limit=asked.limit,
+        turn_limit=asked.turn_limit,
+        message=asked.query,
+        pending=found.pending,
+    )
+    every = None
+    if found.every is not None and len(found.every) < every_limit:
+        every = [
+            RecallItem(
+                kind="memory",
+                score=hit.score,
+                memory=hit.memory,
+                pending_change=found.pending.get(hit.memory.id),
+            )
+            for hit in found.every
+        ]
+    return build_hint(items, max_tokens=max_tokens, message=asked.query, every=every)

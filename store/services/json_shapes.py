@@ -74,16 +74,29 @@ def turn_json(turn: Turn) -> dict[str, Any]:
     }
 
 
+def pending_change_json(revision: Revision | None) -> dict[str, Any] | None:
+    """A memory's change awaiting review as recall shows it: the proposal's `id`, the `new_value`
+    and when it was proposed (`created_at`); None without one."""
+    if revision is None:
+        return None
+    return {
+        "id": str(revision.id),
+        "new_value": revision.new_value,
+        "created_at": revision.created_at.isoformat(),
+    }
+
+
 def recall_item_json(item: RecallItem) -> dict[str, Any]:
-    """One item of the merged recall as JSON: its `kind`, the memory's (`memory_json`) or the turn's
-    (`turn_json`) fields, its `score` in the merged list and, for a memory, the recall branches that
-    found it (`sources`)."""
+    """One item of recall as JSON: its `kind`, the memory's (`memory_json`) or the turn's
+    (`turn_json`) fields, its `score` in its own kind's ranking and, for a memory, the recall
+    branches that found it (`sources`) and its change awaiting review (`pending_change`, or null)."""
     if item.kind == "memory" and item.memory is not None:
         return {
             "kind": item.kind,
             **memory_json(item.memory),
             "score": item.score,
             "sources": list(item.sources),
+            "pending_change": pending_change_json(item.pending_change),
         }
     if item.kind == "turn" and item.turn is not None:
         return {"kind": item.kind, **turn_json(item.turn), "score": item.score}

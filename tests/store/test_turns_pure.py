@@ -1,5 +1,5 @@
-"""Pure parts of conversation memory: the merged ranking, `include`, the window rankings, the
-two-section hint, and the evidence numbers of an LLM item."""
+"""Pure parts of conversation memory: `include`, the window rankings, the turn lines, and the
+evidence numbers of an LLM item."""
 
 from __future__ import annotations
 
@@ -10,17 +10,9 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
-from store.model import Memory, RecallHit, RecallItem, Turn, TurnHit, TurnRole
-from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER, build_hint, said_on, turn_bullet, turn_line
-from store.rules.turn_recall import (
-    ItemMerge,
-    distinct_turns,
-    fuse_turn_scores,
-    leading_memories,
-    merge_recall,
-    parse_include,
-    without_quoted_turns,
-)
+from store.model import Memory, Turn, TurnHit, TurnRole
+from store.rules.hint import said_on, turn_bullet, turn_line
+from store.rules.turn_recall import distinct_turns, fuse_turn_scores, parse_include
 from store.sqlite.turn_ranking import (
     bm25_ranking,
     bm25_scores,
@@ -42,78 +34,6 @@ def turn(text: str, role: TurnRole = "user") -> Turn:
     return past_turn(text, role=role, at=NOW)
 
 
-def fact_hit(key: str, cosine: float | None, **fields: object) -> RecallHit:
-    return RecallHit(memory=replace(memory(key, "v"), **fields), score=1.0, cosine=cosine)  # type: ignore[arg-type]
-
-
-def turn_hit(text: str, cosine: float | None, **fields: object) -> TurnHit:
-    return TurnHit(turn=replace(turn(text), **fields), score=1.0, cosine=cosine)  # type: ignore[arg-type]
-
-
-def test_facts_about_as_close_as_the_best_turn_lead_at_most_lead_max_whatever_the_limit() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_max=3)
-    facts = [fact_hit(f"k{i}", 0.6) for i in range(5)]
-    turns = [turn_hit(f"t{i}", 0.65 - i * 0.01) for i in range(20)]
-    merged = merge_recall(facts, turns, 10, merge=merge)
-    # 3 facts lead, in their own order; the rest interleave by rank
-    assert [i.kind for i in merged[:4]] == ["memory"] * 3 + ["turn"]
-    assert [i.memory.key for i in merged[:3] if i.memory] == ["k0", "k1", "k2"]
-    assert len(merged) == 10
-    assert [i.turn.text for i in merged if i.turn] == [f"t{i}" for i in range(7)]
-    # a longer list starts as the shorter one does
-    assert merge_recall(facts, turns, 20, merge=merge)[:10] == merged
-    assert [i.kind for i in merge_recall(facts, turns, 2, merge=merge)] == ["memory"] * 2
-
-
-def test_a_fact_far_less_close_than_the_best_turn_does_not_lead() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_max=5)
-    facts = [fact_hit("close", 0.6), fact_hit("far", 0.3), fact_hit("close again", 0.6)]
-    turns = [turn_hit(f"t{i}", 0.65) for i in range(30)]
-    assert leading_memories(facts, turns, 10, merge) == [0, 2]
-    merged = merge_recall(facts, turns, 10, merge=merge)
-    assert [i.memory.key for i in merged[:2] if i.memory] == ["close", "close again"]
-    # the rest by rank: a fact's first rank after the lead scores as a turn's 34th, past the limit
-    assert [i.kind for i in merged[2:]] == ["turn"] * 8
-
-
-def test_a_fact_found_by_full_text_alone_or_with_no_turns_to_compare() -> None:
-    merge = ItemMerge(lead_margin=0.1, lead_max=5)
-    turns = [turn_hit("t", 0.5)]
-    assert leading_memories([fact_hit("text only", None), fact_hit("k", 0.45)], turns, 10, merge) == [1]
-    # no turn has a cosine (history off, or turns found by full text alone): facts lead
-    assert leading_memories([fact_hit("k", 0.2)], [turn_hit("t", None)], 10, merge) == [0]
-    assert leading_memories([fact_hit("k", 0.2)], [], 10, merge) == [0]
-    assert leading_memories([fact_hit("k", 0.9)], turns, 10, ItemMerge(lead_margin=None)) == []
-
-
-def test_a_turn_a_fact_above_it_quotes_is_left_out_and_the_next_one_takes_its_place() -> None:
-    channel = uuid.uuid4()
-    said = "I went   vegan last spring"
-    quoting = fact_hit("diet", 0.9, evidence="user: I went vegan last spring", source_channel_id=channel)
-    turns = [
-        turn_hit(said, 0.8, channel_id=channel),
-        turn_hit(said, 0.8),  # the same words in another conversation: not what the fact quotes
-        turn_hit("Lyon has good vegan places", 0.7, channel_id=channel),
-    ]
-    merged = merge_recall([quoting], turns, 3)
-    assert merged[0].memory is not None
-    assert [i.turn.channel_id == channel for i in merged[1:] if i.turn] == [False, True]
-    assert [i.turn.text for i in merged[1:] if i.turn] == [said, "Lyon has good vegan places"]
-    # a turn placed above the fact stays: only what comes after a quoting fact repeats it
-    assert [i.kind for i in without_quoted_turns(merge_recall([], turns, 3), 3)] == ["turn"] * 3
-
-
-def test_merged_recall_keeps_each_lists_order_and_the_limit() -> None:
-    facts = [fact_hit(f"k{i}", 0.1) for i in range(3)]
-    turns = [turn_hit(f"t{i}", 0.9) for i in range(3)]
-    merged = merge_recall(facts, turns, 6)
-    assert [i.memory.key for i in merged if i.memory] == ["k0", "k1", "k2"]
-    assert [i.turn.text for i in merged if i.turn] == ["t0", "t1", "t2"]
-    assert merge_recall([], turns, 2)[0].turn == turns[0].turn
-    assert len(merge_recall(facts, turns, 4)) == 4
-    assert [i.cosine for i in merge_recall(facts, [], 1)] == [0.1]
-
-
 def test_include_takes_memories_and_or_turns() -> None:
     assert parse_include(None) == ("memories", "turns")
     assert parse_include(["turns", "turns"]) == ("turns",)
@@ -129,25 +49,6 @@ def test_window_rankings_rank_by_words_and_by_cosine() -> None:
     assert bm25_ranking("the", texts, 5) == []  # stop words only
     vectors = {a: [1.0, 0.0], b: [0.6, 0.8], c: [0.0, 1.0]}
     assert vector_ranking(vectors, [1.0, 0.1], 2) == [a, b]
-
-
-def test_the_hint_has_what_is_known_dated_and_earlier_conversations_within_the_budget() -> None:
-    items = [
-        RecallItem(kind="memory", score=1.0, memory=memory("diet", "Is vegan", observed=NOW)),
-        RecallItem(kind="turn", score=0.9, turn=turn("I went vegan after the marathon\nin Porto")),
-        RecallItem(kind="memory", score=0.8, memory=memory("city", "Lives in Lyon")),
-    ]
-    hint = build_hint(items)
-    assert hint == (
-        f"{KNOWN_HEADER}\n- diet: Is vegan (said 4 March 2026)\n- city: Lives in Lyon\n\n"
-        f"{EARLIER_HEADER}\n- [4 March 2026] user: I went vegan after the marathon in Porto"
-    )
-    crowded = [RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x" * 200)) for i in range(60)]
-    crowded += [RecallItem(kind="turn", score=0.5, turn=turn("y" * 1000)) for _ in range(10)]
-    text = build_hint(crowded, max_chars=6000)
-    assert len(text) <= 6000 and EARLIER_HEADER in text and KNOWN_HEADER in text
-    assert text.count("\n- [4 March 2026]") <= 5
-    assert build_hint([]) == ""
 
 
 def test_evidence_numbers_keep_what_names_a_message_and_never_reject_the_fact() -> None:

@@ -347,8 +347,8 @@ async def _print_pending(store: Any, cast: Cast) -> None:
 
 async def _approve_and_recall(store: Any, cast: Cast, catalogue: dict[str, Any]) -> None:
     from store.model import MemoryFilter
-    from store.rules.hint import build_memory_hint
-    from store.services.context_recall import recall_in_context
+    from store.rules.hint import DEFAULT_MAX_TOKENS
+    from store.services.context_recall import ContextRecall, hint_in_context, recall_in_context
 
     user, persona, team = (uuid.UUID(catalogue[kind]) for kind in ("user", "persona", "team"))
     approved = 0
@@ -374,5 +374,7 @@ async def _approve_and_recall(store: Any, cast: Cast, catalogue: dict[str, Any])
         print(f"  {hit.score:6.3f}  [{memory.scope}] {memory.key}: {memory.value}")
     if not hits:
         print("  (no active memories)")
+    asked = ContextRecall(user_id=user, persona_id=persona, team_id=team, query=QUESTION, limit=5)
+    hint = await hint_in_context(store, asked, max_tokens=DEFAULT_MAX_TOKENS)
     print("\nprompt hint:")
-    print("  " + build_memory_hint(hits).replace("\n", "\n  "))
+    print("  " + (hint or "(nothing to hint)").replace("\n", "\n  "))

@@ -1,6 +1,7 @@
-"""`pmem recall --user-id U [--persona-id P] [--include memories|turns …] [QUERY]`: what the store
-recalls for a user (and persona): memories and earlier conversations' turns in one ranked list, as
-a table or, with --json, a list of objects (each with its `kind`)."""
+"""`pmem recall --user-id U [--persona-id P] [--include memories|turns …] [--hint] [QUERY]`: what the
+store recalls for a user (and persona): memories by relevance, then the earlier conversations'
+turns that add something new, as a table or, with --json, a list of objects (each with its
+`kind`); with --hint, the prompt hint for QUERY as the next message."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from collections.abc import Sequence
 from store.model import INCLUDE_ALL, RecallItem
 from store.rules.recall import RETRIEVERS
 from store.rules.turn_recall import parse_include
-from store.services.context_recall import ContextRecall, items_in_context
+from store.services.context_recall import (
+    DEFAULT_TURN_LIMIT,
+    ContextRecall,
+    hint_in_context,
+    items_in_context,
+)
 from store.services.json_shapes import recall_item_json
 from worker.commands.errors import run_reporting_database_errors
 from worker.commands.store_session import opened_store
@@ -39,7 +45,23 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=uuid_arg,
         help="the conversation's team (UUID): its memories and team-less ones",
     )
-    parser.add_argument("--limit", type=int, default=20, help="maximum results (default 20)")
+    parser.add_argument("--limit", type=int, default=20, help="how many memories (default 20)")
+    parser.add_argument(
+        "--turn-limit",
+        type=int,
+        default=DEFAULT_TURN_LIMIT,
+        help=f"how many turns of earlier conversations after them (default {DEFAULT_TURN_LIMIT}; 0: none)",
+    )
+    parser.add_argument(
+        "--hint",
+        action="store_true",
+        help="print the prompt hint for QUERY as the next message instead (at most --max-tokens)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="the hint's size in tokens (default and largest: PMEM_HINT_MAX_TOKENS)",
+    )
     parser.add_argument(
         "--retriever",
         choices=RETRIEVERS,
@@ -93,6 +115,12 @@ async def recall_items(settings: Settings, asked: ContextRecall) -> list[RecallI
         return await items_in_context(store, asked)
 
 
+async def recall_hint(settings: Settings, asked: ContextRecall, max_tokens: int) -> str:
+    """Open the configured store and embedder, build the prompt hint, close both."""
+    async with opened_store(settings) as store:
+        return await hint_in_context(store, asked, max_tokens=max_tokens)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the recall for the given user/persona/query."""
     overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
@@ -100,30 +128,40 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("pmem recall: --limit must be at least 1", file=sys.stderr)
         return 2
+    if args.turn_limit < 0:
+        print("pmem recall: --turn-limit must be 0 or more", file=sys.stderr)
+        return 2
+    if args.max_tokens is not None and args.max_tokens < 1:
+        print("pmem recall: --max-tokens must be at least 1", file=sys.stderr)
+        return 2
+    asked = ContextRecall(
+        user_id=args.user_id,
+        persona_id=args.persona_id,
+        team_id=args.team_id,
+        query=" ".join(args.query),
+        limit=args.limit,
+        turn_limit=args.turn_limit,
+        retriever=args.retriever,
+        include=parse_include(args.include),
+    )
     items: list[RecallItem] = []
+    hint: list[str] = []
+    most = settings.hint_max_tokens
+    budget = most if args.max_tokens is None else min(args.max_tokens, most)
 
     def recall() -> int:
-        items.extend(
-            asyncio.run(
-                recall_items(
-                    settings,
-                    ContextRecall(
-                        user_id=args.user_id,
-                        persona_id=args.persona_id,
-                        team_id=args.team_id,
-                        query=" ".join(args.query),
-                        limit=args.limit,
-                        retriever=args.retriever,
-                        include=parse_include(args.include),
-                    ),
-                )
-            )
-        )
+        if args.hint:
+            hint.append(asyncio.run(recall_hint(settings, asked, budget)))
+        else:
+            items.extend(asyncio.run(recall_items(settings, asked)))
         return 0
 
     code = run_reporting_database_errors("recall", recall)
     if code:
         return code
+    if args.hint:
+        print(hint[0] or "(nothing to hint)")
+        return 0
     if args.json:
         print(json.dumps([recall_item_json(item) for item in items], indent=2, ensure_ascii=False))
     else:

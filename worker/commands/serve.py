@@ -71,6 +71,7 @@ def build_app(store: Store, settings: Settings, *, insecure_dev: bool) -> FastAP
         store=store,
         auth=auth_config(settings, insecure_dev=insecure_dev),
         max_input_tokens=settings.llm_max_input_tokens,
+        hint_max_tokens=settings.hint_max_tokens,
         max_body_bytes=settings.api_max_body_bytes,
         settings_cache_s=settings.settings_cache_s,
         ui_session_s=settings.ui_session_s,

@@ -173,9 +173,16 @@ async def ask(
 async def product_recall(
     store: Any, *, owner: uuid.UUID, query: str, limit: int, include: Include
 ) -> tuple[Recalled, ...]:
-    """The product's recall for `owner` outside any persona or team, as the evaluation reads it."""
+    """The product's recall for `owner` outside any persona or team, as the evaluation reads it: `limit`
+    memories, then `limit` turns."""
     asked = ContextRecall(
-        user_id=owner, persona_id=None, team_id=None, query=query, limit=limit, include=include_kinds(include)
+        user_id=owner,
+        persona_id=None,
+        team_id=None,
+        query=query,
+        limit=limit,
+        turn_limit=limit,
+        include=include_kinds(include),
     )
     items = await items_in_context(store, asked)
     return tuple(recalled_of(item) for item in items)

@@ -1,0 +1,238 @@
+"""Pure parts of the hint and recall's list: which turns add something new (`store.rules.novelty`),
+facts then turns each within its own limit, the facts' choice within the token budget, a fact
+whose change awaits review, and the hint's sections."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from store.model import Memory, RecallHit, RecallItem, Revision, Turn, TurnHit, TurnRole
+from store.rules.hint import (
+    EARLIER_HEADER,
+    HINT_TURN_SHARE,
+    KNOWN_HEADER,
+    build_hint,
+    choose_facts,
+    fact_line,
+)
+from store.rules.novelty import content_words, is_filler, new_turn_indexes, normalized, restates, stem
+from store.rules.tokens import count_tokens
+from store.rules.turn_recall import facts_then_turns
+from tests.factories import past_turn, stored_fact
+
+NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
+
+
+def memory(key: str, value: str, **fields: object) -> Memory:
+    return stored_fact(key, value, at=NOW, **fields)
+
+
+def turn(text: str, role: TurnRole = "user", **fields: object) -> Turn:
+    return past_turn(text, role=role, at=NOW, **fields)
+
+
+def fact(key: str, value: str, change: Revision | None = None, **fields: object) -> RecallItem:
+    return RecallItem(kind="memory", score=1.0, memory=memory(key, value, **fields), pending_change=change)
+
+
+def said(text: str, role: TurnRole = "user", **fields: object) -> RecallItem:
+    return RecallItem(kind="turn", score=1.0, turn=turn(text, role, **fields))
+
+
+def proposal(of: Memory, new_value: str) -> Revision:
+    return Revision(
+        id=uuid.uuid4(),
+        memory_id=of.id,
+        old_value=of.value,
+        new_value=new_value,
+        confidence=0.9,
+        status="pending",
+        source_event_id=None,
+        created_at=NOW,
+    )
+
+
+# -- novelty ---------------------------------------------------------------------------------------
+
+
+FILLER = [
+    "Thanks!",
+    "Enjoy your meal!",
+    "You're welcome",
+    "Happy saving!",
+    "Have a great workout!",
+    "Good luck with your studies!",
+    "Noted, thanks for telling me.",
+    "Got it, I'll keep that in mind.",
+    "Ok.",
+    "",
+]
+
+
+def test_filler_is_a_turn_whose_content_words_are_all_filler() -> None:
+    assert [text for text in FILLER if not is_filler(text)] == []
+    for content in (
+        "Try a chickpea curry with coconut milk tonight.",
+        "I'm allergic to shellfish",
+        "Thanks, the lentil soup was great for my marathon training",
+        "My sister lives in Porto",
+    ):
+        assert not is_filler(content), content
+
+
+def test_a_turn_restates_the_message_when_most_content_words_are_shared() -> None:
+    tonight = content_words("What should I cook for dinner tonight?")
+    assert restates("What should I cook tonight?", tonight)
+    assert restates("what should i COOK for dinner tonight", tonight)
+    shrimp = content_words("What can I cook with shrimp?")
+    assert not restates("What should I cook tonight?", shrimp)
+    # an answer that mentions the question's words and more adds something
+    assert not restates("Tonight you could cook a mushroom risotto with peas and lemon.", tonight)
+    assert not restates("Thanks!", frozenset())
+
+
+def test_stems_and_normalized_text_compare_forms_of_one_word() -> None:
+    assert stem("studies") == stem("study") and stem("cooking") == stem("cook") == stem("cooks")
+    assert stem("shopping") == "shop" and stem("class") == "class"
+    assert normalized("  Enjoy your   MEAL! ") == "enjoy your meal"
+
+
+def test_new_turns_leave_out_restatements_filler_repeats_and_quoted_turns() -> None:
+    channel = uuid.uuid4()
+    quoting = memory("diet", "Is vegan", evidence="user: I went vegan last spring", source_channel_id=channel)
+    turns = [
+        turn("What should I cook tonight?"),  # 0 restates
+        turn("Try a chickpea curry; it is vegan and quick.", "assistant"),  # 1 the answer, kept
+        turn("Enjoy your meal!", "assistant"),  # 2 filler
+        turn("Try a chickpea  curry; it is vegan and quick!", "assistant"),  # 3 shown already
+        turn("I went vegan last spring", channel_id=channel),  # 4 the fact quotes it
+        turn("I went vegan last spring"),  # 5 the same words elsewhere: not what the fact quotes
+    ]
+    kept = new_turn_indexes(turns, message="What should I cook for dinner tonight?", shown=[quoting])
+    assert kept == [1, 5]
+    assert new_turn_indexes(turns, message="") == [0, 1, 4]
+
+
+def test_novelty_costs_linear_time_on_a_stranger_text() -> None:
+    hostile = "a" * 200_000 + "!" * 200_000 + " thanks" * 50_000
+    started = time.perf_counter()
+    assert not is_filler(hostile)
+    assert new_turn_indexes([turn(hostile)], message=hostile) == []  # it restates itself
+    assert time.perf_counter() - started < 2.0
+
+
+# -- recall's list ---------------------------------------------------------------------------------
+
+
+def hit(key: str) -> RecallHit:
+    return RecallHit(memory=memory(key, "v"), score=0.5, cosine=0.3)
+
+
+def turn_hit(text: str, **fields: object) -> TurnHit:
+    return TurnHit(turn=turn(text, **fields), score=0.9, cosine=0.9)
+
+
+def test_recall_lists_the_facts_first_each_kind_within_its_own_limit() -> None:
+    facts = [hit(f"k{i}") for i in range(5)]
+    turns = [turn_hit(f"the {i}th recipe with lentils and rice") for i in range(8)]
+    items = facts_then_turns(facts, turns, limit=3, turn_limit=2, message="what to cook")
+    assert [i.kind for i in items] == ["memory"] * 3 + ["turn"] * 2
+    assert [i.memory.key for i in items if i.memory] == ["k0", "k1", "k2"]
+    assert [i.turn.text for i in items if i.turn] == [turns[0].turn.text, turns[1].turn.text]
+    assert [i.kind for i in facts_then_turns(facts, turns, limit=1, turn_limit=0, message="")] == ["memory"]
+    only_turns = facts_then_turns([], turns, limit=10, turn_limit=3, message="")
+    assert [i.kind for i in only_turns] == ["turn"] * 3
+
+
+def test_recall_leaves_out_the_turns_that_add_nothing_and_fills_the_turn_limit_after_them() -> None:
+    channel = uuid.uuid4()
+    quoting = RecallHit(
+        memory=memory("diet", "Is vegan", evidence="user: I went vegan", source_channel_id=channel), score=1.0
+    )
+    turns = [
+        turn_hit("What should I cook tonight?"),
+        turn_hit("Enjoy your meal!"),
+        turn_hit("I went vegan", channel_id=channel),
+        turn_hit("Try the chickpea curry."),
+        turn_hit("Lentil soup freezes well."),
+    ]
+    items = facts_then_turns([quoting], turns, limit=5, turn_limit=2, message="What should I cook tonight?")
+    assert [i.turn.text for i in items if i.turn] == ["Try the chickpea curry.", "Lentil soup freezes well."]
+
+
+def test_a_pending_change_travels_with_its_fact() -> None:
+    facts = [hit("city"), hit("diet")]
+    change = proposal(facts[0].memory, "Munich")
+    pending = {facts[0].memory.id: change}
+    items = facts_then_turns(facts, [], limit=5, turn_limit=0, message="", pending=pending)
+    assert [i.pending_change for i in items] == [change, None]
+
+
+# -- the hint --------------------------------------------------------------------------------------
+
+
+def test_a_fact_under_review_is_not_stated_as_certain() -> None:
+    city = memory("lives in", "Berlin")
+    munich = proposal(city, "Munich")
+    line = fact_line(RecallItem(kind="memory", score=1.0, memory=city, pending_change=munich))
+    assert line == "- lives in: Berlin — a change to Munich awaits review"
+    dated = replace(city, observed_at=NOW, evidence="user: I live in Berlin", source_channel_id=uuid.uuid4())
+    line = fact_line(RecallItem(kind="memory", score=1.0, memory=dated, pending_change=munich))
+    assert line == (
+        '- lives in: Berlin — a change to Munich awaits review (said 4 March 2026) — "I live in Berlin"'
+    )
+
+
+def test_the_hint_has_what_is_known_then_what_earlier_conversations_add() -> None:
+    items = [
+        fact("diet", "Is vegan", observed_at=NOW),
+        fact("city", "Lives in Lyon"),
+        said("I went vegan after the marathon\nin Porto"),
+        said("Enjoy your meal!", "assistant"),
+    ]
+    assert build_hint(items) == (
+        f"{KNOWN_HEADER}\n- diet: Is vegan (said 4 March 2026)\n- city: Lives in Lyon\n\n"
+        f"{EARLIER_HEADER}\n- [4 March 2026] user: I went vegan after the marathon in Porto"
+    )
+    assert build_hint([]) == ""
+    assert build_hint([said("Thanks!")]) == ""
+
+
+def test_the_hint_stays_within_its_tokens_and_a_fact_is_never_displaced_by_a_turn() -> None:
+    facts = [fact(f"k{i}", "x " * 40) for i in range(60)]
+    turns = [said(f"turn {i} " + "y " * 300) for i in range(10)]
+    for budget in (60, 200, 500, 1500):
+        text = build_hint(facts + turns, max_tokens=budget)
+        assert count_tokens(text) <= budget
+        facts_alone = build_hint(facts, max_tokens=budget)
+        # the turns only take what the facts leave
+        assert text.startswith(facts_alone)
+    few = [fact("diet", "Is vegan")]
+    text = build_hint(few + turns, max_tokens=1500)
+    turn_part = text.split(EARLIER_HEADER)[1]
+    assert count_tokens(turn_part) <= 1500 * HINT_TURN_SHARE
+
+
+def test_few_facts_are_all_shown_many_only_the_relevant_ones() -> None:
+    relevant = [fact("allergy", "Is allergic to shellfish")]
+    every = relevant + [fact(f"fact{i}", f"likes thing {i}") for i in range(5)]
+    chosen = choose_facts(relevant, budget=1500, every=every)
+    assert next(i.memory.key for i in chosen if i.memory) == "allergy"
+    assert len(chosen) == 6
+    # too many to show all: the relevant ones only
+    crowd = relevant + [fact(f"fact{i}", "a fairly long value " * 10) for i in range(40)]
+    chosen = choose_facts(relevant, budget=1500, every=crowd)
+    assert [i.memory.key for i in chosen if i.memory] == ["allergy"]
+    # not read (None): the relevant ones
+    assert len(choose_facts(relevant, budget=1500)) == 1
+
+
+def test_pinned_facts_come_first_within_the_budget() -> None:
+    pinned = [fact("medical", "Has type 1 diabetes")]
+    relevant = [fact(f"k{i}", "v " * 30) for i in range(30)]
+    chosen = choose_facts(relevant, budget=200, pinned=pinned)
+    assert chosen[0] is pinned[0]
+    assert sum(count_tokens(fact_line(i)) + 1 for i in chosen) <= 200
