@@ -21,6 +21,9 @@ from store.rules.evidence import evidence_lines, quoted_text
 # "What should I cook tonight?" restates "What should I cook for dinner tonight?" (2 of 3),
 # "What can I cook with shrimp?" does not (1 of 3)
 RESTATE_OVERLAP = 0.6
+# and at least this share of the turn's own content words are the message's ("Ana moved to Porto"
+# adds "moved" to the message "Porto Ana": kept)
+RESTATE_COVERAGE = 0.8
 # a turn this short that opens with a sign-off word ("Happy cooking!", "Enjoy the pasta!") is filler
 SIGN_OFF_WORDS = 4
 
@@ -97,12 +100,15 @@ def is_filler(text: str) -> bool:
 
 
 def restates(text: str, message_words: frozenset[str]) -> bool:
-    """True when a turn's `text` says again what the message (its `content_words`) says: their
-    content words overlap at least `RESTATE_OVERLAP` (Jaccard)."""
+    """True when a turn's `text` says again what the message (its `content_words`) says: at least
+    `RESTATE_COVERAGE` of its content words are the message's, and they overlap at least
+    `RESTATE_OVERLAP` (Jaccard)."""
     own = content_words(text)
     if not own or not message_words:
         return False
     shared = len(own & message_words)
+    if shared / len(own) < RESTATE_COVERAGE:  # the turn says something the message does not
+        return False
     return shared / (len(own) + len(message_words) - shared) >= RESTATE_OVERLAP
 
 

@@ -92,6 +92,7 @@ def test_a_turn_restates_the_message_when_most_content_words_are_shared() -> Non
     # an answer that mentions the question's words and more adds something
     assert not restates("Tonight you could cook a mushroom risotto with peas and lemon.", tonight)
     assert not restates("Thanks!", frozenset())
+    assert not restates("Ana moved to Porto", content_words("Porto Ana"))
 
 
 def test_stems_and_normalized_text_compare_forms_of_one_word() -> None:
