@@ -60,3 +60,15 @@ async def test_the_allergy_is_hinted_and_recalled_first_for_a_shrimp_question(st
     repeated = await hint_in_context(store, again, max_tokens=1500)
     assert EARLIER_HEADER in repeated and "What should I cook tonight?" not in repeated
     assert "chickpea curry" in repeated  # the answer stays
+
+
+async def test_a_fact_with_a_change_awaiting_review_is_marked_in_recall_and_hint(store: Store) -> None:
+    user = uuid.uuid4()
+    await store.upsert(user_fact(user, "lives in", "Berlin", status="active"))
+    await store.write_event(event_id=uuid.uuid4(), memories=[user_fact(user, "lives in", "Munich")])
+    [revision] = await store.pending_revisions()
+    asked = ContextRecall(user_id=user, persona_id=None, team_id=None, query="where do I live", limit=10)
+    [item] = [i for i in await items_in_context(store, asked) if i.memory]
+    assert item.pending_change is not None and item.pending_change.id == revision.id
+    hint = await hint_in_context(store, asked, max_tokens=1500)
+    assert "- lives in: Berlin — a change to Munich awaits review" in hint
