@@ -88,6 +88,12 @@ class RecallStore(Protocol):
         """Turns said in exactly this context (user, persona or none, team or none), best first."""
         ...
 
+    async def pinned_facts(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None
+    ) -> list[Memory]:
+        """Active pinned memories of the user (and persona) in the team context (every hint's)."""
+        ...
+
 
 class WorkerStore(Protocol):
     """What the worker's per-event pipeline needs: policy, existing memories, one write per event,
@@ -160,6 +166,8 @@ class ReviewStore(Protocol):
     async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
 
     async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
+
+    async def set_pinned(self, memory_id: uuid.UUID, pinned: bool, *, actor: str) -> Memory | None: ...
 
     async def reject_memory(
         self,

@@ -1,6 +1,7 @@
 """The memory hint injected into the system prompt: one bullet per memory, highest priority first,
-capped at about 1500 tokens (~6000 characters) without cutting a bullet; with conversation memory,
-a second section of the few most relevant earlier turns (`build_hint`). Pure."""
+capped at about 1500 tokens (~6000 characters) without cutting a bullet; pinned facts first, in
+every hint; with conversation memory, a second section of the few most relevant earlier turns
+(`build_hint`). Pure."""
 
 from __future__ import annotations
 
@@ -138,12 +139,25 @@ def _fit(lines: Sequence[str], budget: int) -> list[str]:
     return kept
 
 
-def build_hint(items: Sequence[RecallItem], max_chars: int = DEFAULT_MAX_CHARS) -> str:
+def pinned_first(pinned: Sequence[Memory], recalled: Sequence[Memory]) -> list[Memory]:
+    """The facts a hint states, in order: the active pinned ones, then the recalled ones not
+    already among them. A pinned fact that is pending or archived is left out: pinning never
+    shows a fact nobody approved."""
+    shown = [memory for memory in pinned if memory.status == "active"]
+    ids = {memory.id for memory in shown}
+    return shown + [memory for memory in recalled if memory.id not in ids]
+
+
+def build_hint(
+    items: Sequence[RecallItem], max_chars: int = DEFAULT_MAX_CHARS, *, pinned: Sequence[Memory] = ()
+) -> str:
     """The prompt hint of a recall over memories and turns, within `max_chars`: "What is known"
-    (facts, best first, dated when known) and "From earlier conversations" (the few best turns,
-    dated, given at most `HINT_TURN_SHARE` of the budget; what they leave goes to the facts).
-    A line that does not fit is skipped whole; "" when nothing was recalled."""
-    memories = [item.memory for item in items if item.kind == "memory" and item.memory is not None]
+    (the `pinned` facts, then the recalled ones best first, dated when known) and "From earlier
+    conversations" (the few best turns, dated, given at most `HINT_TURN_SHARE` of the budget; what
+    they leave goes to the facts). A line that does not fit is skipped whole; "" when there is
+    nothing to say."""
+    recalled = [item.memory for item in items if item.kind == "memory" and item.memory is not None]
+    memories = pinned_first(pinned, recalled)
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
     turn_lines: list[str] = []
     if turns:

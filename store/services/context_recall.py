@@ -12,6 +12,8 @@ from functools import partial
 
 from store.model import (
     INCLUDE_ALL,
+    Memory,
+    MemorySettings,
     RecallHit,
     RecallInclude,
     RecallItem,
@@ -54,6 +56,26 @@ class ContextRecall:
     retriever: Retriever = "hybrid"
 
 
+async def _policy(store: RecallStore, asked: ContextRecall, settings: SettingsCache | None) -> MemorySettings:
+    """The context's settings, from `settings` when given (kept between requests)."""
+    key = (asked.team_id, asked.persona_id)
+    load = partial(store.settings_for, *key)
+    return await (load() if settings is None else settings.settings(key, load))
+
+
+async def pinned_in_context(
+    store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
+) -> list[Memory]:
+    """The active pinned facts every hint of this context states first: none when memory is
+    disabled there or `include` leaves memories out."""
+    if "memories" not in asked.include:
+        return []
+    policy = await _policy(store, asked, settings)
+    if not policy.enabled:
+        return []
+    return await store.pinned_facts(asked.user_id, asked.persona_id, team_id=asked.team_id)
+
+
 async def items_in_context(
     store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
 ) -> list[RecallItem]:
@@ -61,9 +83,7 @@ async def items_in_context(
     kind only when `include` names it: nothing when memory is disabled there, no turns when the
     setting `history` is off. `settings`: where the context's settings are kept between requests
     (the API's recall is the hot path; a settings change applies within the cache's `ttl_s`)."""
-    key = (asked.team_id, asked.persona_id)
-    load = partial(store.settings_for, *key)
-    policy = await (load() if settings is None else settings.settings(key, load))
+    policy = await _policy(store, asked, settings)
     if not policy.enabled or asked.limit <= 0:
         return []
     user_id, persona_id, query, limit = asked.user_id, asked.persona_id, asked.query, asked.limit
