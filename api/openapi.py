@@ -53,6 +53,7 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/v1/review/{item_id}/reject"): (*_AUTH, 404, 409, *_BODY),
     ("POST", "/v1/review/{item_id}/edit"): (*_AUTH, 404, 409, *_BODY),
     ("GET", "/v1/memories/{memory_id}"): (*_AUTH, 404, 422),
+    ("PUT", "/v1/memories/{memory_id}/pinned"): (*_AUTH, 404, *_BODY),
     ("GET", "/v1/settings/global"): _AUTH,
     ("PUT", "/v1/settings/global"): (*_AUTH, *_BODY),
     ("GET", "/v1/settings/teams/{team_id}"): (*_AUTH, 422),

@@ -166,6 +166,18 @@ async def decide(
     return result
 
 
+async def set_pinned(
+    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, pinned: bool
+) -> Memory:
+    """A reviewer pins or unpins a memory they may review (the same teams as approve and reject)."""
+    access.require_reviewer(principal)
+    memory = access.reviewable(principal, await store.get_by_id(memory_id))
+    changed = await store.set_pinned(memory.id, pinned, actor=principal.actor)
+    if changed is None:
+        raise NotFound("no such memory")
+    return changed
+
+
 async def reject_and_forget(store: ControlPlaneStore, principal: Principal, item_id: uuid.UUID) -> Rejection:
     """Reject one review item as `decide` does, and erase what was said that it comes from (the
     conversation turns its evidence cites, within the memory's team)."""
@@ -243,14 +255,23 @@ async def my_memories(
 
 
 async def edit_mine(
-    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, value: str
+    store: ControlPlaneStore,
+    principal: Principal,
+    memory_id: uuid.UUID,
+    value: str | None,
+    *,
+    pinned: bool | None = None,
 ) -> Memory:
-    """A person's edit of their own memory; it becomes `active`."""
+    """A person's change to their own memory: a new `value` (it becomes `active`), and/or `pinned`."""
     memory = access.own(principal, await store.get_by_id(memory_id))
-    edited = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
-    if edited is None:
+    changed: Memory | None = memory
+    if value is not None:
+        changed = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+    if pinned is not None and changed is not None:
+        changed = await store.set_pinned(memory.id, pinned, actor=principal.actor)
+    if changed is None:
         raise NotFound("no such memory")
-    return edited
+    return changed
 
 
 async def reject_mine(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from api.operations import BulkResult, MemoryDetail, SettingsView
 from store.model import (
@@ -38,6 +38,25 @@ class ValueBody(_Body):
     """A new value for a memory."""
 
     value: str = Field(min_length=1, max_length=2000)
+
+
+class PinnedBody(_Body):
+    """Pin (`true`) or unpin (`false`) a memory: a pinned active memory is in every hint."""
+
+    pinned: bool = Field(strict=True)
+
+
+class MyMemoryBody(_Body):
+    """A person's change to their own memory: a new `value` (it becomes active), `pinned`, or both."""
+
+    value: str | None = Field(default=None, min_length=1, max_length=2000)
+    pinned: bool | None = Field(default=None, strict=True)
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> MyMemoryBody:
+        if self.value is None and self.pinned is None:
+            raise ValueError("give a value, pinned, or both")
+        return self
 
 
 class RejectBody(_Body):
@@ -119,7 +138,7 @@ def rejection_json(rejection: Rejection, *, forget: bool) -> dict[str, Any]:
 def review_item_json(item: ReviewItem) -> dict[str, Any]:
     """A review-queue item as JSON (DESIGN: id, kind, memory_id, scope, owner_id, user_id, team_id,
     key, value or old_value/new_value, confidence, source_channel_id, created_at, evidence,
-    observed_at)."""
+    observed_at) and whether the memory is `pinned`."""
     body: dict[str, Any] = {
         "id": str(item.id),
         "kind": item.kind,
@@ -134,6 +153,7 @@ def review_item_json(item: ReviewItem) -> dict[str, Any]:
         "created_at": item.created_at.isoformat(),
         "evidence": item.evidence,
         "observed_at": time_json(item.observed_at),
+        "pinned": item.pinned,
     }
     if item.kind == "memory":
         body["value"] = item.value

@@ -65,6 +65,8 @@ NOTICES = {
     "deleted_all": "Everything remembered about you was erased.",
     "conversation_deleted": "Deleted. That conversation is no longer remembered.",
     "conversations_deleted": "Every remembered conversation was erased. Your memories stay.",
+    "pinned": "Pinned: once approved, assistants see it in every conversation.",
+    "unpinned": "Unpinned: assistants see it only when it is relevant.",
 }
 MY_CONVERSATIONS = 200  # the newest shown on "My memories"; the download has every one
 MY_PAGES = 10  # "My memories" shows up to 2000; the download has everything
@@ -650,6 +652,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         "owner_id": memory.owner_id,
         "user_id": memory.user_id,
         "team_id": memory.team_id,
+        "pinned": memory.pinned,
         **core.said_fields(memory),
     }
     names = await _names(
@@ -669,6 +672,7 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         session,
         "memory.html",
         title=f"Memory “{view['key']}”",
+        notice=NOTICES.get(request.query_params.get("notice", "")),
         memory=view,
         names=names,
         history=history,
@@ -682,6 +686,28 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
         },
         decide_id=decide_id,
     )
+
+
+@router.post("/memories/{memory_id}/pin")
+async def pin(request: Request, memory_id: str) -> Response:
+    """A reviewer pins (`pinned=yes`) or unpins a memory; back to the queue, or to the memory's page
+    when the form came from there (`from=memory`)."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    pinned = form.get("pinned") == "yes"
+    try:
+        memory = _id_or_not_found(memory_id)
+        changed = await ops.set_pinned(_store(request), session.principal, memory, pinned)
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    notice = "pinned" if pinned else "unpinned"
+    if _wants_json(request):
+        return _json(200, message=NOTICES[notice], pinned=changed.pinned)
+    if form.get("from") == "memory":
+        return _redirect(f"/ui/memories/{changed.id}", notice=notice)
+    return RedirectResponse(f"/ui/review?{_back(form)}&notice={notice}".replace("?&", "?"), status_code=303)
 
 
 # --- my memories -------------------------------------------------------------------------------
@@ -755,6 +781,26 @@ async def me_edit(request: Request, memory_id: str) -> Response:
         message = "Saved. Assistants use the corrected value from now on."
         return _json(200, message=message, value=edited.value)
     return _redirect("/ui/me", notice="saved")
+
+
+@router.post("/me/memories/{memory_id}/pin")
+async def me_pin(request: Request, memory_id: str) -> Response:
+    """The person pins (`pinned=yes`) or unpins one of their own memories."""
+    signed = await _signed_form(request)
+    if isinstance(signed, Response):
+        return signed
+    session, form = signed
+    pinned = form.get("pinned") == "yes"
+    try:
+        changed = await ops.edit_mine(
+            _store(request), session.principal, _id_or_not_found(memory_id), None, pinned=pinned
+        )
+    except (NotFound, Forbidden, Conflict) as exc:
+        return await _refuse(request, session, exc)
+    notice = "pinned" if pinned else "unpinned"
+    if _wants_json(request):
+        return _json(200, message=NOTICES[notice], pinned=changed.pinned)
+    return _redirect("/ui/me", notice=notice)
 
 
 async def _erase_mine(

@@ -322,6 +322,8 @@ AUDIT_ACTIONS: Final = {
     "archive": "Archived",
     "delete": "Erased",
     "erase": "Erased",
+    "pin": "Pinned",
+    "unpin": "Unpinned",
 }
 
 
@@ -534,6 +536,7 @@ class ReviewRow:
     evidence: str | None = None
     said: str | None = None  # when the evidence was said, as people read it
     said_iso: str = ""
+    pinned: bool = False
 
     @property
     def is_change(self) -> bool:
@@ -570,6 +573,7 @@ def review_row(item: Any) -> ReviewRow:
         channel_id=_str_or_none(field_of(item, "source_channel_id")),
         created=show_time(created),
         created_iso=created.isoformat() if created else "",
+        pinned=bool(field_of(item, "pinned", False)),
         **said_fields(item),
     )
 
@@ -600,6 +604,7 @@ class MemoryCard:
     evidence: str | None = None
     said: str | None = None
     said_iso: str = ""
+    pinned: bool = False
 
     @property
     def pending(self) -> bool:
@@ -630,6 +635,7 @@ def memory_card(item: Any) -> MemoryCard:
         confidence=show_confidence(field_of(item, "confidence")),
         created=show_time(field_of(item, "created_at")),
         updated=show_time(field_of(item, "updated_at") or field_of(item, "created_at")),
+        pinned=bool(field_of(item, "pinned", False)),
         **said_fields(item),
     )
 

@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Connection
 
-from store.core.schema import Schema, build_schema
+from store.core.schema import AUDIT_ACTION_CHECK, Schema, build_schema
 from store.model import EmbeddingIdentity
 from store.rules.urls import backend_of, to_sqlalchemy_url
 from store.sqlite.schema import SQLITE
@@ -212,7 +212,27 @@ _SQLITE_ADDED_COLUMNS = (
     ("conversation_turns", "speaker", "TEXT"),
     ("conversation_turns", "search_text", "TEXT"),
     ("processed_events", "body_sha256", "TEXT"),
+    ("memories", "pinned", "BOOLEAN NOT NULL DEFAULT 0"),
 )
+
+
+def _rebuild_sqlite_audit(conn: Connection, schema: Schema) -> None:
+    """Rebuild `memory_audit` of a file whose CHECK allows fewer actions than `AUDIT_ACTION_CHECK`
+    (SQLite cannot alter a constraint): the rows are copied into the table as defined now."""
+    found = conn.execute(
+        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'memory_audit'")
+    ).scalar()
+    if found is None or AUDIT_ACTION_CHECK in str(found):
+        return
+    audit = schema.audit
+    old_columns = {row[1] for row in conn.execute(text("PRAGMA table_info(memory_audit)"))}
+    copied = ", ".join(column.name for column in audit.c if column.name in old_columns)
+    conn.execute(text("ALTER TABLE memory_audit RENAME TO memory_audit_before"))
+    for index in audit.indexes:
+        conn.execute(text(f"DROP INDEX IF EXISTS {index.name}"))
+    audit.create(conn)
+    conn.execute(text(f"INSERT INTO memory_audit ({copied}) SELECT {copied} FROM memory_audit_before"))
+    conn.execute(text("DROP TABLE memory_audit_before"))
 
 
 def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
@@ -222,6 +242,7 @@ def create_sqlite_schema(conn: Connection, schema: Schema) -> None:
         present = {row[1] for row in conn.execute(text(f"PRAGMA table_info({table})"))}
         if column not in present:
             conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+    _rebuild_sqlite_audit(conn, schema)
     conn.execute(text("DROP INDEX IF EXISTS uq_memories_scope_owner_user_key"))
     conn.execute(text("DROP TABLE IF EXISTS chat_messages"))  # nothing reads or writes it
     present_indexes = {

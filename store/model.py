@@ -12,11 +12,14 @@ Scope = Literal["user", "persona", "persona_user"]
 Status = Literal["active", "pending_review", "archived"]
 UpsertAction = Literal["created", "updated", "revision_proposed", "unchanged"]
 SettingsLevel = Literal["global", "team", "persona"]
-AuditAction = Literal["add", "update", "propose", "approve", "reject", "edit", "archive", "delete", "erase"]
+AuditAction = Literal[
+    "add", "update", "propose", "approve", "reject", "edit", "archive", "delete", "erase", "pin", "unpin"
+]
 # Which recall branch to run: both fused (default), or one alone (evaluation, benchmarks).
 Retriever = Literal["hybrid", "vector", "keyword"]
 
 SCOPES: tuple[Scope, ...] = ("user", "persona", "persona_user")
+AUDIT_ACTIONS: tuple[AuditAction, ...] = get_args(AuditAction)
 STATUSES: tuple[Status, ...] = ("active", "pending_review", "archived")
 # Recall merges the same key across scopes; the most specific scope wins.
 SCOPE_PRIORITY: dict[Scope, int] = {"persona_user": 0, "persona": 1, "user": 2}
@@ -55,6 +58,8 @@ class Memory:
     evidence: str | None = None
     # when it was said (the message's time, else the conversation's); None: unknown
     observed_at: datetime | None = None
+    # a reviewer or the user pinned it: while active, it is in every hint of its context
+    pinned: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,6 +234,8 @@ class ReviewItem:
     # the evidence and time of the memory (kind `memory`) or of the proposed value (`revision`)
     evidence: str | None = None
     observed_at: datetime | None = None
+    # the memory is pinned: once active, in every hint of its context
+    pinned: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -92,6 +92,12 @@ class RecallStore(Protocol):
         """The open proposed change of each of these memories that has one (one read)."""
         ...
 
+    async def pinned_facts(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None
+    ) -> list[Memory]:
+        """Active pinned memories of the user (and persona) in the team context (every hint's)."""
+        ...
+
 
 class WorkerStore(Protocol):
     """What the worker's per-event pipeline needs: policy, existing memories, one write per event,
@@ -164,6 +170,8 @@ class ReviewStore(Protocol):
     async def approve(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
 
     async def reject(self, memory_id: uuid.UUID, *, actor: str) -> Memory | None: ...
+
+    async def set_pinned(self, memory_id: uuid.UUID, pinned: bool, *, actor: str) -> Memory | None: ...
 
     async def reject_memory(
         self,

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from api import operations
 from api.deps import Caller, State
-from api.schemas import RejectBody, ValueBody, conversation_json, export_json, rejection_json
+from api.schemas import MyMemoryBody, RejectBody, conversation_json, export_json, rejection_json
 from store.model import Status
 from store.services.json_shapes import memory_json
 
@@ -44,10 +44,12 @@ async def list_my_memories(
 
 @router.patch("/memories/{memory_id}")
 async def edit_my_memory(
-    memory_id: uuid.UUID, body: ValueBody, principal: Caller, state: State
+    memory_id: uuid.UUID, body: MyMemoryBody, principal: Caller, state: State
 ) -> dict[str, object]:
-    """Edit an own memory; a person's edit makes it active."""
-    return memory_json(await operations.edit_mine(state.store, principal, memory_id, body.value))
+    """Change an own memory: a new `value` (a person's edit makes it active), `pinned` (a pinned
+    active memory is in every hint), or both."""
+    memory = await operations.edit_mine(state.store, principal, memory_id, body.value, pinned=body.pinned)
+    return memory_json(memory)
 
 
 @router.post("/memories/{memory_id}/reject")

@@ -10,6 +10,7 @@ from api import operations
 from api.deps import Caller, State
 from api.schemas import (
     BulkBody,
+    PinnedBody,
     RejectBody,
     ValueBody,
     bulk_json,
@@ -87,3 +88,12 @@ async def edit(item_id: uuid.UUID, body: ValueBody, principal: Caller, state: St
 async def memory_detail(memory_id: uuid.UUID, principal: Caller, state: State) -> dict[str, object]:
     """One memory with its open proposal and audit history."""
     return detail_json(await operations.memory_detail(state.store, principal, memory_id))
+
+
+@router.put("/v1/memories/{memory_id}/pinned")
+async def pin_memory(
+    memory_id: uuid.UUID, body: PinnedBody, principal: Caller, state: State
+) -> dict[str, object]:
+    """Pin or unpin a memory: while it is active, a pinned memory is in every hint of its user
+    (first among the facts), whatever the message."""
+    return memory_json(await operations.set_pinned(state.store, principal, memory_id, body.pinned))

@@ -343,4 +343,5 @@ def review_item_of_memory(memory: Memory) -> ReviewItem:
         created_at=memory.created_at,
         evidence=memory.evidence,
         observed_at=memory.observed_at,
+        pinned=memory.pinned,
     )

@@ -57,7 +57,7 @@ def _mapping(row: Any) -> Mapping[Any, Any]:
 
 def memory_from_row(row: Any) -> Memory:
     """A `Memory` from a SQLAlchemy row or a mapping holding `MEMORY_COLUMNS` by name; a row without the
-    evidence, observation time or team reads them as None."""
+    evidence, observation time or team reads them as None, without `pinned` as not pinned."""
     data = _mapping(row)
     # each field by name, not a loop over the column list: recall decodes every candidate, and the
     # loop costs half as much again (a test holds this to the model's fields)
@@ -77,6 +77,7 @@ def memory_from_row(row: Any) -> Memory:
         team_id=data.get("team_id"),
         evidence=data.get("evidence"),
         observed_at=data.get("observed_at"),
+        pinned=bool(data.get("pinned")),
     )
 
 

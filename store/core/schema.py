@@ -30,11 +30,14 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    false,
     func,
     literal_column,
     text,
 )
 from sqlalchemy.types import TypeEngine
+
+from store.model import AUDIT_ACTIONS
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -98,6 +101,10 @@ class SchemaDialect:
     extend: Callable[[Table, Table, int], None]
 
 
+# the audit actions the table accepts: the model's `AuditAction`, nothing else
+AUDIT_ACTION_CHECK = "action IN (" + ", ".join(f"'{action}'" for action in AUDIT_ACTIONS) + ")"
+
+
 def _memories(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
     guid, nil = dialect.guid, dialect.nil
     columns: list[Any] = [
@@ -123,6 +130,8 @@ def _memories(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
         # what was said that it comes from (redacted, with speaker roles, capped) and when
         Column("evidence", Text, nullable=True),
         Column("observed_at", UtcDateTime(), nullable=True),
+        # pinned by a reviewer or the user: while active, in every hint of its context
+        Column("pinned", Boolean, nullable=False, server_default=false()),
         CheckConstraint("scope IN ('user', 'persona', 'persona_user')", name="ck_memories_scope"),
         CheckConstraint("status IN ('active', 'pending_review', 'archived')", name="ck_memories_status"),
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="ck_memories_confidence"),
@@ -166,6 +175,15 @@ def _memories(md: MetaData, dim: int, dialect: SchemaDialect) -> Table:
         sqlite_where=text("team_id IS NOT NULL"),
     )
     Index("ix_memories_source_channel_id", table.c.source_channel_id)
+    # an owner's pinned memories, read for every hint: only the few pinned rows are indexed
+    Index(
+        "ix_memories_pinned",
+        table.c.scope,
+        table.c.owner_id,
+        postgresql_where=text("pinned"),
+        # as SQLite's queries spell the predicate, so its planner sees the index applies
+        sqlite_where=text("pinned = 1"),
+    )
     # an owner's most recently updated memories without sorting all of them (the prompt's keys)
     Index(
         "ix_memories_owner_recent",
@@ -287,11 +305,7 @@ def build_schema(embedding_dim: int, dialect: SchemaDialect) -> Schema:
         Column("revision_id", guid, nullable=True),
         Column("at", UtcDateTime(), nullable=False, server_default=func.now()),
         Column("team_id", guid, nullable=True),
-        CheckConstraint(
-            "action IN ('add', 'update', 'propose', 'approve', 'reject', 'edit', 'archive', 'delete', "
-            "'erase')",
-            name="ck_memory_audit_action",
-        ),
+        CheckConstraint(AUDIT_ACTION_CHECK, name="ck_memory_audit_action"),
     )
     Index("ix_memory_audit_owner_id", audit.c.owner_id)
     Index(

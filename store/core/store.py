@@ -3,8 +3,9 @@ role: writes (`store.core.writes`), review (`store.core.review`), listing (`stor
 erasure and retention (`store.core.erasure`), rejecting and forgetting what was said
 (`store.core.forgetting`), settings (`store.core.settings`), API keys
 (`store.core.api_keys`), web-UI sessions (`store.core.ui_sessions`), embedding models
-(`store.core.embedding_models`), display names (`store.core.directory`) and conversation turns
-(`store.core.turns`; by channel, `store.core.channel_turns`). Memory recall's arguments are checked
+(`store.core.embedding_models`), display names (`store.core.directory`), pinned facts
+(`store.core.pinning`) and conversation turns (`store.core.turns`; by channel,
+`store.core.channel_turns`). Memory recall's arguments are checked
 here; the store's backend ranks the memories (`Backend.recall_memories`).
 
 Each part inherits `StoreBase` (`store.core.base`) and no other part, and `CoreStore` lists them all
@@ -31,6 +32,7 @@ from store.core.embedding_models import EmbeddingModels
 from store.core.erasure import MemoryErasure
 from store.core.forgetting import RejectAndForget
 from store.core.listing import MemoryListing
+from store.core.pinning import PinnedFacts
 from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
 from store.core.turns import ConversationTurns
@@ -43,6 +45,7 @@ class CoreStore(
     RejectAndForget,
     MemoryWrites,
     MemoryReview,
+    PinnedFacts,
     MemoryListing,
     MemoryErasure,
     ChannelConversations,

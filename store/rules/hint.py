@@ -1,6 +1,7 @@
 """The memory hint injected into the system prompt (`build_hint`), in sections with budgets of their
-own, in tokens: "What is known" (the facts, first claim on the budget) and "From earlier
-conversations" (the turns that add something new, within what the facts leave). Pure."""
+own, in tokens: "What is known" (the facts, first claim on the budget, pinned facts first in every
+hint) and "From earlier conversations" (the turns that add something new, within what the facts
+leave). Pure."""
 
 from __future__ import annotations
 
@@ -185,10 +186,11 @@ def choose_facts(
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
 ) -> list[RecallItem]:
-    """The facts the hint shows within `budget` tokens (their lines, `fact_line`): the `pinned`
-    ones first, then, when `every` (all the context's facts) fits in the facts' share of the budget
-    (`1 - HINT_TURN_SHARE`), all of them, the `relevant` ones first; otherwise the relevant ones by
-    relevance, each that fits."""
+    """The facts the hint shows within `budget` tokens (their lines, `fact_line`): the active
+    `pinned` ones first (pinning never shows a fact nobody approved), then, when `every` (all the
+    context's facts) fits in the facts' share of the budget (`1 - HINT_TURN_SHARE`), all of them,
+    the `relevant` ones first; otherwise the relevant ones by relevance, each that fits."""
+    pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
     chosen: dict[uuid.UUID, RecallItem] = {}
     for item in [*pinned, *relevant, *_by_standing(every or ())]:
         if item.memory is not None and item.memory.id not in chosen:

@@ -13,6 +13,7 @@ from functools import partial
 
 from store.model import (
     INCLUDE_ALL,
+    Memory,
     RecallHit,
     RecallInclude,
     RecallItem,
@@ -71,19 +72,27 @@ class ContextRecall:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Found:
     """What one recall read: the memories by relevance, the turns by relevance, the context's facts
-    by standing (None: not read), and the open proposed change of each of them that has one."""
+    by standing (None: not read), its pinned facts, and the open proposed change of each of them
+    that has one."""
 
     memories: list[RecallHit]
     turns: list[TurnHit]
     every: list[RecallHit] | None
+    pinned: list[Memory]
     pending: dict[uuid.UUID, Revision]
 
 
 async def _found(
-    store: RecallStore, asked: ContextRecall, settings: SettingsCache | None, *, every_limit: int = 0
+    store: RecallStore,
+    asked: ContextRecall,
+    settings: SettingsCache | None,
+    *,
+    every_limit: int = 0,
+    with_pinned: bool = False,
 ) -> _Found | None:
     """The reads of one recall, side by side; None when memory is disabled in the context.
-    `every_limit`: also read up to this many of the context's facts by standing."""
+    `every_limit`: also read up to this many of the context's facts by standing; `with_pinned`:
+    also its pinned facts."""
     key = (asked.team_id, asked.persona_id)
     load = partial(store.settings_for, *key)
     policy = await (load() if settings is None else settings.settings(key, load))
@@ -111,11 +120,25 @@ async def _found(
         # an empty query reads the context's facts by standing: no embedding, one owner-scoped read
         return await store.recall(user_id, persona_id, "", every_limit, team_id=team_id)
 
+    async def pinned() -> list[Memory]:
+        if not with_memories or not with_pinned:
+            return []
+        return await store.pinned_facts(user_id, persona_id, team_id=team_id)
+
     # side by side: each waits on its own query embedding and statement
-    found_memories, found_turns, found_every = await asyncio.gather(memories(), turns(), every())
+    found_memories, found_turns, found_every, found_pinned = await asyncio.gather(
+        memories(), turns(), every(), pinned()
+    )
     ids = {hit.memory.id for hit in [*found_memories, *(found_every or ())]}
+    ids |= {memory.id for memory in found_pinned}
     pending = await store.pending_changes(ids) if ids else {}
-    return _Found(memories=found_memories, turns=found_turns, every=found_every, pending=pending)
+    return _Found(
+        memories=found_memories,
+        turns=found_turns,
+        every=found_every,
+        pinned=found_pinned,
+        pending=pending,
+    )
 
 
 async def items_in_context(
@@ -148,7 +171,7 @@ async def hint_in_context(
     else the `limit` most relevant that fit; then the new turns (`turn_limit`) in what is left.
     "" when memory is disabled in the context or nothing is known."""
     every_limit = max(1, max_tokens // TOKENS_PER_LISTED_FACT)
-    found = await _found(store, asked, settings, every_limit=every_limit)
+    found = await _found(store, asked, settings, every_limit=every_limit, with_pinned=True)
     if found is None:
         return ""
     items = facts_then_turns(
@@ -170,4 +193,8 @@ async def hint_in_context(
             )
             for hit in found.every
         ]
-    return build_hint(items, max_tokens=max_tokens, message=asked.query, every=every)
+    pinned = [
+        RecallItem(kind="memory", score=1.0, memory=memory, pending_change=found.pending.get(memory.id))
+        for memory in found.pinned
+    ]
+    return build_hint(items, max_tokens=max_tokens, message=asked.query, every=every, pinned=pinned)

@@ -38,6 +38,7 @@ def memory_json(memory: Memory) -> dict[str, Any]:
         "updated_at": memory.updated_at.isoformat(),
         "evidence": memory.evidence,
         "observed_at": time_json(memory.observed_at),
+        "pinned": memory.pinned,
     }
 
 

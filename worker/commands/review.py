@@ -1,5 +1,6 @@
 """`pmem review …`: the admin review queue. `list` shows pending memories and proposed changes to
-active ones; `approve`, `reject` and `edit` act on one memory by id and are audited with --actor."""
+active ones; `approve`, `reject`, `edit`, `pin` and `unpin` act on one memory by id and are audited
+with --actor."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _default_actor() -> str:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """Add `list`, `approve`, `reject` and `edit` under `pmem review`."""
+    """Add `list`, `approve`, `reject`, `edit`, `pin` and `unpin` under `pmem review`."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--database-url", help="default: PMEM_DATABASE_URL")
     common.add_argument("--actor", default=_default_actor(), help="who is reviewing (audit trail)")
@@ -49,6 +50,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     for name, help_text in (
         ("approve", "activate a pending memory, or apply its proposed change"),
         ("reject", "archive a pending memory, or discard its proposed change"),
+        ("pin", "pin a memory: while active, it is in every hint of its user"),
+        ("unpin", "unpin a memory: it is hinted only when relevant"),
     ):
         sub = actions.add_parser(name, parents=[common], help=help_text)
         sub.add_argument("memory_id", type=uuid_arg, metavar="ID")
@@ -121,7 +124,9 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
     if before is None:
         print(f"pmem review {args.action}: no memory with id {memory_id}", file=sys.stderr)
         return 1
-    if args.action == "approve":
+    if args.action in ("pin", "unpin"):
+        after = await store.set_pinned(memory_id, args.action == "pin", actor=args.actor)
+    elif args.action == "approve":
         after = await store.approve(memory_id, actor=args.actor)
     elif args.action == "reject":
         after = await store.reject(memory_id, actor=args.actor)
@@ -138,7 +143,8 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"{args.action}: {after.id} [{after.status}] {after.key}: {after.value}")
+    pinned = " pinned" if after.pinned else ""
+    print(f"{args.action}: {after.id} [{after.status}{pinned}] {after.key}: {after.value}")
     return 0
 
 
