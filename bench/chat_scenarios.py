@@ -41,7 +41,7 @@ from worker.evaluation.chat_scenarios import (
     restating_texts,
     set_summary,
 )
-from worker.evaluation.hint_scoring import ProbeScore, scenario_summary, score_probe
+from worker.evaluation.hint_scoring import ProbeScore, scenario_summary, score_probe, words
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "chat_scenarios"
@@ -97,7 +97,8 @@ async def load(store: Any, deps: Any, scenario: Scenario) -> list[str]:
     from worker.pipeline import process_event
 
     user_id, persona_id = ids_of(scenario)
-    by_key = {fact.key: fact for fact in scenario.facts}
+    # the pipeline writes keys in its own form ("hotel_budget" → "hotel budget"): match on words
+    by_key = {" ".join(words(fact.key)): fact for fact in scenario.facts}
     written: set[str] = set()
     problems: list[str] = []
     for conversation in scenario.conversations:
@@ -126,11 +127,11 @@ async def load(store: Any, deps: Any, scenario: Scenario) -> list[str]:
                 f"{scenario.user} {conversation.id}: {dropped.candidate.key} dropped ({dropped.reason})"
             )
         for item in outcome.written:
-            fact = by_key.get(item.key)
+            fact = by_key.get(" ".join(words(item.key)))
             if fact is None:
                 problems.append(f"{scenario.user}: wrote {item.key}, which the set does not hold")
                 continue
-            written.add(item.key)
+            written.add(" ".join(words(item.key)))
             if fact.status == "approved":
                 await store.approve(item.id, actor="bench")
             else:
