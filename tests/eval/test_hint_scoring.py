@@ -81,3 +81,17 @@ def test_evidence_counts_by_turn_text_or_a_quoting_fact() -> None:
     assert evidence_in_hint(HINT, turns) == ("D1:1", "D1:2")
     # word-bounded: a text is not found inside longer words
     assert evidence_in_hint("- x: shellfishy", {"a": "shellfish"}) == ()
+
+
+def test_budgets_parse_and_name_the_rows() -> None:
+    import pytest
+
+    from worker.evaluation.hint_run import row_names
+    from worker.evaluation.options import parse_budgets
+
+    assert parse_budgets("2000, 500,1000,500") == (500, 1000, 2000)
+    with pytest.raises(ValueError, match="--budget"):
+        parse_budgets("0")
+    with pytest.raises(ValueError, match="--budget"):
+        parse_budgets("lots")
+    assert row_names((500, 1000)) == ("hint@500", "turns alone@500", "hint@1000", "turns alone@1000")
