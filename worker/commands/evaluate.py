@@ -19,6 +19,7 @@ from types import FrameType
 from store.migrate import SchemaError
 from worker.evaluation.locomo import OBSERVATION_CONTEXTS, SPLITS, LocomoFormatError, parse_ks
 from worker.evaluation.options import (
+    DEFAULT_BUDGETS,
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_EMBEDDING_CACHE,
@@ -32,6 +33,7 @@ from worker.evaluation.options import (
     EvalError,
     EvalOptions,
     local_embedder_available,
+    parse_budgets,
     parse_includes,
     parse_retrievers,
     resolve_embedding_provider,
@@ -63,8 +65,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=EVAL_UNITS,
         default="observation",
         help="what becomes a memory: observation (facts with their dia_ids), dialog (one per turn), "
-        "extracted (what the extraction pipeline makes of each session) or product (every session "
-        "through the pipeline and every question through the product's recall, memories and turns); "
+        "extracted (what the extraction pipeline makes of each session), product (every session "
+        "through the pipeline and every question through the product's recall, memories and turns) "
+        "or hint (as product, every question's prompt hint scored as text at each --budget); "
         "default observation",
     )
     locomo.add_argument(
@@ -116,6 +119,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="--unit product: what the product's recall is asked for, memories, stored conversation turns "
         "or both in one ranked list; a comma list (both,turns,memories) reports one row each from one "
         "ingestion (default both)",
+    )
+    locomo.add_argument(
+        "--budget",
+        default=DEFAULT_BUDGETS,
+        help="--unit hint: the hint's size limits in tokens (counted as the prompt budget counts them), a "
+        "comma list; each is reported for the hint as the platform asks it and for turns alone "
+        f"(default {DEFAULT_BUDGETS}); R@1 is the hint's evidence recall, A@1 its answer containment",
+    )
+    locomo.add_argument(
+        "--hints-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="--unit hint: write every question's hint at every budget to FILE, one JSON object a line",
     )
     locomo.add_argument(
         "--evidence",
@@ -215,16 +232,19 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     if args.source_context < 0:
         raise ValueError("--source-context must be 0 or more")
     retrievers = parse_retrievers(args.retriever)
-    if args.unit == "product":
+    ks = parse_ks(args.k)
+    if args.unit in ("product", "hint"):
         if args.retriever and retrievers != ("hybrid",):
             raise ValueError(
-                "--unit product asks the product's own recall, which is hybrid; drop --retriever"
+                f"--unit {args.unit} asks the product's own recall, which is hybrid; drop --retriever"
             )
         retrievers = ("hybrid",)
+    if args.unit == "hint":
+        ks = (1,)  # one hint per question: recall@1 and answer recall@1 score its text
     return EvalOptions(
         file=args.file,
         unit=args.unit,
-        ks=parse_ks(args.k),
+        ks=ks,
         retrievers=retrievers,
         embedding_provider=resolve_embedding_provider(
             args.embedding_provider, env, local_embedder_available()
@@ -247,6 +267,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         include=parse_includes(args.include),
         evidence=args.evidence,
         extractor=None if args.extractor == "configured" else args.extractor,
+        budgets=parse_budgets(args.budget),
+        hints_out=args.hints_out,
     )
 
 

@@ -15,10 +15,11 @@ from worker.evaluation.locomo import UNIT_KINDS, ObservationContext, Split
 from worker.evaluation.product import INCLUDES, Include
 
 EMBEDDING_PROVIDERS = ("local", "hashing", "openai")
-EvalUnit = Literal["observation", "dialog", "extracted", "product"]
-EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted", "product")
+EvalUnit = Literal["observation", "dialog", "extracted", "product", "hint"]
+EVAL_UNITS: tuple[EvalUnit, ...] = (*UNIT_KINDS, "extracted", "product", "hint")
 # units whose memories the extraction pipeline writes (no unit loading)
-PIPELINE_UNITS: tuple[EvalUnit, ...] = ("extracted", "product")
+PIPELINE_UNITS: tuple[EvalUnit, ...] = ("extracted", "product", "hint")
+DEFAULT_BUDGETS = "500,1000,2000"
 STORES = ("postgres", "sqlite")
 DEFAULT_EMBEDDING_CACHE = Path(".pmem") / "eval-cache"
 DEFAULT_KS = "5,10,25,50"
@@ -69,6 +70,20 @@ def parse_includes(text: str) -> tuple[Include, ...]:
     if not chosen:
         raise ValueError("--include: give at least one of memories, turns, both")
     return tuple(chosen)
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """`--budget` → the hint's token budgets, sorted and unique, each at least 1 (ValueError names
+    the fix)."""
+    try:
+        budgets = sorted({int(part) for part in text.replace(" ", "").split(",") if part})
+    except ValueError as exc:
+        raise ValueError(
+            f"--budget expects comma-separated token counts such as 500,1000, got {text!r}"
+        ) from exc
+    if not budgets or budgets[0] < 1:
+        raise ValueError(f"--budget expects positive token counts such as 500,1000, got {text!r}")
+    return tuple(budgets)
 
 
 def local_embedder_available() -> bool:
@@ -136,3 +151,8 @@ class EvalOptions:
     # product and extracted units: "reference" answers each session with LoCoMo's own observations
     # (`worker.evaluation.reference`); None: the configured extractor (rules offline, or an LLM)
     extractor: str | None = None
+    # hint unit: the hint's size limits in tokens (`extraction.prompt.count_tokens`), one report row
+    # each for the platform's hint and for turns alone
+    budgets: tuple[int, ...] = (500, 1000, 2000)
+    # hint unit: where every question's hints are written, one JSON object a line; None: nowhere
+    hints_out: Path | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from store.model import Retriever
-from worker.evaluation import product_run
+from worker.evaluation import hint_run, product_run
 from worker.evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, cache_file
 from worker.evaluation.checkpoint import checkpoint_file, load_checkpoint, save_checkpoint
 from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
@@ -51,7 +51,7 @@ async def evaluate_units(
     """Write the conversation's units as memories of a fresh owner, then ask every question through
     each retriever; the results by retriever."""
     owner = uuid.uuid4()
-    if options.unit == "extracted" or options.unit == "product":
+    if options.unit != "observation" and options.unit != "dialog":
         raise EvalError(f"{options.unit} memories go through the extraction pipeline, not unit loading")
     units = conversation.units(options.unit)
     label = f"{conversation.sample_id}: loading {options.unit}s"
@@ -162,8 +162,21 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
                 f"resuming: {len(conversations) - len(todo)} conversation(s) done in {checkpoint}\n"
             )
         composition: dict[str, list[tuple[Any, ...]]] = {}
+        hint_records: list[dict[str, Any]] = []
         for conversation in todo:
-            if pipeline is not None and options.unit == "product":
+            if pipeline is not None and options.unit == "hint":
+                hinted = await hint_run.run_conversation(
+                    store,
+                    pipeline.deps,
+                    conversation,
+                    budgets=options.budgets,
+                    concurrency=options.concurrency,
+                    on_step=lambda label: progress.update(1, label),
+                )
+                per_conversation[conversation.sample_id] = hinted.results
+                usage[conversation.sample_id] = list(hinted.usage)
+                hint_records.extend(hinted.hints)
+            elif pipeline is not None and options.unit == "product":
                 runs = await product_run.run_conversation(
                     store,
                     pipeline.deps,
@@ -193,9 +206,15 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
             if checkpoint is not None:
                 save_checkpoint(checkpoint, per_conversation, usage)
         progress.close()
+    if options.hints_out is not None:
+        write_hints(options.hints_out, hint_records)
 
-    # one row per retriever, or for the product unit per include
-    rows: Sequence[str] = options.include if options.unit == "product" else options.retrievers
+    # one row per retriever, for the product unit per include, for the hint unit per kind and budget
+    rows: Sequence[str] = options.retrievers
+    if options.unit == "product":
+        rows = options.include
+    elif options.unit == "hint":
+        rows = hint_run.row_names(options.budgets)
 
     def summaries_of(sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         summaries = {
@@ -238,6 +257,9 @@ async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = N
         report["include"] = list(options.include)
         report["evidence"] = options.evidence
         report["top_10_kinds"] = {include: kinds_count(items, 10) for include, items in composition.items()}
+    if options.unit == "hint":
+        report["budgets"] = list(options.budgets)
+        report["hint_recall_limit"] = hint_run.HINT_RECALL_LIMIT
     if options.unit in PIPELINE_UNITS:
         report["extractor"] = options.extractor or settings.effective_extractor
         report["extraction"] = usage_summary([item for sid in ids for item in usage.get(sid, [])])
@@ -249,10 +271,22 @@ def work_steps(conversation: Conversation, options: EvalOptions) -> int:
     then one per question and retriever."""
     if options.unit == "product":
         return product_run.steps(conversation, len(options.include))
+    if options.unit == "hint":
+        return hint_run.steps(conversation)
     asked = len(conversation.questions) * len(options.retrievers)
     if options.unit == "extracted":
         return 2 * len({t.session for t in conversation.turns}) * max(1, len(conversation.speakers)) + asked
     return 2 * len(conversation.units(options.unit)) + asked
+
+
+def write_hints(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Every question's hints as asked, one JSON object a line (`--hints-out`)."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 @dataclass(frozen=True, kw_only=True)

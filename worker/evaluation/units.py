@@ -81,7 +81,7 @@ async def unit_vectors(
     what it answers while the turn's own words keep their weight; for an observation with
     `options.observation_context` "source", the same with the dialog turns it cites
     (`Conversation.observation_context_texts`): the wording the fact was written from."""
-    assert options.unit != "extracted" and options.unit != "product"
+    assert options.unit == "observation" or options.unit == "dialog"
     units = conversation.units(options.unit)
     vectors = await _embed_units(embedder, [u.text for u in units], on_batch)
     if options.unit == "dialog" and options.dialog_context > 0:
@@ -102,7 +102,7 @@ def unit_key_contexts(conversation: Conversation, options: EvalOptions) -> tuple
     `options.observation_context` "source", the turns it cites, each after up to
     `options.source_context` turns before it (`Conversation.source_texts`). None: keys carry no
     context."""
-    assert options.unit != "extracted" and options.unit != "product"
+    assert options.unit == "observation" or options.unit == "dialog"
     if not options.key_context:
         return None
     if options.unit == "dialog":
