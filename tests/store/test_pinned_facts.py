@@ -181,9 +181,7 @@ async def test_a_pinned_fact_is_first_in_the_hint_of_every_message(
     async def hints() -> list[str]:
         async with served(store) as http:
             # a budget the user's facts do not all fit, so only the relevant ones are stated
-            bodies = [
-                {"user_id": str(user), "query": q, "limit": 5, "max_tokens": 200} for q in MESSAGES
-            ]
+            bodies = [{"user_id": str(user), "query": q, "limit": 5, "max_tokens": 200} for q in MESSAGES]
             answers = [await http.post("/v1/hint", json=body, headers=headers) for body in bodies]
         assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
         return [str(a.json()["hint"]) for a in answers]
