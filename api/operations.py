@@ -157,6 +157,8 @@ async def decide(
             )
         except NothingPending as exc:
             raise Conflict(f"memory {memory.id} has nothing pending to edit") from exc
+        except ValueError as exc:  # the store's gate refused it (a key that names a secret)
+            raise BadInput(str(exc)) from exc
         if edited is None:
             raise NotFound("no such memory")
         return edited
@@ -248,7 +250,10 @@ async def edit_mine(
 ) -> Memory:
     """A person's edit of their own memory; it becomes `active`."""
     memory = access.own(principal, await store.get_by_id(memory_id))
-    edited = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+    try:
+        edited = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+    except ValueError as exc:  # the store's gate refused it (a key that names a secret)
+        raise BadInput(str(exc)) from exc
     if edited is None:
         raise NotFound("no such memory")
     return edited

@@ -9,17 +9,21 @@ people's and reviewers' edits (API and web UI), display names, and extraction pr
    characters, zero-width and bidi controls, the tag block U+E0000–U+E007F, the other
    default-ignorable code points) — first, so an invisible character inside a secret cannot hide
    it from the next step;
-2. redacts secrets (`store.rules.secrets.redact`): each becomes `[REDACTED:<kind>]`;
-3. for a one-line text (a key, a value, a name), folds runs of whitespace into one space and trims.
+2. for a one-line text (a key, a value, a name), folds runs of whitespace into one space and
+   trims — before redaction, so a card number typed with double spaces is still one number;
+3. redacts secrets (`store.rules.secrets.redact`, which reads full-width and look-alike letters
+   as the Latin ones): each becomes `[REDACTED:<kind>]`.
 
 It answers the admitted text and what it removed (how many invisible characters, which kinds of
 secret), for the door to log and count. Admitting admitted text changes nothing.
 
 `has_content` is the rule for text that carries nothing: once redaction markers are removed, no
-letter, digit or emoji (category So) is left — only whitespace, punctuation or marks. Lenient on
+letter, digit or emoji (category So, but not the blank braille pattern U+2800, which shows as
+nothing) is left — only whitespace, punctuation or marks. Lenient on
 purpose: "ok", "thanks", "5" and "👍" have content; "", "...", "?!" and "[REDACTED:password]" do
 not. A memory key or value without content is refused (`refusal` names the problem and the fix);
-a conversation turn without content is not stored (`admit_turns`).
+so is a memory whose key names a secret ("my password", "card number": `secret_key_refusal`),
+whatever its value; a conversation turn without content is not stored (`admit_turns`).
 """
 
 from __future__ import annotations
@@ -31,9 +35,20 @@ from dataclasses import dataclass
 
 from store.model import NewMemory, NewTurn
 from store.rules.keys import storable_text
-from store.rules.secrets import MARKER_RE, redact
+from store.rules.secrets import MARKER_RE, is_secret_key, redact
 
-__all__ = ["Admitted", "admit", "admit_memory", "admit_turns", "has_content", "refusal"]
+__all__ = [
+    "Admitted",
+    "admit",
+    "admit_memory",
+    "admit_turns",
+    "has_content",
+    "refusal",
+    "secret_key_refusal",
+]
+
+# symbols that show as nothing
+_BLANK_SYMBOLS = frozenset("\u2800")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,9 +71,8 @@ def admit(text: str, *, one_line: bool = False) -> Admitted:
     """`text` as the product may store and show it (see the module docstring): invisible
     characters removed, secrets redacted, and with `one_line` whitespace runs folded and trimmed."""
     visible = storable_text(text)
-    redacted, findings = redact(visible)
-    if one_line:
-        redacted = " ".join(redacted.split())
+    folded = " ".join(visible.split()) if one_line else visible
+    redacted, findings = redact(folded)
     return Admitted(
         text=redacted,
         secrets=tuple(finding.kind for finding in findings),
@@ -70,7 +84,9 @@ def has_content(text: str) -> bool:
     """Whether `text` says anything: a letter, a digit or an emoji left once redaction markers are
     removed (see the module docstring)."""
     bare = MARKER_RE.sub(" ", text) if "[REDACTED:" in text else text
-    return any(char.isalnum() or unicodedata.category(char) == "So" for char in bare)
+    return any(
+        char.isalnum() or (unicodedata.category(char) == "So" and char not in _BLANK_SYMBOLS) for char in bare
+    )
 
 
 def refusal(field: str, admitted: Admitted, *, fix: str = "save the fact without it") -> str | None:
@@ -84,12 +100,26 @@ def refusal(field: str, admitted: Admitted, *, fix: str = "save the fact without
     return f"{field}: has no words (only invisible characters, whitespace or punctuation); write it in words"
 
 
+def secret_key_refusal(key: str) -> str | None:
+    """Why a memory under `key` cannot be stored when the key names a secret ("my password",
+    "work api key", "card number"): whatever the value, it would be the secret. None otherwise."""
+    if not is_secret_key(key):
+        return None
+    return (
+        "key: names a secret (a password, key, token or card); secrets are not stored — "
+        "save the fact without it"
+    )
+
+
 def admit_memory(memory: NewMemory) -> NewMemory:
     """A memory as the store writes it: key and value admitted on one line (a changed one loses its
     embedding, for the store to embed the admitted text), evidence admitted (None when nothing is
-    left of it). Raises ValueError (`refusal`) when the key or the value has no
-    content: a memory that holds only a secret is never written."""
+    left of it). Raises ValueError (`refusal`, `secret_key_refusal`) when the key or the value has
+    no content or the key names a secret: a memory that holds a secret is never written."""
     key = admit(memory.key, one_line=True)
+    named = secret_key_refusal(key.text)
+    if named is not None:
+        raise ValueError(named)
     value = admit(memory.value, one_line=True)
     for field, admitted in (("key", key), ("value", value)):
         problem = refusal(field, admitted)

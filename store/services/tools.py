@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.protocols import MemoryStore
-from store.rules.admission import admit, refusal
+from store.rules.admission import admit, refusal, secret_key_refusal
 from store.rules.recall import normalize_key, resolve_scopes, writable_owner
 from store.services.context_recall import recall_in_context
 from store.services.json_shapes import memory_json, turn_json
@@ -369,6 +369,9 @@ class MemoryTools:
             problem = refusal(field, text)
             if problem is not None:
                 raise ToolCallError(problem)
+        named = secret_key_refusal(admitted["key"].text)
+        if named is not None:
+            raise ToolCallError(named)
         key, value = admitted["key"].text, admitted["value"].text
         redacted = [kind for text in admitted.values() for kind in text.secrets]
         if redacted:
@@ -387,20 +390,21 @@ class MemoryTools:
             }
         status: Status = "pending_review" if policy.review_tool_saves else "active"
         owner = writable_owner(ctx.user_id, ctx.persona_id)
-        result = await ctx.store.upsert(
-            NewMemory(
-                scope=owner.scope,
-                owner_id=owner.owner_id,
-                user_id=owner.user_id,
-                key=key,
-                value=value,
-                confidence=confidence,
-                status=status,
-                source_channel_id=ctx.source_channel_id,
-                team_id=ctx.team_id,
-            ),
-            actor=ctx.audit_actor,
+        memory = NewMemory(
+            scope=owner.scope,
+            owner_id=owner.owner_id,
+            user_id=owner.user_id,
+            key=key,
+            value=value,
+            confidence=confidence,
+            status=status,
+            source_channel_id=ctx.source_channel_id,
+            team_id=ctx.team_id,
         )
+        try:
+            result = await ctx.store.upsert(memory, actor=ctx.audit_actor)
+        except ValueError as exc:  # the store's own gate (`admit_memory`) refused it: say why
+            raise ToolCallError(str(exc)) from exc
         saved = {
             "saved": True,
             "id": str(result.memory_id),
