@@ -137,3 +137,34 @@ async def test_a_team_admin_cannot_forget_another_teams_conversation(
     assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
     memory = await each_store.get_by_id(memory_id)
     assert memory is not None and memory.status == "pending_review"
+
+
+async def test_a_persons_forget_clears_their_words_from_a_persona_memory_quoting_them(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    from store.model import NewMemory
+
+    people = each_people
+    memory_id, channel = await told(each_store, people)
+    mine = await each_store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None and WORD in mine.evidence
+    persona = uuid.uuid4()
+    quoted = await each_store.upsert(
+        NewMemory(
+            scope="persona",
+            owner_id=persona,
+            user_id=None,
+            key="favourite bicycle names",
+            value="Users name bicycles after gardens",
+            source_channel_id=channel,
+            team_id=TEAM_A,
+            evidence=f"{mine.evidence}\nassistant: {SAID[3]}",
+        ),
+        actor="worker",
+    )
+    me = people.headers("user")
+    answer = await each_client.post(f"/v1/me/memories/{memory_id}/reject", json={"forget": True}, headers=me)
+    assert answer.status_code == 200, answer.text
+    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    assert persona_memory is not None
+    assert persona_memory.evidence == f"assistant: {SAID[3]}"  # what others said stays
