@@ -32,6 +32,7 @@ import dataclasses
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from store.model import NewMemory, NewTurn
 from store.rules.keys import storable_text
@@ -39,11 +40,15 @@ from store.rules.secrets import MARKER_RE, is_secret_key, redact
 
 __all__ = [
     "Admitted",
+    "Regated",
     "admit",
     "admit_memory",
     "admit_turns",
     "has_content",
     "refusal",
+    "regate_memory",
+    "regate_name",
+    "regate_turn",
     "secret_key_refusal",
 ]
 
@@ -153,3 +158,65 @@ def admit_turns(turns: Sequence[NewTurn]) -> tuple[list[NewTurn], list[tuple[int
         else:
             kept.append(dataclasses.replace(turn, text=text, search_text=search, speaker=speaker))
     return kept, refused
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Regated:
+    """What the gate makes of texts stored before it: kept as they are, rewritten (`texts`, in the
+    order given), or refused (`reason`: the row goes)."""
+
+    action: Literal["keep", "rewrite", "refuse"]
+    texts: tuple[str | None, ...] = ()
+    reason: str = ""
+
+
+def regate_memory(key: str, value: str, evidence: str | None) -> Regated:
+    """A stored memory through today's gate: refused when its key names or holds a secret or its
+    key or value has no content once admitted (`admit_memory`); else its admitted key, value and
+    evidence, when any changed."""
+    named = secret_key_refusal(key)
+    if named is not None:
+        return Regated(action="refuse", reason=named)
+    admitted_key = admit(key, one_line=True)
+    if admitted_key.secrets:
+        return Regated(action="refuse", reason="key: holds a secret")
+    admitted_value = admit(value, one_line=True)
+    for field, admitted in (("key", admitted_key), ("value", admitted_value)):
+        problem = refusal(field, admitted)
+        if problem is not None:
+            return Regated(action="refuse", reason=problem)
+    kept_evidence = None
+    if evidence is not None:
+        kept_evidence = admit(evidence).text.strip()
+        kept_evidence = kept_evidence if has_content(kept_evidence) else None
+    texts = (admitted_key.text, admitted_value.text, kept_evidence)
+    return (
+        Regated(action="keep") if texts == (key, value, evidence) else Regated(action="rewrite", texts=texts)
+    )
+
+
+def regate_turn(text: str, search_text: str | None, speaker: str | None) -> Regated:
+    """A stored conversation turn through today's gate (`admit_turns`): refused when its text has
+    no content once admitted; else its admitted text, search text and speaker, when any changed."""
+    admitted = admit(text).text.strip()
+    if not has_content(admitted):
+        return Regated(action="refuse", reason="nothing but redacted secrets, whitespace or punctuation")
+    search = None if search_text is None else admit(search_text).text
+    said_by = None if speaker is None else admit(speaker, one_line=True).text or None
+    texts = (admitted, search, said_by)
+    return (
+        Regated(action="keep")
+        if texts == (text, search_text, speaker)
+        else Regated(action="rewrite", texts=texts)
+    )
+
+
+def regate_name(name: str) -> Regated:
+    """A stored display name through today's gate: refused without content, else admitted."""
+    admitted = admit(name, one_line=True)
+    problem = refusal("name", admitted)
+    if problem is not None:
+        return Regated(action="refuse", reason=problem)
+    return (
+        Regated(action="keep") if admitted.text == name else Regated(action="rewrite", texts=(admitted.text,))
+    )
