@@ -65,6 +65,8 @@ class BulkResult:
 
     id: uuid.UUID
     status: Literal["done", "not_found", "nothing_pending"]
+    # with reject-and-forget: how many conversation turns were erased
+    forgotten_turns: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,16 +187,27 @@ async def bulk_decide(
     principal: Principal,
     decision: Literal["approve", "reject"],
     ids: Sequence[uuid.UUID],
+    *,
+    forget: bool = False,
 ) -> list[BulkResult]:
-    """Approve or reject many items; each id gets its own outcome."""
+    """Approve or reject many items; each id gets its own outcome. With `forget` (reject only) each
+    rejection erases what was said that it comes from, as `reject_and_forget` does."""
     access.require_reviewer(principal)
     if not ids:
         raise BadInput("ids is empty")
+    if forget and decision != "reject":
+        raise BadInput("forget goes with reject only")
     if len(ids) > MAX_BULK:
         raise BadInput(f"at most {MAX_BULK} ids per bulk request, got {len(ids)}")
     results: list[BulkResult] = []
     for item_id in dict.fromkeys(ids):
         try:
+            if forget:
+                rejection = await reject_and_forget(store, principal, item_id)
+                results.append(
+                    BulkResult(id=item_id, status="done", forgotten_turns=rejection.forgotten_turns)
+                )
+                continue
             await decide(store, principal, item_id, decision)
             results.append(BulkResult(id=item_id, status="done"))
         except NotFound:

@@ -23,7 +23,8 @@ Bot-plan tools (`remember` / `recall` / `forget`, facts keyed by subject) map on
   without a key it lists the subject's facts; when nothing matches exactly it returns related
   memories from hybrid recall so the model can still answer.
 * `forget(subject, key)` hard-deletes the key from the scopes the user owns (persona_user and
-  user), whatever its status; the audit trail keeps a record of the deletion.
+  user), whatever its status, with the user's turns its evidence cites and those lines wherever
+  the team's other memories quote them; the audit trail keeps a record of the deletion.
 
 The context's team bounds every tool: a save carries the team, lookups and recall see only memories
 of no team or of that team, and `forget` deletes only what the user owns there. Where memory is off
@@ -508,6 +509,11 @@ class MemoryTools:
                 )
             )
             for memory in rows:
+                # the person's words it was drawn from go too: the turns of theirs its evidence
+                # cites, and those lines wherever the team's other memories quote them
+                await ctx.store.reject_memory(
+                    memory.id, actor=ctx.audit_actor, forget=True, person=ctx.user_id
+                )
                 deleted += int(await ctx.store.delete(memory.id, actor=ctx.audit_actor))
         return {"forgotten": deleted, "key": stored}
 

@@ -168,3 +168,49 @@ async def test_a_persons_forget_clears_their_words_from_a_persona_memory_quoting
     persona_memory = await each_store.get_by_id(quoted.memory_id)
     assert persona_memory is not None
     assert persona_memory.evidence == f"assistant: {SAID[3]}"  # what others said stays
+
+
+async def test_the_forget_tool_forgets_the_persons_words_too(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    memory_id, _ = await told(each_store, people)
+    answer = await each_client.post(
+        "/v1/tools/call",
+        json={
+            "name": "forget",
+            "arguments": {"subject": "me", "key": "bicycle name"},
+            "user_id": str(people.user),
+            "team_id": str(TEAM_A),
+        },
+        headers=people.headers("service"),
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"]["forgotten"] == 1
+    assert await each_store.get_by_id(memory_id) is None
+    assert all(WORD not in text for text in await recalled_turns(each_client, people, people.user))
+    assert SAID[2] in await recalled_turns(each_client, people, people.other_user)
+
+
+async def test_bulk_reject_can_forget_as_the_single_item_route_does(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    first, _ = await told(each_store, people)
+    second, _ = await told(each_store, people, key="other bicycle")
+    answer = await each_client.post(
+        "/v1/review/bulk",
+        json={"action": "reject", "ids": [str(first), str(second)], "forget": True},
+        headers=people.headers("team_admin"),
+    )
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [r["status"] for r in results] == ["done", "done"]
+    assert sum(r["forgotten_turns"] for r in results) >= 2
+    assert holding(each_store, WORD) == []
+    refused = await each_client.post(
+        "/v1/review/bulk",
+        json={"action": "approve", "ids": [str(first)], "forget": True},
+        headers=people.headers("team_admin"),
+    )
+    assert refused.status_code == 422
