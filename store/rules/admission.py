@@ -108,7 +108,8 @@ def refusal(field: str, admitted: Admitted, *, fix: str = "save the fact without
 def secret_key_refusal(key: str) -> str | None:
     """Why a memory under `key` cannot be stored when the key names a secret ("my password",
     "work api key", "card number"): whatever the value, it would be the secret. None otherwise."""
-    if not is_secret_key(key):
+    # a redaction marker ("[REDACTED:api_key]") names a removed secret, not the fact's subject
+    if not is_secret_key(MARKER_RE.sub(" ", key) if "[REDACTED:" in key else key):
         return None
     return (
         "key: names a secret (a password, key, token or card); secrets are not stored — "
