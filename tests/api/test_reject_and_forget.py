@@ -214,3 +214,30 @@ async def test_bulk_reject_can_forget_as_the_single_item_route_does(
         headers=people.headers("team_admin"),
     )
     assert refused.status_code == 422
+
+
+async def test_erasing_a_person_clears_their_words_from_the_teams_memories(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    from store.model import NewMemory
+
+    people = each_people
+    memory_id, channel = await told(each_store, people)
+    mine = await each_store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None
+    quoted = await each_store.upsert(
+        NewMemory(
+            scope="persona",
+            owner_id=uuid.uuid4(),
+            user_id=None,
+            key="favourite bicycle names",
+            value="Users name bicycles after gardens",
+            source_channel_id=channel,
+            team_id=TEAM_A,
+            evidence=f"{mine.evidence}\nassistant: {SAID[3]}",
+        ),
+        actor="worker",
+    )
+    await each_store.erase_user(people.user, actor="admin:test")
+    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    assert persona_memory is not None and persona_memory.evidence == f"assistant: {SAID[3]}"
