@@ -140,3 +140,12 @@ def test_a_turn_of_blank_braille_patterns_is_not_kept() -> None:
 
 def test_braille_with_letters_is_content() -> None:
     assert has_content("\u2800 hi")
+
+
+def test_extraction_drops_a_candidate_the_store_would_refuse_for_its_key() -> None:
+    from extraction.redact import screen_candidate
+    from extraction.types import Candidate, Rejection
+
+    candidate = Candidate(key="my pass\u200bword", value="hunter2-Xy9", confidence=0.9, scope="user")
+    outcome = screen_candidate(candidate)
+    assert isinstance(outcome, Rejection) and outcome.code == "secret"
