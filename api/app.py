@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import ApiKeyCache, AuthConfig
+from api.cookies import CookieGuard
 from api.deps import AppState
 from api.errors import ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
@@ -243,6 +244,8 @@ def create_app(
     add_product_routes(app, state, mcp_manager, with_ui=with_ui)
     app.add_middleware(Observe, routes=app.router.routes, metrics=metrics_set, writers=writers)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    # outermost: no parser after it sees a cookie header over the cap or a quoted value
+    app.add_middleware(CookieGuard)
     document_errors(app)
     return app
 

@@ -64,6 +64,8 @@ class BulkResult:
 
     id: uuid.UUID
     status: Literal["done", "not_found", "nothing_pending"]
+    # with reject-and-forget: how many conversation turns were erased
+    forgotten_turns: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,6 +158,8 @@ async def decide(
             )
         except NothingPending as exc:
             raise Conflict(f"memory {memory.id} has nothing pending to edit") from exc
+        except ValueError as exc:  # the store's gate refused it (a key that names a secret)
+            raise BadInput(str(exc)) from exc
         if edited is None:
             raise NotFound("no such memory")
         return edited
@@ -194,16 +198,27 @@ async def bulk_decide(
     principal: Principal,
     decision: Literal["approve", "reject"],
     ids: Sequence[uuid.UUID],
+    *,
+    forget: bool = False,
 ) -> list[BulkResult]:
-    """Approve or reject many items; each id gets its own outcome."""
+    """Approve or reject many items; each id gets its own outcome. With `forget` (reject only) each
+    rejection erases what was said that it comes from, as `reject_and_forget` does."""
     access.require_reviewer(principal)
     if not ids:
         raise BadInput("ids is empty")
+    if forget and decision != "reject":
+        raise BadInput("forget goes with reject only")
     if len(ids) > MAX_BULK:
         raise BadInput(f"at most {MAX_BULK} ids per bulk request, got {len(ids)}")
     results: list[BulkResult] = []
     for item_id in dict.fromkeys(ids):
         try:
+            if forget:
+                rejection = await reject_and_forget(store, principal, item_id)
+                results.append(
+                    BulkResult(id=item_id, status="done", forgotten_turns=rejection.forgotten_turns)
+                )
+                continue
             await decide(store, principal, item_id, decision)
             results.append(BulkResult(id=item_id, status="done"))
         except NotFound:
@@ -266,7 +281,10 @@ async def edit_mine(
     memory = access.own(principal, await store.get_by_id(memory_id))
     changed: Memory | None = memory
     if value is not None:
-        changed = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+        try:
+            changed = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+        except ValueError as exc:  # the store's gate refused it (a key that names a secret)
+            raise BadInput(str(exc)) from exc
     if pinned is not None and changed is not None:
         changed = await store.set_pinned(memory.id, pinned, actor=principal.actor)
     if changed is None:

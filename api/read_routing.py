@@ -21,10 +21,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import Scope
+
+from api.cookies import request_cookies
 
 COOKIE = "pmem_read_primary"
 # the lag check runs at most every second and takes at most a second more
@@ -63,10 +64,7 @@ class RecentWriters:
 
 def wants_primary(scope: Scope) -> bool:
     """Whether a request carries the cookie of a recent write (its reads go to the primary)."""
-    for name, value in scope.get("headers", ()):
-        if name == b"cookie" and COOKIE.encode() in value:
-            return COOKIE in SimpleCookie(value.decode("latin-1"))
-    return False
+    return COOKIE in request_cookies(scope)
 
 
 def after_write(scope: Scope, headers: MutableHeaders, writers: RecentWriters) -> None:

@@ -71,6 +71,8 @@ class BulkBody(_Body):
 
     action: Literal["approve", "reject"]
     ids: list[uuid.UUID] = Field(min_length=1, max_length=200)
+    # with reject: erase what was said that each rejected memory comes from
+    forget: bool = False
 
 
 class RecallBody(_Body):
@@ -251,4 +253,10 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
 
 def bulk_json(results: list[BulkResult]) -> dict[str, Any]:
     """Per-id outcomes of a bulk decision."""
-    return {"results": [{"id": str(r.id), "status": r.status} for r in results]}
+    return {
+        "results": [
+            {"id": str(r.id), "status": r.status}
+            | ({} if r.forgotten_turns is None else {"forgotten_turns": r.forgotten_turns})
+            for r in results
+        ]
+    }

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from extraction.types import Candidate, Rejection
+from store.rules.admission import admit, secret_key_refusal
 from store.rules.secrets import (
     MARKER_RE,
     REDACTION_MARKER,
@@ -44,7 +45,8 @@ def screen_candidate(
     candidate: Candidate, *, redactor: Callable[[str], tuple[str, list[Finding]]] = redact
 ) -> Candidate | Rejection:
     """Drop a candidate about a secret, redact one that merely mentions one, pass the rest unchanged."""
-    if is_secret_key(candidate.key):
+    # the key as the store will write it (`admit_memory`), so the two never disagree
+    if secret_key_refusal(admit(candidate.key, one_line=True).text) is not None:
         return Rejection(code="secret", reason="secret: key names a credential", raw=candidate.key)
     key, key_findings = redactor(candidate.key)
     if key_findings or MARKER_RE.search(key):

@@ -29,6 +29,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("token", "token", "mint a JWT with PMEM_AUTH_JWT_SECRET (development, demo)"),
     ("retention", "retention", "reject old pending memories, erase old archived ones"),
     ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
+    ("regate", "regate", "pass rows stored before the text gate through it (--dry-run: count only)"),
 )
 
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"

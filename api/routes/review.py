@@ -54,7 +54,9 @@ async def review_queue(
 @router.post("/v1/review/bulk")
 async def bulk_decide(body: BulkBody, principal: Caller, state: State) -> dict[str, object]:
     """Approve or reject many items; each id reports done, not_found or nothing_pending."""
-    return bulk_json(await operations.bulk_decide(state.store, principal, body.action, body.ids))
+    return bulk_json(
+        await operations.bulk_decide(state.store, principal, body.action, body.ids, forget=body.forget)
+    )
 
 
 @router.post("/v1/review/{item_id}/approve")

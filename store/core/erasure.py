@@ -17,9 +17,13 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.base import StoreBase
+from store.core.forgetting import folded
 from store.core.settings import effective_settings
 from store.core.turns import delete_user_turns, expire_old_turns
 from store.model import Memory, MemorySettings, RetentionReport
+from store.rules.evidence import evidence_lines, quoted_text
+from store.rules.forgetting import without_lines
+from store.rules.keys import embedding_text
 
 # rows per transaction in bulk erasure and retention: short locks, bounded memory
 ERASE_BATCH = 500
@@ -106,12 +110,59 @@ class MemoryErasure(StoreBase):
                 progress(erased)
             if len(batch) < ERASE_BATCH:
                 break
-        # the person's conversation turns go with their memories (they are about nobody else)
+        # the person's words leave the evidence of the memories that quote them (a persona's, another
+        # participant's), then their conversation turns go (they are about nobody else)
+        await self._strip_words_of(user_id, teams)
         await delete_user_turns(self, user_id, teams=teams)
         if teams is None:
             await self._strip_audit_about(user_id)
             await self._forget_user_name(user_id)
         return erased
+
+    async def _strip_words_of(self, user_id: uuid.UUID, teams: frozenset[uuid.UUID] | None) -> None:
+        """Remove the lines quoting this person's stored turns from the evidence of every memory of
+        those conversations; a memory whose evidence changes is embedded again from what stays."""
+        t, m = self._schema.turns, self._schema.memories
+        # what they said (their copy of a conversation holds the assistant's replies too)
+        conditions: list[ColumnElement[bool]] = [t.c.user_id == user_id, t.c.role == "user"]
+        if teams is not None:
+            conditions.append(t.c.team_id.in_(sorted(teams)))
+        async with self._backend.reading() as conn:
+            rows = (await conn.execute(select(t.c.channel_id, t.c.role, t.c.text).where(*conditions))).all()
+        said: dict[uuid.UUID, set[tuple[str, str]]] = {}
+        for turn in rows:
+            said.setdefault(turn.channel_id, set()).add((turn.role, quoted_text(turn.text).strip()))
+        channels = sorted(said)
+        for start in range(0, len(channels), ERASE_BATCH):
+            async with self._backend.reading() as conn:
+                quoting = (
+                    await conn.execute(
+                        select(m.c.id, m.c.key, m.c.value, m.c.evidence, m.c.source_channel_id).where(
+                            m.c.evidence.is_not(None),
+                            m.c.source_channel_id.in_(channels[start : start + ERASE_BATCH]),
+                        )
+                    )
+                ).all()
+            for row in quoting:
+                mine = said[row.source_channel_id]
+                forgotten = {
+                    line.line
+                    for line in evidence_lines(row.evidence)
+                    if (line.role, line.text.strip()) in mine
+                }
+                if not forgotten:
+                    continue
+                kept = without_lines(row.evidence, forgotten)
+                fact = embedding_text(row.key, row.value)
+                if kept is None:
+                    [vector] = await self._embedder.embed([fact])
+                else:
+                    alone, with_evidence = await self._embedder.embed([fact, f"{kept}\n{fact}"])
+                    vector = folded(alone, with_evidence)
+                async with self._backend.transaction() as conn:
+                    await conn.execute(
+                        update(m).where(m.c.id == row.id).values(evidence=kept, embedding=list(vector))
+                    )
 
     async def _forget_user_name(self, user_id: uuid.UUID) -> None:
         """The person's display name goes with them."""

@@ -203,12 +203,10 @@ class RejectAndForget(StoreBase):
             return t.c.user_id == person
         return func.coalesce(t.c.team_id, self._backend.nil()) == (memory.team_id or NIL_UUID)
 
-    def _memories_within(self, memory: Memory, person: uuid.UUID | None) -> ColumnElement[bool]:
-        """The memories whose evidence a rejection may change: the memory's team's (a person:
-        those about them)."""
+    def _memories_within(self, memory: Memory) -> ColumnElement[bool]:
+        """The memories whose evidence a rejection may change: every one of the memory's team (a
+        person's words leave a persona's memory that quotes them too)."""
         m = self._schema.memories
-        if person is not None:
-            return self._about_user(person)
         return func.coalesce(m.c.team_id, self._backend.nil()) == (memory.team_id or NIL_UUID)
 
     async def _forget_plan(
@@ -231,8 +229,21 @@ class RejectAndForget(StoreBase):
             plan.revisions[rejecting.revision.id] = None
         if not said:
             return plan
-        await self._plan_turns(conn, plan, said, self._turns_within(memory, person))
-        await self._plan_evidence(conn, plan, set(said), forgotten, self._memories_within(memory, person))
+        cited = await self._plan_turns(conn, plan, said, self._turns_within(memory, person))
+        if person is not None:
+            # a person forgets their own words only: the lines of the turns erased, not what
+            # others said in the same conversation
+            forgotten = {
+                line.line
+                for channel, lines in said.items()
+                for line in lines
+                if any(
+                    cites([line], role, text) for turn_channel, role, text in cited if turn_channel == channel
+                )
+            }
+            if not forgotten:
+                return plan
+        await self._plan_evidence(conn, plan, set(said), forgotten, self._memories_within(memory))
         return plan
 
     async def _plan_turns(
@@ -241,8 +252,9 @@ class RejectAndForget(StoreBase):
         plan: _ForgetPlan,
         said: Mapping[uuid.UUID, Sequence[SaidLine]],
         within: ColumnElement[bool],
-    ) -> None:
-        """The cited turns to erase, and their neighbours to read again."""
+    ) -> list[tuple[uuid.UUID, str, str]]:
+        """The cited turns to erase, and their neighbours to read again; answers the erased turns'
+        (channel, role, text)."""
         t = self._schema.turns
         rows = (
             await conn.execute(
@@ -253,7 +265,7 @@ class RejectAndForget(StoreBase):
         ).all()
         cited = [row for row in rows if cites(said[row.channel_id], row.role, row.text)]
         if not cited:
-            return
+            return []
         plan.erase = sorted({row.id for row in cited})
         stmt = select(
             t.c.id,
@@ -284,6 +296,7 @@ class RejectAndForget(StoreBase):
         for turns in by_event.values():
             for turn_id, reading in reread_beside(turns, erased).items():
                 plan.reread[turn_id] = (reading, embedded[turn_id])
+        return [(row.channel_id, row.role, row.text) for row in cited]
 
     async def _plan_evidence(
         self,

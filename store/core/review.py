@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.core.base import StoreBase, audit_entry, change_audit_values, replica_read
 from store.errors import NothingPending, StoreError
 from store.model import SCOPES, AuditEntry, Memory, Page, ReviewItem, ReviewQuery, Revision
-from store.rules.admission import admit, refusal
+from store.rules.admission import admit, refusal, secret_key_refusal
 from store.rules.pagination import newest_first_page
 from store.rules.policy import ReviewKind, check_may_decide, plan_approve, plan_reject, storable_confidence
 
@@ -147,6 +147,9 @@ class MemoryReview(StoreBase):
         current = await self.get_by_id(memory_id)
         if current is None:
             return None
+        named = secret_key_refusal(current.key)
+        if named is not None:  # stored before the gate refused such keys: any value would be the secret
+            raise ValueError(named)
         if current.value == value and not activate:
             return current
         embedding = await self.embed_memory(current.key, value) if current.value != value else None

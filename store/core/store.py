@@ -33,6 +33,7 @@ from store.core.erasure import MemoryErasure
 from store.core.forgetting import RejectAndForget
 from store.core.listing import MemoryListing
 from store.core.pinning import PinnedFacts
+from store.core.regate import StoredTextGate
 from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
 from store.core.turns import ConversationTurns
@@ -43,6 +44,7 @@ from store.model import RecallHit, RecallQuery, Retriever
 
 class CoreStore(
     RejectAndForget,
+    StoredTextGate,
     MemoryWrites,
     MemoryReview,
     PinnedFacts,

@@ -23,7 +23,8 @@ Bot-plan tools (`remember` / `recall` / `forget`, facts keyed by subject) map on
   without a key it lists the subject's facts; when nothing matches exactly it returns related
   memories from hybrid recall so the model can still answer.
 * `forget(subject, key)` hard-deletes the key from the scopes the user owns (persona_user and
-  user), whatever its status; the audit trail keeps a record of the deletion.
+  user), whatever its status, with the user's turns its evidence cites and those lines wherever
+  the team's other memories quote them; the audit trail keeps a record of the deletion.
 
 The context's team bounds every tool: a save carries the team, lookups and recall see only memories
 of no team or of that team, and `forget` deletes only what the user owns there. Where memory is off
@@ -47,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
 from store.protocols import MemoryStore
-from store.rules.admission import admit, refusal
+from store.rules.admission import admit, refusal, secret_key_refusal
 from store.rules.recall import normalize_key, resolve_scopes, writable_owner
 from store.services.context_recall import recall_in_context
 from store.services.json_shapes import memory_json, turn_json
@@ -369,6 +370,9 @@ class MemoryTools:
             problem = refusal(field, text)
             if problem is not None:
                 raise ToolCallError(problem)
+        named = secret_key_refusal(admitted["key"].text)
+        if named is not None:
+            raise ToolCallError(named)
         key, value = admitted["key"].text, admitted["value"].text
         redacted = [kind for text in admitted.values() for kind in text.secrets]
         if redacted:
@@ -387,20 +391,21 @@ class MemoryTools:
             }
         status: Status = "pending_review" if policy.review_tool_saves else "active"
         owner = writable_owner(ctx.user_id, ctx.persona_id)
-        result = await ctx.store.upsert(
-            NewMemory(
-                scope=owner.scope,
-                owner_id=owner.owner_id,
-                user_id=owner.user_id,
-                key=key,
-                value=value,
-                confidence=confidence,
-                status=status,
-                source_channel_id=ctx.source_channel_id,
-                team_id=ctx.team_id,
-            ),
-            actor=ctx.audit_actor,
+        memory = NewMemory(
+            scope=owner.scope,
+            owner_id=owner.owner_id,
+            user_id=owner.user_id,
+            key=key,
+            value=value,
+            confidence=confidence,
+            status=status,
+            source_channel_id=ctx.source_channel_id,
+            team_id=ctx.team_id,
         )
+        try:
+            result = await ctx.store.upsert(memory, actor=ctx.audit_actor)
+        except ValueError as exc:  # the store's own gate (`admit_memory`) refused it: say why
+            raise ToolCallError(str(exc)) from exc
         saved = {
             "saved": True,
             "id": str(result.memory_id),
@@ -504,6 +509,11 @@ class MemoryTools:
                 )
             )
             for memory in rows:
+                # the person's words it was drawn from go too: the turns of theirs its evidence
+                # cites, and those lines wherever the team's other memories quote them
+                await ctx.store.reject_memory(
+                    memory.id, actor=ctx.audit_actor, forget=True, person=ctx.user_id
+                )
                 deleted += int(await ctx.store.delete(memory.id, actor=ctx.audit_actor))
         return {"forgotten": deleted, "key": stored}
 

@@ -137,3 +137,107 @@ async def test_a_team_admin_cannot_forget_another_teams_conversation(
     assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
     memory = await each_store.get_by_id(memory_id)
     assert memory is not None and memory.status == "pending_review"
+
+
+async def test_a_persons_forget_clears_their_words_from_a_persona_memory_quoting_them(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    from store.model import NewMemory
+
+    people = each_people
+    memory_id, channel = await told(each_store, people)
+    mine = await each_store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None and WORD in mine.evidence
+    persona = uuid.uuid4()
+    quoted = await each_store.upsert(
+        NewMemory(
+            scope="persona",
+            owner_id=persona,
+            user_id=None,
+            key="favourite bicycle names",
+            value="Users name bicycles after gardens",
+            source_channel_id=channel,
+            team_id=TEAM_A,
+            evidence=f"{mine.evidence}\nassistant: {SAID[3]}",
+        ),
+        actor="worker",
+    )
+    me = people.headers("user")
+    answer = await each_client.post(f"/v1/me/memories/{memory_id}/reject", json={"forget": True}, headers=me)
+    assert answer.status_code == 200, answer.text
+    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    assert persona_memory is not None
+    assert persona_memory.evidence == f"assistant: {SAID[3]}"  # what others said stays
+
+
+async def test_the_forget_tool_forgets_the_persons_words_too(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    memory_id, _ = await told(each_store, people)
+    answer = await each_client.post(
+        "/v1/tools/call",
+        json={
+            "name": "forget",
+            "arguments": {"subject": "me", "key": "bicycle name"},
+            "user_id": str(people.user),
+            "team_id": str(TEAM_A),
+        },
+        headers=people.headers("service"),
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"]["forgotten"] == 1
+    assert await each_store.get_by_id(memory_id) is None
+    assert all(WORD not in text for text in await recalled_turns(each_client, people, people.user))
+    assert SAID[2] in await recalled_turns(each_client, people, people.other_user)
+
+
+async def test_bulk_reject_can_forget_as_the_single_item_route_does(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    people = each_people
+    first, _ = await told(each_store, people)
+    second, _ = await told(each_store, people, key="other bicycle")
+    answer = await each_client.post(
+        "/v1/review/bulk",
+        json={"action": "reject", "ids": [str(first), str(second)], "forget": True},
+        headers=people.headers("team_admin"),
+    )
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [r["status"] for r in results] == ["done", "done"]
+    assert sum(r["forgotten_turns"] for r in results) >= 2
+    assert holding(each_store, WORD) == []
+    refused = await each_client.post(
+        "/v1/review/bulk",
+        json={"action": "approve", "ids": [str(first)], "forget": True},
+        headers=people.headers("team_admin"),
+    )
+    assert refused.status_code == 422
+
+
+async def test_erasing_a_person_clears_their_words_from_the_teams_memories(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    from store.model import NewMemory
+
+    people = each_people
+    memory_id, channel = await told(each_store, people)
+    mine = await each_store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None
+    quoted = await each_store.upsert(
+        NewMemory(
+            scope="persona",
+            owner_id=uuid.uuid4(),
+            user_id=None,
+            key="favourite bicycle names",
+            value="Users name bicycles after gardens",
+            source_channel_id=channel,
+            team_id=TEAM_A,
+            evidence=f"{mine.evidence}\nassistant: {SAID[3]}",
+        ),
+        actor="worker",
+    )
+    await each_store.erase_user(people.user, actor="admin:test")
+    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    assert persona_memory is not None and persona_memory.evidence == f"assistant: {SAID[3]}"

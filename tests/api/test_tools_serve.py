@@ -259,6 +259,30 @@ async def test_a_save_that_is_only_a_secret_stores_nothing_through_any_channel(
         assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
 
 
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"key": "my password", "value": "hunter2-Xy9"}, "names a secret"),
+        ({"key": "ｐａｓｓｗｏｒｄ", "value": "hunter2-Xy9"}, "names a secret"),
+        ({"key": "card", "value": "4111  1111  1111  1111"}, "holds only a secret"),
+    ],
+)
+async def test_a_secret_split_or_spaced_is_refused_not_stored_through_any_channel(
+    served: Served, store: PostgresMemoryStore, arguments: dict[str, str], said: str
+) -> None:
+    channels: dict[str, Callable[[uuid.UUID], Awaitable[Answer]]] = {
+        "python": lambda user: call_python(store, user, "memory_save", arguments),
+        "http": lambda user: call_http(served, user, "memory_save", arguments),
+        "mcp": lambda user: call_mcp(served, user, "memory_save", arguments),
+    }
+    for channel, call in channels.items():
+        user = uuid.uuid4()
+        answer = await call(user)
+        assert said in answer.get("error", ""), (channel, answer)
+        assert "hunter2" not in answer["error"] and "1111" not in answer["error"]
+        assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
+
+
 async def test_tool_lists_agree(served: Served) -> None:
     async with httpx.AsyncClient(base_url=served.base, timeout=10) as http:
         listed = await http.get("/v1/tools", headers={"Authorization": f"Bearer {served.service_key}"})

@@ -86,13 +86,13 @@ def test_a_memory_is_admitted_key_value_and_evidence() -> None:
     owner = uuid.uuid4()
     memory = user_fact(
         owner,
-        "api\u200b key note",
+        "work\u200b setup note",
         f"Uses {API_KEY} at work\u202e",
         evidence=f"user: my key is {API_KEY}\nassistant: \u2066noted",
         embedding=[1.0, 0.0],
     )
     admitted = admit_memory(memory)
-    assert admitted.key == "api key note"
+    assert admitted.key == "work setup note"
     assert admitted.value == "Uses [REDACTED:api_key] at work"
     assert admitted.evidence == "user: my key is [REDACTED:api_key]\nassistant: noted"
     assert admitted.embedding is None  # of the text as given: the store embeds the admitted one

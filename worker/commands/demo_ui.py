@@ -37,8 +37,10 @@ from worker.commands.errors import UsageError
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SCRIPT = SAMPLES / "persona_script.json"
 FOLLOWUPS = SAMPLES / "followups.jsonl"
-# how long the printed sign-in links (single use) and the sessions they open last
-DEMO_LINK_S = 12 * 3600
+# the printed sign-in links (single use) live as long as any sign-in link may (the API's default
+# `PMEM_UI_SIGN_IN_MAX_S`); the sessions they open last a demo's afternoon
+DEMO_LINK_S = 600
+DEMO_SESSION_S = 12 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +162,11 @@ async def serve(
     await store.set_names(
         [DirectoryEntry(kind="user", id=r.id, name=r.name) for r in reviewers_of(catalogue)]
     )
-    # the demo's links are printed once, so they may live as long as a demo session
     app = create_app(
         store=store,
         auth=AuthConfig(jwt_secret=credentials.jwt_secret),
         max_input_tokens=settings.llm_max_input_tokens,
-        ui_session_s=DEMO_LINK_S,
+        ui_session_s=DEMO_SESSION_S,
         sign_in_max_s=DEMO_LINK_S,
         with_ui=with_ui,
     )

@@ -55,6 +55,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     ):
         sub = actions.add_parser(name, parents=[common], help=help_text)
         sub.add_argument("memory_id", type=uuid_arg, metavar="ID")
+        if name == "reject":
+            sub.add_argument(
+                "--forget",
+                action="store_true",
+                help="also erase what was said that it comes from (the turns its evidence cites)",
+            )
     edit = actions.add_parser("edit", parents=[common], help="set a memory's value (re-embedded)")
     edit.add_argument("memory_id", type=uuid_arg, metavar="ID")
     edit.add_argument("value", help="the new value")
@@ -128,6 +134,11 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
         after = await store.set_pinned(memory_id, args.action == "pin", actor=args.actor)
     elif args.action == "approve":
         after = await store.approve(memory_id, actor=args.actor)
+    elif args.action == "reject" and args.forget:
+        rejection = await store.reject_memory(memory_id, actor=args.actor, forget=True)
+        after = None if rejection is None else rejection.memory
+        if rejection is not None:
+            print(f"forgot {rejection.forgotten_turns} conversation turns", file=sys.stderr)
     elif args.action == "reject":
         after = await store.reject(memory_id, actor=args.actor)
     else:
