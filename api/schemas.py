@@ -86,6 +86,7 @@ class SettingsBody(_Body):
     history: bool | None = Field(default=None, strict=True)
     history_days: int | None = Field(default=None, ge=1, le=36_500, strict=True)
     review_tool_saves: bool | None = Field(default=None, strict=True)
+    known_personas_only: bool | None = Field(default=None, strict=True)
 
     _integral_days = field_validator("pending_days", "archived_days", "history_days", mode="before")(
         integral_number
@@ -202,6 +203,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "history": own.history,
             "history_days": own.history_days,
             "review_tool_saves": own.review_tool_saves,
+            "known_personas_only": own.known_personas_only,
         },
         "effective": {
             "enabled": effective.enabled,
@@ -213,6 +215,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "history": effective.history,
             "history_days": effective.history_days,
             "review_tool_saves": effective.review_tool_saves,
+            "known_personas_only": effective.known_personas_only,
         },
         "inherited_from": view.inherited_from,
     }

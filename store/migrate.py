@@ -212,6 +212,7 @@ _SQLITE_ADDED_COLUMNS = (
     ("conversation_turns", "speaker", "TEXT"),
     ("conversation_turns", "search_text", "TEXT"),
     ("processed_events", "body_sha256", "TEXT"),
+    ("memory_settings", "known_personas_only", "BOOLEAN"),
 )
 
 
