@@ -95,7 +95,7 @@ def unknown_persona(event: ConversationEnded, policy: MemorySettings, known: boo
     team = f"team {event.team_id}" if event.team_id is not None else "this deployment"
     return (
         f"persona {event.persona_id} is not in the directory and {team} accepts known personas "
-        f"only (known_personas_only); register it (PUT /v1/directory/persona/{event.persona_id}) "
+        f"only (known_personas_only); register it (PUT /v1/directory/personas/{event.persona_id}) "
         "or turn the setting off, then replay it (pmem dlq replay)"
     )
 
