@@ -1,6 +1,6 @@
 """`PUT /v1/directory/{kind}/{id}` and its OpenAPI document agree on what a name may be: the
 document has no pattern whose meaning differs between its regular expressions (ECMA-262) and the
-server's, and says the rule in words; the server refuses what the rule refuses."""
+server's, and says the rule in words; the server refuses what the rule refuses. And a team sets `known_personas_only` through the settings API."""
 
 from __future__ import annotations
 
@@ -37,3 +37,20 @@ async def test_a_name_without_a_letter_digit_or_emoji_is_refused(
             f"/v1/directory/users/{uuid.uuid4()}", json={"name": given}, headers=service(people)
         )
         assert put.status_code == 422, (given, put.text)
+
+
+async def test_a_team_turns_known_personas_only_on_through_the_settings_api(
+    client: httpx.AsyncClient, people: People
+) -> None:
+    admin, team = people.headers("admin"), uuid.uuid4()
+    before = (await client.get(f"/v1/settings/teams/{team}", headers=admin)).json()
+    assert (
+        before["own"]["known_personas_only"] is None and before["effective"]["known_personas_only"] is False
+    )
+    put = await client.put(f"/v1/settings/teams/{team}", json={"known_personas_only": True}, headers=admin)
+    assert put.status_code == 200, put.text
+    assert put.json()["own"]["known_personas_only"] is True and put.json()["effective"]["known_personas_only"]
+    refused = await client.put(
+        f"/v1/settings/teams/{team}", json={"known_personas_only": "yes"}, headers=admin
+    )
+    assert refused.status_code == 422
