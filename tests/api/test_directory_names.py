@@ -1,6 +1,7 @@
 """`PUT /v1/directory/{kind}/{id}` and its OpenAPI document agree on what a name may be: the
 document has no pattern whose meaning differs between its regular expressions (ECMA-262) and the
-server's, and says the rule in words; the server refuses what the rule refuses. And a team sets `known_personas_only` through the settings API."""
+server's, and says the rule in words; the server refuses what the rule refuses. And a team sets
+`known_personas_only` through the settings API."""
 
 from __future__ import annotations
 
