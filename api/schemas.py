@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.operations import BulkResult, MemoryDetail, SettingsView
 from store.model import (
@@ -47,16 +47,11 @@ class PinnedBody(_Body):
 
 
 class MyMemoryBody(_Body):
-    """A person's change to their own memory: a new `value` (it becomes active), `pinned`, or both."""
+    """A person's change to their own memory: a new `value` (it becomes active), `pinned`, or both;
+    a field left out (or null) is left as it is."""
 
     value: str | None = Field(default=None, min_length=1, max_length=2000)
     pinned: bool | None = Field(default=None, strict=True)
-
-    @model_validator(mode="after")
-    def _something_to_change(self) -> MyMemoryBody:
-        if self.value is None and self.pinned is None:
-            raise ValueError("give a value, pinned, or both")
-        return self
 
 
 class RejectBody(_Body):
@@ -72,7 +67,7 @@ class BulkBody(_Body):
     action: Literal["approve", "reject"]
     ids: list[uuid.UUID] = Field(min_length=1, max_length=200)
     # with reject: erase what was said that each rejected memory comes from
-    forget: bool = False
+    forget: bool = Field(default=False, strict=True)
 
 
 class RecallBody(_Body):
@@ -118,6 +113,7 @@ class SettingsBody(_Body):
     history: bool | None = Field(default=None, strict=True)
     history_days: int | None = Field(default=None, ge=1, le=36_500, strict=True)
     review_tool_saves: bool | None = Field(default=None, strict=True)
+    known_personas_only: bool | None = Field(default=None, strict=True)
 
     _integral_days = field_validator("pending_days", "archived_days", "history_days", mode="before")(
         integral_number
@@ -235,6 +231,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "history": own.history,
             "history_days": own.history_days,
             "review_tool_saves": own.review_tool_saves,
+            "known_personas_only": own.known_personas_only,
         },
         "effective": {
             "enabled": effective.enabled,
@@ -246,6 +243,7 @@ def settings_json(view: SettingsView) -> dict[str, Any]:
             "history": effective.history,
             "history_days": effective.history_days,
             "review_tool_saves": effective.review_tool_saves,
+            "known_personas_only": effective.known_personas_only,
         },
         "inherited_from": view.inherited_from,
     }

@@ -263,6 +263,13 @@ SETTING_FIELDS: Final = (
         "switch",
         "On: what a model saves through the memory tools waits for review instead of being active at once.",
     ),
+    SettingField(
+        "known_personas_only",
+        "Known personas only",
+        "switch",
+        "On: an event for a persona the directory does not know goes to the dead letters instead of "
+        "being remembered.",
+    ),
 )
 SWITCH_CHOICES: Final = (("inherit", "Inherit"), ("on", "On"), ("off", "Off"))
 MAX_DAYS: Final = 36500

@@ -9,6 +9,10 @@ Environment (the variables `pmem` reads, and those `pmem demo --keep-running` pr
 PMEM_PERSONA_ID, PMEM_TEAM_ID, PMEM_CHANNEL_ID (UUIDs; random when unset), PMEM_USER_NAME,
 PMEM_PERSONA_NAME, PMEM_TEAM_NAME (optional display names). Prints the event id and the stream
 sequence.
+
+An event larger than the NATS server's `max_payload` (1 MB by default) is refused at publish
+(`nats.errors.MaxPayloadError`) and never reaches the worker: raise `max_payload` in the server's
+configuration for longer conversations.
 """
 
 from __future__ import annotations

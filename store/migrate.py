@@ -213,6 +213,7 @@ _SQLITE_ADDED_COLUMNS = (
     ("conversation_turns", "search_text", "TEXT"),
     ("processed_events", "body_sha256", "TEXT"),
     ("memories", "pinned", "BOOLEAN NOT NULL DEFAULT 0"),
+    ("memory_settings", "known_personas_only", "BOOLEAN"),
 )
 
 

@@ -175,6 +175,8 @@ class MemorySettings:
     history_days: int | None = 90
     # a model, not the user, decides to call a save tool: on, its saves wait for review
     review_tool_saves: bool = False
+    # on: an event for a persona the directory does not know is dead-lettered (`unknown_persona`)
+    known_personas_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -343,6 +345,7 @@ class SettingsRow:
     history: bool | None = None
     history_days: int | None = None
     review_tool_saves: bool | None = None
+    known_personas_only: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

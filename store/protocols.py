@@ -105,6 +105,10 @@ class WorkerStore(Protocol):
 
     async def set_names(self, entries: Sequence[DirectoryEntry]) -> None: ...
 
+    async def names(self, kind: DirectoryKind, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The known names of these ids (ids the directory does not know are absent)."""
+        ...
+
     async def settings_for(
         self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
     ) -> MemorySettings: ...

@@ -9,6 +9,7 @@ the fix (worker/commands/errors.py has the exit codes); `--debug` shows the trac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -30,9 +31,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("retention", "retention", "reject old pending memories, erase old archived ones"),
     ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
     ("regate", "regate", "pass rows stored before the text gate through it (--dry-run: count only)"),
+    ("dlq", "dlq", "list, show, replay or purge dead-lettered events"),
 )
 
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"
+# the exit code of a process ended by SIGPIPE (128 + 13), as a shell reports `cmd | head -1`
+EXIT_BROKEN_PIPE = 141
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -70,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pmem",
         description="persona-memory: long-term, persona-scoped memory for chat platforms.",
-        epilog="exit codes: 0 done, 1 failed, 2 configuration or usage error, 3 database or NATS unreachable",
+        epilog="exit codes: 0 done, 1 failed, 2 configuration or usage error, 3 database or NATS "
+        "unreachable, 141 output closed early (a pipe's reader such as `head` stopped reading)",
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
@@ -88,6 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        # the reader went away (`pmem review list | head -1`): nothing is wrong, and nothing more
+        # can be written; stdout goes to /dev/null so the interpreter's last flush stays quiet
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
         if args.debug:
             raise

@@ -139,6 +139,7 @@ class InvalidEvent:
     kind: InvalidKind
     reason: str
     event_id: str | None = None  # best effort, for logs and the DLQ record
+    team_id: str | None = None  # best effort, for the DLQ record
 
 
 def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidEvent:
@@ -152,8 +153,13 @@ def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidE
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        # the ids are still worth finding for the DLQ record: read the rest with the bad bytes replaced
+        event_id, team_id = _best_effort_ids(_json_or_none(raw.decode("utf-8", errors="replace")))
         return InvalidEvent(
-            kind="not_utf8", reason=f"event body is not UTF-8: {exc.reason} at byte {exc.start}"
+            kind="not_utf8",
+            reason=f"event body is not UTF-8: {exc.reason} at byte {exc.start}",
+            event_id=event_id,
+            team_id=team_id,
         )
     try:
         document = json.loads(raw)
@@ -161,23 +167,44 @@ def parse_event(raw: bytes, limits: EventLimits) -> ConversationEnded | InvalidE
         return InvalidEvent(kind="not_json", reason=f"event body is not JSON: {_short(str(exc))}")
     if not isinstance(document, dict):
         return InvalidEvent(kind="schema", reason=f"event: expected a JSON object, got {json_type(document)}")
-    event_id = document.get("event_id")
-    best_effort_id = event_id if isinstance(event_id, str) else None
+    event_id, team_id = _best_effort_ids(document)
+
+    def invalid(kind: InvalidKind, reason: str) -> InvalidEvent:
+        return InvalidEvent(kind=kind, reason=reason, event_id=event_id, team_id=team_id)
+
     try:
         event = ConversationEnded.model_validate(document)
     except ValidationError as exc:
-        return InvalidEvent(kind="schema", reason=_describe(exc), event_id=best_effort_id)
+        return invalid("schema", _describe(exc))
     except (ValueError, TypeError, RecursionError) as exc:  # pydantic wraps most; belt and braces
-        return InvalidEvent(kind="schema", reason=_short(str(exc)), event_id=best_effort_id)
+        return invalid("schema", _short(str(exc)))
     problem = _limit_problem(event, limits)
     if problem is not None:
-        return InvalidEvent(kind="oversized", reason=problem, event_id=best_effort_id)
+        return invalid("oversized", problem)
     problem = _text_problem(event)
     if problem is not None:
-        return InvalidEvent(kind="schema", reason=problem, event_id=best_effort_id)
+        return invalid("schema", problem)
     if not any(message.content.strip() for message in event.messages):
-        return InvalidEvent(kind="empty", reason="every message content is blank", event_id=best_effort_id)
+        return invalid("empty", "every message content is blank")
     return event
+
+
+def _json_or_none(text: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _best_effort_ids(document: object) -> tuple[str | None, str | None]:
+    """(event_id, team_id) of a decoded body when they are strings (bounded), else None."""
+    if not isinstance(document, dict):
+        return None, None
+    event_id, team_id = document.get("event_id"), document.get("team_id")
+    return (
+        event_id[:100] if isinstance(event_id, str) else None,
+        team_id[:100] if isinstance(team_id, str) else None,
+    )
 
 
 def _limit_problem(event: ConversationEnded, limits: EventLimits) -> str | None:
@@ -255,7 +282,9 @@ class DeadLetter(BaseModel):
 
     A record always fits the NATS payload limit: a body too large for it is truncated
     (`body_truncated`, `body_size` = the original size in bytes), and `stream` + `stream_sequence`
-    find the whole original in the event stream (while its retention keeps it)."""
+    find the whole original in the event stream (while its retention keeps it). `event_id` is the
+    body's when it has one (also when the body is not valid UTF-8); `body_sha256`, the hash of the
+    whole original body, names it either way."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -266,6 +295,8 @@ class DeadLetter(BaseModel):
     stream_sequence: int | None = None
     delivery_count: int
     event_id: str | None = None
+    team_id: str | None = None
+    body_sha256: str | None = None
     body_text: str | None = None
     body_base64: str | None = None
     body_size: int = 0
@@ -285,6 +316,7 @@ class DeadLetter(BaseModel):
         stream: str | None = None,
         stream_sequence: int | None = None,
         event_id: str | None = None,
+        team_id: str | None = None,
         max_bytes: int | None = None,
     ) -> DeadLetter:
         """Build the record, keeping the body byte-exact (text if UTF-8, else base64) when the
@@ -297,6 +329,8 @@ class DeadLetter(BaseModel):
             stream_sequence=stream_sequence,
             delivery_count=delivery_count,
             event_id=event_id,
+            team_id=team_id,
+            body_sha256=hashlib.sha256(body).hexdigest(),
             body_size=len(body),
             failed_at=failed_at,
         )

@@ -130,9 +130,11 @@ class EventHandler:
                     label=f"invalid_{parsed.kind}",
                     reason=f"invalid event: {parsed.reason}",
                     event_id=parsed.event_id,
+                    team_id=parsed.team_id,
                 )
             return
         event_id = str(parsed.event_id)
+        team_id = None if parsed.team_id is None else str(parsed.team_id)
         with event_context(event_id):
             if delivered > s.max_deliver:
                 # the previous delivery ended without an ack/nack: the process died or hung on it
@@ -142,6 +144,7 @@ class EventHandler:
                     reason=f"delivered {delivered} times (PMEM_MAX_DELIVER={s.max_deliver}) without "
                     "completing; the worker probably crashed or timed out on it",
                     event_id=event_id,
+                    team_id=team_id,
                 )
                 return
             # PMEM_EVENT_TIMEOUT_S bounds the whole delivery; when it passes, the in-progress
@@ -157,7 +160,7 @@ class EventHandler:
                     failure = EventDeadlineExceeded(
                         f"the event took longer than PMEM_EVENT_TIMEOUT_S={s.event_timeout_s:g}s"
                     )
-                await self.on_failure(raw, failure, delivered=delivered, event_id=event_id)
+                await self.on_failure(raw, failure, delivered=delivered, event_id=event_id, team_id=team_id)
                 return
             if outcome.status == "processed":
                 await self.publisher.extracted(parsed, outcome.written)
@@ -180,7 +183,9 @@ class EventHandler:
                 },
             )
 
-    async def on_failure(self, raw: Msg, exc: Exception, *, delivered: int, event_id: str) -> None:
+    async def on_failure(
+        self, raw: Msg, exc: Exception, *, delivered: int, event_id: str, team_id: str | None = None
+    ) -> None:
         """Retry a failed delivery later (nack with a delay) or dead-letter it (`decide_failure`)."""
         s = self.settings
         if isinstance(exc, PmemProviderError):  # tokens spent by failed attempts still cost money
@@ -212,7 +217,9 @@ class EventHandler:
                 extra={"failure": decision.label},
             )
             return
-        await self.publisher.dead_letter(raw, label=decision.label, reason=decision.reason, event_id=event_id)
+        await self.publisher.dead_letter(
+            raw, label=decision.label, reason=decision.reason, event_id=event_id, team_id=team_id
+        )
 
     @contextlib.asynccontextmanager
     async def keep_alive(self, raw: Msg) -> AsyncIterator[None]:

@@ -76,3 +76,6 @@ def configure_logging(level: str = "INFO", *, json_format: bool = True) -> None:
     # the HTTP client of the openai SDK (httpx2 from openai 3, httpx before) logs every request at INFO
     for client in ("httpx2", "httpx"):
         logging.getLogger(client).setLevel(max(logging.WARNING, root.level))
+    # alembic logs its plugin set-up at INFO whenever it is imported (`setup plugin …`): noise
+    # before the lines an operator reads; `pmem migrate` reports what it did itself
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

@@ -81,6 +81,25 @@ def allowed_scopes(event: ConversationEnded, policy: MemorySettings) -> tuple[Sc
     return ("user", "persona_user")
 
 
+class UnknownPersona(Exception):
+    """The event names a persona the directory does not know, and its team accepts known personas
+    only (`known_personas_only`): dead-lettered at once (`unknown_persona`), replayable once the
+    persona is registered or the setting is off."""
+
+
+def unknown_persona(event: ConversationEnded, policy: MemorySettings, known: bool) -> str | None:
+    """Why the event must not be processed (its persona is unknown to a team that accepts known
+    personas only), or None. An event without a persona is never refused for it."""
+    if not policy.known_personas_only or event.persona_id is None or known:
+        return None
+    team = f"team {event.team_id}" if event.team_id is not None else "this deployment"
+    return (
+        f"persona {event.persona_id} is not in the directory and {team} accepts known personas "
+        f"only (known_personas_only); register it (PUT /v1/directory/personas/{event.persona_id}) "
+        "or turn the setting off, then replay it (pmem dlq replay)"
+    )
+
+
 def owner_for(scope: Scope, event: ConversationEnded) -> OwnerRef:
     """Owner of a memory of `scope` from this event. The LLM never chooses owner ids."""
     if scope == "user":
@@ -568,6 +587,8 @@ def decide_failure(
 ) -> FailureDecision:
     """Retry transient failures with a delay (the provider's Retry-After when it gave one, else
     exponential backoff) until the `max_deliver`-th delivery; dead-letter permanent ones at once."""
+    if isinstance(exc, UnknownPersona):
+        return FailureDecision(action="dead_letter", delay_s=0.0, label="unknown_persona", reason=str(exc))
     category, transient = categorize(exc)
     detail = one_line(exc)
     if not transient:
@@ -697,6 +718,13 @@ async def process_event(
         return await duplicate()
     with span("pmem.policy"):
         policy = await _policy(event, deps, db)
+    if policy.known_personas_only and event.persona_id is not None:
+        # looked up before the event's own names are stored: an event cannot make its persona known
+        persona = event.persona_id
+        known = await db("persona_known", lambda: store.names("persona", [persona]))
+        refused = unknown_persona(event, policy, persona in known)
+        if refused is not None:
+            raise UnknownPersona(refused)
     names = event_names(event) if policy.enabled else []  # memory off: nothing about people is kept
     if names:
         await db("set_names", lambda: store.set_names(names))

@@ -1,6 +1,10 @@
 """What the worker publishes on its NATS connection: `memory.extracted` after an event's commit
 (its PubAck checked in the background), and dead letters (stored by JetStream before the event is
-terminated; nacked, never dropped, when that fails)."""
+terminated; nacked, never dropped, when that fails).
+
+Every message is bounded by the server's `max_payload` (1 MB by default; `max_payload` in the
+nats-server configuration raises it): an event over it is refused at its publisher and never
+arrives here, and a dead-letter record is cut to fit it (`dlq_record_limit`)."""
 
 from __future__ import annotations
 
@@ -120,7 +124,9 @@ class Publisher:
         )
 
     @traced("pmem.publish")
-    async def dead_letter(self, raw: Msg, *, label: str, reason: str, event_id: str | None) -> None:
+    async def dead_letter(
+        self, raw: Msg, *, label: str, reason: str, event_id: str | None, team_id: str | None = None
+    ) -> None:
         """Publish the original body and the reason to the DLQ subject, wait until JetStream stored
         it, then terminate the message. If the publish fails the message is nacked, never dropped."""
         s = self.settings
@@ -135,6 +141,7 @@ class Publisher:
             stream_sequence=stream_seq,
             delivery_count=meta.num_delivered or 1,
             event_id=event_id,
+            team_id=team_id,
             failed_at=datetime.now(UTC),
             max_bytes=dlq_record_limit(self.broker.connection.max_payload),
         )

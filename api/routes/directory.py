@@ -25,8 +25,15 @@ class NameBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # at least one letter or digit: a name of only punctuation or invisible characters is refused
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"[^\W_]")
+    # "a letter, digit or emoji of any script" has no pattern that means the same in the
+    # document's regular expressions (ECMA-262, where \w is ASCII) and here: the rule is said in
+    # words, checked by `clean_name`, and its refusal is a documented 422
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="The display name: it needs a letter, digit or emoji (any script); a name of "
+        "only punctuation, whitespace or invisible characters is refused with 422.",
+    )
 
 
 @router.put("/{kind}/{item_id}")

@@ -345,6 +345,7 @@ def build_schema(embedding_dim: int, dialect: SchemaDialect) -> Schema:
         Column("history", Boolean, nullable=True),
         Column("history_days", Integer, nullable=True),
         Column("review_tool_saves", Boolean, nullable=True),
+        Column("known_personas_only", Boolean, nullable=True),
         CheckConstraint("level IN ('global', 'team', 'persona')", name="ck_memory_settings_level"),
         CheckConstraint("(level = 'global') = (target_id IS NULL)", name="ck_memory_settings_target"),
         CheckConstraint(

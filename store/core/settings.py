@@ -126,6 +126,7 @@ class SettingsRows(StoreBase):
             history=data.get("history"),
             history_days=data.get("history_days"),
             review_tool_saves=data["review_tool_saves"],
+            known_personas_only=data.get("known_personas_only"),
         )
 
     async def replace_settings(self, row: SettingsRow) -> None:
@@ -145,6 +146,7 @@ class SettingsRows(StoreBase):
             "history": row.history,
             "history_days": row.history_days,
             "review_tool_saves": row.review_tool_saves,
+            "known_personas_only": row.known_personas_only,
         }
         stmt = self._insert(s).values(
             level=row.level, target_id=row.target_id, updated_at=self._backend.now(), **values

@@ -3,7 +3,8 @@ and the JSON type expected ("expected an array"), never a Python type or a pydan
 
 One place for the API's 422 answers, the worker's dead-letter reasons and `pmem`'s report of a bad
 `PMEM_*` variable. Pure. A request's value is never repeated (it may be a secret), only its JSON
-type; a variable's value is (the user typed it), unless the caller says it is a secret."""
+type, except a date or time that does not parse (shown cut short: the caller needs to see which
+one it was); a variable's value is (the user typed it), unless the caller says it is a secret."""
 
 from __future__ import annotations
 
@@ -70,6 +71,11 @@ _EXPECTED_TEXT: dict[str, str] = {
 }
 # a longer value is cut here: the line stays readable
 _SHOWN_CHARS = 80
+# errors of a date or time that did not parse: its (short) value is shown
+_TIME_PARSING = frozenset(
+    {"datetime_parsing", "datetime_from_date_parsing", "date_parsing", "timezone_aware"}
+)
+_SHOWN_TIME_CHARS = 40
 # pydantic lists expected values as "'a', 'b' or 'c'"
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
@@ -131,6 +137,9 @@ def problem(error: Mapping[str, Any]) -> str:
     if kind == "int_from_float":
         return "expected an integer, got a fraction"
     if kind in _EXPECTED:
+        if kind in _TIME_PARSING and isinstance(given, str):
+            cut = given if len(given) <= _SHOWN_TIME_CHARS else given[: _SHOWN_TIME_CHARS - 1] + "…"
+            return f"{_EXPECTED[kind]}, got {json.dumps(cut, ensure_ascii=False)}"
         return f"{_EXPECTED[kind]}, got {json_type(given)}"
     if kind == "string_too_long":
         return f"longer than {_count(context.get('max_length'), 'character')}"

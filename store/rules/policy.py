@@ -113,6 +113,7 @@ SETTINGS_FIELDS = (
     "history",
     "history_days",
     "review_tool_saves",
+    "known_personas_only",
 )
 
 
@@ -143,6 +144,7 @@ def merge_settings(
         history=bool(merged["history"]),
         history_days=None if merged["history_days"] is None else int(merged["history_days"]),
         review_tool_saves=bool(merged["review_tool_saves"]),
+        known_personas_only=bool(merged["known_personas_only"]),
     )
 
 

@@ -26,13 +26,19 @@ RUN_TIMEOUT_S = 240
 # - `cursor` is opaque: only a `next_cursor` the server issued continues a list (any other text is
 #   refused, 422), so the run pages from the start;
 # - a tool call runs the model's arguments through the tool, which may refuse them (422, "the
-#   tool's error", documented): the arguments' shape depends on the tool named.
+#   tool's error", documented): the arguments' shape depends on the tool named;
+# - a display name needs a letter, digit or emoji of any script (422 otherwise, documented): no
+#   pattern says so alike in the document's regular expressions and the server's.
 CONFIG = """
 [parameters]
 "query.cursor" = ""
 
 [[operations]]
 include-path = "/v1/tools/call"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
+
+[[operations]]
+include-path-regex = "^/v1/directory/"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 """
 

@@ -114,6 +114,12 @@ def test_the_value_sent_is_never_repeated() -> None:
     assert "12345678" not in said and "sk-secret" not in said
 
 
+def test_a_date_time_that_does_not_parse_is_shown_cut_short() -> None:
+    assert error_of(at="yesterday").endswith(', got "yesterday"')
+    said = error_of(at="2026-13-45T99:00:00Z" + "x" * 100)
+    assert '"2026-13-45T99:00:00Z' in said and "x" * 40 not in said
+
+
 def test_many_errors_say_how_many_more() -> None:
     said = error_of(name=1, count="x", ratio="x", flag="x", meta=[], id="x", at="x")
     assert said.count(";") == 4 and said.endswith("(+2 more)"), said

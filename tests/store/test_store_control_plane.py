@@ -180,6 +180,15 @@ async def test_settings_rows_replace_exactly_and_null_inherits(store: Store) -> 
         await store.replace_settings(SettingsRow(level="global", target_id=None, pending_days=0))
 
 
+async def test_known_personas_only_is_off_by_default_and_inherited_from_the_team(store: Store) -> None:
+    team = uuid.uuid4()
+    assert (await store.settings_for(team, None)).known_personas_only is False
+    await store.replace_settings(SettingsRow(level="team", target_id=team, known_personas_only=True))
+    assert (await store.settings_row("team", team)).known_personas_only is True
+    assert (await store.settings_for(team, uuid.uuid4())).known_personas_only is True
+    assert (await store.settings_for(uuid.uuid4(), None)).known_personas_only is False
+
+
 async def test_api_keys_verify_until_revoked_and_are_stored_hashed(store: Store) -> None:
     record, key = await store.create_api_key("chat-backend")
     assert key.startswith("pmem_sk_") and record.prefix in key

@@ -92,6 +92,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
             "history": "off",
             "history_days": "30",
             "review_tool_saves": "on",
+            "known_personas_only": "on",
         }
     )
     assert errors == {}
@@ -105,6 +106,7 @@ def test_settings_form_maps_inherit_to_none_and_reports_bad_values_per_field() -
         "history": False,
         "history_days": 30,
         "review_tool_saves": True,
+        "known_personas_only": True,
     }
     _, errors = core.parse_settings_form({"enabled": "maybe", "min_confidence": "1.5", "pending_days": "0"})
     assert set(errors) == {"enabled", "min_confidence", "pending_days"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ import pytest
 
 from tests.worker.worker_harness import Harness, conversation
 from worker.cli import main
-from worker.commands.publish import publish_file
+from worker.commands.publish import publish_file, read_lines
+from worker.events import EventLimits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,3 +99,62 @@ def test_a_started_worker_freezes_start_up_objects_and_collects_young_ones_less_
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+async def test_publish_prints_its_summary_once_where_nothing_rewrites_a_line(
+    harness: Harness, tmp_path: Path
+) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(conversation("I live in Rome.")) for _ in range(3)) + "\n")
+    progress = io.StringIO()  # a file or a pipe, not a terminal
+    tally = await publish_file(path, harness.settings(), progress=progress)
+    assert progress.getvalue() == tally.line() + "\n"
+    assert tally.line().startswith("3/3: 3 published")
+
+
+def test_a_timestamp_that_does_not_parse_is_shown_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    event = conversation("I live in Rome.")
+    event["occurred_at"] = "last tuesday"
+    path.write_text(json.dumps(event) + "\n")
+    (problem,) = list(read_lines(path, EventLimits(), validate=True))
+    assert isinstance(problem, str)
+    assert "occurred_at: expected an ISO 8601 date-time string" in problem
+    assert problem.endswith('got "last tuesday"')
+
+
+def test_a_closed_pipe_ends_a_listing_quietly(tmp_path: Path) -> None:
+    # `pmem review list | head -1`: the reader is gone before the listing is written
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "worker.cli", "review", "list", "--json"],
+            cwd=REPO,
+            env=clean_env(
+                PMEM_DATABASE_URL=f"sqlite:///{tmp_path}/pmem.db", PMEM_EMBEDDING_PROVIDER="hashing"
+            ),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""
+    assert result.returncode == 141
+
+
+def test_logging_keeps_alembics_plugin_set_up_out_of_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from alembic.runtime.plugins import Plugin
+
+    from worker.logs import configure_logging
+
+    configure_logging("INFO", json_format=True)
+    plugin = Plugin(f"pmem.test.{uuid.uuid4().hex}")
+    plugin.remove()
+    logging.getLogger("pmem.worker").info("consuming")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["message"] for line in lines] == ["consuming"]

@@ -7,6 +7,8 @@ import json
 import socket
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,52 @@ async def test_a_restarted_demo_keeps_its_key_and_secret_while_the_key_is_active
     again = await demo_credentials(keys, tmp_path)
     assert again.api_key != first.api_key and again.jwt_secret == first.jwt_secret
     assert read_credentials(tmp_path) == again
+
+
+def test_a_data_directory_keeps_the_embedder_of_its_first_run(tmp_path: Path) -> None:
+    from worker.commands.demo import choose_embedding_provider, remember_embedding, remembered_embedding
+
+    assert remembered_embedding(tmp_path) is None
+    first, _ = choose_embedding_provider(configured=None, remembered=None, local_installed=False)
+    remember_embedding(tmp_path, first)
+    # local installed since: the restart keeps the first run's database (and the key in it)
+    again, why = choose_embedding_provider(
+        configured=None, remembered=remembered_embedding(tmp_path), local_installed=True
+    )
+    assert (first, again) == ("hashing", "hashing") and "first run" in why
+    chosen, _ = choose_embedding_provider(configured="local", remembered="hashing", local_installed=True)
+    assert chosen == "local"  # PMEM_EMBEDDING_PROVIDER still decides
+    assert choose_embedding_provider(configured=None, remembered=None, local_installed=True)[0] == "local"
+
+
+def test_a_kept_running_demo_prints_a_line_per_event() -> None:
+    from worker.commands.demo_integration import dead_letter_line, extracted_line
+    from worker.events import DeadLetter
+
+    user, persona, event_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    cast = Cast(users={str(user): "Alice"}, personas={str(persona): "Chef"}, teams={})
+    extracted = json.dumps(
+        {
+            "event_id": str(event_id),
+            "channel_id": str(uuid.uuid4()),
+            "user_id": str(user),
+            "persona_id": str(persona),
+            "memories": [
+                {"id": str(uuid.uuid4()), "action": "created", "scope": "persona_user", "key": "diet"}
+            ],
+        }
+    ).encode()
+    assert extracted_line(extracted, cast) == (
+        f"event {event_id} processed (Alice with Chef): persona_user diet (created)"
+    )
+    dead = DeadLetter.for_body(
+        b"{}",
+        reason="invalid event:\n no id",
+        kind="invalid_schema",
+        subject="s",
+        delivery_count=1,
+        failed_at=datetime.now(UTC),
+    ).encode()
+    assert dead_letter_line(dead).startswith(
+        "event sha256:"
+    ) and "(invalid_schema): invalid event: no id" in dead_letter_line(dead)

@@ -4,12 +4,15 @@ group, as a terminal sends it) stops it and its services cleanly."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -78,6 +81,8 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
         )
         with urllib.request.urlopen(tools, timeout=10) as answer:  # the API, with the printed key
             assert answer.status == 200
+        event_id = str(uuid.uuid4())
+        asyncio.run(_publish(exported["PMEM_NATS_URL"], event_id, exported["PMEM_USER_ID"]))
 
         second = subprocess.run(command, cwd=REPO, env=demo_env(), capture_output=True, text=True, timeout=60)
         assert second.returncode == 2
@@ -85,6 +90,12 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
             f"pmem demo: another pmem demo (pid {first.pid}) is running on {data_dir}; stop it (Ctrl-C) "
             "or pass --data-dir with another directory"
         )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the demo says so once the worker processed it
+            line = first.stdout.readline()
+            if not line or line.startswith(f"event {event_id} processed (Alice Martin)"):
+                break
+        assert line.startswith(f"event {event_id} processed (Alice Martin): "), line
     finally:
         ctrl_c(first)
         _, errors = first.communicate(timeout=60)
@@ -92,6 +103,29 @@ def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: P
     # no XDG_RUNTIME_DIR warning, no NOTICE from Postgres, no broken NATS connection on Ctrl-C
     assert errors.strip() == "", errors
     assert _processes_using(data_dir) == []
+
+
+async def _publish(nats_url: str, event_id: str, user_id: str) -> None:
+    """One conversation.ended event, as a platform publishes it against the demo."""
+    import nats
+
+    event = {
+        "event_id": event_id,
+        "type": "conversation.ended",
+        "channel_id": str(uuid.uuid4()),
+        "user_id": user_id,
+        "messages": [{"role": "user", "content": "I live in Porto now."}],
+    }
+    connection = await nats.connect(nats_url)
+    try:
+        await connection.jetstream().publish(
+            "chat.conversation.ended",
+            json.dumps(event).encode(),
+            headers={"Nats-Msg-Id": event_id},
+            timeout=10,
+        )
+    finally:
+        await connection.close()
 
 
 def _processes_using(path: Path) -> list[str]:

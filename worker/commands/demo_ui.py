@@ -11,6 +11,7 @@ message, through the same validation and secret screening as any LLM output.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -27,7 +28,9 @@ from worker.commands.demo_integration import (
     EXAMPLES,
     Cast,
     Integration,
+    dead_letter_line,
     demo_credentials,
+    extracted_line,
     integration_text,
     pmem_path,
     reviewers_of,
@@ -145,11 +148,13 @@ async def serve(
     cast: Cast,
     api_port: int,
     with_ui: bool,
+    nats: Any,
     host: str = "127.0.0.1",
 ) -> int:
     """Serve the control plane (the API, and the web UI unless `with_ui` is off) over the demo's
-    store until Ctrl-C or SIGTERM, printing what an integrator pastes (`integration_text`); 0 when
-    stopped that way. The last line printed is `ready`."""
+    store until Ctrl-C or SIGTERM, printing what an integrator pastes (`integration_text`), then a
+    line per event the worker processes or dead-letters (`follow_events`, on the `nats`
+    connection); 0 when stopped that way. `ready` is printed once the lines to paste are out."""
     import uvicorn
 
     from api.app import create_app
@@ -208,7 +213,29 @@ async def serve(
         )
     )
     print("\n".join(text))
+    following = await follow_events(nats, settings, cast)
     print("ready", flush=True)
-    await task
+    try:
+        await task
+    finally:
+        for subscription in following:
+            with contextlib.suppress(Exception):
+                await subscription.unsubscribe()
     print("\nstopped")
     return 0
+
+
+async def follow_events(nats: Any, settings: Any, cast: Cast) -> list[Any]:
+    """Print a line for each event the worker processes (`memory.extracted`) or dead-letters, while
+    the demo serves: what a publisher sent shows up where the demo runs."""
+
+    async def extracted(msg: Any) -> None:
+        print(extracted_line(msg.data, cast), flush=True)
+
+    async def dead(msg: Any) -> None:
+        print(dead_letter_line(msg.data), flush=True)
+
+    return [
+        await nats.subscribe(settings.extracted_subject, cb=extracted),
+        await nats.subscribe(settings.dlq_subject, cb=dead),
+    ]

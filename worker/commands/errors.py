@@ -9,6 +9,7 @@ Exit codes:
 - 2: configuration or usage: a bad PMEM_* value or flag, a missing file, a missing optional extra
   or API key, a schema that needs `pmem migrate`.
 - 3: a service is unreachable: the database (PMEM_DATABASE_URL) or NATS (PMEM_NATS_URL).
+- 141: the output was closed early (`pmem review list | head -1`); nothing is reported.
 """
 
 from __future__ import annotations
@@ -190,7 +191,11 @@ def _is_nats_unreachable(exc: BaseException) -> bool:
 
     return isinstance(
         exc, nats.errors.NoServersError | ConnectionRefusedError | nats.errors.TimeoutError
-    ) or (isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError | PermissionError))
+    ) or (
+        isinstance(exc, OSError)
+        # a closed stdout (`| head`) is not a connection problem
+        and not isinstance(exc, FileNotFoundError | PermissionError | BrokenPipeError)
+    )
 
 
 def run_reporting_database_errors(

@@ -4,6 +4,10 @@ Each event is validated like the worker does (invalid lines are reported with th
 not published, unless --no-validate), published with `Nats-Msg-Id: <event_id>` so JetStream drops
 re-publishes inside its duplicate window, and confirmed by a JetStream ack. Exits 1 if any line
 was invalid or failed to publish.
+
+NATS refuses a message over the server's `max_payload` (1 MB by default) at publish
+(`MaxPayloadError`): such a line fails here and never reaches the worker. Raise it in the
+server's configuration (`max_payload: 8MB`, at most 64 MB) when conversations are that large.
 """
 
 from __future__ import annotations
@@ -113,6 +117,12 @@ async def publish_file(
             headers = {"Nats-Msg-Id": line.event_id} if line.event_id else None
             try:
                 ack = await js.publish(settings.subject, line.body, headers=headers, timeout=10)
+            except nats.errors.MaxPayloadError:
+                tally.failed.append(
+                    f"line {line.number}: {len(line.body)} bytes, over the NATS server's max_payload "
+                    f"of {connection.max_payload} bytes; raise `max_payload` in its configuration"
+                )
+                return
             except Exception as exc:
                 tally.failed.append(f"line {line.number}: publish failed: {type(exc).__name__}: {exc}")
                 return
@@ -121,17 +131,20 @@ async def publish_file(
             else:
                 tally.published += 1
 
+        # a progress line rewritten in place only on a terminal: in a file or a pipe, the "\r"
+        # does not rewrite, and the summary would show again after the last progress line
+        live = progress is not None and progress.isatty()
         last_shown = 0.0
         for start in range(0, len(lines), WINDOW):
             await asyncio.gather(*(one(line) for line in lines[start : start + WINDOW]))
-            if progress is not None and time.monotonic() - last_shown > 0.2:
+            if live and progress is not None and time.monotonic() - last_shown > 0.2:
                 progress.write("\r" + tally.line())
                 progress.flush()
                 last_shown = time.monotonic()
     finally:
         await connection.close()
     if progress is not None:
-        progress.write("\r" + tally.line() + "\n")
+        progress.write(("\r" if live else "") + tally.line() + "\n")
     return tally
 
 
