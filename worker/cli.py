@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from store.team_scope import platform_scope
+
 # (command, module under worker.commands, one-line help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("migrate", "migrate", "create or upgrade the database schema (PMEM_DATABASE_URL)"),
@@ -30,6 +32,10 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("retention", "retention", "reject old pending memories, erase old archived ones"),
     ("reembed", "reembed", "re-embed every memory with the configured embedding model (resumable)"),
 )
+
+# the operator's commands work across teams: the platform scope, logged (`store.team_scope`); the
+# worker, the server and the demo set each event's or request's own scope
+PLATFORM_COMMANDS = frozenset({"recall", "review", "eval", "retention", "reembed"})
 
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"
 
@@ -86,7 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen command; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        code = args.run(args)
+        if args.command in PLATFORM_COMMANDS:
+            with platform_scope(f"pmem {args.command}"):
+                code = args.run(args)
+        else:
+            code = args.run(args)
     except Exception as exc:
         if args.debug:
             raise
