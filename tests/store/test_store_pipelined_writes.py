@@ -17,6 +17,7 @@ from extraction.embeddings import HashingEmbedder
 from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
+from store.postgres.connections import SCOPE_SQL
 from store.postgres import neighbours_sql as neighbours
 from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
@@ -293,7 +294,7 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
     # BEGIN, the HNSW read of active rows (a shorter candidate list), then the claim that takes
     # the locks, then the rest
-    assert sent[:2] == ["BEGIN", event_write.DEDUP_EF_SEARCH]
+    assert sent[:3] == ["BEGIN", SCOPE_SQL, event_write.DEDUP_EF_SEARCH]
     assert "m.status = 'active'" in sent[2] and "pending_window" not in sent[2]
     assert sent[3].startswith("WITH claim") and "pending_window" in sent[4]
 
