@@ -10,6 +10,27 @@ import uuid
 from api.errors import Forbidden, NotFound
 from api.principal import Principal
 from store.model import Memory, SettingsLevel
+from store.team_scope import TeamScope, narrowed, platform, teams_scope
+
+
+def principal_scope(principal: Principal) -> TeamScope:
+    """The teams the database lets a request of this caller touch: a person's token teams, every
+    team for an admin (the platform scope, logged), none for a service until a route names the team
+    it acts in (`request_scope`) or enters the platform scope."""
+    if principal.role == "admin":
+        return platform(f"request of {principal.actor}")
+    if principal.role == "service":
+        return teams_scope(())
+    return teams_scope(principal.teams)
+
+
+def request_scope(principal: Principal, team_id: uuid.UUID | None) -> TeamScope:
+    """The scope of a request acting in one team's context (None: no team's): that team when the
+    caller may act in it (a service or an admin: any team; a person: their token's), else none."""
+    authorized = (
+        TeamScope(teams=None) if principal.role in ("service", "admin") else teams_scope(principal.teams)
+    )
+    return narrowed(authorized, team_id)
 
 
 def require_person(principal: Principal) -> uuid.UUID:

@@ -35,6 +35,7 @@ from store.read_scope import ReadScope, read_scope
 from store.rules.hint import DEFAULT_MAX_TOKENS
 from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
+from store.team_scope import request_cell
 
 log = logging.getLogger("pmem.api")
 
@@ -174,11 +175,13 @@ class Observe:
             await send(message)
 
         try:
-            if read is None:
-                await self.app(scope, receive, observed_send)
-            else:
-                with read_scope(read):
+            # rows of no team until the caller is authenticated (`api.deps.current_principal`)
+            with request_cell():
+                if read is None:
                     await self.app(scope, receive, observed_send)
+                else:
+                    with read_scope(read):
+                        await self.app(scope, receive, observed_send)
         finally:
             if path is None:
                 path = route_template(scope, self.routes)

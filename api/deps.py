@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api import access
 from api.auth import (
     CSRF_HEADER,
     SESSION_COOKIE,
@@ -22,6 +23,7 @@ from api.read_routing import RecentWriters
 from store.protocols import ControlPlaneStore
 from store.read_scope import current_scope
 from store.services.settings_cache import SettingsCache
+from store.team_scope import bind_scope
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -83,6 +85,8 @@ async def current_principal(request: Request, state: Annotated[AppState, Depends
         if not csrf_ok(cookie, presented, state.auth):
             raise Forbidden("the form's CSRF token is missing or wrong; reload the page and try again")
     request.state.principal = principal
+    # the database's second line (row-level security) keys on the caller's own teams
+    bind_scope(access.principal_scope(principal))
     writers = state.recent_writers
     if writers is not None and writers.wrote_recently(principal.actor):
         scope = current_scope()

@@ -40,6 +40,7 @@ from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
 from store.services.context_recall import ContextRecall, hint_in_context, items_in_context
 from store.services.settings_cache import SettingsCache
+from store.team_scope import platform_scope, team_scope
 
 Decision = Literal["approve", "reject", "edit"]
 MAX_BULK = 200
@@ -328,6 +329,9 @@ async def erase_user(store: ControlPlaneStore, principal: Principal, user_id: uu
     """Erase everything about a user, remembered conversations included (the platform's service key
     or an admin: everywhere; a team admin: what was said in their teams); how many memories went."""
     teams = access.require_eraser(principal)
+    if teams is None:
+        with platform_scope(f"erase user {user_id} by {principal.actor}"):
+            return await store.erase_user(user_id, actor=principal.actor, teams=teams)
     return await store.erase_user(user_id, actor=principal.actor, teams=teams)
 
 
@@ -452,7 +456,8 @@ async def platform_recall(
     """Recall (memories, then turns, as `include` says) for the user a service acts for (same as
     `pmem recall --json`), with the context's settings from `settings`."""
     access.require_service(principal)
-    return await items_in_context(store, replace(asked, limit=_limit(asked.limit)), settings=settings)
+    with team_scope(access.request_scope(principal, asked.team_id)):
+        return await items_in_context(store, replace(asked, limit=_limit(asked.limit)), settings=settings)
 
 
 async def platform_hint(

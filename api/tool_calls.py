@@ -9,10 +9,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from api import access
 from api.errors import BadInput, Forbidden
 from api.principal import Principal
 from store.protocols import MemoryStore
 from store.services.tools import MemoryTools, ToolCallError, ToolContext, tool_schemas
+from store.team_scope import team_scope
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,6 +71,7 @@ async def run_tool(
 ) -> dict[str, Any]:
     """One tool call's result; BadInput with the tool's message for an unknown tool or bad arguments."""
     try:
-        return await bound_tools(store, principal, subject).handle_tool_call(name, arguments)
+        with team_scope(access.request_scope(principal, subject.team_id)):
+            return await bound_tools(store, principal, subject).handle_tool_call(name, arguments)
     except ToolCallError as exc:
         raise BadInput(str(exc)) from exc

@@ -34,6 +34,7 @@ from api.errors import BadInput, Conflict, Forbidden, NotFound, Unauthorized
 from api.schemas import export_json
 from store.model import Page, ReviewItem, SettingsLevel, SettingsRow, UiSession
 from store.rules.admission import admit
+from store.team_scope import bind_scope
 
 log = logging.getLogger("pmem.api")
 
@@ -128,6 +129,8 @@ async def _session(request: Request) -> Session | None:
     principal = await _state(request).session_principal(token)
     if principal is None:
         return None
+    # the database's second line (row-level security) keys on the signed-in person's teams
+    bind_scope(access.principal_scope(principal))
     return Session(token=token, principal=principal, csrf=api_auth.csrf_token(token, _state(request).auth))
 
 

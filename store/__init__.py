@@ -8,6 +8,7 @@ runs on, and `core/` imports neither: `tests/test_directory_layering.py`):
     errors.py      the store's own errors
     migrate.py     schema creation and alembic migrations; factory.py opens a store from a URL
     read_scope.py  a request's read preference (the primary after its own write) and whether it wrote
+    team_scope.py  the teams the running work may touch (Postgres row-level security keys on it)
     rules/         pure decisions, no I/O: policy (upsert plans), keys, terms (a query's words, stop
                    words), cues (time and entity cues of a query), recall (score and rank fusion,
                    scope merging), turn_recall (turn fusion, merging memories and turns), hint (the

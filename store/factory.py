@@ -46,6 +46,9 @@ class StoreOptions:
     # read replicas (postgresql:// URLs) and the replay lag past which one is skipped
     read_urls: Sequence[str] = ()
     read_max_lag_s: float = 5.0
+    # the role every session takes (`SET ROLE`; the migration's `pmem_app`): one that owns no
+    # table, so row-level security applies. None: the URL's user as it is
+    database_role: str | None = None
 
 
 async def open_store(
@@ -96,6 +99,7 @@ async def open_store(
             parallel_query=options.parallel_query,
             read_urls=options.read_urls,
             read_max_lag_s=options.read_max_lag_s,
+            database_role=options.database_role,
         )
     if check_schema:
         try:

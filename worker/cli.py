@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from store.team_scope import platform_scope
+
 # (command, module under worker.commands, one-line help)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("migrate", "migrate", "create or upgrade the database schema (PMEM_DATABASE_URL)"),
@@ -33,6 +35,10 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("regate", "regate", "pass rows stored before the text gate through it (--dry-run: count only)"),
     ("dlq", "dlq", "list, show, replay or purge dead-lettered events"),
 )
+
+# the operator's commands work across teams: the platform scope, logged (`store.team_scope`); the
+# worker, the server and the demo set each event's or request's own scope
+PLATFORM_COMMANDS = frozenset({"recall", "review", "eval", "retention", "reembed", "regate"})
 
 DEBUG_HELP = "show the full traceback of an error instead of the one-line message"
 # the exit code of a process ended by SIGPIPE (128 + 13), as a shell reports `cmd | head -1`
@@ -92,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen command; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        code = args.run(args)
+        if args.command in PLATFORM_COMMANDS:
+            with platform_scope(f"pmem {args.command}"):
+                code = args.run(args)
+        else:
+            code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
         # the reader went away (`pmem review list | head -1`): nothing is wrong, and nothing more

@@ -56,6 +56,7 @@ from store.rules.keys import embedding_text
 from store.rules.terms import STOPWORDS, query_terms
 from store.rules.turn_recall import TURN_MAX_CHARS
 from store.services.settings_cache import SettingsCache
+from store.team_scope import team_scope, teams_scope
 from worker.events import ConversationEnded, EventMessage, event_fingerprint, event_names
 from worker.metrics import Metrics
 from worker.tracing import span
@@ -684,13 +685,19 @@ class Outcome:
 async def process_event(
     event: ConversationEnded, deps: PipelineDeps, *, check_processed: bool = True
 ) -> Outcome:
-    """Run the pipeline for one valid event and commit its memories in one transaction.
+    """Run the pipeline for one valid event and commit its memories in one transaction, in the
+    event's team scope (`store.team_scope`: the database lets it touch that team's rows only).
 
     Raises on failure (classify with `decide_failure`); a redelivered or duplicate event returns
     `duplicate`, writes nothing and carries what the event wrote before (`Outcome.earlier`).
     `check_processed=False` (first deliveries) skips the early processed-event lookup; the
     transaction still refuses a duplicate.
     """
+    with team_scope(teams_scope([event.team_id])):
+        return await _process_event(event, deps, check_processed=check_processed)
+
+
+async def _process_event(event: ConversationEnded, deps: PipelineDeps, *, check_processed: bool) -> Outcome:
     store, metrics = deps.store, deps.metrics
 
     async def db(operation: str, call: Callable[[], Awaitable[T]]) -> T:

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # A replica whose replay lag passes this is skipped (its reads go to the primary).
     read_max_lag_s: float = Field(default=5.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
+    # The role the sessions take (`SET ROLE`, e.g. `pmem_app` from `pmem migrate`): with a role that
+    # owns no table, Postgres row-level security holds the team boundary. Unset: the URL's user.
+    database_role: str | None = None
     # The most processes of this kind (`pmem worker`, or `pmem serve`) running at once: the worker's
     # maxReplicaCount, the API's maxReplicas. Only for the start-up check of the connection budget
     # (worker/connection_budget.py): this times the process's pool must fit in max_connections.
@@ -248,6 +251,7 @@ class Settings(BaseSettings):
             settings_defaults=self.memory_defaults(),
             connect_timeout_s=self.db_connect_timeout_s,
             statement_timeout_s=self.db_statement_timeout_s,
+            database_role=self.database_role or None,
         )
 
     @property

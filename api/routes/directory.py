@@ -8,11 +8,13 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.access import request_scope
 from api.deps import Caller, State
 from api.errors import BadInput, Forbidden
 from store.model import DirectoryEntry, DirectoryKind
 from store.rules.admission import admit, refusal
 from store.rules.directory import MAX_NAME_CHARS, clean_name
+from store.team_scope import team_scope
 
 router = APIRouter(prefix="/v1/directory", tags=["directory"])
 
@@ -47,5 +49,6 @@ async def put_name(
     if name is None:
         problem = refusal("name", admit(body.name, one_line=True), fix="give the name without it")
         raise BadInput(problem or "name: has no printable characters")
-    await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
+    with team_scope(request_scope(principal, item_id if kind == "teams" else None)):
+        await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
     return {"kind": kind, "id": str(item_id), "name": name}

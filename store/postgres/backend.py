@@ -125,9 +125,11 @@ class PgBackend:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction on the primary; once committed, the caller's next reads need the primary
+        """A transaction on the primary in the running task's team scope (`store.team_scope`);
+        once committed, the caller's next reads need the primary
         (`store.read_scope`)."""
         async with translating_errors(), self._connections.engine.begin() as conn:
+            await self._connections.begin_scoped(conn)
             yield conn
         note_write()
 

@@ -8,6 +8,10 @@ is given once and can send the store's one vector parameter (`store.postgres.par
 The raw SQL of the hot paths (recall, the event write) goes to the driver in its own `%(name)s`
 parameter style: `fetch` for one statement, `driver` and `round_trip` for a pipeline of them.
 
+Every transaction (and every read, which runs in one for this) first sets the transaction-local
+`pmem.teams` from the running task's `store.team_scope` in the same round trip as its first
+statement: row-level security (migration 0014) keys on it.
+
 Reads can be sent elsewhere: inside `reads_on(replica)` (a read replica's own `PgConnections`),
 `reading` and `fetch` use the replica's connections instead of these. Writes (`engine.begin()`,
 `driver`) never move.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -31,6 +36,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from store.errors import translating_errors
 from store.postgres.params import register_vector_dumper
 from store.rules.urls import to_sqlalchemy_url
+from store.team_scope import current_setting
+
+# the team scope of one transaction (`store.team_scope`); `true`: it ends with the transaction
+SCOPE_SQL = "SELECT set_config('pmem.teams', %(pmem_teams)s, true)"
+
+
+def scope_params() -> dict[str, str]:
+    """`SCOPE_SQL`'s parameters for the running task's scope."""
+    return {"pmem_teams": current_setting()}
 
 
 def postgres_connect_args(
@@ -51,6 +65,20 @@ def postgres_connect_args(
     if options:
         args["options"] = " ".join(options)
     return args
+
+
+# a role name as `SET ROLE` takes it unquoted (a configuration value, still never pasted as is)
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def role_sql(role: str | None) -> list[str]:
+    """The session statement that takes `role` (none for None or empty); ValueError for a name
+    that is not a plain lower-case identifier."""
+    if not role:
+        return []
+    if _ROLE_NAME.fullmatch(role) is None:
+        raise ValueError(f"database role {role!r}: use a plain lower-case identifier such as pmem_app")
+    return [f"SET ROLE {role}"]
 
 
 _READS_ON: ContextVar[PgConnections | None] = ContextVar("pmem_reads_on", default=None)
@@ -115,12 +143,32 @@ class PgConnections:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncConnection]:
-        """A SQLAlchemy connection in autocommit: reads run one statement each under READ
-        COMMITTED anyway, and a transaction around them only costs the BEGIN and ROLLBACK. On a
-        replica's connections inside `reads_on`."""
+        """A SQLAlchemy connection in autocommit, inside one transaction that `scoped` opens
+        (the team scope is transaction-local) and ends. On a replica's connections inside
+        `reads_on`."""
         engine = (_READS_ON.get() or self).read_engine
         async with translating_errors(), engine.connect() as conn:
-            yield conn
+            raw = (await conn.get_raw_connection()).driver_connection
+            if raw is None:
+                raise RuntimeError("the pooled connection has no psycopg driver connection")
+            await self.scoped(raw)
+            try:
+                yield conn
+            finally:
+                if raw.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    # the reads' transaction ends here (a failed one too: COMMIT rolls it back)
+                    await raw.execute("COMMIT")
+
+    async def scoped(self, driver: DriverConnection[Any]) -> None:
+        """Open a transaction on `driver` (in autocommit) with the running task's team scope:
+        BEGIN and the setting in one round trip."""
+        async with driver.pipeline():
+            await driver.execute("BEGIN")
+            await driver.execute(SCOPE_SQL, scope_params())
+
+    async def begin_scoped(self, conn: AsyncConnection) -> None:
+        """The team scope of the transaction `conn` (not in autocommit) has begun."""
+        await conn.exec_driver_sql(SCOPE_SQL, scope_params())
 
     @asynccontextmanager
     async def driver(self) -> AsyncIterator[DriverConnection[Any]]:
@@ -179,7 +227,10 @@ class PgConnections:
         after their fifth use. On a replica's connections inside `reads_on`."""
         target = _READS_ON.get() or self
         async with target.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(sql, params)
+            # one round trip: BEGIN, the team scope, the statement and COMMIT travel together
+            async with driver.pipeline(), driver.transaction():
+                await driver.execute(SCOPE_SQL, scope_params())
+                await cursor.execute(sql, params)
             return await cursor.fetchall()
 
     async def drop_idle(self) -> None:

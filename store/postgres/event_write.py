@@ -53,7 +53,7 @@ from store.core.writes import (
 from store.errors import StoreConflict
 from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
 from store.postgres import neighbours_sql
-from store.postgres.connections import PgConnections
+from store.postgres.connections import SCOPE_SQL, PgConnections, scope_params
 from store.postgres.neighbours_sql import (
     OwnerSizes,
     neighbours_from_rows,
@@ -172,6 +172,7 @@ class PgEventWriter:
         )
         async with self._connections.round_trip(driver):
             await driver.execute("BEGIN")
+            await driver.execute(SCOPE_SQL, scope_params())
             if early_sql:
                 await driver.execute(DEDUP_EF_SEARCH)
                 early = driver.cursor(row_factory=dict_row)

@@ -12,7 +12,7 @@ from store.core.schema import build_schema
 from store.core.store import CoreStore
 from store.model import MemorySettings, RecallQuery
 from store.postgres.backend import PgBackend
-from store.postgres.connections import PgConnections, postgres_connect_args
+from store.postgres.connections import PgConnections, postgres_connect_args, role_sql
 from store.postgres.neighbours_sql import EXACT_OWNER_ROWS, OwnerSizes
 from store.postgres.recall import PgRecall
 from store.postgres.recall_sql import RecallTuning, session_settings_sql
@@ -45,18 +45,21 @@ class PostgresMemoryStore(CoreStore):
         connections: type[PgConnections] = PgConnections,
         read_urls: Sequence[str] = (),
         read_max_lag_s: float = 5.0,
+        database_role: str | None = None,
     ) -> None:
         """`connect_timeout_s`: opening a connection gives up after it (an unreachable host fails
         instead of hanging); `statement_timeout_s`: the sessions' `statement_timeout`. None or 0:
         none. `connections`: what opens and hands out the connections (a test passes a
         `PgConnections` that counts what is sent). `read_urls`: read replicas of the database
         (streaming, hot standby), each with a pool of the same size; one lagging more than
-        `read_max_lag_s` seconds is skipped (`store.postgres.backend`)."""
+        `read_max_lag_s` seconds is skipped (`store.postgres.backend`). `database_role`: the role
+        every session sets (`SET ROLE`), one that owns no table so row-level security applies."""
+        session_sql = [*role_sql(database_role), *session_settings_sql(tuning or RecallTuning())]
 
         def open_connections(url: str) -> PgConnections:
             return connections(
                 url,
-                session_sql=session_settings_sql(tuning or RecallTuning()),
+                session_sql=session_sql,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
                 pool_pre_ping=pool_pre_ping,

@@ -18,6 +18,7 @@ from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
 from store.postgres import neighbours_sql as neighbours
+from store.postgres.connections import SCOPE_SQL
 from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
@@ -293,9 +294,9 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     assert sorted(r.results[0].near_duplicate for r in both) == [False, True]
     # BEGIN, the HNSW read of active rows (a shorter candidate list), then the claim that takes
     # the locks, then the rest
-    assert sent[:2] == ["BEGIN", event_write.DEDUP_EF_SEARCH]
-    assert "m.status = 'active'" in sent[2] and "pending_window" not in sent[2]
-    assert sent[3].startswith("WITH claim") and "pending_window" in sent[4]
+    assert sent[:3] == ["BEGIN", SCOPE_SQL, event_write.DEDUP_EF_SEARCH]
+    assert "m.status = 'active'" in sent[3] and "pending_window" not in sent[3]
+    assert sent[4].startswith("WITH claim") and "pending_window" in sent[5]
 
 
 async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_hnsw_read(
@@ -371,7 +372,7 @@ async def test_an_event_over_stored_keys_costs_two_round_trips_and_nothing_throu
     assert traffic.round_trips == 2
     assert traffic.through_sqlalchemy == []
     assert all(s.pipelined for s in traffic.sent)
-    assert len(traffic.sent) == 10
+    assert len(traffic.sent) == 11  # BEGIN, the team scope, the reads and writes, COMMIT
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:

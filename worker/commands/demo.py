@@ -197,6 +197,7 @@ async def demo(
     """The demo itself (see the module docstring)."""
     from extraction.errors import PmemProviderError
     from store.migrate import migrate_async
+    from store.team_scope import platform_scope
     from worker.app import build_worker
     from worker.commands.publish import publish_file
     from worker.embedded import EmbeddedNats, EmbeddedPostgres
@@ -235,6 +236,8 @@ async def demo(
             embedding_provider=provider,
             http_port=0,
             concurrency=4,
+            # the product's role, owning no table: Postgres row-level security holds the team boundary
+            database_role="pmem_app",
         )
         print(f"  postgres     {settings.database_url} (pgvector)")
         extractor = settings.effective_extractor
@@ -279,8 +282,9 @@ async def demo(
             return 1, settings
         print(f"processed all {len(events)} in {time.monotonic() - started:.1f}s\n")
 
-        await _print_pending(store, cast)
-        await _approve_and_recall(store, cast, catalogue)
+        with platform_scope("pmem demo: show, approve and recall the samples"):
+            await _print_pending(store, cast)
+            await _approve_and_recall(store, cast, catalogue)
         if serving is not None:
             await demo_ui.publish_followups(store, settings, timeout_s=timeout_s)
         return 0, settings
