@@ -48,7 +48,8 @@ def test_chat_handler_then_reviewer_then_the_hint_has_the_fact(
     fake_openai: FakeOpenAI,  # noqa: F811
 ) -> None:
     if language == "node" and not (NODE_EXAMPLES / "node_modules" / "nats").exists():
-        why = f"node ({shutil.which('node') or 'absent'}) and `npm ci` in clients/typescript and examples/node are needed"
+        node = shutil.which("node") or "absent"
+        why = f"node ({node}) and `npm ci` in clients/typescript and examples/node are needed"
         if os.environ.get("PMEM_REQUIRE_NODE") == "1":
             pytest.fail(why)
         pytest.skip(why)
