@@ -13,6 +13,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from api.answers import with_answer_schemas
+
 
 class ErrorBody(BaseModel):
     """Every error's body: what is wrong and, where it helps, how to fix it."""
@@ -104,13 +106,14 @@ def with_error_responses(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def document_errors(app: FastAPI) -> None:
-    """Make `app.openapi()` document every operation's error statuses; built at once, so an
-    operation missing from `ROUTE_ERRORS` fails when the app is built, not when a client asks."""
+    """Make `app.openapi()` document every operation's error statuses and answer schemas; built at
+    once, so an operation missing from `ROUTE_ERRORS` fails when the app is built, not when a client
+    asks."""
     default = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_error_responses(default())
+            app.openapi_schema = with_answer_schemas(with_error_responses(default()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
