@@ -37,6 +37,7 @@ class MemoryOut(_Answer):
     updated_at: str
     evidence: str | None
     observed_at: str | None
+    pinned: bool
 
 
 class RevisionOut(_Answer):
@@ -70,12 +71,22 @@ class TurnOut(_Answer):
     position: int
 
 
+class PendingChangeOut(_Answer):
+    """A change to a memory awaiting review, as recall shows it."""
+
+    id: Id
+    new_value: str
+    created_at: str
+
+
 class RecalledMemory(MemoryOut):
-    """A memory in the recall list, with its score and the recall branches that found it."""
+    """A memory in the recall list, with its score, the recall branches that found it and its
+    change awaiting review (null without one)."""
 
     kind: Literal["memory"]
     score: float
     sources: list[str]
+    pending_change: PendingChangeOut | None
 
 
 class RecalledTurn(TurnOut):
@@ -86,7 +97,8 @@ class RecalledTurn(TurnOut):
 
 
 class RecallAnswer(_Answer):
-    """`POST /v1/recall`: one list, best first."""
+    """`POST /v1/recall`: one list, the memories by relevance (at most `limit`), then the turns
+    that add something new (at most `turn_limit`)."""
 
     items: list[RecalledMemory | RecalledTurn]
 
@@ -178,6 +190,7 @@ class ReviewItemOut(_Answer):
     created_at: str
     evidence: str | None
     observed_at: str | None
+    pinned: bool
     value: str | None = None
     old_value: str | None = None
     new_value: str | None = None
@@ -222,6 +235,7 @@ class SettingsValues(_Answer):
     history: bool | None
     history_days: int | None
     review_tool_saves: bool | None
+    known_personas_only: bool | None
 
 
 class SettingsAnswer(_Answer):
@@ -275,6 +289,7 @@ ROUTE_ANSWERS: dict[tuple[str, str], type[BaseModel] | None] = {
     ("POST", "/v1/review/{item_id}/reject"): RejectedMemory,
     ("POST", "/v1/review/{item_id}/edit"): MemoryOut,
     ("GET", "/v1/memories/{memory_id}"): MemoryDetailAnswer,
+    ("PUT", "/v1/memories/{memory_id}/pinned"): MemoryOut,
     ("GET", "/v1/settings/global"): SettingsAnswer,
     ("PUT", "/v1/settings/global"): SettingsAnswer,
     ("GET", "/v1/settings/teams/{team_id}"): SettingsAnswer,

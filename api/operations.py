@@ -202,19 +202,18 @@ async def bulk_decide(
     *,
     forget: bool = False,
 ) -> list[BulkResult]:
-    """Approve or reject many items; each id gets its own outcome. With `forget` (reject only) each
-    rejection erases what was said that it comes from, as `reject_and_forget` does."""
+    """Approve or reject many items; each id gets its own outcome. With `forget` each rejection
+    erases what was said that it comes from, as `reject_and_forget` does (an approval erases
+    nothing, so `forget` means nothing there)."""
     access.require_reviewer(principal)
     if not ids:
         raise BadInput("ids is empty")
-    if forget and decision != "reject":
-        raise BadInput("forget goes with reject only")
     if len(ids) > MAX_BULK:
         raise BadInput(f"at most {MAX_BULK} ids per bulk request, got {len(ids)}")
     results: list[BulkResult] = []
     for item_id in dict.fromkeys(ids):
         try:
-            if forget:
+            if forget and decision == "reject":
                 rejection = await reject_and_forget(store, principal, item_id)
                 results.append(
                     BulkResult(id=item_id, status="done", forgotten_turns=rejection.forgotten_turns)

@@ -54,17 +54,23 @@ def recall_body(
     team_id: IdLike | None,
     query: str,
     limit: int,
+    turn_limit: int,
     include: Sequence[RecallInclude],
+    max_tokens: int | None = None,
 ) -> RecallRequest:
-    """The body of a recall or hint request."""
-    return {
+    """The body of a recall or hint request (`max_tokens`: the hint's budget, None: the server's)."""
+    body: RecallRequest = {
         "user_id": _id(user_id),
         "persona_id": _opt_id(persona_id),
         "team_id": _opt_id(team_id),
         "query": query,
         "limit": limit,
+        "turn_limit": turn_limit,
         "include": list(include),
     }
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
 
 
 def recall(body: RecallRequest) -> Call:
@@ -144,9 +150,15 @@ def edit(item_id: IdLike, value: str) -> Call:
     return Call(method="POST", path=f"/v1/review/{_id(item_id)}/edit", body={"value": value})
 
 
-def bulk(action: Literal["approve", "reject"], ids: Sequence[IdLike]) -> Call:
+def bulk(action: Literal["approve", "reject"], ids: Sequence[IdLike], *, forget: bool = False) -> Call:
     """`POST /v1/review/bulk`."""
-    return Call(method="POST", path="/v1/review/bulk", body={"action": action, "ids": [_id(i) for i in ids]})
+    body = {"action": action, "ids": [_id(i) for i in ids], "forget": forget}
+    return Call(method="POST", path="/v1/review/bulk", body=body)
+
+
+def set_pinned(memory_id: IdLike, pinned: bool) -> Call:
+    """`PUT /v1/memories/{id}/pinned`."""
+    return Call(method="PUT", path=f"/v1/memories/{_id(memory_id)}/pinned", body={"pinned": pinned})
 
 
 def memory_detail(memory_id: IdLike) -> Call:
@@ -175,9 +187,10 @@ def my_memories(
     return Call(method="GET", path="/v1/me/memories", params=params)
 
 
-def edit_my_memory(memory_id: IdLike, value: str) -> Call:
-    """`PATCH /v1/me/memories/{id}`."""
-    return Call(method="PATCH", path=f"/v1/me/memories/{_id(memory_id)}", body={"value": value})
+def edit_my_memory(memory_id: IdLike, value: str | None, *, pinned: bool | None = None) -> Call:
+    """`PATCH /v1/me/memories/{id}`: a new value, pinned or not (None: left as it is)."""
+    body = {name: v for name, v in (("value", value), ("pinned", pinned)) if v is not None}
+    return Call(method="PATCH", path=f"/v1/me/memories/{_id(memory_id)}", body=body)
 
 
 def reject_my_memory(memory_id: IdLike, *, forget: bool) -> Call:

@@ -92,11 +92,19 @@ class MemoryClient:
         team_id: IdLike | None = None,
         query: str = "",
         limit: int = 20,
+        turn_limit: int = 5,
         include: Sequence[RecallInclude] = BOTH,
     ) -> RecallAnswer:
-        """Memories and earlier turns for the user (and persona) in the team's context, best first."""
+        """The `limit` memories most relevant to `query` for the user (and persona) in the team's
+        context, then at most `turn_limit` earlier turns that add something new."""
         body = calls.recall_body(
-            user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=limit, include=include
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            query=query,
+            limit=limit,
+            turn_limit=turn_limit,
+            include=include,
         )
         return cast(RecallAnswer, self.send(calls.recall(body)))
 
@@ -108,11 +116,21 @@ class MemoryClient:
         team_id: IdLike | None = None,
         query: str = "",
         limit: int = 20,
+        turn_limit: int = 5,
         include: Sequence[RecallInclude] = BOTH,
+        max_tokens: int | None = None,
     ) -> str:
-        """The prompt hint for the user's next message (empty when nothing is remembered)."""
+        """The prompt hint for the user's next message `query` within `max_tokens` (None: the
+        server's PMEM_HINT_MAX_TOKENS); empty when nothing is remembered."""
         body = calls.recall_body(
-            user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=limit, include=include
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            query=query,
+            limit=limit,
+            turn_limit=turn_limit,
+            include=include,
+            max_tokens=max_tokens,
         )
         return cast(str, self.send(calls.hint(body))["hint"])
 
@@ -179,9 +197,16 @@ class MemoryClient:
         """Edit and approve."""
         return cast(Memory, self.send(calls.edit(item_id, value)))
 
-    def bulk(self, action: Literal["approve", "reject"], ids: Sequence[IdLike]) -> BulkAnswer:
-        """Approve or reject many items; each id's outcome."""
-        return cast(BulkAnswer, self.send(calls.bulk(action, ids)))
+    def bulk(
+        self, action: Literal["approve", "reject"], ids: Sequence[IdLike], *, forget: bool = False
+    ) -> BulkAnswer:
+        """Approve or reject many items (`forget`, with reject: erase the turns each one's evidence
+        cites too); each id's outcome."""
+        return cast(BulkAnswer, self.send(calls.bulk(action, ids, forget=forget)))
+
+    def set_pinned(self, memory_id: IdLike, pinned: bool) -> Memory:
+        """Pin a memory (while active, it is in every hint of its user) or unpin it."""
+        return cast(Memory, self.send(calls.set_pinned(memory_id, pinned)))
 
     def memory(self, memory_id: IdLike) -> MemoryDetail:
         """One memory with its open proposal and audit history."""
@@ -208,6 +233,10 @@ class MemoryClient:
     def edit_my_memory(self, memory_id: IdLike, value: str) -> Memory:
         """Edit an own memory (it becomes active)."""
         return cast(Memory, self.send(calls.edit_my_memory(memory_id, value)))
+
+    def pin_my_memory(self, memory_id: IdLike, pinned: bool) -> Memory:
+        """Pin an own memory (while active, it is in every hint) or unpin it."""
+        return cast(Memory, self.send(calls.edit_my_memory(memory_id, None, pinned=pinned)))
 
     def reject_my_memory(self, memory_id: IdLike, *, forget: bool = False) -> RejectedMemory:
         """Reject an own memory (`forget`: erase the turns its evidence cites too)."""
@@ -312,11 +341,19 @@ class AsyncMemoryClient:
         team_id: IdLike | None = None,
         query: str = "",
         limit: int = 20,
+        turn_limit: int = 5,
         include: Sequence[RecallInclude] = BOTH,
     ) -> RecallAnswer:
-        """Memories and earlier turns for the user (and persona) in the team's context, best first."""
+        """The `limit` memories most relevant to `query` for the user (and persona) in the team's
+        context, then at most `turn_limit` earlier turns that add something new."""
         body = calls.recall_body(
-            user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=limit, include=include
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            query=query,
+            limit=limit,
+            turn_limit=turn_limit,
+            include=include,
         )
         return cast(RecallAnswer, await self.send(calls.recall(body)))
 
@@ -328,11 +365,21 @@ class AsyncMemoryClient:
         team_id: IdLike | None = None,
         query: str = "",
         limit: int = 20,
+        turn_limit: int = 5,
         include: Sequence[RecallInclude] = BOTH,
+        max_tokens: int | None = None,
     ) -> str:
-        """The prompt hint for the user's next message (empty when nothing is remembered)."""
+        """The prompt hint for the user's next message `query` within `max_tokens` (None: the
+        server's PMEM_HINT_MAX_TOKENS); empty when nothing is remembered."""
         body = calls.recall_body(
-            user_id=user_id, persona_id=persona_id, team_id=team_id, query=query, limit=limit, include=include
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            query=query,
+            limit=limit,
+            turn_limit=turn_limit,
+            include=include,
+            max_tokens=max_tokens,
         )
         return cast(str, (await self.send(calls.hint(body)))["hint"])
 
@@ -395,9 +442,16 @@ class AsyncMemoryClient:
         """Edit and approve."""
         return cast(Memory, await self.send(calls.edit(item_id, value)))
 
-    async def bulk(self, action: Literal["approve", "reject"], ids: Sequence[IdLike]) -> BulkAnswer:
-        """Approve or reject many items; each id's outcome."""
-        return cast(BulkAnswer, await self.send(calls.bulk(action, ids)))
+    async def bulk(
+        self, action: Literal["approve", "reject"], ids: Sequence[IdLike], *, forget: bool = False
+    ) -> BulkAnswer:
+        """Approve or reject many items (`forget`, with reject: erase the turns each one's evidence
+        cites too); each id's outcome."""
+        return cast(BulkAnswer, await self.send(calls.bulk(action, ids, forget=forget)))
+
+    async def set_pinned(self, memory_id: IdLike, pinned: bool) -> Memory:
+        """Pin a memory (while active, it is in every hint of its user) or unpin it."""
+        return cast(Memory, await self.send(calls.set_pinned(memory_id, pinned)))
 
     async def memory(self, memory_id: IdLike) -> MemoryDetail:
         """One memory with its open proposal and audit history."""
@@ -422,6 +476,10 @@ class AsyncMemoryClient:
     async def edit_my_memory(self, memory_id: IdLike, value: str) -> Memory:
         """Edit an own memory (it becomes active)."""
         return cast(Memory, await self.send(calls.edit_my_memory(memory_id, value)))
+
+    async def pin_my_memory(self, memory_id: IdLike, pinned: bool) -> Memory:
+        """Pin an own memory (while active, it is in every hint) or unpin it."""
+        return cast(Memory, await self.send(calls.edit_my_memory(memory_id, None, pinned=pinned)))
 
     async def reject_my_memory(self, memory_id: IdLike, *, forget: bool = False) -> RejectedMemory:
         """Reject an own memory (`forget`: erase the turns its evidence cites too)."""

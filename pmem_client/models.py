@@ -30,6 +30,7 @@ class Memory(TypedDict):
     updated_at: str
     evidence: str | None
     observed_at: str | None
+    pinned: bool
 
 
 class Revision(TypedDict):
@@ -63,12 +64,22 @@ class Turn(TypedDict):
     position: int
 
 
+class PendingChange(TypedDict):
+    """A change to a memory awaiting review, as recall shows it."""
+
+    id: str
+    new_value: str
+    created_at: str
+
+
 class RecalledMemory(Memory):
-    """A memory in the recall list, with its score and the recall branches that found it."""
+    """A memory in the recall list, with its score, the recall branches that found it and its
+    change awaiting review (None without one)."""
 
     kind: Literal["memory"]
     score: float
     sources: list[str]
+    pending_change: PendingChange | None
 
 
 class RecalledTurn(Turn):
@@ -79,7 +90,8 @@ class RecalledTurn(Turn):
 
 
 class RecallAnswer(TypedDict):
-    """`POST /v1/recall`: one list, best first (`kind` tells a memory from a turn)."""
+    """`POST /v1/recall`: the memories by relevance (at most `limit`), then the turns that add
+    something new (at most `turn_limit`); `kind` tells a memory from a turn."""
 
     items: list[RecalledMemory | RecalledTurn]
 
@@ -98,7 +110,9 @@ class RecallRequest(TypedDict):
     team_id: str | None
     query: str
     limit: int
+    turn_limit: int
     include: list[RecallInclude]
+    max_tokens: NotRequired[int]
 
 
 class ErasedAnswer(TypedDict):
@@ -182,6 +196,7 @@ class ReviewItem(TypedDict):
     created_at: str
     evidence: str | None
     observed_at: str | None
+    pinned: bool
     value: NotRequired[str]
     old_value: NotRequired[str]
     new_value: NotRequired[str]
@@ -226,6 +241,7 @@ class SettingsValues(TypedDict, total=False):
     history: bool | None
     history_days: int | None
     review_tool_saves: bool | None
+    known_personas_only: bool | None
 
 
 class Settings(TypedDict):

@@ -208,12 +208,14 @@ async def test_bulk_reject_can_forget_as_the_single_item_route_does(
     assert [r["status"] for r in results] == ["done", "done"]
     assert sum(r["forgotten_turns"] for r in results) >= 2
     assert holding(each_store, WORD) == []
-    refused = await each_client.post(
+    # with approve, forget erases nothing: the item is decided as without it
+    approved = await each_client.post(
         "/v1/review/bulk",
         json={"action": "approve", "ids": [str(first)], "forget": True},
         headers=people.headers("team_admin"),
     )
-    assert refused.status_code == 422
+    assert approved.status_code == 200, approved.text
+    assert [r["status"] for r in approved.json()["results"]] == ["nothing_pending"]
 
 
 async def test_erasing_a_person_clears_their_words_from_the_teams_memories(

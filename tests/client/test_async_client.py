@@ -95,14 +95,19 @@ async def test_every_route_answers_its_documented_shape(
     detail = await admin.memory(home)
     assert detail["value"] == "Lives in Porto" and [h["action"] for h in detail["history"]][-1] == "edit"
     assert detail["pending_revision"] is None
+    assert (await admin.set_pinned(diet, True))["pinned"] is True
 
     # the platform: recall and the hint see the reviewed facts
     recalled = await service.recall(
         people.user, persona_id=PERSONA, team_id=TEAM_A, query="where do they live"
     )
     assert "Lives in Porto" in [item.get("value") for item in recalled["items"]]
-    hint = await service.hint(people.user, persona_id=PERSONA, team_id=TEAM_A, query="dinner ideas")
-    assert "Is vegetarian" in hint
+    hint = await service.hint(
+        people.user, persona_id=PERSONA, team_id=TEAM_A, query="where to travel", max_tokens=300
+    )
+    assert "Is vegetarian" in hint  # pinned: in every hint
+    turns = await service.recall(people.user, persona_id=PERSONA, team_id=TEAM_A, limit=1, turn_limit=0)
+    assert [item["kind"] for item in turns["items"]] == ["memory"]
     assert (await service.set_name("personas", PERSONA, "Chef"))["name"] == "Chef"
 
     # the person: own memories and conversations, edits, rejection, export and erasure
@@ -111,6 +116,7 @@ async def test_every_route_answers_its_documented_shape(
     rest = await user.my_memories(team_id=TEAM_A, cursor=mine["next_cursor"])
     assert len(mine["items"]) + len(rest["items"]) == 5
     assert (await user.edit_my_memory(diet, "Is vegan"))["value"] == "Is vegan"
+    assert (await user.pin_my_memory(diet, False))["pinned"] is False
     assert (await user.reject_my_memory(job, forget=True))["forgotten_turns"] >= 0
     await user.erase_my_memory(pet)
     conversations = await user.my_conversations()

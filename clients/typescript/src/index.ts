@@ -19,6 +19,8 @@ export type Turn = Schemas["TurnOut"];
 export type RecallAnswer = Schemas["RecallAnswer"];
 export type RecallItem = RecallAnswer["items"][number];
 export type RecallRequest = Schemas["RecallBody"];
+export type HintRequest = Schemas["HintBody"];
+export type PendingChange = Schemas["PendingChangeOut"];
 export type ReviewPage = Schemas["ReviewPage"];
 export type ReviewItem = Schemas["ReviewItemOut"];
 export type MemoryPage = Schemas["MemoryPage"];
@@ -144,13 +146,15 @@ export class MemoryClient {
 
   // -- the platform (a service key) ------------------------------------------------------------
 
-  /** Memories and earlier turns for the user (and persona) in the team's context, best first. */
+  /** The `limit` memories most relevant to `query` for the user (and persona) in the team's
+   * context, then at most `turn_limit` earlier turns that add something new. */
   recall(body: RecallRequest): Promise<RecallAnswer> {
     return this.request("POST", "/v1/recall", { body });
   }
 
-  /** The prompt hint for the user's next message (empty when nothing is remembered). */
-  async hint(body: RecallRequest): Promise<string> {
+  /** The prompt hint for the user's next message `query` within `max_tokens` (default: the
+   * server's PMEM_HINT_MAX_TOKENS); empty when nothing is remembered. */
+  async hint(body: HintRequest): Promise<string> {
     return (await this.request<Schemas["HintAnswer"]>("POST", "/v1/hint", { body })).hint;
   }
 
@@ -204,9 +208,15 @@ export class MemoryClient {
     return this.request("POST", `/v1/review/${pathId(itemId)}/edit`, { body: { value } });
   }
 
-  /** Approve or reject many items; each id's outcome. */
-  bulk(action: "approve" | "reject", ids: string[]): Promise<BulkAnswer> {
-    return this.request("POST", "/v1/review/bulk", { body: { action, ids } });
+  /** Approve or reject many items (`forget`, with reject: erase the turns each one's evidence
+   * cites too); each id's outcome. */
+  bulk(action: "approve" | "reject", ids: string[], options: { forget?: boolean } = {}): Promise<BulkAnswer> {
+    return this.request("POST", "/v1/review/bulk", { body: { action, ids, forget: options.forget ?? false } });
+  }
+
+  /** Pin a memory (while active, it is in every hint of its user) or unpin it. */
+  setPinned(memoryId: string, pinned: boolean): Promise<Memory> {
+    return this.request("PUT", `/v1/memories/${pathId(memoryId)}/pinned`, { body: { pinned } });
   }
 
   /** One memory with its open proposal and audit history. */
@@ -233,6 +243,11 @@ export class MemoryClient {
   /** Edit an own memory (it becomes active). */
   editMyMemory(memoryId: string, value: string): Promise<Memory> {
     return this.request("PATCH", `/v1/me/memories/${pathId(memoryId)}`, { body: { value } });
+  }
+
+  /** Pin an own memory (while active, it is in every hint) or unpin it. */
+  pinMyMemory(memoryId: string, pinned: boolean): Promise<Memory> {
+    return this.request("PATCH", `/v1/me/memories/${pathId(memoryId)}`, { body: { pinned } });
   }
 
   /** Reject an own memory (`forget`: erase the turns its evidence cites too). */

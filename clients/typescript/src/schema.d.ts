@@ -108,7 +108,8 @@ export interface paths {
         head?: never;
         /**
          * Edit My Memory
-         * @description Edit an own memory; a person's edit makes it active.
+         * @description Change an own memory: a new `value` (a person's edit makes it active), `pinned` (a pinned
+         *     active memory is in every hint), or both.
          */
         patch: operations["edit_my_memory_v1_me_memories__memory_id__patch"];
         trace?: never;
@@ -326,6 +327,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/memories/{memory_id}/pinned": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Pin Memory
+         * @description Pin or unpin a memory: while it is active, a pinned memory is in every hint of its user
+         *     (first among the facts), whatever the message.
+         */
+        put: operations["pin_memory_v1_memories__memory_id__pinned_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/settings/global": {
         parameters: {
             query?: never;
@@ -409,9 +431,9 @@ export interface paths {
         put?: never;
         /**
          * Recall
-         * @description Active memories and earlier conversations' turns (`include`) for the user (and persona) in
-         *     the team's context, one list best first, each item with its `kind`; the same items as
-         *     `pmem recall --json`.
+         * @description Active memories (`limit`, by relevance) then earlier conversations' turns that add something
+         *     new (`turn_limit`), as `include` says, for the user (and persona) in the team's context, one
+         *     list, each item with its `kind`; the same items as `pmem recall --json`.
          */
         post: operations["recall_v1_recall_post"];
         delete?: never;
@@ -431,7 +453,8 @@ export interface paths {
         put?: never;
         /**
          * Hint
-         * @description The same recall formatted as the prompt hint (bullets, at most ~6000 characters).
+         * @description The prompt hint for the next message (`query`): what is known, then what earlier
+         *     conversations add, at most `max_tokens` (capped by PMEM_HINT_MAX_TOKENS).
          */
         post: operations["hint_v1_hint_post"];
         delete?: never;
@@ -537,14 +560,82 @@ export interface components {
             action: "approve" | "reject";
             /** Ids */
             ids: string[];
+            /**
+             * Forget
+             * @default false
+             */
+            forget: boolean;
+        };
+        /**
+         * HintBody
+         * @description A recall formatted as the prompt hint, at most `max_tokens` long (absent, or more than the
+         *     setting PMEM_HINT_MAX_TOKENS: the setting).
+         */
+        HintBody: {
+            /**
+             * User Id
+             * Format: uuid
+             */
+            user_id: string;
+            /** Persona Id */
+            persona_id?: string | null;
+            /** Team Id */
+            team_id?: string | null;
+            /**
+             * Query
+             * @default
+             */
+            query: string;
+            /**
+             * Limit
+             * @default 20
+             */
+            limit: number;
+            /**
+             * Turn Limit
+             * @default 5
+             */
+            turn_limit: number;
+            /**
+             * Include
+             * @default [
+             *       "memories",
+             *       "turns"
+             *     ]
+             */
+            include: ("memories" | "turns")[];
+            /** Max Tokens */
+            max_tokens?: number | null;
+        };
+        /**
+         * MyMemoryBody
+         * @description A person's change to their own memory: a new `value` (it becomes active), `pinned`, or both;
+         *     a field left out (or null) is left as it is.
+         */
+        MyMemoryBody: {
+            /** Value */
+            value?: string | null;
+            /** Pinned */
+            pinned?: boolean | null;
         };
         /**
          * NameBody
          * @description A display name.
          */
         NameBody: {
-            /** Name */
+            /**
+             * Name
+             * @description The display name: it needs a letter, digit or emoji (any script); a name of only punctuation, whitespace or invisible characters is refused with 422.
+             */
             name: string;
+        };
+        /**
+         * PinnedBody
+         * @description Pin (`true`) or unpin (`false`) a memory: a pinned active memory is in every hint.
+         */
+        PinnedBody: {
+            /** Pinned */
+            pinned: boolean;
         };
         /**
          * ReadyBody
@@ -580,6 +671,11 @@ export interface components {
              * @default 20
              */
             limit: number;
+            /**
+             * Turn Limit
+             * @default 5
+             */
+            turn_limit: number;
             /**
              * Include
              * @default [
@@ -624,6 +720,8 @@ export interface components {
             history_days?: number | null;
             /** Review Tool Saves */
             review_tool_saves?: boolean | null;
+            /** Known Personas Only */
+            known_personas_only?: boolean | null;
         };
         /**
          * ToolCallBody
@@ -663,8 +761,21 @@ export interface components {
             error: string;
         };
         /**
+         * PendingChangeOut
+         * @description A change to a memory awaiting review, as recall shows it.
+         */
+        PendingChangeOut: {
+            /** Id */
+            id: string;
+            /** New Value */
+            new_value: string;
+            /** Created At */
+            created_at: string;
+        };
+        /**
          * RecalledMemory
-         * @description A memory in the recall list, with its score and the recall branches that found it.
+         * @description A memory in the recall list, with its score, the recall branches that found it and its
+         *     change awaiting review (null without one).
          */
         RecalledMemory: {
             /** Id */
@@ -701,6 +812,8 @@ export interface components {
             evidence: string | null;
             /** Observed At */
             observed_at: string | null;
+            /** Pinned */
+            pinned: boolean;
             /**
              * Kind
              * @constant
@@ -710,6 +823,7 @@ export interface components {
             score: number;
             /** Sources */
             sources: string[];
+            pending_change: components["schemas"]["PendingChangeOut"] | null;
         };
         /**
          * RecalledTurn
@@ -751,7 +865,8 @@ export interface components {
         };
         /**
          * RecallAnswer
-         * @description `POST /v1/recall`: one list, best first.
+         * @description `POST /v1/recall`: one list, the memories by relevance (at most `limit`), then the turns
+         *     that add something new (at most `turn_limit`).
          */
         RecallAnswer: {
             /** Items */
@@ -812,6 +927,8 @@ export interface components {
             evidence: string | null;
             /** Observed At */
             observed_at: string | null;
+            /** Pinned */
+            pinned: boolean;
         };
         /**
          * MemoryPage
@@ -862,6 +979,8 @@ export interface components {
             evidence: string | null;
             /** Observed At */
             observed_at: string | null;
+            /** Pinned */
+            pinned: boolean;
             /**
              * Forgotten Turns
              * @default null
@@ -913,7 +1032,7 @@ export interface components {
              * Action
              * @enum {string}
              */
-            action: "add" | "update" | "propose" | "approve" | "reject" | "edit" | "archive" | "delete" | "erase";
+            action: "add" | "update" | "propose" | "approve" | "reject" | "edit" | "archive" | "delete" | "erase" | "pin" | "unpin";
             /** Scope */
             scope: ("user" | "persona" | "persona_user") | null;
             /** Key */
@@ -1043,6 +1162,8 @@ export interface components {
             evidence: string | null;
             /** Observed At */
             observed_at: string | null;
+            /** Pinned */
+            pinned: boolean;
             /**
              * Value
              * @default null
@@ -1129,6 +1250,8 @@ export interface components {
             evidence: string | null;
             /** Observed At */
             observed_at: string | null;
+            /** Pinned */
+            pinned: boolean;
             pending_revision: components["schemas"]["RevisionOut"] | null;
             /** History */
             history: components["schemas"]["AuditOut"][];
@@ -1156,6 +1279,8 @@ export interface components {
             history_days: number | null;
             /** Review Tool Saves */
             review_tool_saves: boolean | null;
+            /** Known Personas Only */
+            known_personas_only: boolean | null;
         };
         /**
          * SettingsAnswer
@@ -1469,7 +1594,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["ValueBody"];
+                "application/json": components["schemas"]["MyMemoryBody"];
             };
         };
         responses: {
@@ -2222,6 +2347,77 @@ export interface operations {
             };
         };
     };
+    pin_memory_v1_memories__memory_id__pinned_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                memory_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PinnedBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryOut"];
+                };
+            };
+            /** @description No credential, or one that is expired, forged or revoked */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller's role lacks this right (or a cookie-authenticated change lacks its CSRF token) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such item, or one the caller may not see (the same answer, so nothing leaks) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is over the configured limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A field is missing or invalid (the message names it); for a tool call, the tool's error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     get_global_v1_settings_global_get: {
         parameters: {
             query?: never;
@@ -2611,7 +2807,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["RecallBody"];
+                "application/json": components["schemas"]["HintBody"];
             };
         };
         responses: {

@@ -48,9 +48,12 @@ test("a save waits for review, is approved, then recalled and hinted", { skip },
   const recalled = await service.recall({ user_id: USER, team_id: TEAM, query: "pets", include: ["memories"] });
   assert.deepEqual(recalled.items.map((item) => (item.kind === "memory" ? item.value : item.text)), ["Has a cat named Miso"]);
   assert.match(await service.hint({ user_id: USER, team_id: TEAM, query: "pets" }), /Has a cat named Miso/);
+  assert.equal((await admin.setPinned(approved.id, true)).pinned, true);
+  assert.equal(recalled.items[0].kind === "memory" && recalled.items[0].pending_change, null);
   const mine = await me.myMemories();
   assert.deepEqual(mine.items.map((m) => m.key), ["pet"]);
   assert.equal((await me.editMyMemory(approved.id, "Has two cats")).value, "Has two cats");
+  assert.equal((await me.pinMyMemory(approved.id, false)).pinned, false);
   assert.equal((await me.exportMyData()).memories[0].value, "Has two cats");
   assert.equal((await service.setName("users", USER, "Ana")).name, "Ana");
   assert.equal((await admin.settings("global")).level, "global");
