@@ -37,22 +37,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.model import RecallHit, RecallItem, TurnHit
-from store.rules.hint import EARLIER_HEADER, build_hint
-from store.rules.turn_recall import ITEM_MERGE, ItemMerge, merge_recall
-from store.services.context_recall import ContextRecall, items_in_context
-from worker.evaluation import product_run
-from worker.evaluation.cache import CachingEmbedder, cache_file
-from worker.evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
-from worker.evaluation.options import (
+from evaluation import product_run
+from evaluation.cache import CachingEmbedder, cache_file
+from evaluation.locomo import Conversation, QuestionResult, Split, load_locomo, split_of, summarise
+from evaluation.options import (
     DEFAULT_EMBEDDING_CACHE,
     EvalOptions,
     local_embedder_available,
     resolve_embedding_provider,
 )
-from worker.evaluation.product import question_result, session_index
-from worker.evaluation.runner import extraction_pipeline
-from worker.evaluation.stores import evaluation_store
+from evaluation.product import question_result, session_index
+from evaluation.runner import extraction_pipeline
+from evaluation.stores import evaluation_store
+from store.model import RecallHit, RecallItem, TurnHit
+from store.rules.hint import EARLIER_HEADER, build_hint
+from store.rules.turn_recall import ITEM_MERGE, ItemMerge, merge_recall
+from store.services.context_recall import ContextRecall, items_in_context
 
 KS = (10, 20)
 DEPTH = 50  # each ranking as recalled: deeper than any list it is merged into
@@ -140,8 +140,8 @@ def line(label: str, summary: dict[str, Any]) -> str:
 
 async def collect(args: argparse.Namespace) -> tuple[list[Asked], dict[str, Split], dict[str, Any]]:
     """Ingest every conversation, then ask every question for both rankings."""
+    from config import load_settings
     from extraction.embeddings import build_embedder, close_embedder, embedding_identity
-    from worker.settings import load_settings
 
     provider = resolve_embedding_provider(None, os.environ, local_embedder_available())
     options = EvalOptions(

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from faststream.nats.message import NatsMessage
 from nats.aio.msg import Msg
 
+from config import Settings
 from extraction.errors import PmemProviderError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.lifecycle import cancel_and_wait
@@ -28,7 +29,6 @@ from worker.pipeline import (
     process_event,
 )
 from worker.publishing import Publisher
-from worker.settings import Settings
 from worker.tracing import event_span, span
 
 log = logging.getLogger("pmem.worker")

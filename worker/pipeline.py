@@ -34,8 +34,8 @@ import numpy as np
 from extraction.dedup import decide_against_neighbours, dedup_candidates
 from extraction.errors import PermanentEmbeddingError, PermanentError, TransientEmbeddingError, TransientError
 from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
+from extraction.protocols import Embedder, Extractor
 from extraction.types import Candidate, ExtractionRequest, TokenUsage, TranscriptMessage
-from extraction.typing import Embedder, Extractor
 from store.errors import StoreTimeout, StoreUnavailable
 from store.model import (
     EventWrite,
@@ -513,7 +513,7 @@ class EventDeadlineExceeded(Exception):
     last delivery."""
 
 
-def one_line(exc: BaseException) -> str:
+def exception_line(exc: BaseException) -> str:
     """`Type: first line of the message`: driver errors append the SQL statement and help links on
     further lines, which belong in neither a log line nor a DLQ reason."""
     lines = str(exc).strip().splitlines()
@@ -569,7 +569,7 @@ def decide_failure(
     """Retry transient failures with a delay (the provider's Retry-After when it gave one, else
     exponential backoff) until the `max_deliver`-th delivery; dead-letter permanent ones at once."""
     category, transient = categorize(exc)
-    detail = one_line(exc)
+    detail = exception_line(exc)
     if not transient:
         return FailureDecision(
             action="dead_letter", delay_s=0.0, label=f"{category}_permanent", reason=detail

@@ -114,7 +114,7 @@ def test_pmem_worker_warns_once_at_start_up(new_database: Callable[[], str]) -> 
         PMEM_STARTUP_TIMEOUT_S="5",
     )
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "cli.main", "worker"],
         env=env,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.commands.demo_integration import (
+from cli.commands.demo_integration import (
     Cast,
     Credentials,
     DemoPorts,
@@ -28,8 +28,8 @@ from worker.commands.demo_integration import (
     refuse_taken_ports,
     write_credentials,
 )
-from worker.commands.errors import UsageError
-from worker.embedded import free_port
+from cli.commands.errors import UsageError
+from cli.embedded import free_port
 
 SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples"
 
@@ -92,9 +92,9 @@ def test_pmem_path_prefers_the_running_script_then_the_one_beside_python(tmp_pat
     (bin_dir / "pmem").write_text("#!/bin/sh\n")
     python = str(bin_dir / "python")
     assert pmem_path(str(bin_dir / "pmem"), "/usr/bin/python3") == str(bin_dir / "pmem")
-    assert pmem_path("/somewhere/worker/cli.py", python, which=lambda _: None) == str(bin_dir / "pmem")
+    assert pmem_path("/somewhere/cli/main.py", python, which=lambda _: None) == str(bin_dir / "pmem")
     assert pmem_path("-c", "/nowhere/python", which=lambda _: "/usr/local/bin/pmem") == "/usr/local/bin/pmem"
-    assert pmem_path("-c", "/no where/python", which=lambda _: None) == "'/no where/python' -m worker.cli"
+    assert pmem_path("-c", "/no where/python", which=lambda _: None) == "'/no where/python' -m cli.main"
 
 
 def test_a_shell_reads_an_export_line_back_as_given() -> None:
@@ -167,7 +167,7 @@ def test_a_demo_refuses_a_taken_port_before_starting_anything(tmp_path: Path) ->
         holder.listen()
         taken = holder.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "demo", "--keep-running", "--data-dir", str(tmp_path / "d")],
+            [sys.executable, "-m", "cli.main", "demo", "--keep-running", "--data-dir", str(tmp_path / "d")],
             env={"PATH": "/usr/bin:/bin", "PMEM_DEMO_NATS_PORT": str(taken), "PMEM_API_PORT": "1"},
             capture_output=True,
             text=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from extraction.validate import DEFAULT_LIMITS
+from testkit.llama_server import LlamaServer
 from tests.worker.worker_harness import Harness, wait_for
-from worker.testing.llama_server import LlamaServer
 
 # its own deadline for the events is 10 minutes, and starting llama-server may take 2 more: above the
 # suite's per-test limit (pyproject.toml), so the test's deadline is the one that speaks
