@@ -35,7 +35,7 @@ from extraction.types import ExtractionRequest, TranscriptMessage
 from store.model import Scope
 from testkit.llama_server import LlamaServer, find_llama_server, find_model
 
-SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversations.jsonl"
+SAMPLES = Path(__file__).resolve().parents[1] / "cli" / "samples" / "conversations.jsonl"
 
 
 class RecordingClient(ProviderClient):

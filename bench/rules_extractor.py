@@ -4,7 +4,7 @@ The set (bench/data/first_hour/, written for this project) holds short conversat
 labelled with the facts a careful person would note about the user. `tune.json` is the half rules
 may be tuned on; `held_out.json` was written first and is not read while tuning. Each conversation
 runs through `RulesExtractor` (scopes as the worker allows them: `persona_user` with a persona),
-then through the worker's grounding check (`worker.pipeline.ground_candidates`): what grounding
+then through the worker's grounding check (`worker.planning.ground_candidates`): what grounding
 drops is counted as `ungrounded` (the rules never invent, so it should stay 0) and not scored.
 Matching (`evaluation.labelled_facts`): same scope, same attribute of the key, same
 polarity, and the candidate's value holds the label's salient words.
@@ -39,7 +39,7 @@ from evaluation.labelled_facts import (
 from extraction.rules import RulesExtractor
 from extraction.types import ExtractionRequest
 from store.model import Scope
-from worker.pipeline import ground_candidates
+from worker.planning import ground_candidates
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "first_hour"

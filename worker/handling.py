@@ -21,13 +21,8 @@ from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.lifecycle import cancel_and_wait
 from worker.logs import event_context
 from worker.metrics import Metrics
-from worker.pipeline import (
-    EventDeadlineExceeded,
-    PipelineDeps,
-    decide_failure,
-    is_database_unavailable,
-    process_event,
-)
+from worker.pipeline import PipelineDeps, process_event
+from worker.planning import EventDeadlineExceeded, decide_failure, is_database_unavailable
 from worker.publishing import Publisher
 from worker.tracing import event_span, span
 

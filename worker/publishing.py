@@ -25,7 +25,8 @@ from worker.events import (
     MemoryExtracted,
 )
 from worker.metrics import Metrics
-from worker.pipeline import Written, exception_line
+from worker.pipeline import Written
+from worker.planning import exception_line
 from worker.pubacks import PendingPubAcks
 from worker.streams import consumer_max_deliver
 from worker.tracing import traced

@@ -11,7 +11,7 @@ from config import Settings
 from store.rules.urls import redacted_url
 from worker.app import Worker, build_worker
 from worker.lifecycle import cancel_and_wait
-from worker.pipeline import exception_line
+from worker.planning import exception_line
 from worker.streams import ConfigurationError
 
 log = logging.getLogger("pmem.worker")

@@ -229,7 +229,7 @@ def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_spea
 async def test_the_reference_extractor_answers_each_session_with_its_speakers_observations() -> None:
     from evaluation.reference import ReferenceExtractor, observation_key
     from extraction.types import ExtractionRequest, TranscriptMessage
-    from worker.pipeline import transcript
+    from worker.planning import transcript
 
     conversation = load_locomo(FIXTURE)[0]
     extractor = ReferenceExtractor([conversation])

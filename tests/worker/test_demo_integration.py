@@ -31,7 +31,7 @@ from cli.commands.demo_integration import (
 from cli.commands.errors import UsageError
 from cli.embedded import free_port
 
-SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "cli" / "samples"
 
 
 def test_ports_default_to_what_pmem_reaches_unconfigured_and_flags_win_over_variables() -> None:
