@@ -226,7 +226,7 @@ async def open_loop(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchmark's script read top to bottom: arguments, load, serve, measure, report
     """Parse arguments, load (unless --skip-load), serve, measure, print the JSON report."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

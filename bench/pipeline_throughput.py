@@ -550,7 +550,7 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-async def run_one(
+async def run_one(  # noqa: PLR0915 - one measured run in order: services, publish, drain, sample, tear down
     *,
     concurrency: int,
     workers: int,

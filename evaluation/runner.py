@@ -95,7 +95,7 @@ async def evaluate_units(
     return results
 
 
-async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = None) -> dict[str, Any]:
+async def run_locomo(options: EvalOptions, *, progress_stream: TextIO | None = None) -> dict[str, Any]:  # noqa: PLR0915 - one evaluation run in order: load, split, each conversation, score, report
     """Load LoCoMo, evaluate the split's conversations through the real store, return the `--json`
     report (with `--split all`, the dev and test halves too)."""
     everything = load_locomo(options.file)

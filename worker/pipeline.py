@@ -137,7 +137,7 @@ class Outcome:
     turns: int = 0  # conversation turns stored with the event (history on)
 
 
-async def process_event(
+async def process_event(  # noqa: PLR0915 - the pipeline's steps in their order; each step is a planning function
     event: ConversationEnded, deps: PipelineDeps, *, check_processed: bool = True
 ) -> Outcome:
     """Run the pipeline for one valid event and commit its memories in one transaction.

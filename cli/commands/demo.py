@@ -159,7 +159,7 @@ def choose_embedding_provider() -> tuple[str, str]:
     )
 
 
-async def demo(
+async def demo(  # noqa: PLR0915 - the demo's start-up read in order: each step prints what it started
     data_dir: Path, *, timeout_s: float, nats_port: int = 0, serving: Serving | None = None
 ) -> int:
     """The demo itself (see the module docstring)."""
