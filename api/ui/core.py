@@ -1,5 +1,5 @@
 """The web UI's decisions, free of I/O: sessions and CSRF tokens, who sees which page, parsing the
-filter and settings forms, and the view models the templates render. `api/ui.py` is the shell
+filter and settings forms, and the view models the templates render. `api/ui/` is the shell
 around it (HTTP, templates, the calls into `api/operations.py`, which holds the rules)."""
 
 from __future__ import annotations
