@@ -62,7 +62,7 @@ class EventMessage(BaseModel):
 
 
 class ConversationEnded(BaseModel):
-    """The `conversation.ended` event (README.md, "Event contract"). Unknown fields are ignored so
+    """The `conversation.ended` event (docs/events.md). Unknown fields are ignored so
     that publishers can add fields without breaking older workers."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)

@@ -115,7 +115,7 @@ def describe_validation(exc: ValidationError) -> str:
         secret = variable is None or is_secret(variable, error.get("input"))
         parts.append(value_message(variable, error, secret=secret))
     return (
-        "; ".join(parts) + ". Fix the value or unset the variable to use the default (README: Configuration)"
+        "; ".join(parts) + ". Fix the value or unset the variable to use the default (docs/configuration.md)"
     )
 
 

@@ -82,7 +82,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """What every `pmem serve` uvicorn runs with: quiet logs, the keep-alive, and a bounded
     graceful shutdown (in-flight requests get PMEM_SHUTDOWN_TIMEOUT_S)."""
     # uvicorn has no deadline for reading a request's headers: in production a reverse proxy
-    # in front (README, Security) bounds that; idle connections close after the keep-alive
+    # in front (docs/security.md) bounds that; idle connections close after the keep-alive
     return {
         "log_level": "warning",
         "access_log": False,

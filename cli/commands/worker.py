@@ -1,6 +1,6 @@
 """`pmem worker`: consume conversation.ended events and extract memories until SIGTERM/SIGINT.
 
-Configuration comes from the PMEM_* environment (see README); the flags override the most common
+Configuration comes from the PMEM_* environment (docs/configuration.md); the flags override the most common
 ones. The database must be migrated first (`pmem migrate`, or --migrate).
 """
 

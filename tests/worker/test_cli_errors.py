@@ -1,4 +1,4 @@
-"""Every row of the README's troubleshooting table: the mistake, run as a user would (a `pmem`
+"""Every row of the troubleshooting table (docs/operations.md): the mistake, run as a user would (a `pmem`
 process), gives exactly one line on stderr naming the variable or flag and the fix, the documented
 exit code, and never the password or key that was configured."""
 
@@ -55,7 +55,7 @@ def test_a_bad_pmem_value_names_the_variable_not_the_field() -> None:
     result = pmem("migrate", PMEM_CONCURRENCY="many")
     assert single_line(result) == (
         'pmem migrate: PMEM_CONCURRENCY: expected a whole number, got "many". Fix the value or unset the '
-        "variable to use the default (README: Configuration)"
+        "variable to use the default (docs/configuration.md)"
     )
     assert result.returncode == EXIT_CONFIGURATION
 
