@@ -1,6 +1,6 @@
 """Prometheus metrics of `pmem serve` (prefix `pmem_`), on a registry of their own so each app (and
 each test) has a fresh set. Names are referenced by deploy/ (the API dashboard and alert rules) and
-listed in the README's metrics table; tests/deploy checks both against this registry."""
+listed in the metrics table of docs/operations.md; tests/deploy checks both against this registry."""
 
 from __future__ import annotations
 

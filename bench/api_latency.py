@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api.auth import mint_jwt
 from bench.recall_latency import Population, emit_report, load, percentile, question
+from cli.embedded import EmbeddedPostgres, free_port
 from store.core.api_keys import KEY_PREFIX, hash_key
 from store.migrate import migrate
-from worker.embedded import EmbeddedPostgres, free_port
 
 SECRET = "bench-secret-bench-secret-bench-secret"
 TEAM = uuid.UUID(int=0xBE)
@@ -199,7 +199,7 @@ def serve(url: str, port: int) -> subprocess.Popen[bytes]:
     """Start `pmem serve` and wait until it is ready."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
     env.update(PMEM_DATABASE_URL=url, PMEM_AUTH_JWT_SECRET=SECRET, PMEM_API_PORT=str(port))
-    proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "serve"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve"], env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

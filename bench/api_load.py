@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.api_latency import SECRET, prepare
 from bench.recall_latency import Population, emit_report, load_turns, percentile, question
-from worker.embedded import EmbeddedPostgres, free_port
-from worker.testing.pg_replica import StreamingReplica
+from cli.embedded import EmbeddedPostgres, free_port
+from testkit.pg_replica import StreamingReplica
 
 ENDPOINTS = ("/v1/hint", "/v1/recall")
 
@@ -91,7 +91,7 @@ def serve(env: dict[str, str], port: int, workers: int, code: Path | None) -> su
     wait until every process answers."""
     if code is not None:
         env = {**env, "PYTHONPATH": str(code)}
-    proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "serve"], env=env, cwd=code)
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve"], env=env, cwd=code)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -226,7 +226,7 @@ async def open_loop(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchmark's script read top to bottom: arguments, load, serve, measure, report
     """Parse arguments, load (unless --skip-load), serve, measure, print the JSON report."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

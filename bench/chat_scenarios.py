@@ -6,7 +6,7 @@ conversations go through the worker's pipeline as `conversation.ended` events of
 persona; the extractor answers each conversation with the set's facts first said in it, with their
 evidence (a capable extractor's reply), and a reviewer approves or rejects each as the set says.
 Then each probe (the user's next message) asks `hint_in_context` and, for recall, the items of
-`items_in_context` at limit 10; `worker.evaluation.hint_scoring.score_probe` scores both.
+`items_in_context` at limit 10; `evaluation.hint_scoring.score_probe` scores both.
 
     .venv/bin/python bench/chat_scenarios.py --store postgres --store sqlite
 
@@ -30,10 +30,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from extraction.types import ExtractionRequest, ExtractionResult, Rejection
-from extraction.validate import merged_and_screened, parse_output
-from store.services.context_recall import ContextRecall, items_in_context
-from worker.evaluation.chat_scenarios import (
+from evaluation.chat_scenarios import (
     SPLITS,
     Scenario,
     extractor_reply,
@@ -41,7 +38,10 @@ from worker.evaluation.chat_scenarios import (
     restating_texts,
     set_summary,
 )
-from worker.evaluation.hint_scoring import ProbeScore, scenario_summary, score_probe, words
+from evaluation.hint_scoring import ProbeScore, scenario_summary, score_probe, words
+from extraction.types import ExtractionRequest, ExtractionResult, Rejection
+from extraction.validate import merged_and_screened, parse_output
+from store.services.context_recall import ContextRecall, items_in_context
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "chat_scenarios"
@@ -175,12 +175,12 @@ async def ask(store: Any, scenario: Scenario, *, max_tokens: int) -> list[tuple[
 
 async def run_store(kind: str, scenarios: Sequence[Scenario], *, max_tokens: int) -> dict[str, Any]:
     """Load the set into a fresh store of `kind` and score every probe."""
+    from config import load_settings
+    from evaluation.cache import CachingEmbedder
+    from evaluation.stores import fresh_store
     from extraction.embeddings import build_embedder, close_embedder
-    from worker.evaluation.cache import CachingEmbedder
-    from worker.evaluation.stores import fresh_store
     from worker.metrics import Metrics
     from worker.pipeline import PipelineDeps
-    from worker.settings import load_settings
 
     settings = load_settings(embedding_provider="local")
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)

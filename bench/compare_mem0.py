@@ -49,8 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from worker.testing import mem0_setup  # noqa: E402
-from worker.testing.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
+from testkit import mem0_setup  # noqa: E402
+from testkit.mem0_setup import count_tokens, prompt_tokens  # noqa: E402
 
 PARTS = ("tokens", "throughput", "recall-latency", "locomo")
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
@@ -106,7 +106,7 @@ class Services:
 
     def __init__(self, data_dir: Path) -> None:
         """Everything lives under `data_dir`."""
-        from worker.embedded import EmbeddedNats, EmbeddedPostgres
+        from cli.embedded import EmbeddedNats, EmbeddedPostgres
 
         self.data_dir = data_dir
         self._postgres: EmbeddedPostgres | None = None
@@ -117,7 +117,7 @@ class Services:
     def postgres(self) -> Any:
         """The started EmbeddedPostgres."""
         if self._postgres is None:
-            from worker.embedded import EmbeddedPostgres
+            from cli.embedded import EmbeddedPostgres
 
             log(f"starting embedded Postgres in {self.data_dir / 'pg'}")
             self._postgres = EmbeddedPostgres(data_dir=self.data_dir / "pg" / "data").start()
@@ -127,7 +127,7 @@ class Services:
     def nats_url(self) -> str:
         """URL of the started nats-server (JetStream)."""
         if self._nats is None:
-            from worker.embedded import EmbeddedNats
+            from cli.embedded import EmbeddedNats
 
             self._nats = EmbeddedNats(store_dir=self.data_dir / "nats").start()
         return self._nats.url
@@ -136,7 +136,7 @@ class Services:
     def fake(self) -> Any:
         """An in-process FakeOpenAI (no latency) answering mem0 in mem0's shape and us in ours."""
         if self._fake is None:
-            from worker.testing.fake_openai import FakeOpenAI
+            from testkit.fake_openai import FakeOpenAI
 
             self._fake = FakeOpenAI(chat_responder=dispatch_responder)
             self._fake.start()
@@ -168,7 +168,7 @@ class Services:
 
 def dispatch_responder(body: dict[str, Any]) -> str:
     """Chat answers for both systems: mem0's extraction call gets mem0's shape, ours our contract."""
-    from worker.testing.fake_openai import rules_responder
+    from testkit.fake_openai import rules_responder
 
     return mem0_setup.mem0_responder(body) if mem0_setup.is_mem0_request(body) else rules_responder(body)
 
@@ -281,11 +281,11 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 async def run_tokens(services: Services, locomo: Path, max_conversations: int | None) -> dict[str, Any]:
     """Prompt tokens per LoCoMo session, ours vs mem0, from the fake server's request log."""
+    from evaluation.locomo import load_locomo
     from extraction.llm import LLMConfig, LLMExtractor
     from extraction.prompt import default_instructions
     from extraction.types import ExtractionRequest, TranscriptMessage
     from store.model import Memory
-    from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     fake = services.fake
@@ -496,8 +496,8 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[1])
-    from worker.testing.mem0_setup import is_mem0_request, mem0_responder
-    from worker.testing.fake_openai import FakeOpenAI, rules_responder
+    from testkit.mem0_setup import is_mem0_request, mem0_responder
+    from testkit.fake_openai import FakeOpenAI, rules_responder
 
     def respond(body):
         return mem0_responder(body) if is_mem0_request(body) else rules_responder(body)
@@ -1038,8 +1038,8 @@ async def mem0_locomo_search(
     memory: Any, conversations: Sequence[Any], loaded: Sequence[Any], ks: Sequence[int]
 ) -> dict[str, Any]:
     """Every question through `search(filters={'user_id': …}, top_k=max(k), threshold=0.0)`, scored
-    the official way (`worker.evaluation.locomo.summarise`), plus how many results mem0 returned."""
-    from worker.evaluation.locomo import QuestionResult, summarise
+    the official way (`evaluation.locomo.summarise`), plus how many results mem0 returned."""
+    from evaluation.locomo import QuestionResult, summarise
 
     results: list[QuestionResult] = []
     returned: list[int] = []
@@ -1071,10 +1071,10 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """LoCoMo recall@k on observations, ours (all retrievers) vs mem0 search (as shipped, and
     with our session settings for pgvector)."""
+    from evaluation import options as evaluate_options
+    from evaluation import runner
+    from evaluation.locomo import load_locomo
     from store.rules.recall import RETRIEVERS
-    from worker.evaluation import options as evaluate_options
-    from worker.evaluation import runner
-    from worker.evaluation.locomo import load_locomo
 
     conversations = load_locomo(locomo)[:max_conversations]
     started = time.perf_counter()
@@ -1206,7 +1206,7 @@ async def run_parts(
     """Run the requested parts in order (tokens, throughput, recall-latency, locomo), merging each
     part into `out` as soon as it is done; a failing part is reported and the next one still runs.
     Returns the report and the failures."""
-    from worker.evaluation.locomo import parse_ks
+    from evaluation.locomo import parse_ks
 
     parts = PARTS if args.part == "all" else (args.part,)
     report: dict[str, Any] = {"machine": machine()}

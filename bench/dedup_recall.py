@@ -37,9 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.populated_reads import DATABASE  # noqa: E402
+from cli.embedded import EmbeddedPostgres  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
 from store.postgres.params import vector_literal  # noqa: E402
-from worker.embedded import EmbeddedPostgres  # noqa: E402
 
 K = 8
 WHERE = (
@@ -119,8 +119,8 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
 
     from pgvector.psycopg import register_vector
 
+    from evaluation.cache import load_vectors
     from extraction.embeddings import LocalEmbedder
-    from worker.evaluation.cache import load_vectors
 
     cache = load_vectors(args.embedding_cache)
     texts = sorted(cache)

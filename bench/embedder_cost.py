@@ -24,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from config import Settings
+from evaluation.locomo import load_locomo
 from extraction.embeddings import build_embedder, close_embedder
-from worker.evaluation.locomo import load_locomo
-from worker.settings import Settings
 
 MODELS = ("all-MiniLM-L6-v2", "multilingual-e5-small-q4")
 

@@ -1,4 +1,4 @@
-"""Facts that change through the worker's pipeline (`worker.evaluation.facts_that_change`).
+"""Facts that change through the worker's pipeline (`testkit.facts_that_change`).
 
 python bench/facts_that_change.py [--store sqlite|postgres] [--json-out FILE]
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.evaluation.facts_that_change import main
+from testkit.facts_that_change import main
 
 if __name__ == "__main__":
     sys.exit(asyncio.run(main()))

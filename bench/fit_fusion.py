@@ -31,11 +31,11 @@ from bench.fusion_knobs import (
     knobs_applied,
 )
 from bench.locomo_dev import STORES, locomo_parser
+from evaluation.locomo import load_locomo, select_split
+from evaluation.options import DEFAULT_EMBEDDING_CACHE, EvalOptions
+from evaluation.runner import run_locomo
 from store.model import Memory
 from store.rules.recall import ScoreFusion, conversation_scores
-from worker.evaluation.locomo import load_locomo, select_split
-from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE, EvalOptions
-from worker.evaluation.runner import run_locomo
 
 NAMES = (*KNOB_FEATURES, "conversation")
 

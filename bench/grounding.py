@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from extraction.grounding import DEFAULT_GROUNDING, PERSONA_GROUNDING, GroundingConfig, grounding
 from extraction.types import TranscriptMessage
 from extraction.validate import MalformedOutputError, parse_output
-from worker.pipeline import grounding_sources
+from worker.planning import grounding_sources
 
 HERE = Path(__file__).resolve().parent
 LABELLED = HERE / "data" / "grounding_labelled.json"

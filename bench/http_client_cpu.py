@@ -2,7 +2,7 @@
 SDK's client, raw replies), on the SDK's aiohttp transport (`openai.DefaultAioHttpClient`, what
 `provider_client` uses) and on its default httpx2 transport.
 
-The fake OpenAI-compatible server (worker/testing/fake_openai.py) runs in its own process, so only the
+The fake OpenAI-compatible server (testkit/fake_openai.py) runs in its own process, so only the
 client's CPU is counted. Each round sends N embeddings requests (3 inputs, base64 reply) with 32
 in flight, once per client, alternating, and reports the client process's CPU per request.
 
@@ -33,7 +33,7 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, sys.argv[1])
-    from worker.testing.fake_openai import FakeOpenAI
+    from testkit.fake_openai import FakeOpenAI
     fake = FakeOpenAI()
     print(fake.start(), flush=True)
     sys.stdin.read()  # until the parent closes our stdin

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.recall_latency import emit_report, percentile, question
+from cli.embedded import EmbeddedPostgres
 from extraction.embeddings import HashingEmbedder
 from store.postgres.store import PostgresMemoryStore
 from store.rules.recall import ScoreFusion
-from worker.embedded import EmbeddedPostgres
 
 
 async def run(url: str, args: argparse.Namespace) -> dict[str, object]:

@@ -33,9 +33,9 @@ from extraction.errors import PmemProviderError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.model import Scope
-from worker.testing.llama_server import LlamaServer, find_llama_server, find_model
+from testkit.llama_server import LlamaServer, find_llama_server, find_model
 
-SAMPLES = Path(__file__).resolve().parents[1] / "worker" / "samples" / "conversations.jsonl"
+SAMPLES = Path(__file__).resolve().parents[1] / "cli" / "samples" / "conversations.jsonl"
 
 
 class RecordingClient(ProviderClient):

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worker.evaluation.options import EvalOptions, local_embedder_available, resolve_embedding_provider
+from evaluation.options import EvalOptions, local_embedder_available, resolve_embedding_provider
 
 STORES = ("postgres", "sqlite")
 

@@ -1,9 +1,9 @@
 """Pipeline throughput: conversations per second of one `pmem worker` process against a fake LLM.
 
 Setup (all real except the LLM): an embedded nats-server and Postgres + pgvector in a temporary
-directory; the fake OpenAI-compatible server (worker/testing/fake_openai.py) in its own process, with
+directory; the fake OpenAI-compatible server (testkit/fake_openai.py) in its own process, with
 300 ms per chat completion and 20 ms per embeddings call; the worker as a subprocess
-(`python -m worker.cli worker`), exactly as deployed. For each concurrency: a fresh database and
+(`python -m cli.main worker`), exactly as deployed. For each concurrency: a fresh database and
 fresh stream/consumer, N events published up front (the backlog), then the worker is started.
 
 Measured:
@@ -64,8 +64,8 @@ import psycopg
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from cli.embedded import EmbeddedNats, EmbeddedPostgres  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
-from worker.embedded import EmbeddedNats, EmbeddedPostgres  # noqa: E402
 from worker.streams import ensure_stream  # noqa: E402
 
 LLM_LATENCY_S = 0.3
@@ -76,7 +76,7 @@ FAKE_SERVER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, sys.argv[1])
-    from worker.testing.fake_openai import FakeOpenAI, persona_learning_responder
+    from testkit.fake_openai import FakeOpenAI, persona_learning_responder
     fake = FakeOpenAI(
         chat_latency_s=float(sys.argv[2]),
         embedding_latency_s=float(sys.argv[3]),
@@ -550,7 +550,7 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-async def run_one(
+async def run_one(  # noqa: PLR0915 - one measured run in order: services, publish, drain, sample, tear down
     *,
     concurrency: int,
     workers: int,
@@ -649,7 +649,7 @@ async def run_one(
                 await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "worker.cli",
+                    "cli.main",
                     "worker",
                     cwd=REPO,
                     env={**env, "PMEM_HTTP_PORT": str(ports[index])},

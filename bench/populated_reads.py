@@ -36,11 +36,11 @@ sys.path.insert(0, str(REPO))
 from sqlalchemy import event  # noqa: E402
 
 from bench.pipeline_throughput import ROWS, make_events, populate  # noqa: E402
+from cli.embedded import EmbeddedPostgres  # noqa: E402
 from extraction.embeddings import HashingEmbedder  # noqa: E402
 from store.migrate import migrate_async  # noqa: E402
 from store.model import NewMemory, OwnerRef  # noqa: E402
 from store.postgres.store import PostgresMemoryStore  # noqa: E402
-from worker.embedded import EmbeddedPostgres  # noqa: E402
 
 DIM = 384
 DATABASE = "populated"

@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import extraction.prompt as prompt_module
+from evaluation.locomo import dialog_text, load_locomo
 from extraction.prompt import default_template, render_prompts
 from extraction.types import ExtractionRequest, Role, TranscriptMessage
 from store.rules.tokens import counter_name
-from worker.evaluation.locomo import dialog_text, load_locomo
 
 
 def sessions(path: Path) -> list[tuple[TranscriptMessage, ...]]:

@@ -17,8 +17,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo_dev import hybrid_options, locomo_parser, write_results
+from evaluation.runner import run_locomo
 from store.rules.recall import ScoreFusion
-from worker.evaluation.runner import run_locomo
 
 _NO_FLOOR = ScoreFusion(vector_floor_rank=None)  # the cosine min-max over all candidates (before 2026-12-01)
 VARIANTS: dict[str, ScoreFusion] = {

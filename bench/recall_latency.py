@@ -42,6 +42,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli.embedded import EmbeddedPostgres
+from config import Settings
 from extraction.embeddings import HashingEmbedder, build_embedder, close_embedder, hashing_vector
 from store.migrate import migrate
 from store.model import RecallQuery, Retriever
@@ -51,8 +53,6 @@ from store.protocols import Embedder
 from store.rules.recall import ScoreFusion
 from store.services.context_recall import ContextRecall, items_in_context
 from store.services.settings_cache import SettingsCache
-from worker.embedded import EmbeddedPostgres
-from worker.settings import Settings
 
 # the first recalls of a measurement warm the pool, the plan cache and shared buffers: not counted
 WARM_UP = 50

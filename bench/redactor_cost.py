@@ -1,6 +1,6 @@
 """The redactor's cost on hostile text, and the worker's throughput on hostile events.
 
-1. Every hostile shape of `worker/testing/hostile_text.py` (each repeats the start of one secret
+1. Every hostile shape of `testkit/hostile_text.py` (each repeats the start of one secret
    pattern, so a scanner that restarts inside its own run or backtracks over it pays
    quadratically) at 4,000 / 20,000 / 100,000 characters, through `admit` (the gate every door
    uses: invisible characters, whitespace fold, secret detection, redaction). CPU time of this
@@ -10,7 +10,7 @@
    call, screening, embeddings, the write) on `--events` events of `--messages` messages of
    `--chars` characters each: hostile (the shapes the gate's review used: `-eyJ` repeated and
    `1 ` repeated, alternating) against benign chat text of the same size. The LLM is the fake
-   OpenAI-compatible server (worker/testing/fake_openai.py, its rule-based responder, no added
+   OpenAI-compatible server (testkit/fake_openai.py, its rule-based responder, no added
    latency), over real HTTP with the real `openai` client; the store is SQLite in a temporary
    directory; embeddings are the hashing embedder. Wall time per event, best of the events
    (sequential, one at a time). Target: hostile within 1.5x of benign.
@@ -29,17 +29,17 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from config import Settings
 from extraction.embeddings import HashingEmbedder
 from extraction.factory import build_extractor
 from store.migrate import migrate_async
 from store.rules.admission import admit
 from store.sqlite.store import SqliteMemoryStore
+from testkit.fake_openai import FakeOpenAI
+from testkit.hostile_text import HOSTILE_SHAPES, benign_text, hostile_text
 from worker.events import ConversationEnded
 from worker.metrics import Metrics
 from worker.pipeline import PipelineDeps, process_event
-from worker.settings import Settings
-from worker.testing.fake_openai import FakeOpenAI
-from worker.testing.hostile_text import HOSTILE_SHAPES, benign_text, hostile_text
 
 SIZES = (4_000, 20_000, 100_000)
 TARGETS_MS = (5.0, 20.0, 100.0)

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from recall_latency import Population, load, question
 
+from cli.embedded import EmbeddedPostgres
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
-from worker.embedded import EmbeddedPostgres
 
 DATABASE = "pmem_rls_bench"
 WARM_UP = 50

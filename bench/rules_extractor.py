@@ -4,9 +4,9 @@ The set (bench/data/first_hour/, written for this project) holds short conversat
 labelled with the facts a careful person would note about the user. `tune.json` is the half rules
 may be tuned on; `held_out.json` was written first and is not read while tuning. Each conversation
 runs through `RulesExtractor` (scopes as the worker allows them: `persona_user` with a persona),
-then through the worker's grounding check (`worker.pipeline.ground_candidates`): what grounding
+then through the worker's grounding check (`worker.planning.ground_candidates`): what grounding
 drops is counted as `ungrounded` (the rules never invent, so it should stay 0) and not scored.
-Matching (`worker.evaluation.labelled_facts`): same scope, same attribute of the key, same
+Matching (`evaluation.labelled_facts`): same scope, same attribute of the key, same
 polarity, and the candidate's value holds the label's salient words.
 
     python bench/rules_extractor.py [--split tune|held_out|both] [--show] [--json [FILE]] [--variant NAME]
@@ -28,10 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extraction.rules import RulesExtractor
-from extraction.types import ExtractionRequest
-from store.model import Scope
-from worker.evaluation.labelled_facts import (
+from evaluation.labelled_facts import (
     CATEGORIES,
     ExtractedFact,
     LabelledConversation,
@@ -39,7 +36,10 @@ from worker.evaluation.labelled_facts import (
     load_conversations,
     score_split,
 )
-from worker.pipeline import ground_candidates
+from extraction.rules import RulesExtractor
+from extraction.types import ExtractionRequest
+from store.model import Scope
+from worker.planning import ground_candidates
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "first_hour"

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fusion_knobs import FusionKnobs, knobs_applied
 from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
+from evaluation.options import DEFAULT_EMBEDDING_CACHE
+from evaluation.runner import run_locomo
 from store.rules.recall import ScoreFusion
-from worker.evaluation.options import DEFAULT_EMBEDDING_CACHE
-from worker.evaluation.runner import run_locomo
 
 LEARNED_SQLITE_DEV = (
     ("vector", 0.831), ("text", 0.7852), ("cosine", 1.0), ("vector_rank", 0.0463), ("text_rank", 0.6075),

@@ -29,16 +29,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo_dev import STORES, hybrid_options, locomo_parser, write_results
-from store.rules.recall import ScoreFusion
-from worker.evaluation.cache import CachingEmbedder, cache_file
-from worker.evaluation.locomo import (
+from evaluation.cache import CachingEmbedder, cache_file
+from evaluation.locomo import (
     OBSERVATION_CONTEXTS,
     QuestionResult,
     load_locomo,
     select_split,
     summarise,
 )
-from worker.evaluation.options import (
+from evaluation.options import (
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_EMBEDDING_CACHE,
@@ -46,8 +45,9 @@ from worker.evaluation.options import (
     DEFAULT_OBSERVATION_CONTEXT,
     DEFAULT_SOURCE_CONTEXT,
 )
-from worker.evaluation.stores import evaluation_store
-from worker.evaluation.units import unit_key_contexts, unit_memories, unit_vectors
+from evaluation.stores import evaluation_store
+from evaluation.units import unit_key_contexts, unit_memories, unit_vectors
+from store.rules.recall import ScoreFusion
 
 _FIELDS = {f.name for f in fields(ScoreFusion)}
 
@@ -92,8 +92,8 @@ async def main(argv: list[str] | None = None) -> int:
         source_context=args.source_context,
         dialog_key_after=args.dialog_key_after,
     )
+    from config import load_settings
     from extraction.embeddings import build_embedder, embedding_identity
-    from worker.settings import load_settings
 
     settings = load_settings(embedding_provider=options.embedding_provider)
     embedder = CachingEmbedder(build_embedder(settings), batch_size=settings.embedding_batch_size)

@@ -34,7 +34,7 @@ from store.model import EmbeddingIdentity
 from store.protocols import Embedder
 
 if TYPE_CHECKING:
-    from worker.settings import Settings
+    from config import Settings
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 HASHING_MODEL = "hashing-v1"  # bump when hashing_vector changes

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from extraction.embeddings import build_embedder
 from extraction.errors import RetryPolicy
-from extraction.typing import Extractor
+from extraction.protocols import Extractor
 
 if TYPE_CHECKING:
-    from worker.settings import Settings
+    from config import Settings
 
 __all__ = ["build_embedder", "build_extractor"]
 

@@ -70,7 +70,7 @@ from extraction.wire import MalformedReplyError, chat_body, parse_chat_reply
 from store.model import Scope
 
 if TYPE_CHECKING:
-    from worker.settings import Settings
+    from config import Settings
 
 __all__ = ["LLMConfig", "LLMExtractor", "is_over_context"]
 

@@ -6,7 +6,7 @@ client's own transport (`client.post(..., cast_to=httpx2.Response)`: its auth, b
 and status-code errors) and parse the raw reply here. The client's typed layer walks every request
 parameter against its TypedDict annotations and builds pydantic models of every reply; skipping
 it more than halves the client's CPU (7.5 → 3.3 ms per chat completion and embeddings pair
-against worker/testing/fake_openai.py).
+against testkit/fake_openai.py).
 """
 
 from __future__ import annotations

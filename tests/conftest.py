@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.embedded import EmbeddedNats, EmbeddedPostgres
-from worker.testing.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
+from cli.embedded import EmbeddedNats, EmbeddedPostgres
+from testkit.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 
 _database_counter = itertools.count()
 

@@ -1,14 +1,18 @@
 """Which top-level directory may import which: tests/ never import bench/ (what both need lives in
-`worker.testing` or `worker.evaluation`), and the service's packages never import `worker.testing`."""
+`testkit` or `evaluation`); nothing shipped imports `testkit`, and the wheel leaves it out;
+`worker/` (the event consumer) imports neither the command line nor the API; `extraction/` imports
+no `worker` module."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICE = ("api", "extraction", "prompts", "store", "worker")
+# every package the wheel ships (pyproject's package list): none may import the test kit
+SHIPPED = ("api", "cli", "config", "evaluation", "extraction", "prompts", "store", "worker")
 
 
 def imported_modules(path: Path) -> Iterator[str]:
@@ -40,8 +44,34 @@ def test_tests_never_import_bench() -> None:
     assert importers(("tests",), "bench") == []
 
 
-def test_the_service_never_imports_the_testing_helpers() -> None:
-    assert importers(SERVICE, "worker.testing", skip=("worker/testing/", "worker/evaluation/")) == []
+def test_nothing_shipped_imports_the_test_kit() -> None:
+    assert importers(SHIPPED, "testkit") == []
+
+
+def test_the_worker_imports_neither_the_command_line_nor_the_api() -> None:
+    assert [hit for banned in ("cli", "api") for hit in importers(("worker",), banned)] == []
+
+
+def test_the_extractor_imports_no_worker_module() -> None:
+    assert importers(("extraction",), "worker") == []
+
+
+def test_the_wheel_leaves_the_test_kit_out() -> None:
+    """setuptools' own package discovery, configured as pyproject says, finds every shipped
+    package and nothing of the test kit."""
+    found = wheel_packages()
+    assert not [name for name in found if name == "testkit" or name.startswith("testkit.")]
+    assert set(SHIPPED) <= set(found)
+
+
+def wheel_packages() -> list[str]:
+    """The packages `pip wheel .` would put in the wheel: pyproject's `packages.find` settings."""
+    from setuptools import find_namespace_packages, find_packages
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    # pyproject's `packages.find` looks for namespace packages too unless told otherwise
+    find = find_namespace_packages if config.get("namespaces", True) else find_packages
+    return find(str(ROOT), include=config.get("include", ("*",)), exclude=config.get("exclude", ()))
 
 
 def test_the_check_sees_an_import(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ nacks, in-progress and publishes use the raw nats-py message and JetStream conte
 This module assembles the worker and runs its lifecycle; the parts live by role:
 `worker.streams` (stream and consumer declaration), `worker.handling` (one delivery, outage
 waits), `worker.publishing` (`memory.extracted` and dead letters), `worker.lifecycle` (signals,
-bounded start-up, stopping helper tasks).
+stopping helper tasks); `worker.startup` builds and starts it within its deadline.
 """
 
 from __future__ import annotations
@@ -55,18 +55,19 @@ from faststream.middlewares import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js.manager import JetStreamManager
 
+from config import Settings
 from extraction.errors import RetryPolicy
-from extraction.typing import Embedder, Extractor
+from extraction.protocols import Embedder, Extractor
 from store.protocols import MemoryStore
+from store.rules.urls import redacted_url
 from store.services.settings_cache import SettingsCache
 from worker.handling import EventHandler, OutageWaits, pause_unless_stopping, whole_message
 from worker.health import HealthServer
-from worker.lifecycle import cancel_and_wait, safe_url
+from worker.lifecycle import cancel_and_wait
 from worker.metrics import Metrics
 from worker.pipeline import PipelineDeps
 from worker.pubacks import PendingPubAcks
 from worker.publishing import PUBLISH_TIMEOUT_S, Publisher
-from worker.settings import Settings
 from worker.streams import consumer_config, declare_consumer, declare_streams
 from worker.tracing import configure_tracing
 
@@ -160,7 +161,7 @@ class Worker:
                 host=self.settings.http_host,
                 port=self.settings.http_port,
             ).start()
-        self._enter(f"connecting to NATS at {safe_url(self.settings.nats_url)}")
+        self._enter(f"connecting to NATS at {redacted_url(self.settings.nats_url)}")
         await self.broker.connect()
         self.publisher.connected()
         jsm = self.broker.connection.jsm()

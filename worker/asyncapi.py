@@ -21,8 +21,8 @@ from typing import Any
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.specification import AsyncAPI
 
+from config import Settings
 from worker.events import DLQ_REASON_HEADER, ConversationEnded, DeadLetter, MemoryExtracted
-from worker.settings import Settings
 
 TITLE = "persona-memory worker"
 VERSION = "1.0.0"

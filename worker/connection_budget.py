@@ -1,5 +1,5 @@
 """The Postgres connection budget: what every process's pool can open together must fit in the
-server's `max_connections` (README, "Connection budget"):
+server's `max_connections` (docs/operations.md, "Connection budget"):
 
     worker replicas × PMEM_DB_POOL_SIZE + API replicas × 20 + 20 per one-off command ≤ max_connections
 
@@ -40,7 +40,7 @@ def budget_warning(claim: PoolClaim, max_connections: int) -> str | None:
     """The one-line warning when `claim` does not fit in `max_connections`, else None."""
     fix = (
         "keep pmem worker replicas × PMEM_DB_POOL_SIZE + pmem serve replicas × 20 ≤ max_connections: "
-        "raise max_connections, or lower the pool or the replicas (README: Connection budget)"
+        "raise max_connections, or lower the pool or the replicas (docs/operations.md: Connection budget)"
     )
     total = claim.pool * claim.replicas
     if total > max_connections:

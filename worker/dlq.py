@@ -1,6 +1,6 @@
 """Dead letters as `pmem dlq` shows and replays them: one message of the DLQ subject read back from
 the output stream (`DlqEntry`, named by its stream sequence), the filters, the summary line, the
-JSON form, and what a replay publishes. Pure; the command (`worker/commands/dlq.py`) reads and
+JSON form, and what a replay publishes. Pure; the command (`cli/commands/dlq.py`) reads and
 writes the stream.
 
 A replay republishes the original body on the events subject with `Nats-Msg-Id: replay:<stream>:<seq>`

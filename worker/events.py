@@ -18,11 +18,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from config import Settings
 from store.model import DirectoryEntry, Scope, UpsertAction
 from store.rules.admission import admit
 from store.rules.directory import directory_entries
 from store.rules.input_errors import describe, json_type
-from worker.settings import Settings
 
 log = logging.getLogger("pmem.worker.events")
 
@@ -62,7 +62,7 @@ class EventMessage(BaseModel):
 
 
 class ConversationEnded(BaseModel):
-    """The `conversation.ended` event (README.md, "Event contract"). Unknown fields are ignored so
+    """The `conversation.ended` event (docs/events.md). Unknown fields are ignored so
     that publishers can add fields without breaking older workers."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)

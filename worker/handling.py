@@ -15,20 +15,15 @@ from typing import Any, TypeVar
 from faststream.nats.message import NatsMessage
 from nats.aio.msg import Msg
 
+from config import Settings
 from extraction.errors import PmemProviderError
 from worker.events import EventLimits, InvalidEvent, parse_event
 from worker.lifecycle import cancel_and_wait
 from worker.logs import event_context
 from worker.metrics import Metrics
-from worker.pipeline import (
-    EventDeadlineExceeded,
-    PipelineDeps,
-    decide_failure,
-    is_database_unavailable,
-    process_event,
-)
+from worker.pipeline import PipelineDeps, process_event
+from worker.planning import EventDeadlineExceeded, decide_failure, is_database_unavailable
 from worker.publishing import Publisher
-from worker.settings import Settings
 from worker.tracing import event_span, span
 
 log = logging.getLogger("pmem.worker")

@@ -1,5 +1,5 @@
-"""The worker process's life: signals in every phase, a start-up bounded by PMEM_STARTUP_TIMEOUT_S,
-and stopping helper tasks without hanging on one that swallows its cancellation."""
+"""The worker process's life: signals in every phase and stopping helper tasks without hanging on
+one that swallows its cancellation (the bounded start-up is `worker.startup`)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,12 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from worker.pipeline import one_line
-from worker.settings import Settings
-from worker.streams import ConfigurationError
-
-if TYPE_CHECKING:
-    from worker.app import Worker
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
 
 log = logging.getLogger("pmem.worker")
 
 T = TypeVar("T")
-
-
-class StartupError(RuntimeError):
-    """The worker could not start (a dependency unreachable, or start-up past its deadline); the
-    message is one line naming what it was doing."""
 
 
 @contextlib.contextmanager
@@ -50,86 +38,6 @@ def signals_set(event: asyncio.Event) -> Iterator[None]:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-
-
-def safe_url(url: str) -> str:
-    """`url` without user info (a password in a NATS or Postgres URL never reaches a log line)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, tail = rest.partition("/")
-    host = authority.rsplit("@", 1)[-1]
-    return f"{scheme}://{host}{slash}{tail.split('?', 1)[0]}"
-
-
-async def start_bounded(
-    settings: Settings,
-    stop: asyncio.Event,
-    *,
-    migrate_first: bool = False,
-    build: Callable[[Settings], Awaitable[Worker]] | None = None,
-) -> Worker | None:
-    """Open the store, build and start the worker within PMEM_STARTUP_TIMEOUT_S. Returns None when
-    `stop` was set first (a signal during start-up); raises `StartupError` (one line: the step and
-    why) when a step fails or the deadline passes. Whatever was opened is closed on the way out."""
-    phase = f"opening the database {safe_url(settings.database_url)}"
-    worker: Worker | None = None
-    log.info("start-up: %s", phase)
-
-    async def steps() -> Worker:
-        nonlocal phase, worker
-        if migrate_first:
-            from store.migrate import migrate_async
-
-            phase = f"migrating the database {safe_url(settings.database_url)}"
-            from extraction.embeddings import embedding_identity
-
-            report = await migrate_async(
-                settings.database_url, settings.embedding_dim, embedding=embedding_identity(settings)
-            )
-            log.info("schema ready: %s", report)
-            phase = f"opening the database {safe_url(settings.database_url)}"
-        if build is None:
-            from worker.app import build_worker as build_default
-
-            worker = await build_default(settings)
-        else:
-            worker = await build(settings)
-        await worker.start()
-        return worker
-
-    def doing() -> str:
-        return worker.phase if worker is not None else phase
-
-    task = asyncio.create_task(steps())
-    stopped = asyncio.create_task(stop.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {task, stopped}, timeout=settings.startup_timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        stopped.cancel()
-    if task in done:
-        exc = task.exception()
-        if exc is None:
-            return task.result()
-        if worker is not None:
-            await worker.close()
-        from store.migrate import SchemaError
-
-        if isinstance(exc, ConfigurationError | StartupError | SchemaError):
-            raise exc
-        raise StartupError(f"start-up failed while {doing()}: {one_line(exc)}") from exc
-    what = doing()
-    await cancel_and_wait(task, what=f"start-up ({what})")
-    if worker is not None:
-        await worker.close()
-    if stop.is_set():
-        log.info("signal received during start-up (%s): exiting", what)
-        return None
-    raise StartupError(
-        f"start-up did not finish within PMEM_STARTUP_TIMEOUT_S={settings.startup_timeout_s:g}s while {what}"
-    )
 
 
 # How long stopping waits for a cancelled helper task (the consumer watch, an event's in-progress

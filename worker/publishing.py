@@ -20,6 +20,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
+from config import Settings
 from worker.events import (
     DLQ_REASON_HEADER,
     ConversationEnded,
@@ -28,9 +29,9 @@ from worker.events import (
     MemoryExtracted,
 )
 from worker.metrics import Metrics
-from worker.pipeline import Written, one_line
+from worker.pipeline import Written
+from worker.planning import exception_line
 from worker.pubacks import PendingPubAcks
-from worker.settings import Settings
 from worker.streams import consumer_max_deliver
 from worker.tracing import traced
 
@@ -51,9 +52,9 @@ def dlq_record_limit(max_payload: int) -> int:
 
 def dlq_headers(*, reason: str, label: str, msg_id: str) -> dict[str, str]:
     """Headers of a DLQ message: reason (one line, bounded), label, and a Nats-Msg-Id for dedup."""
-    one_line = " ".join(reason.split())
+    exception_line = " ".join(reason.split())
     return {
-        DLQ_REASON_HEADER: one_line[:1000],
+        DLQ_REASON_HEADER: exception_line[:1000],
         "Pmem-Dlq-Label": label,
         "Nats-Msg-Id": msg_id,
         "Content-Type": "application/json",
@@ -164,7 +165,7 @@ class Publisher:
                     "(delivery %d of at most %d)",
                     s.dlq_subject,
                     attempt,
-                    one_line(exc),
+                    exception_line(exc),
                     meta.num_delivered or 1,
                     consumer_max_deliver(s),
                 )

@@ -13,7 +13,7 @@ from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.manager import JetStreamManager
 
-from worker.settings import Settings
+from config import Settings
 
 log = logging.getLogger("pmem.worker")
 

@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.model import (
+    DedupRule,
     EventWrite,
     Memory,
     Neighbour,
@@ -31,10 +32,22 @@ from store.model import (
 )
 from store.rules.recall import TermStats
 
-if TYPE_CHECKING:
-    from store.core.writes import EventBatch
-
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventBatch:
+    """One event's write as `write_event` hands it on: the memories with their embeddings, how to
+    dedup them, and the event's conversation turns."""
+
+    event_id: uuid.UUID
+    memories: Sequence[NewMemory]
+    embeddings: Sequence[list[float]]
+    actor: str
+    dedup: DedupRule | None
+    neighbours: int
+    turns: Sequence[NewTurn] = ()
+    body_sha256: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -214,10 +214,6 @@ class StoreBase:
     _memory = staticmethod(memory_from_row)
     _revision = staticmethod(revision_from_row)
 
-    def _owner_clause(self, owners: Sequence[OwnerRef], table: Any = None) -> ColumnElement[bool]:
-        """SQL for "belongs to one of these owners"; an empty list matches nothing."""
-        return owner_clause(self._schema.memories if table is None else table, owners)
-
     def _about_user(self, user_id: uuid.UUID) -> ColumnElement[bool]:
         """Memories about one person: their `user` scope and their `persona_user` rows."""
         m = self._schema.memories

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 
 from store.core.base import StoreBase
 from store.model import DirectoryEntry, DirectoryKind
@@ -61,9 +61,3 @@ class DirectoryNames(StoreBase):
                 )
             ).all()
         return [DirectoryEntry(kind=kind, id=row.id, name=row.name) for row in rows]
-
-    async def forget_name(self, kind: DirectoryKind, item_id: uuid.UUID) -> None:
-        """Remove one id's name."""
-        d = self._schema.directory
-        async with self._backend.transaction() as conn:
-            await conn.execute(delete(d).where(d.c.kind == kind, d.c.id == item_id))

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Select, select, update
 
-from store.core.base import StoreBase, change_audit_values, replica_read
+from store.core.base import StoreBase, change_audit_values, owner_clause, replica_read
 from store.model import AuditAction, Memory
 from store.rules.policy import check_may_decide
 from store.rules.recall import resolve_scopes
@@ -50,7 +50,7 @@ class PinnedFacts(StoreBase):
             .where(
                 m.c.pinned == True,  # noqa: E712 -- the partial index's own predicate, as SQL spells it
                 m.c.status == "active",
-                self._owner_clause(resolve_scopes(user_id, persona_id)),
+                owner_clause(m, resolve_scopes(user_id, persona_id)),
                 self._team_clause(team_id),
             )
             .order_by(m.c.updated_at.desc(), m.c.id)

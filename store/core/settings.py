@@ -46,12 +46,6 @@ class SettingsRows(StoreBase):
 
     # -- settings -------------------------------------------------------------------------------
 
-    async def settings_rows(
-        self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None
-    ) -> list[dict[str, Any]]:
-        """The global, team and persona rows that apply, least specific first."""
-        return await rows_that_apply(self, team_id, persona_id)
-
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         """Effective settings: defaults, then global, team and persona rows (most specific wins)."""
         return await effective_settings(self, team_id, persona_id)

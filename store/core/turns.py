@@ -121,12 +121,6 @@ class ConversationTurns(StoreBase):
     def _turn_columns(self) -> list[Any]:
         return turn_columns(self._schema.turns)
 
-    def _in_turn_context(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None
-    ) -> list[ColumnElement[bool]]:
-        """SQL for "said in this context" (`turn_context`)."""
-        return turn_context(self._schema.turns, self._backend.nil(), user_id, persona_id, team_id)
-
     @replica_read
     async def recall_turns(
         self,
@@ -258,8 +252,3 @@ class ConversationTurns(StoreBase):
     async def export_turns(self, user_id: uuid.UUID) -> tuple[Turn, ...]:
         """Every stored turn of this user, oldest first (for the export)."""
         return await user_turns(self, user_id)
-
-    async def expire_turns(self, *, now: datetime, batch: int = 5000) -> int:
-        """Erase turns said more than `history_days` before `now` (per team and persona settings),
-        in batches; how many were erased."""
-        return await expire_old_turns(self, now=now, batch=batch)

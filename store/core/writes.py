@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.core.backend import EventBatch
 from store.core.base import AuditRows, StoreBase, audit_values, change_audit_values
 from store.core.turns import insert_turns
 from store.errors import StoreConflict, StoreError
@@ -48,21 +49,6 @@ log = logging.getLogger("pmem.store.writes")
 
 # immediate retries of a transaction that hit a deadlock or a serialisation failure
 CONFLICT_RETRIES = 3
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class EventBatch:
-    """One event's write as `write_event` hands it on: the memories with their embeddings, how to
-    dedup them, and the event's conversation turns."""
-
-    event_id: uuid.UUID
-    memories: Sequence[NewMemory]
-    embeddings: Sequence[list[float]]
-    actor: str
-    dedup: DedupRule | None
-    neighbours: int
-    turns: Sequence[NewTurn] = ()
-    body_sha256: str | None = None
 
 
 def key_identity(memory: NewMemory | Memory) -> tuple[Any, ...]:

@@ -32,10 +32,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.backend import TurnRecall
+from store.core.backend import EventBatch, TurnRecall
 from store.core.rows import memory_from_row, turn_from_row
 from store.core.schema import Schema
-from store.core.writes import EventBatch
 from store.errors import StoreConflict, StoreUnavailable, translating_errors
 from store.migrate import (
     EmbeddingDimensionMismatch,

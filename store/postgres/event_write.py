@@ -39,11 +39,11 @@ from psycopg import AsyncCursor
 from psycopg.errors import UniqueViolation
 from psycopg.rows import dict_row
 
+from store.core.backend import EventBatch
 from store.core.base import AuditRows, change_audit_values
 from store.core.rows import memory_from_row, revision_from_row
 from store.core.schema import Schema
 from store.core.writes import (
-    EventBatch,
     apply_dedup,
     key_identity,
     occurrence_rounds,

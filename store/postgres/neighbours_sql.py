@@ -140,7 +140,7 @@ def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, A
     return " UNION ALL ".join(parts), params
 
 
-def neighbours_statement(
+def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by clause, in the order it reads
     memories: Sequence[NewMemory],
     vectors: Sequence[Float4Array],
     k: int,

@@ -1,6 +1,6 @@
 """A memory's evidence (pure): the messages it comes from as `role: text` lines, one a message, each
 message's text on one line and cut at `EVIDENCE_MESSAGE_CHARS` (the worker writes them,
-`worker.pipeline.resolve_evidence`; the hint quotes them, recall and forgetting match turns by
+`worker.planning.resolve_evidence`; the hint quotes them, recall and forgetting match turns by
 them)."""
 
 from __future__ import annotations

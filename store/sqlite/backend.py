@@ -72,7 +72,7 @@ from store.sqlite.schema import SQLITE
 from store.sqlite.turn_ranking import TurnWindow, turn_window, window_scores, window_term_stats
 
 if TYPE_CHECKING:
-    from store.core.writes import EventBatch
+    from store.core.backend import EventBatch
 
 T = TypeVar("T")
 

@@ -128,16 +128,6 @@ def window_scores(
     return scores
 
 
-def window_rankings(
-    window: TurnWindow, query: str, query_vector: Sequence[float], k: int
-) -> dict[str, list[uuid.UUID]]:
-    """The window's `vector` (cosine) and `text` (BM25) rankings for a query, each its best `k`."""
-    return {
-        name: sorted(found, key=lambda tid: (-found[tid], str(tid)))
-        for name, found in window_scores(window, query, query_vector, k).items()
-    }
-
-
 def bm25_ranking(query: str, texts: Mapping[uuid.UUID, str], k: int) -> list[uuid.UUID]:
     """Ids of the `k` texts best matching the query's informative words (BM25 over these texts
     alone, binary term frequency), best first; texts matching none are left out."""

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import httpx
 
+from cli.embedded import free_port
 from store.migrate import migrate
 from tests.api.conftest import SECRET
-from worker.embedded import free_port
 
-PMEM = [sys.executable, "-m", "worker.cli"]
+PMEM = [sys.executable, "-m", "cli.main"]
 DIM = 384
 
 

@@ -15,12 +15,12 @@ import pytest
 
 from api.app import create_app
 from api.auth import mint_jwt
+from cli.main import main
 from extraction.embeddings import HashingEmbedder
 from store.model import NewMemory
 from store.services.tools import MEMORY_VIEW_FIELDS, memory_view
 from store.sqlite.store import SqliteMemoryStore
 from tests.api.conftest import AUTH, DIM, SECRET, TEAM_A
-from worker.cli import main
 
 
 async def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:

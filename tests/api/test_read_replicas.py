@@ -19,12 +19,12 @@ import pytest
 from api.app import create_app
 from api.auth import AuthConfig, mint_jwt
 from api.read_routing import COOKIE
+from cli.embedded import EmbeddedPostgres
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
+from testkit.pg_replica import StreamingReplica
 from tests.factories import user_fact
-from worker.embedded import EmbeddedPostgres
-from worker.testing.pg_replica import StreamingReplica
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"
 AUTH = AuthConfig(jwt_secret=SECRET)
@@ -203,7 +203,7 @@ async def test_a_stopped_replica_falls_back_to_the_primary(
 def test_read_replicas_are_refused_with_sqlite() -> None:
     from pydantic import ValidationError
 
-    from worker.settings import Settings
+    from config import Settings
 
     with pytest.raises(ValidationError, match="SQLite"):
         Settings(database_url="sqlite:///x.db", database_read_url="postgresql://r@replica/db")

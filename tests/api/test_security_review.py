@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from api.auth import mint_jwt
+from cli.embedded import free_port
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.model import NewMemory
@@ -32,7 +33,6 @@ from store.postgres.store import PostgresMemoryStore
 from store.rules.keys import is_invisible
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
-from worker.embedded import free_port
 
 MAX_BODY = 20_000
 STATEMENT_TIMEOUT_S = 2

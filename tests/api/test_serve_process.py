@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.embedded import free_port
 from store.migrate import migrate
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
 from tests.factories import user_fact
-from worker.embedded import free_port
 
 
 @pytest.fixture

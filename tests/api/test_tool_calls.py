@@ -10,7 +10,7 @@ import pytest
 from api.errors import BadInput, Forbidden
 from api.principal import Principal
 from api.tool_calls import ToolSubject, tool_subject
-from api.ui_core import Names, group_my_memories
+from api.ui.core import Names, group_my_memories
 from store.rules.directory import MAX_NAME_CHARS, clean_name, directory_entries
 from worker.events import ConversationEnded, EventLimits, event_names, parse_event
 

@@ -17,7 +17,7 @@ from typing import IO
 
 import httpx
 
-from worker.embedded import free_port, stop_process
+from cli.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def worker_process(env: dict[str, str], log: int | IO[str] = subprocess.PIPE) ->
     a process read to its end; a long-lived one logs to a file, as a pipe nobody reads would block
     it, event loop included, once the log outgrows the pipe's buffer)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "cli.main", "worker"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

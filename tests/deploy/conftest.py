@@ -9,4 +9,5 @@ import pytest
 
 @pytest.fixture
 def readme() -> Path:
-    return Path(__file__).resolve().parents[2] / "README.md"
+    """The operators' page (docs/operations.md): deployment, sizing, the connection budget, metrics."""
+    return Path(__file__).resolve().parents[2] / "docs" / "operations.md"

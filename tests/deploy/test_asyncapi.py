@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from config import Settings
 from tests.deploy.deploy_files import DEPLOY
 from worker.app import Worker
 from worker.asyncapi import asyncapi_document, render
-from worker.settings import Settings
 
 COMMITTED = DEPLOY / "asyncapi.json"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from config import Settings
 from tests.deploy.deploy_files import (
     DASHBOARDS,
     DEPLOY,
@@ -18,7 +19,6 @@ from tests.deploy.deploy_files import (
     exported_series_names,
     metric_names_in,
 )
-from worker.settings import Settings
 
 ENV_NAME = re.compile(r"\bPMEM_[A-Z0-9_]+\b")
 

@@ -17,9 +17,9 @@ from typing import Any
 import nats
 import pytest
 
+from cli.embedded import _wait_for_port, free_port, nats_server_binary
+from config import load_settings
 from tests.deploy.deploy_files import find_object
-from worker.embedded import _wait_for_port, free_port, nats_server_binary
-from worker.settings import load_settings
 from worker.streams import consumer_config, ensure_stream
 
 

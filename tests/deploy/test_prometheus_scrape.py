@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
+from cli.embedded import EmbeddedNats, free_port, stop_process
+from testkit.fake_openai import FakeOpenAI, Reply
 from tests.deploy.deploy_files import dashboard_queries, prometheus_tool
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import base_settings, conversation
-from worker.embedded import EmbeddedNats, free_port, stop_process
-from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def running_pmem(args: list[str], env: Mapping[str, str], *, port: int, logs: Pa
     answers 200."""
     address = f"127.0.0.1:{port}"
     with running(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         name=f"pmem {' '.join(args)}",
         ready_url=f"http://{address}/readyz",
         logs=logs,
@@ -164,7 +164,7 @@ def test_every_dashboard_query_returns_a_series_from_a_real_scrape(
     }
     # migrated with the worker's own settings (the schema records the embedding model)
     subprocess.run(
-        [sys.executable, "-m", "worker.cli", "migrate"],
+        [sys.executable, "-m", "cli.main", "migrate"],
         env={**os.environ, **env},
         check=True,
         capture_output=True,

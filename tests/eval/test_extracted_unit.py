@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import main
-from worker.evaluation.extracted import session_events, usage_summary, without_evidence_recall
-from worker.evaluation.locomo import load_locomo
+from cli.main import main
+from evaluation.extracted import session_events, usage_summary, without_evidence_recall
+from evaluation.locomo import load_locomo
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 

@@ -1,4 +1,4 @@
-"""Facts that change across sessions (worker/evaluation/data/facts_that_change.json): every case
+"""Facts that change across sessions (testkit/data/facts_that_change.json): every case
 driven through the worker's pipeline with scripted LLM output must end with a pending revision of
 the reviewed memory, the current value recalled first once approved, and the old value only in the
 audit history."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from store.sqlite.store import SqliteMemoryStore
-from worker.evaluation.facts_that_change import default_embedder, load_cases, report, run_all
+from testkit.facts_that_change import default_embedder, load_cases, report, run_all
 
 
 def test_the_fixture_has_at_least_30_cases_each_changing_one_fact() -> None:

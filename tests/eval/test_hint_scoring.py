@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worker.evaluation.chat_scenarios import load_scenarios, restating_texts
-from worker.evaluation.hint_scoring import evidence_in_hint, hint_faults, score_probe
+from evaluation.chat_scenarios import load_scenarios, restating_texts
+from evaluation.hint_scoring import evidence_in_hint, hint_faults, score_probe
 
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data" / "chat_scenarios"
 
@@ -86,8 +86,8 @@ def test_evidence_counts_by_turn_text_or_a_quoting_fact() -> None:
 def test_budgets_parse_and_name_the_rows() -> None:
     import pytest
 
-    from worker.evaluation.hint_run import row_names
-    from worker.evaluation.options import parse_budgets
+    from evaluation.hint_run import row_names
+    from evaluation.options import parse_budgets
 
     assert parse_budgets("2000, 500,1000,500") == (500, 1000, 2000)
     with pytest.raises(ValueError, match="--budget"):

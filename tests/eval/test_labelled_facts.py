@@ -1,4 +1,4 @@
-"""Scoring an extractor against labelled conversations (worker/evaluation/labelled_facts.py): the
+"""Scoring an extractor against labelled conversations (evaluation/labelled_facts.py): the
 attribute a key names, polarity, salient words, and recall/precision on a tiny set."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from extraction.types import TranscriptMessage
-from worker.evaluation.labelled_facts import (
+from evaluation.labelled_facts import (
     CATEGORIES,
     ExtractedFact,
     LabelledConversation,
@@ -21,6 +20,7 @@ from worker.evaluation.labelled_facts import (
     salient_words,
     score_split,
 )
+from extraction.types import TranscriptMessage
 
 FIRST_HOUR = Path(__file__).resolve().parents[2] / "bench" / "data" / "first_hour"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.evaluation.locomo import (
+from evaluation.locomo import (
     CATEGORY_NAMES,
     LocomoFormatError,
     QuestionResult,

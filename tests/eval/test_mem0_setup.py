@@ -1,4 +1,4 @@
-"""The pure parts of worker/testing/mem0_setup.py (mem0 itself is a bench-only dependency and not
+"""The pure parts of testkit/mem0_setup.py (mem0 itself is a bench-only dependency and not
 imported)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worker.testing.mem0_setup import is_mem0_request, mem0_config, mem0_responder
+from testkit.mem0_setup import is_mem0_request, mem0_config, mem0_responder
 
 
 def _mem0_body(new_messages: str) -> dict[str, object]:

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from extraction.types import Candidate, ExtractionResult
-from tests.factories import past_turn
-from worker.cli import build_parser, main
-from worker.commands.evaluate import options_from_args
-from worker.evaluation.extracted import session_events
-from worker.evaluation.locomo import load_locomo
-from worker.evaluation.options import parse_includes
-from worker.evaluation.product import (
+from cli.commands.evaluate import options_from_args
+from cli.main import build_parser, main
+from evaluation.extracted import session_events
+from evaluation.locomo import load_locomo
+from evaluation.options import parse_includes
+from evaluation.product import (
     Quote,
     Recalled,
     SessionIndex,
@@ -28,7 +26,9 @@ from worker.evaluation.product import (
     question_result,
     session_index,
 )
-from worker.evaluation.product_run import WithoutEvidence
+from evaluation.product_run import WithoutEvidence
+from extraction.types import Candidate, ExtractionResult
+from tests.factories import past_turn
 
 FIXTURE = Path(__file__).parent / "locomo_tiny.json"
 SESSION_1 = uuid.uuid4()
@@ -207,8 +207,8 @@ async def test_the_no_evidence_ablation_drops_only_the_evidence_numbers() -> Non
 def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_speakers() -> None:
     from datetime import UTC, datetime
 
+    from evaluation.product_run import recalled_of
     from store.model import RecallItem
-    from worker.evaluation.product_run import recalled_of
 
     said = past_turn(
         "Madeira, twice!",
@@ -227,9 +227,9 @@ def test_a_recalled_turn_reads_as_the_hint_shows_it_and_the_events_name_the_spea
 
 
 async def test_the_reference_extractor_answers_each_session_with_its_speakers_observations() -> None:
+    from evaluation.reference import ReferenceExtractor, observation_key
     from extraction.types import ExtractionRequest, TranscriptMessage
-    from worker.evaluation.reference import ReferenceExtractor, observation_key
-    from worker.pipeline import transcript
+    from worker.planning import transcript
 
     conversation = load_locomo(FIXTURE)[0]
     extractor = ReferenceExtractor([conversation])

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from api.auth import mint_jwt
+from cli.embedded import EmbeddedNats
+from testkit.fake_openai import FakeOpenAI
 from tests.api.conftest import SECRET
 from tests.api.serve_harness import Served, served_process
 from tests.api.worker_harness import WorkerNames, running_worker
 from tests.fakes.fixtures import fake_openai  # noqa: F401
-from worker.embedded import EmbeddedNats
-from worker.testing.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_EXAMPLES = REPO / "examples" / "node"

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 
 from api.auth import mint_jwt
+from cli.commands.demo_integration import parse_export_line
+from cli.embedded import free_port
 from store.services.tools import TOOL_NAMES
-from worker.commands.demo_integration import parse_export_line
-from worker.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def printed_commands(printed: str) -> dict[str, str]:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     home = tmp_path_factory.mktemp("demo")
     process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "demo", "--keep-running"],
+        [sys.executable, "-m", "cli.main", "demo", "--keep-running"],
         cwd=home,  # the default data directory, .pmem/demo, under it
         env={
             **clean_env(),

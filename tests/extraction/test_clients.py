@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from extraction.clients import ProviderClient, provider_client
-from worker.testing.fake_openai import FakeOpenAI, Reply
+from testkit.fake_openai import FakeOpenAI, Reply
 
 
 def client_for(fake: FakeOpenAI, *, key: str = "k", timeout_s: float = 5.0) -> ProviderClient:

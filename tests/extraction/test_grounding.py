@@ -129,7 +129,7 @@ def _sample_conversations() -> list[tuple[TranscriptMessage, ...]]:
     """The demo's conversations, and the user lines of the tests' events and rules examples."""
     out = []
     for name in ("conversations.jsonl", "followups.jsonl"):
-        for line in (REPO / "worker" / "samples" / name).read_text(encoding="utf-8").splitlines():
+        for line in (REPO / "cli" / "samples" / name).read_text(encoding="utf-8").splitlines():
             if line.strip():
                 messages = json.loads(line)["messages"]
                 out.append(tuple(TranscriptMessage(role=m["role"], content=m["content"]) for m in messages))

@@ -19,7 +19,7 @@ from extraction.errors import (
 from extraction.llm import LLMConfig, LLMExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
 from store.model import Scope
-from worker.testing.fake_openai import FakeOpenAI, Reply
+from testkit.fake_openai import FakeOpenAI, Reply
 
 TRANSCRIPT = (
     TranscriptMessage(role="user", content="Hi! My name is Ann and I live in Lyon."),

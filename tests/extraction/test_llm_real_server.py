@@ -19,9 +19,9 @@ from extraction.errors import PermanentExtractionError, RetryPolicy
 from extraction.llm import LLMConfig, LLMExtractor, is_over_context
 from extraction.types import ExtractionRequest, ExtractionResult, TranscriptMessage
 from extraction.validate import DEFAULT_LIMITS, output_json_schema
-from worker.testing.llama_server import LlamaServer
+from testkit.llama_server import LlamaServer
 
-SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples" / "conversations.jsonl"
+SAMPLES = Path(__file__).resolve().parents[2] / "cli" / "samples" / "conversations.jsonl"
 RETRY = RetryPolicy(max_retries=2, wait_initial_s=0.05, wait_max_s=0.2, retry_after_cap_s=1.0)
 # how long a starting server may take to load its model (LlamaServer.start waits as long)
 LOAD_DEADLINE_S = 120.0

@@ -10,10 +10,10 @@ import importlib.util
 
 import pytest
 
+from config import Settings
 from extraction.dedup import cosine
 from extraction.embeddings import LocalEmbedder, build_embedder
 from extraction.errors import PermanentEmbeddingError
-from worker.settings import Settings
 
 HAS_LOCAL = (
     importlib.util.find_spec("sentence_transformers") is not None

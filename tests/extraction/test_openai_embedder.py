@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from config import Settings
 from extraction.embeddings import (
     HashingEmbedder,
     OpenAIEmbedder,
@@ -18,8 +19,7 @@ from extraction.embeddings import (
     supports_dimensions,
 )
 from extraction.errors import PermanentEmbeddingError, RetryPolicy, TransientEmbeddingError
-from worker.settings import Settings
-from worker.testing.fake_openai import FakeOpenAI, Reply
+from testkit.fake_openai import FakeOpenAI, Reply
 
 
 def embedder(fake: FakeOpenAI, retry: RetryPolicy, **overrides: Any) -> OpenAIEmbedder:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.testing.fake_openai import FakeOpenAI
+from testkit.fake_openai import FakeOpenAI
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from worker.embedded import free_port, stop_process
+from cli.embedded import free_port, stop_process
 
 START_TIMEOUT_S = 60.0  # loading the 4-bit model takes about a second on a quiet machine
 REQUIRE_ENV = "PMEM_REQUIRE_REAL_EMBEDDER"

@@ -12,7 +12,7 @@ from typing import Any
 from extraction.types import Candidate
 from tests.store.store_testkit import Store
 from worker.events import ConversationEnded
-from worker.pipeline import (
+from worker.planning import (
     build_row,
     embedding_batch,
     plan_turns,

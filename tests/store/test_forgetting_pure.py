@@ -13,7 +13,7 @@ from store.rules.evidence import evidence_lines
 from store.rules.forgetting import StoredTurn, cites, readings, reread_beside, without_lines
 from tests.store.as_the_worker import SAID as SAID_AT
 from tests.store.as_the_worker import event_of
-from worker.pipeline import plan_turns, redacted_texts, resolve_evidence, split_embeddings
+from worker.planning import plan_turns, redacted_texts, resolve_evidence, split_embeddings
 
 LONG = "word " * 200 + "\n\n  spaced    out   " + "x" * 900
 SAID = [

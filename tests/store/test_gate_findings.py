@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from store.model import NewTurn
 from store.rules.admission import admit, admit_memory, admit_turns, has_content, secret_key_refusal
 from store.rules.secrets import redact
+from testkit.hostile_text import HOSTILE_SHAPES, benign_text, hostile_text
 from tests.factories import user_fact
-from worker.testing.hostile_text import HOSTILE_SHAPES, benign_text, hostile_text
 
 # ordinary chat text of this size costs a few ms; the slowest hostile shape about 40 ms on a busy
 # two-core machine (CPU time, the best of three: other processes' load is not the scanner's cost)

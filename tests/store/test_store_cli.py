@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from cli.main import main
 from extraction.embeddings import HashingEmbedder
 from store.postgres.store import PostgresMemoryStore
 from tests.store.store_testkit import mem
-from worker.cli import main
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from store.rules.evidence import quoted_text as as_evidence_text
 from tests.store.as_the_worker import event_of, write_as_the_worker
 from tests.store.store_testkit import Store
 from tests.store.test_store_turns import holding
-from worker.pipeline import embedding_batch, plan_turns, split_embeddings
+from worker.planning import embedding_batch, plan_turns, split_embeddings
 
 TEAM = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
 OTHER_TEAM = uuid.UUID("bbbbbbbb-0000-4000-8000-000000000002")

@@ -102,7 +102,7 @@ async def test_the_deployment_min_confidence_is_the_default_under_global_team_an
 
 
 def test_pmem_min_confidence_reaches_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.settings import load_settings
+    from config import load_settings
 
     monkeypatch.setenv("PMEM_MIN_CONFIDENCE", "0.9")
     monkeypatch.setenv("PMEM_RETENTION_PENDING_DAYS", "7")

@@ -21,7 +21,7 @@ import httpx
 import jwt
 import psycopg
 
-from worker.embedded import free_port, stop_process
+from cli.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "ui-test-secret-" + "x" * 32
@@ -189,7 +189,7 @@ def serving(database_url: str) -> Iterator[str]:
     log = logs / f"ui-serve-{port}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
             cwd=REPO,
             env=env,
             stdout=out,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from cli.commands.demo_ui import ScriptedFact, ScriptedPersonaLearner
 from extraction.rules import RulesExtractor
 from extraction.types import ExtractionRequest, TranscriptMessage
-from worker.commands.demo_ui import ScriptedFact, ScriptedPersonaLearner
 
 SCRIPT = (ScriptedFact("without peanuts", "allergy-aware cooking", "Checks recipes for peanuts", 0.8),)
 CHAT = (

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from cli.embedded import free_port
 from tests.ui.harness import REPO
-from worker.embedded import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
         [
             sys.executable,
             "-m",
-            "worker.cli",
+            "cli.main",
             "demo",
             "--data-dir",
             str(tmp_path / "demo"),

@@ -1,4 +1,4 @@
-"""The web UI's pure decisions (api/ui_core.py): sessions, CSRF, navigation, parsing, view models."""
+"""The web UI's pure decisions (api/ui/core.py): sessions, CSRF, navigation, parsing, view models."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from api import ui_core as core
+from api.ui import core
 
 TEAM = uuid.UUID("6d43c50b-3849-56d1-93dd-b57a6f867071")
 

@@ -16,11 +16,11 @@ import httpx
 import psycopg
 import pytest
 
+from cli.embedded import EmbeddedNats
 from store.migrate import migrate
 from tests.api.worker_harness import WorkerNames, running_worker, wait_until
 from tests.ui import harness as h
 from tests.ui.browser import HOW_TO_INSTALL
-from worker.embedded import EmbeddedNats
 
 expect = pytest.importorskip("playwright.sync_api", reason=HOW_TO_INSTALL).expect
 

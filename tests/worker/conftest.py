@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
+from cli.embedded import EmbeddedNats
 from store.migrate import migrate_async
+from testkit.fake_openai import FakeOpenAI
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (fixture)
 from tests.worker.worker_harness import Harness
-from worker.embedded import EmbeddedNats
-from worker.testing.fake_openai import FakeOpenAI
 
 
 @pytest.fixture

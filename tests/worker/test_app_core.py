@@ -11,6 +11,7 @@ import threading
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from config import load_settings
 from tests.worker.worker_harness import http_get
 from worker.events import DLQ_REASON_HEADER
 from worker.handling import heartbeat_interval
@@ -18,7 +19,6 @@ from worker.health import HealthServer
 from worker.logs import JsonFormatter, event_context
 from worker.metrics import Metrics
 from worker.publishing import dlq_headers
-from worker.settings import load_settings
 from worker.streams import _covered, consumer_config, consumer_config_diff
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.commands.errors import EXIT_UNREACHABLE
+from cli.commands.errors import EXIT_UNREACHABLE
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "7a1c0000-0000-4000-8000-000000000000"
@@ -69,7 +69,7 @@ def pmem(command: list[str], database_url: str) -> tuple[subprocess.CompletedPro
     }
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", *command],
+        [sys.executable, "-m", "cli.main", *command],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""Every row of the README's troubleshooting table: the mistake, run as a user would (a `pmem`
+"""Every row of the troubleshooting table (docs/operations.md): the mistake, run as a user would (a `pmem`
 process), gives exactly one line on stderr naming the variable or flag and the fix, the documented
 exit code, and never the password or key that was configured."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from worker.commands.errors import (
+from cli.commands.errors import (
     EXIT_CONFIGURATION,
     EXIT_UNREACHABLE,
     describe,
@@ -21,7 +21,7 @@ from worker.commands.errors import (
     redact,
     secrets_in,
 )
-from worker.settings import Settings
+from config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-pw"
@@ -33,7 +33,7 @@ USER = "7a1c0000-0000-4000-8000-000000000000"
 def pmem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=REPO,
         env={**base, "PMEM_LLM_API_KEY": KEY, **env},
         capture_output=True,
@@ -55,7 +55,7 @@ def test_a_bad_pmem_value_names_the_variable_not_the_field() -> None:
     result = pmem("migrate", PMEM_CONCURRENCY="many")
     assert single_line(result) == (
         'pmem migrate: PMEM_CONCURRENCY: expected a whole number, got "many". Fix the value or unset the '
-        "variable to use the default (README: Configuration)"
+        "variable to use the default (docs/configuration.md)"
     )
     assert result.returncode == EXIT_CONFIGURATION
 
@@ -89,7 +89,7 @@ def test_an_unreachable_database_is_one_line_naming_pmem_database_url(args: list
 
 def test_an_unreachable_nats_is_one_line_naming_pmem_nats_url() -> None:
     result = pmem(
-        "publish", str(REPO / "worker/samples/conversations.jsonl"), PMEM_NATS_URL="nats://127.0.0.1:1"
+        "publish", str(REPO / "cli/samples/conversations.jsonl"), PMEM_NATS_URL="nats://127.0.0.1:1"
     )
     line = single_line(result)
     assert line.startswith("pmem publish: cannot reach NATS at nats://127.0.0.1:1 (")

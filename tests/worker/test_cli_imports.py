@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import COMMANDS, CommandParser, build_parser
+from cli.main import COMMANDS, CommandParser, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("openai", "fastapi", "faststream", "torch", "sentence_transformers")
 
 PROBE = """
 import contextlib, io, json, sys
-from worker.cli import main
+from cli.main import main
 with contextlib.redirect_stdout(io.StringIO()) as shown:
     try:
         main(sys.argv[1:])

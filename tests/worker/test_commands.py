@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.commands.publish import publish_file, read_lines
+from cli.main import main
 from tests.worker.worker_harness import Harness, conversation
-from worker.cli import main
-from worker.commands.publish import publish_file, read_lines
 from worker.events import EventLimits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(tmp_path / "demo")],
         cwd=REPO,
         env=clean_env(PMEM_EMBEDDING_PROVIDER="hashing"),
         capture_output=True,
@@ -88,7 +88,7 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
 def test_a_started_worker_freezes_start_up_objects_and_collects_young_ones_less_often() -> None:
     import gc
 
-    from worker.commands.worker import GC_YOUNG_THRESHOLD, tune_gc
+    from cli.commands.worker import GC_YOUNG_THRESHOLD, tune_gc
 
     before = gc.get_threshold()
     try:
@@ -129,7 +129,7 @@ def test_a_closed_pipe_ends_a_listing_quietly(tmp_path: Path) -> None:
     os.close(read_end)
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "review", "list", "--json"],
+            [sys.executable, "-m", "cli.main", "review", "list", "--json"],
             cwd=REPO,
             env=clean_env(
                 PMEM_DATABASE_URL=f"sqlite:///{tmp_path}/pmem.db", PMEM_EMBEDDING_PROVIDER="hashing"

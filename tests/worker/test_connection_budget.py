@@ -51,7 +51,7 @@ def test_the_budget_rule(pool: int, replicas: int, max_connections: int, expecte
         assert warning is not None and expected in warning
         assert warning.startswith("pmem worker: connection budget")
         assert f"max_connections of {max_connections}" in warning
-        assert "README: Connection budget" in warning and "\n" not in warning
+        assert "docs/operations.md: Connection budget" in warning and "\n" not in warning
 
 
 async def test_the_numbers_come_from_the_server_and_the_pools(new_database: Callable[[], str]) -> None:
@@ -114,7 +114,7 @@ def test_pmem_worker_warns_once_at_start_up(new_database: Callable[[], str]) -> 
         PMEM_STARTUP_TIMEOUT_S="5",
     )
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "cli.main", "worker"],
         env=env,
         capture_output=True,
         text=True,

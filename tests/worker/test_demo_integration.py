@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.commands.demo_integration import (
+from cli.commands.demo_integration import (
     Cast,
     Credentials,
     DemoPorts,
@@ -30,10 +30,10 @@ from worker.commands.demo_integration import (
     refuse_taken_ports,
     write_credentials,
 )
-from worker.commands.errors import UsageError
-from worker.embedded import free_port
+from cli.commands.errors import UsageError
+from cli.embedded import free_port
 
-SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "cli" / "samples"
 
 
 def test_ports_default_to_what_pmem_reaches_unconfigured_and_flags_win_over_variables() -> None:
@@ -94,9 +94,9 @@ def test_pmem_path_prefers_the_running_script_then_the_one_beside_python(tmp_pat
     (bin_dir / "pmem").write_text("#!/bin/sh\n")
     python = str(bin_dir / "python")
     assert pmem_path(str(bin_dir / "pmem"), "/usr/bin/python3") == str(bin_dir / "pmem")
-    assert pmem_path("/somewhere/worker/cli.py", python, which=lambda _: None) == str(bin_dir / "pmem")
+    assert pmem_path("/somewhere/cli/main.py", python, which=lambda _: None) == str(bin_dir / "pmem")
     assert pmem_path("-c", "/nowhere/python", which=lambda _: "/usr/local/bin/pmem") == "/usr/local/bin/pmem"
-    assert pmem_path("-c", "/no where/python", which=lambda _: None) == "'/no where/python' -m worker.cli"
+    assert pmem_path("-c", "/no where/python", which=lambda _: None) == "'/no where/python' -m cli.main"
 
 
 def test_a_shell_reads_an_export_line_back_as_given() -> None:
@@ -169,7 +169,7 @@ def test_a_demo_refuses_a_taken_port_before_starting_anything(tmp_path: Path) ->
         holder.listen()
         taken = holder.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "demo", "--keep-running", "--data-dir", str(tmp_path / "d")],
+            [sys.executable, "-m", "cli.main", "demo", "--keep-running", "--data-dir", str(tmp_path / "d")],
             env={"PATH": "/usr/bin:/bin", "PMEM_DEMO_NATS_PORT": str(taken), "PMEM_API_PORT": "1"},
             capture_output=True,
             text=True,
@@ -216,7 +216,7 @@ async def test_a_restarted_demo_keeps_its_key_and_secret_while_the_key_is_active
 
 
 def test_a_data_directory_keeps_the_embedder_of_its_first_run(tmp_path: Path) -> None:
-    from worker.commands.demo import choose_embedding_provider, remember_embedding, remembered_embedding
+    from cli.commands.demo import choose_embedding_provider, remember_embedding, remembered_embedding
 
     assert remembered_embedding(tmp_path) is None
     first, _ = choose_embedding_provider(configured=None, remembered=None, local_installed=False)
@@ -232,7 +232,7 @@ def test_a_data_directory_keeps_the_embedder_of_its_first_run(tmp_path: Path) ->
 
 
 def test_a_kept_running_demo_prints_a_line_per_event() -> None:
-    from worker.commands.demo_integration import dead_letter_line, extracted_line
+    from cli.commands.demo_integration import dead_letter_line, extracted_line
     from worker.events import DeadLetter
 
     user, persona, event_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()

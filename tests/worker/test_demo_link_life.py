@@ -8,7 +8,7 @@ import pathlib
 import re
 
 from api.app import create_app
-from worker.commands.demo_ui import DEMO_LINK_S, DEMO_SESSION_S
+from cli.commands.demo_ui import DEMO_LINK_S, DEMO_SESSION_S
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from worker.commands.demo_integration import parse_export_line
-from worker.embedded import free_port
+from cli.commands.demo_integration import parse_export_line
+from cli.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def start_demo(data_dir: Path, *options: str) -> subprocess.Popen[str]:
     """`pmem demo --data-dir DATA_DIR OPTIONS…` with piped, text output, in a process group of its
     own like a terminal's foreground job (`ctrl_c` signals the whole group, as a terminal does)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir), *options],
+        [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(data_dir), *options],
         cwd=REPO,
         env=demo_env(),
         stdout=subprocess.PIPE,
@@ -51,7 +51,7 @@ def ctrl_c(demo: subprocess.Popen[str]) -> None:
 @pytest.mark.slow
 def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
-    command = [sys.executable, "-m", "worker.cli", "demo", "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(data_dir)]
     ports = ("--port", str(free_port()), "--nats-port", str(free_port()))
     first = start_demo(data_dir, "--keep-running", *ports)
     try:

@@ -21,7 +21,7 @@ from worker.dlq import (
     summary_line,
 )
 from worker.events import ConversationEnded, DeadLetter, EventLimits, InvalidEvent, parse_event
-from worker.pipeline import UnknownPersona, decide_failure, unknown_persona
+from worker.planning import UnknownPersona, decide_failure, unknown_persona
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 TEAM = "7a1f7c9e-9f1b-4c55-8a43-2d7e0f6b1c11"

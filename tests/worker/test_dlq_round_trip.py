@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from cli.main import main
 from store.model import DirectoryEntry, SettingsRow
 from tests.worker.worker_harness import Harness, conversation, wait_for
-from worker.cli import main
 
 pytestmark = pytest.mark.asyncio
 

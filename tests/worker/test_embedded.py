@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.embedded import (
+from cli.embedded import (
     EmbeddedNats,
     EmbeddedPostgres,
     alter_system_sql,
@@ -49,7 +49,7 @@ def test_a_nats_server_left_by_a_killed_owner_is_stopped_by_the_next_start(tmp_p
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from worker.embedded import EmbeddedNats; "
+            "import sys; from pathlib import Path; from cli.embedded import EmbeddedNats; "
             "EmbeddedNats(store_dir=Path(sys.argv[1]), own_process_group=True).start()",
             str(store_dir),
         ],
@@ -107,7 +107,7 @@ def test_a_postgres_left_by_a_killed_owner_is_stopped_by_the_next_owner(tmp_path
         [
             sys.executable,
             "-c",
-            "import os, signal, sys; from pathlib import Path; from worker.embedded import EmbeddedPostgres; "
+            "import os, signal, sys; from pathlib import Path; from cli.embedded import EmbeddedPostgres; "
             "EmbeddedPostgres(data_dir=Path(sys.argv[1])).start(); os.kill(os.getpid(), signal.SIGKILL)",
             str(data_dir),
         ],

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from config import load_settings
 from extraction.embeddings import HashingEmbedder, embedding_identity
 from store.factory import open_store
 from store.migrate import EmbeddingModelMismatch, migrate_async
 from store.model import EmbeddingIdentity
+from testkit.fake_openai import FakeOpenAI
 from tests.factories import user_fact
 from tests.worker.worker_harness import Harness
 from worker.app import build_worker
-from worker.settings import load_settings
-from worker.testing.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.asyncio
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ async def test_pmem_reembed_command_shows_progress_and_switches(database_url: st
             "PMEM_EMBEDDING_API_KEY": "k",
         }
         result = subprocess.run(  # noqa: ASYNC221 - the test waits for the command on purpose
-            [sys.executable, "-m", "worker.cli", "reembed", "--batch-size", "7"],
+            [sys.executable, "-m", "cli.main", "reembed", "--batch-size", "7"],
             cwd=REPO,
             env=env,
             capture_output=True,

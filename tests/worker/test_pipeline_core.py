@@ -19,7 +19,7 @@ from extraction.types import Candidate
 from store.errors import StoreIntegrityError, StoreTimeout, StoreUnavailable
 from store.model import MemorySettings, OwnerRef
 from worker.events import ConversationEnded
-from worker.pipeline import (
+from worker.planning import (
     allowed_scopes,
     build_row,
     decide_failure,
@@ -179,7 +179,7 @@ def test_rows_carry_the_conversations_team() -> None:
 
 
 def test_a_deadline_is_retried_then_dead_lettered_with_its_own_label() -> None:
-    from worker.pipeline import EventDeadlineExceeded
+    from worker.planning import EventDeadlineExceeded
 
     exc = EventDeadlineExceeded("the event took longer than PMEM_EVENT_TIMEOUT_S=1s")
     first = decide_failure(exc, delivery_count=1, max_deliver=2, retry_delay_s=1.0, max_retry_delay_s=9)

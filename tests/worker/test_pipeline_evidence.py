@@ -12,7 +12,7 @@ import pytest
 from extraction.types import Candidate
 from store.rules.evidence import EVIDENCE_MESSAGE_CHARS
 from worker.events import MESSAGE_NAME_MAX_CHARS, ConversationEnded
-from worker.pipeline import (
+from worker.planning import (
     EVIDENCE_MAX_CHARS,
     Evidence,
     build_row,

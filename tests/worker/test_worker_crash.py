@@ -16,10 +16,10 @@ from typing import Any
 import nats
 import pytest
 
+from cli.embedded import EmbeddedNats, EmbeddedPostgres
 from store.migrate import migrate_async
+from testkit.fake_openai import FakeOpenAI
 from tests.worker.worker_harness import Harness, conversation, wait_for
-from worker.embedded import EmbeddedNats, EmbeddedPostgres
-from worker.testing.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -58,7 +58,7 @@ class WorkerProcess:
         self.log = log
         self.handle = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
+            [sys.executable, "-m", "cli.main", "worker"],
             cwd=REPO,
             env=env,
             stdout=self.handle,

@@ -16,8 +16,8 @@ from extraction.errors import TransientEmbeddingError
 from store.migrate import migrate_async
 from store.postgres.connections import postgres_connect_args
 from store.postgres.store import PostgresMemoryStore
+from testkit.fake_openai import FakeOpenAI, Reply
 from tests.worker.worker_harness import Harness, conversation, wait_for
-from worker.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.asyncio
 

@@ -13,12 +13,12 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 from extraction.embeddings import close_embedder
+from testkit.fake_openai import Reply
 from tests.worker.worker_harness import Harness, conversation, http_get, memory_values, wait_for
 from worker.app import build_worker
 from worker.events import DLQ_REASON_HEADER, ConversationEnded, event_fingerprint
 from worker.pipeline import Outcome, process_event
 from worker.streams import consumer_config
-from worker.testing.fake_openai import Reply
 
 pytestmark = pytest.mark.asyncio
 

@@ -14,7 +14,7 @@ import pytest
 
 from extraction.types import Candidate, TranscriptMessage
 from tests.worker.worker_harness import Harness, conversation
-from worker.pipeline import ground_candidates, grounding_sources
+from worker.planning import ground_candidates, grounding_sources
 
 USER = TranscriptMessage(role="user", content="I live in Lisbon. We adopted a greyhound named Biscuit.")
 ASSISTANT = TranscriptMessage(role="assistant", content="I'll suggest dog-friendly cafés near the Tagus.")
@@ -100,7 +100,7 @@ async def test_the_worker_drops_ungrounded_candidates_counts_them_and_logs_no_te
 
 
 def test_the_demos_scripted_persona_facts_pass_and_a_persona_filler_does_not() -> None:
-    samples = Path(__file__).resolve().parents[2] / "worker" / "samples"
+    samples = Path(__file__).resolve().parents[2] / "cli" / "samples"
     facts = json.loads((samples / "persona_script.json").read_text(encoding="utf-8"))["facts"]
     events = [json.loads(line) for line in (samples / "conversations.jsonl").read_text().splitlines() if line]
     checked = 0

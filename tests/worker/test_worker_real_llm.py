@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from extraction.validate import DEFAULT_LIMITS
+from testkit.llama_server import LlamaServer
 from tests.worker.worker_harness import Harness, wait_for
-from worker.testing.llama_server import LlamaServer
 
 # its own deadline for the events is 10 minutes, and starting llama-server may take 2 more: above the
 # suite's per-test limit (pyproject.toml), so the test's deadline is the one that speaks
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow, pytest.mark.timeout(900)]
 
-SAMPLES = Path(__file__).resolve().parents[2] / "worker" / "samples" / "conversations.jsonl"
+SAMPLES = Path(__file__).resolve().parents[2] / "cli" / "samples" / "conversations.jsonl"
 
 
 async def test_demo_conversations_through_a_real_llm_are_each_processed_or_dead_lettered(

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
+from config import load_settings
 from tests.worker.worker_harness import Harness
-from worker.settings import load_settings
 from worker.streams import ensure_stream
 
 pytestmark = pytest.mark.asyncio

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.embedded import EmbeddedNats
 from tests.worker.worker_harness import Harness
 from worker.app import Worker
-from worker.embedded import EmbeddedNats
 from worker.lifecycle import cancel_and_wait
 
 pytestmark = pytest.mark.asyncio

@@ -88,7 +88,7 @@ def test_unreachable_nats_exits_non_zero_within_the_startup_timeout(
     elapsed = time.monotonic() - started
     assert proc.stderr is not None
     lines += (proc.stderr.read() or "").splitlines()
-    assert code == 3  # unreachable (worker/commands/errors.py)
+    assert code == 3  # unreachable (cli/commands/errors.py)
     assert elapsed < 3 + 3  # the timeout plus the shutdown
     (error,) = errors(lines)
     message = str(error["message"])
@@ -104,7 +104,7 @@ def test_unreachable_postgres_exits_non_zero_with_one_line(
     code = proc.wait(timeout=20)
     assert proc.stderr is not None
     lines = proc.stderr.read().splitlines()
-    assert code == 3  # unreachable (worker/commands/errors.py)
+    assert code == 3  # unreachable (cli/commands/errors.py)
     (error,) = errors(lines)
     message = str(error["message"])
     assert "opening the database" in message and "\n" not in message

@@ -17,12 +17,12 @@ import nats
 import psycopg
 from nats.js.api import PubAck
 
+from config import Settings, load_settings
 from extraction.errors import RetryPolicy
+from testkit.fake_openai import FakeOpenAI
 from worker.app import Worker, build_worker
 from worker.events import DeadLetter, MemoryExtracted
-from worker.settings import Settings, load_settings
 from worker.streams import ensure_stream
-from worker.testing.fake_openai import FakeOpenAI
 
 FAST_RETRY = RetryPolicy(max_retries=1, wait_initial_s=0.01, wait_max_s=0.02, retry_after_cap_s=0.5)
 

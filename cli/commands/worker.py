@@ -1,0 +1,97 @@
+"""`pmem worker`: consume conversation.ended events and extract memories until SIGTERM/SIGINT.
+
+Configuration comes from the PMEM_* environment (docs/configuration.md); the flags override the most common
+ones. The database must be migrated first (`pmem migrate`, or --migrate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+from collections.abc import Callable
+
+from config import Settings, load_settings
+from worker.logs import configure_logging
+
+log = logging.getLogger("pmem.worker")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `pmem worker`."""
+    parser.add_argument("--concurrency", type=int, help="events in flight (default: PMEM_CONCURRENCY)")
+    parser.add_argument(
+        "--http-port", type=int, help="metrics/health port, 0 = any (default: PMEM_HTTP_PORT)"
+    )
+    parser.add_argument(
+        "--migrate", action="store_true", help="create or upgrade the schema before consuming"
+    )
+    parser.set_defaults(run=run)
+
+
+async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
+    """Start the worker within PMEM_STARTUP_TIMEOUT_S and run it until SIGTERM/SIGINT; a signal
+    at any point, start-up included, ends the process promptly."""
+    from worker.lifecycle import signals_set
+    from worker.startup import start_bounded
+
+    stop = asyncio.Event()
+    with signals_set(stop):
+        worker = await start_bounded(settings, stop, migrate_first=migrate_first)
+        if worker is not None:
+            tune_gc()
+            await worker.run_until(stop)
+
+
+# Python's default (700) runs a young-generation collection every few events; each one also walks
+# everything the worker keeps. Objects of an event die by reference counting, so fewer, larger
+# collections cost little memory and about 1 ms of CPU less per event (bench/README.md).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Once started: move what start-up created (modules, schema, clients) out of the cyclic
+    collector's sight for good, and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop where it is installed (a fifth less worker CPU per event; bench/README.md),
+    else None: the standard loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the worker; exit 0 after a graceful shutdown (or a signal during start-up), 2 on a
+    configuration error, 3 when a dependency (NATS, the database) cannot be reached at start-up or
+    start-up passed PMEM_STARTUP_TIMEOUT_S (cli/commands/errors.py's codes). Either failure is
+    ONE log line on stderr."""
+    overrides: dict[str, object] = {}
+    if args.concurrency is not None:
+        overrides["concurrency"] = args.concurrency
+    if args.http_port is not None:
+        overrides["http_port"] = args.http_port
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_level, json_format=settings.log_json)
+    from store.migrate import SchemaError
+    from worker.startup import StartupError
+    from worker.streams import ConfigurationError
+
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(serve(settings, migrate_first=args.migrate))
+    except (ConfigurationError, SchemaError) as exc:
+        log.error("pmem worker: %s", " ".join(str(exc).split()))
+        return 2
+    except StartupError as exc:
+        log.error("pmem worker: %s", exc)
+        return 3
+    return 0
