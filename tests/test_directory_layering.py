@@ -28,7 +28,7 @@ def importers(
     directories: tuple[str, ...], banned: str, *, skip: tuple[str, ...] = (), root: Path = ROOT
 ) -> list[str]:
     """`file: module` for every import of `banned` (or a module under it) in `directories` of `root`."""
-    found = []
+    found: list[str] = []
     for directory in directories:
         for path in sorted((root / directory).rglob("*.py")):
             relative = path.relative_to(root).as_posix()
