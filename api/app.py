@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.asgi import HttpMiddleware
 from api.auth import ApiKeyCache, AuthConfig
 from api.cookies import CookieGuard
 from api.deps import AppState
@@ -75,17 +76,14 @@ class BodyTooLarge(Exception):
     """A request body passed the configured limit while it was being read."""
 
 
-class BodyLimit:
+class BodyLimit(HttpMiddleware):
     """ASGI middleware: 413 for bodies over `max_bytes` (declared or streamed)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await _too_large(self.max_bytes)(scope, receive, send)
@@ -127,7 +125,7 @@ def _too_large(max_bytes: int) -> JSONResponse:
     return JSONResponse({"error": f"request body over {max_bytes} bytes"}, status_code=413)
 
 
-class Observe:
+class Observe(HttpMiddleware):
     """ASGI middleware: request metrics by route template, the security headers, and with read
     replicas the request's `ReadScope` (the primary when the caller wrote lately: api.read_routing).
 
@@ -144,15 +142,12 @@ class Observe:
         metrics: ApiMetrics,
         writers: RecentWriters | None,
     ) -> None:
-        self.app = app
+        super().__init__(app)
         self.routes = routes
         self.metrics = metrics
         self.writers = writers
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         writers = self.writers
         read = None if writers is None else ReadScope(primary=wants_primary(scope))

@@ -16,6 +16,8 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.asgi import HttpMiddleware
+
 __all__ = ["MAX_COOKIE_BYTES", "CookieGuard", "parse_cookies", "request_cookies"]
 
 # browsers send at most about 4 KB per cookie; ours are well under 200 bytes together
@@ -88,18 +90,15 @@ def request_cookies(scope: Scope) -> dict[str, str]:
     return dict(cookies)
 
 
-class CookieGuard:
+class CookieGuard(HttpMiddleware):
     """ASGI middleware: 431 for cookies over `max_bytes`; otherwise the cookies parsed once into the
     request's state and the `Cookie` header rewritten without quoted values (the module docstring)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_COOKIE_BYTES) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope.get("headers", [])
         sent = [value for name, value in headers if name == b"cookie"]
         if not sent:

@@ -110,31 +110,13 @@ async def _page(read: Awaitable[Page[T]]) -> Page[T]:
 # -- review -------------------------------------------------------------------------------------
 
 
-async def review_page(
-    store: ControlPlaneStore,
-    principal: Principal,
-    *,
-    team_id: uuid.UUID | None = None,
-    scope: Scope | None = None,
-    persona_id: uuid.UUID | None = None,
-    user_id: uuid.UUID | None = None,
-    min_confidence: float | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> Page[ReviewItem]:
-    """The review queue the caller may see, newest first."""
+async def review_page(store: ControlPlaneStore, principal: Principal, query: ReviewQuery) -> Page[ReviewItem]:
+    """The review queue the caller may see, newest first: `query`'s filters and page, within the
+    teams the caller reviews (its own `teams` are not read)."""
     teams = access.require_reviewer(principal)
-    query = ReviewQuery(
-        teams=teams,
-        team_id=team_id,
-        scope=scope,
-        persona_id=persona_id,
-        user_id=user_id,
-        min_confidence=min_confidence,
-        limit=_limit(limit),
-        cursor=cursor or None,  # `cursor=` (empty): the first page
-    )
-    return await _page(store.review_queue(query))
+    # `cursor=` (empty): the first page
+    mine = replace(query, teams=teams, limit=_limit(query.limit), cursor=query.cursor or None)
+    return await _page(store.review_queue(mine))
 
 
 async def waiting_counts(store: ControlPlaneStore, principal: Principal) -> dict[str, int]:

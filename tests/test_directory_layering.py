@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # every package the wheel ships (pyproject's package list): none may import the test kit
-SHIPPED = ("api", "cli", "config", "evaluation", "extraction", "prompts", "store", "worker")
+SHIPPED = ("api", "cli", "config", "evaluation", "extraction", "pmem_client", "prompts", "store", "worker")
 
 
 def imported_modules(path: Path) -> Iterator[str]:
@@ -24,12 +24,14 @@ def imported_modules(path: Path) -> Iterator[str]:
             yield node.module
 
 
-def importers(directories: tuple[str, ...], banned: str, *, skip: tuple[str, ...] = ()) -> list[str]:
-    """`file: module` for every import of `banned` (or a module under it) in `directories`."""
-    found = []
+def importers(
+    directories: tuple[str, ...], banned: str, *, skip: tuple[str, ...] = (), root: Path = ROOT
+) -> list[str]:
+    """`file: module` for every import of `banned` (or a module under it) in `directories` of `root`."""
+    found: list[str] = []
     for directory in directories:
-        for path in sorted((ROOT / directory).rglob("*.py")):
-            relative = path.relative_to(ROOT).as_posix()
+        for path in sorted((root / directory).rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
             if relative.startswith(skip):
                 continue
             found.extend(
@@ -54,6 +56,31 @@ def test_the_worker_imports_neither_the_command_line_nor_the_api() -> None:
 
 def test_the_extractor_imports_no_worker_module() -> None:
     assert importers(("extraction",), "worker") == []
+
+
+def test_the_checks_see_each_banned_import_in_a_tree(tmp_path: Path) -> None:
+    """A tree that breaks every rule above: each check names the offending file."""
+    planted = {
+        "pmem_client/uses_kit.py": "from testkit.fakes import FakeStore\n",
+        "worker/uses_cli.py": "import cli.commands.serve\n",
+        "worker/uses_api.py": "from api import operations\n",
+        "extraction/uses_worker.py": "from worker.planning import plan\n",
+        "store/core/uses_backend.py": "from store.sqlite.backend import SqliteStore\n",
+    }
+    for relative, text in planted.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    assert importers(SHIPPED, "testkit", root=tmp_path) == ["pmem_client/uses_kit.py: testkit.fakes"]
+    assert [hit for banned in ("cli", "api") for hit in importers(("worker",), banned, root=tmp_path)] == [
+        "worker/uses_cli.py: cli.commands.serve",
+        "worker/uses_api.py: api",
+    ]
+    assert importers(("extraction",), "worker", root=tmp_path) == [
+        "extraction/uses_worker.py: worker.planning"
+    ]
+    assert importers(("store/core",), "store.sqlite", root=tmp_path) == [
+        "store/core/uses_backend.py: store.sqlite.backend"
+    ]
 
 
 def test_the_wheel_leaves_the_test_kit_out() -> None:

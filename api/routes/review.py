@@ -18,7 +18,7 @@ from api.schemas import (
     rejection_json,
     review_item_json,
 )
-from store.model import Scope
+from store.model import ReviewQuery, Scope
 from store.services.json_shapes import memory_json
 
 router = APIRouter(tags=["review"])
@@ -37,9 +37,7 @@ async def review_queue(
     cursor: str | None = None,
 ) -> dict[str, object]:
     """Pending memories and proposed changes the caller may review, newest first."""
-    page = await operations.review_page(
-        state.store,
-        principal,
+    query = ReviewQuery(
         team_id=team_id,
         scope=scope,
         persona_id=persona_id,
@@ -48,6 +46,7 @@ async def review_queue(
         limit=limit,
         cursor=cursor,
     )
+    page = await operations.review_page(state.store, principal, query)
     return {"items": [review_item_json(i) for i in page.items], "next_cursor": page.next_cursor}
 
 

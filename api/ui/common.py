@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import Request, Response
@@ -57,14 +58,27 @@ NOTICES = {
 }
 
 
+class EarlyAnswer(Exception):
+    """The answer a page gives before its own work is done (not signed in, a refused form, a
+    refusal of the operation); `SecureRoute` sends it."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
 class SecureRoute(APIRoute):
-    """Every UI response carries the Content-Security-Policy and the other security headers."""
+    """Every UI response carries the Content-Security-Policy and the other security headers; an
+    `EarlyAnswer` raised by a page is its response."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def with_headers(request: Request) -> Response:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except EarlyAnswer as early:
+                response = early.response
             for name, value in core.SECURITY_HEADERS.items():
                 response.headers.setdefault(name, value)
             return response
@@ -77,6 +91,8 @@ class SecureRoute(APIRoute):
 
 @dataclass(frozen=True, slots=True)
 class Session:
+    """A signed-in person's open session: its cookie's token, who they are, their forms' CSRF token."""
+
     token: str
     principal: Principal
     csrf: str
@@ -114,6 +130,14 @@ async def open_session(request: Request) -> Session | None:
     return Session(
         token=token, principal=principal, csrf=api_auth.csrf_token(token, app_state_of(request).auth)
     )
+
+
+async def require_session(request: Request) -> Session:
+    """The request's open session; without one the page answers with the sign-in page."""
+    session = await open_session(request)
+    if session is None:
+        raise EarlyAnswer(await signed_out_page(request))
+    return session
 
 
 def role_of(principal: Principal) -> str:
@@ -196,26 +220,36 @@ async def signed_out_page(request: Request, *, expired: bool = False) -> HTMLRes
     return response
 
 
-def forbidden_page(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+# status → the page's title, its line and the label of the link back to the person's page
+REFUSAL_PAGES = {
+    403: ("Not available to you", "This page is for admins and team admins.", "Go to your page"),
+    404: (
+        "Not found",
+        "It does not exist, or it is not yours to see. It may have been decided or erased already.",
+        "Back",
+    ),
+}
+
+
+def refusal_page(
+    request: Request, session: Session, status_code: Literal[403, 404]
+) -> Awaitable[HTMLResponse]:
+    """403 (the page is not for this role) or 404 (nothing there for this person), with a way back."""
+    title, line, label = REFUSAL_PAGES[status_code]
+    landing = core.landing_path(role_of(session.principal))
     return message_page(
-        request,
-        session,
-        title="Not available to you",
-        lines=("This page is for admins and team admins.",),
-        status_code=403,
-        link=(core.landing_path(role_of(session.principal)), "Go to your page"),
+        request, session, title=title, lines=(line,), status_code=status_code, link=(landing, label)
     )
+
+
+def forbidden_page(request: Request, session: Session) -> Awaitable[HTMLResponse]:
+    """403: the page is not for this role."""
+    return refusal_page(request, session, 403)
 
 
 def not_found_page(request: Request, session: Session) -> Awaitable[HTMLResponse]:
-    return message_page(
-        request,
-        session,
-        title="Not found",
-        lines=("It does not exist, or it is not yours to see. It may have been decided or erased already.",),
-        status_code=404,
-        link=(core.landing_path(role_of(session.principal)), "Back"),
-    )
+    """404: nothing there for this person."""
+    return refusal_page(request, session, 404)
 
 
 async def refused_page(request: Request, session: Session, exc: Exception) -> Response:
@@ -261,6 +295,15 @@ async def edit_refused_page(
     )
 
 
+@asynccontextmanager
+async def refusals_answered(request: Request, session: Session) -> AsyncIterator[None]:
+    """NotFound, Forbidden or Conflict raised inside the block: the page answers `refused_page`."""
+    try:
+        yield
+    except (NotFound, Forbidden, Conflict) as exc:
+        raise EarlyAnswer(await refused_page(request, session, exc)) from exc
+
+
 def parse_id(text: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(text)
@@ -287,6 +330,17 @@ def json_response(status_code: int, **body: Any) -> JSONResponse:
 def redirect_to(path: str, **params: str) -> RedirectResponse:
     query = urlencode({k: v for k, v in params.items() if v})
     return RedirectResponse(f"{path}?{query}" if query else path, status_code=303)
+
+
+def to_queue(back: str, **params: str) -> RedirectResponse:
+    """Back to the review queue at `back` (its query string, see `back_to`), with `params` added."""
+    query = "&".join(part for part in (back, urlencode(params)) if part)
+    return RedirectResponse(f"/ui/review?{query}", status_code=303)
+
+
+def changed(request: Request, redirect: Response, **body: Any) -> Response:
+    """After a change: `body` as JSON (200) for fetch, else `redirect`, the page that shows it."""
+    return json_response(200, **body) if wants_json(request) else redirect
 
 
 def back_to(form: Mapping[str, Any]) -> str:
@@ -335,11 +389,11 @@ async def read_posted(request: Request) -> Posted:
     return Posted(session, flat, None)
 
 
-async def signed_form(request: Request) -> tuple[Session, dict[str, Any]] | Response:
-    """A POSTed form with its session, or the response refusing it (see `read_posted`)."""
+async def require_form(request: Request) -> tuple[Session, dict[str, Any]]:
+    """A POSTed form with its session; without them the page answers `read_posted`'s refusal."""
     posted = await read_posted(request)
     if posted.refusal is not None:
-        return posted.refusal
+        raise EarlyAnswer(posted.refusal)
     assert posted.session is not None
     return posted.session, posted.form
 

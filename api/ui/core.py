@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, cast
 from urllib.parse import urlencode
 
-from store.model import Scope
+from store.model import ReviewQuery, Scope
 
 SESSION_COOKIE: Final = "pmem_session"
 CSRF_FIELD: Final = "csrf_token"
@@ -40,7 +40,8 @@ SECURITY_HEADERS: Final = {
 
 @dataclass(frozen=True, slots=True)
 class SessionCookie:
-    """The `pmem_session` cookie's attributes (the value is a random session token, never a JWT)."""
+    """The `pmem_session` cookie's attributes (the value is a random session token, never a JWT);
+    the fields are named as Starlette's `Response.set_cookie` keywords."""
 
     value: str
     max_age: int
@@ -161,6 +162,14 @@ class ReviewFilters:
             "cursor": cursor,
         }
         return urlencode({k: str(v) for k, v in pairs.items() if v is not None})
+
+    def review_query(self, *, limit: int) -> ReviewQuery:
+        """The store's query of these filters, `limit` items a page."""
+        return ReviewQuery(limit=limit, **{field.name: getattr(self, field.name) for field in FILTER_FIELDS})
+
+
+# every filter of the page is a field of the store's query, under the same name
+FILTER_FIELDS: Final = dataclasses.fields(ReviewFilters)
 
 
 def parse_review_filters(params: Mapping[str, str]) -> tuple[ReviewFilters, dict[str, str]]:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, Request, Response
 
 from api import operations as ops
-from api.errors import BadInput, Conflict, Forbidden, NotFound
+from api.errors import BadInput
 from api.principal import Principal
 from api.schemas import export_json
 from api.ui import core
@@ -18,18 +18,16 @@ from api.ui.common import (
     NOTICES,
     SecureRoute,
     Session,
+    changed,
     edit_refused_page,
     id_or_not_found,
-    json_response,
     names_of,
-    open_session,
     redirect_to,
-    refused_page,
+    refusals_answered,
     render_page,
-    signed_form,
-    signed_out_page,
+    require_form,
+    require_session,
     store_of,
-    wants_json,
 )
 from store.model import Memory
 from store.protocols import ControlPlaneStore
@@ -76,24 +74,19 @@ async def _my_page(
 
 @router.get("/me")
 async def me(request: Request) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     notice = NOTICES.get(request.query_params.get("notice", ""))
     return await _my_page(request, session, errors={}, notice=notice)
 
 
 @router.post("/me/memories/{memory_id}/edit")
 async def me_edit(request: Request, memory_id: str) -> Response:
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     value = str(form.get("value") or "")
     try:
-        edited = await ops.edit_mine(store_of(request), session.principal, id_or_not_found(memory_id), value)
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
+        async with refusals_answered(request, session):
+            memory = id_or_not_found(memory_id)
+            edited = await ops.edit_mine(store_of(request), session.principal, memory, value)
     except BadInput as exc:
         return await edit_refused_page(
             request,
@@ -104,30 +97,22 @@ async def me_edit(request: Request, memory_id: str) -> Response:
             value=value,
             back="",
         )
-    if wants_json(request):
-        message = "Saved. Assistants use the corrected value from now on."
-        return json_response(200, message=message, value=edited.value)
-    return redirect_to("/ui/me", notice="saved")
+    message = "Saved. Assistants use the corrected value from now on."
+    return changed(request, redirect_to("/ui/me", notice="saved"), message=message, value=edited.value)
 
 
 @router.post("/me/memories/{memory_id}/pin")
 async def me_pin(request: Request, memory_id: str) -> Response:
     """The person pins (`pinned=yes`) or unpins one of their own memories."""
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     pinned = form.get("pinned") == "yes"
-    try:
-        changed = await ops.edit_mine(
+    async with refusals_answered(request, session):
+        pinned_now = await ops.edit_mine(
             store_of(request), session.principal, id_or_not_found(memory_id), None, pinned=pinned
         )
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
     notice = "pinned" if pinned else "unpinned"
-    if wants_json(request):
-        return json_response(200, message=NOTICES[notice], pinned=changed.pinned)
-    return redirect_to("/ui/me", notice=notice)
+    back = redirect_to("/ui/me", notice=notice)
+    return changed(request, back, message=NOTICES[notice], pinned=pinned_now.pinned)
 
 
 async def _erase_mine(
@@ -139,17 +124,10 @@ async def _erase_mine(
     notice: str,
 ) -> Response:
     """Erase one of the signed-in person's own things (`erase(store, principal, id)`)."""
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, _ = signed
-    try:
+    session, _ = await require_form(request)
+    async with refusals_answered(request, session):
         await erase(store_of(request), session.principal, id_or_not_found(raw_id))
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
-    if wants_json(request):
-        return json_response(200, message=message)
-    return redirect_to("/ui/me", notice=notice)
+    return changed(request, redirect_to("/ui/me", notice=notice), message=message)
 
 
 async def _erase_all_mine(
@@ -160,10 +138,7 @@ async def _erase_all_mine(
     notice: str,
 ) -> Response:
     """Erase all of the signed-in person's memories or conversations, once the `confirm` box is ticked."""
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     if form.get(confirm) != "yes":
         errors = {confirm: "Tick this box to confirm; nothing was deleted."}
         return await _my_page(request, session, errors=errors, notice=None)
@@ -174,19 +149,12 @@ async def _erase_all_mine(
 @router.post("/me/memories/{memory_id}/reject")
 async def me_reject(request: Request, memory_id: str) -> Response:
     """Reject one of the person's own memories; with `forget=yes`, and erase what they said there."""
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     forget = form.get("forget") == "yes"
-    try:
+    async with refusals_answered(request, session):
         await ops.reject_mine(store_of(request), session.principal, id_or_not_found(memory_id), forget=forget)
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
     notice = "forgotten_mine" if forget else "rejected"
-    if wants_json(request):
-        return json_response(200, message=NOTICES[notice])
-    return redirect_to("/ui/me", notice=notice)
+    return changed(request, redirect_to("/ui/me", notice=notice), message=NOTICES[notice])
 
 
 @router.post("/me/memories/{memory_id}/delete")
@@ -217,9 +185,7 @@ async def me_delete_conversations(request: Request) -> Response:
 
 @router.get("/me/export")
 async def me_export(request: Request) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     data = export_json(await ops.export_mine(store_of(request), session.principal))
     body = json.dumps(data, indent=2, ensure_ascii=False)
     return Response(

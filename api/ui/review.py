@@ -6,30 +6,31 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import RedirectResponse
 
 from api import operations as ops
-from api.errors import BadInput, Conflict, Forbidden, NotFound
+from api.errors import BadInput, Forbidden
 from api.ui import core
 from api.ui.common import (
     NOTICES,
     SecureRoute,
     back_to,
+    changed,
     edit_refused_page,
     forbidden_page,
     id_or_not_found,
     json_response,
     message_page,
     names_of,
-    open_session,
     queue_waiting,
     redirect_to,
+    refusals_answered,
     refused_page,
     render_page,
+    require_form,
+    require_session,
     role_of,
-    signed_form,
-    signed_out_page,
     store_of,
+    to_queue,
     wants_json,
 )
 from store.model import Page, ReviewItem
@@ -41,26 +42,15 @@ router = APIRouter(prefix="/ui", route_class=SecureRoute, include_in_schema=Fals
 
 @router.get("/review")
 async def review(request: Request) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     raw = dict(request.query_params)
     filters, errors = core.parse_review_filters(raw)
     queue_error = QUEUE_ERRORS.get(raw.get("error", ""))
     if queue_error:
         errors["bulk"] = queue_error
     try:
-        page: Page[ReviewItem] = await ops.review_page(
-            store_of(request),
-            session.principal,
-            team_id=filters.team_id,
-            scope=filters.scope,
-            persona_id=filters.persona_id,
-            user_id=filters.user_id,
-            min_confidence=filters.min_confidence,
-            cursor=filters.cursor,
-            limit=25,
-        )
+        query = filters.review_query(limit=25)
+        page: Page[ReviewItem] = await ops.review_page(store_of(request), session.principal, query)
         waiting = await queue_waiting(request, session)
     except Forbidden:
         return await forbidden_page(request, session)
@@ -93,25 +83,17 @@ async def review(request: Request) -> Response:
 
 
 async def _decide(request: Request, item_id: str, action: ops.Decision) -> Response:
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     back = back_to(form)
     value = str(form.get("value") or "")
     forget = action == "reject" and form.get("forget") == "yes"
     try:
-        if forget:
-            rejection = await ops.reject_and_forget(
-                store_of(request), session.principal, id_or_not_found(item_id)
-            )
-            decided = rejection.memory
-        else:
-            decided = await ops.decide(
-                store_of(request), session.principal, id_or_not_found(item_id), action, value
-            )
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
+        async with refusals_answered(request, session):
+            item = id_or_not_found(item_id)
+            if forget:
+                decided = (await ops.reject_and_forget(store_of(request), session.principal, item)).memory
+            else:
+                decided = await ops.decide(store_of(request), session.principal, item, action, value)
     except BadInput as exc:
         return await edit_refused_page(
             request,
@@ -125,9 +107,8 @@ async def _decide(request: Request, item_id: str, action: ops.Decision) -> Respo
     notice = (
         "forgotten" if forget else {"approve": "approved", "reject": "rejected", "edit": "edited"}[action]
     )
-    if wants_json(request):
-        return json_response(200, message=NOTICES[notice], done=[item_id], value=decided.value)
-    return RedirectResponse(f"/ui/review?{back}&notice={notice}".replace("?&", "?"), status_code=303)
+    back_page = to_queue(back, notice=notice)
+    return changed(request, back_page, message=NOTICES[notice], done=[item_id], value=decided.value)
 
 
 @router.post("/review/{item_id}/approve")
@@ -147,10 +128,7 @@ async def edit(request: Request, item_id: str) -> Response:
 
 @router.post("/review/bulk")
 async def bulk(request: Request) -> Response:
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     back = back_to(form)
     action = str(form.get("decision") or "")
     ids, _bad = core.parse_ids(form.get("ids") or [])
@@ -158,7 +136,7 @@ async def bulk(request: Request) -> Response:
         message = QUEUE_ERRORS["none_selected"] if not ids else "Choose approve or reject."
         if wants_json(request):
             return json_response(422, error=message, field="bulk")
-        return RedirectResponse(f"/ui/review?{back}&error=none_selected".replace("?&", "?"), status_code=303)
+        return to_queue(back, error="none_selected")
     try:
         decision: Literal["approve", "reject"] = "approve" if action == "approve" else "reject"
         results = await ops.bulk_decide(store_of(request), session.principal, decision, ids)
@@ -174,20 +152,14 @@ async def bulk(request: Request) -> Response:
     message = f"{verb} {core.plural(len(done), 'item')}."
     if failed:
         message += f" {core.plural(len(failed), 'item')} could not be decided (already decided or not yours)."
-    if wants_json(request):
-        return json_response(200, message=message, done=done, failed=failed)
-    return RedirectResponse(f"/ui/review?{back}&notice=bulk".replace("?&", "?"), status_code=303)
+    return changed(request, to_queue(back, notice="bulk"), message=message, done=done, failed=failed)
 
 
 @router.get("/memories/{memory_id}")
 async def memory_detail(request: Request, memory_id: str) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
-    try:
+    session = await require_session(request)
+    async with refusals_answered(request, session):
         detail = await ops.memory_detail(store_of(request), session.principal, id_or_not_found(memory_id))
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
     memory = detail.memory
     history = [
         {
@@ -252,19 +224,14 @@ async def memory_detail(request: Request, memory_id: str) -> Response:
 async def pin(request: Request, memory_id: str) -> Response:
     """A reviewer pins (`pinned=yes`) or unpins a memory; back to the queue, or to the memory's page
     when the form came from there (`from=memory`)."""
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
+    session, form = await require_form(request)
     pinned = form.get("pinned") == "yes"
-    try:
+    async with refusals_answered(request, session):
         memory = id_or_not_found(memory_id)
-        changed = await ops.set_pinned(store_of(request), session.principal, memory, pinned)
-    except (NotFound, Forbidden, Conflict) as exc:
-        return await refused_page(request, session, exc)
+        pinned_now = await ops.set_pinned(store_of(request), session.principal, memory, pinned)
     notice = "pinned" if pinned else "unpinned"
-    if wants_json(request):
-        return json_response(200, message=NOTICES[notice], pinned=changed.pinned)
     if form.get("from") == "memory":
-        return redirect_to(f"/ui/memories/{changed.id}", notice=notice)
-    return RedirectResponse(f"/ui/review?{back_to(form)}&notice={notice}".replace("?&", "?"), status_code=303)
+        back_page = redirect_to(f"/ui/memories/{pinned_now.id}", notice=notice)
+    else:
+        back_page = to_queue(back_to(form), notice=notice)
+    return changed(request, back_page, message=NOTICES[notice], pinned=pinned_now.pinned)

@@ -3,6 +3,7 @@ that sends each role where it works, and the static files."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from datetime import UTC, datetime
@@ -19,8 +20,8 @@ from api.ui.common import (
     app_state_of,
     log,
     message_page,
-    open_session,
     read_posted,
+    require_session,
     role_of,
     signed_in_label,
     signed_out_page,
@@ -85,15 +86,7 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
         link=(destination, "Continue"),
         refresh_to=destination,
     )
-    response.set_cookie(
-        core.SESSION_COOKIE,
-        cookie.value,
-        max_age=cookie.max_age,
-        path=cookie.path,
-        secure=cookie.secure,
-        httponly=cookie.httponly,
-        samesite=cookie.samesite,
-    )
+    response.set_cookie(core.SESSION_COOKIE, **dataclasses.asdict(cookie))
     return response
 
 
@@ -139,9 +132,7 @@ async def signed_out(request: Request, expired: int = 0) -> Response:
 @router.get("/")
 @router.get("")
 async def home(request: Request) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     return RedirectResponse(core.landing_path(role_of(session.principal)), status_code=303)
 
 

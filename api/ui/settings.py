@@ -13,11 +13,12 @@ from fastapi.responses import RedirectResponse
 
 from api import access
 from api import operations as ops
-from api.errors import BadInput, Forbidden, NotFound
+from api.errors import BadInput, Forbidden
 from api.principal import Principal
 from api.ui import core
 from api.ui.common import (
     NOTICES,
+    EarlyAnswer,
     SecureRoute,
     Session,
     app_state_of,
@@ -25,13 +26,12 @@ from api.ui.common import (
     json_response,
     names_of,
     not_found_page,
-    open_session,
     redirect_to,
-    refused_page,
+    refusals_answered,
     render_page,
+    require_form,
+    require_session,
     role_of,
-    signed_form,
-    signed_out_page,
     store_of,
     wants_json,
 )
@@ -60,9 +60,7 @@ def _levels(principal: Principal, path: str, names: core.Names = core.NO_NAMES) 
 
 @router.get("/settings")
 async def settings_home(request: Request) -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     levels = _levels(session.principal, "")
     if role_of(session.principal) not in core.REVIEWERS or not levels:
         return await forbidden_page(request, session)
@@ -72,9 +70,7 @@ async def settings_home(request: Request) -> Response:
 @router.get("/settings/open")
 async def settings_open(request: Request, level: str = "persona", target_id: str = "") -> Response:
     """The "open another level" form: to the team's or persona's settings page."""
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
+    session = await require_session(request)
     if ":" in target_id:  # a pick from the list of known teams and personas: "team:<id>"
         level, _, target_id = target_id.partition(":")
     try:
@@ -102,10 +98,8 @@ async def _settings_page(
     if level is None and role_of(session.principal) not in core.REVIEWERS:
         return await forbidden_page(request, session)
     if level is not None:
-        try:
+        async with refusals_answered(request, session):
             current = await ops.settings_view(store_of(request), session.principal, level, target)
-        except (Forbidden, NotFound) as exc:
-            return await refused_page(request, session, exc)
     teams = list(getattr(session.principal, "teams", ()))
     names = await names_of(
         request,
@@ -193,23 +187,29 @@ def _settings_form(
 
 
 def _level_of(kind: str, target_id: str) -> tuple[SettingsLevel, uuid.UUID | None]:
+    """The settings level a page's path names (`ValueError` when it names none)."""
+    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
+        raise ValueError(kind)
     if kind == "global":
         return "global", None
     return ("team" if kind == "teams" else "persona"), uuid.UUID(target_id)
 
 
+async def _level_or_not_found(
+    request: Request, session: Session, kind: str, target_id: str
+) -> tuple[SettingsLevel, uuid.UUID | None]:
+    """The level a page's path names; when it names none the page answers 404."""
+    try:
+        return _level_of(kind, target_id)
+    except ValueError:
+        raise EarlyAnswer(await not_found_page(request, session)) from None
+
+
 @router.get("/settings/{kind}")
 @router.get("/settings/{kind}/{target_id}")
 async def settings_level(request: Request, kind: str, target_id: str = "") -> Response:
-    session = await open_session(request)
-    if session is None:
-        return await signed_out_page(request)
-    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
-        return await not_found_page(request, session)
-    try:
-        level, target = _level_of(kind, target_id)
-    except ValueError:
-        return await not_found_page(request, session)
+    session = await require_session(request)
+    level, target = await _level_or_not_found(request, session, kind, target_id)
     notice = NOTICES.get(request.query_params.get("notice", ""))
     return await _settings_page(request, session, level, target, errors={}, notice=notice)
 
@@ -217,31 +217,22 @@ async def settings_level(request: Request, kind: str, target_id: str = "") -> Re
 @router.post("/settings/{kind}")
 @router.post("/settings/{kind}/{target_id}")
 async def settings_save(request: Request, kind: str, target_id: str = "") -> Response:
-    signed = await signed_form(request)
-    if isinstance(signed, Response):
-        return signed
-    session, form = signed
-    if kind not in ("global", "teams", "personas") or (kind == "global") != (target_id == ""):
-        return await not_found_page(request, session)
-    try:
-        level, target = _level_of(kind, target_id)
-    except ValueError:
-        return await not_found_page(request, session)
+    session, form = await require_form(request)
+    level, target = await _level_or_not_found(request, session, kind, target_id)
     values, errors = core.parse_settings_form(form)
     saved = None
     if not errors:
         try:
-            saved = await ops.put_settings(
-                store_of(request),
-                session.principal,
-                level,
-                target,
-                SettingsRow(level=level, target_id=target, **values),
-                max_input_tokens=app_state_of(request).max_input_tokens,
-                settings_cache=app_state_of(request).settings_cache,
-            )
-        except (Forbidden, NotFound) as exc:
-            return await refused_page(request, session, exc)
+            async with refusals_answered(request, session):
+                saved = await ops.put_settings(
+                    store_of(request),
+                    session.principal,
+                    level,
+                    target,
+                    SettingsRow(level=level, target_id=target, **values),
+                    max_input_tokens=app_state_of(request).max_input_tokens,
+                    settings_cache=app_state_of(request).settings_cache,
+                )
         except BadInput as exc:
             errors[core.field_named(exc.message)] = exc.message
     if errors:

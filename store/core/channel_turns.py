@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import func, select
 
 from store.core.base import StoreBase, replica_read
+from store.core.turns import conversation_conditions, delete_user_turns
 from store.model import ChannelConversation, ConversationQuery, Page
 from store.rules.pagination import newest_first_page
 
@@ -37,11 +38,7 @@ class ChannelConversations(StoreBase):
         """A person's remembered conversations, one per channel, latest turn first, one page
         (`persona_id` / `team_id` narrow it to turns said with that persona / in that team)."""
         t = self._schema.turns
-        conditions: list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
-        if query.persona_id is not None:
-            conditions.append(t.c.persona_id == query.persona_id)
-        if query.team_id is not None:
-            conditions.append(t.c.team_id == query.team_id)
+        conditions = conversation_conditions(t, query)
         groups = (
             select(
                 t.c.channel_id,
@@ -101,18 +98,12 @@ class ChannelConversations(StoreBase):
                     ),
                 )
             )
-        items, cursor = newest_first_page(entries, query.limit)
-        return Page(items=items, next_cursor=cursor)
+        return newest_first_page(entries, query.limit)
 
     async def delete_channel_conversation(
         self, user_id: uuid.UUID, channel_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
     ) -> int:
         """Erase this person's turns in one channel (of `teams` only, when given); how many were
         erased (0: none of theirs). Other people's turns in the channel stay."""
-        t = self._schema.turns
-        conditions = [t.c.user_id == user_id, t.c.channel_id == channel_id]
-        if teams is not None:
-            conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._backend.transaction() as conn:
-            result = await conn.execute(delete(t).where(*conditions))
-        return int(result.rowcount or 0)
+        channel = self._schema.turns.c.channel_id == channel_id
+        return await delete_user_turns(self, user_id, teams=teams, where=[channel])

@@ -94,8 +94,7 @@ class MemoryListing(StoreBase):
         async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()
         memories = [self._memory(row) for row in rows]
-        items, cursor = newest_first_page([(mm.created_at, mm.id, mm) for mm in memories], query.limit)
-        return Page(items=items, next_cursor=cursor)
+        return newest_first_page([(mm.created_at, mm.id, mm) for mm in memories], query.limit)
 
     @replica_read
     async def export_user(self, user_id: uuid.UUID) -> UserExport:

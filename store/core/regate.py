@@ -7,10 +7,11 @@ tombstone). Batches by id, one transaction each, so it can run beside the servic
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, Row, Table, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from store.core.erasure import MemoryErasure
@@ -49,18 +50,24 @@ class StoredTextGate(MemoryErasure):
         await self._regate_names(report, dry_run)
         return report
 
-    async def _regate_memories(self, report: RegateReport, dry_run: bool) -> None:
-        m = self._schema.memories
+    async def _batches(self, table: Table, *columns: ColumnElement[Any]) -> AsyncIterator[Sequence[Row[Any]]]:
+        """Every row of `table` (its `id` and these `columns`), `REGATE_BATCH` at a time in id
+        order, each batch read on its own (the caller writes between batches)."""
         after: uuid.UUID | None = None
         while True:
             async with self._backend.reading() as conn:
-                stmt = select(m.c.id, m.c.key, m.c.value, m.c.evidence).order_by(m.c.id).limit(REGATE_BATCH)
+                stmt = select(table.c.id, *columns).order_by(table.c.id).limit(REGATE_BATCH)
                 if after is not None:
-                    stmt = stmt.where(m.c.id > after)
+                    stmt = stmt.where(table.c.id > after)
                 rows = (await conn.execute(stmt)).all()
             if not rows:
                 return
             after = rows[-1].id
+            yield rows
+
+    async def _regate_memories(self, report: RegateReport, dry_run: bool) -> None:
+        m = self._schema.memories
+        async for rows in self._batches(m, m.c.key, m.c.value, m.c.evidence):
             for row in rows:
                 report.memories_seen += 1
                 verdict = regate_memory(row.key, row.value, row.evidence)
@@ -93,26 +100,8 @@ class StoredTextGate(MemoryErasure):
 
     async def _regate_turns(self, report: RegateReport, dry_run: bool) -> None:
         t = self._schema.turns
-        after: uuid.UUID | None = None
-        while True:
-            async with self._backend.reading() as conn:
-                stmt = (
-                    select(
-                        t.c.id,
-                        t.c.text,
-                        t.c.search_text,
-                        t.c.speaker,
-                        t.c.embedding.is_not(None).label("embedded"),
-                    )
-                    .order_by(t.c.id)
-                    .limit(REGATE_BATCH)
-                )
-                if after is not None:
-                    stmt = stmt.where(t.c.id > after)
-                rows = (await conn.execute(stmt)).all()
-            if not rows:
-                return
-            after = rows[-1].id
+        embedded_now = t.c.embedding.is_not(None).label("embedded")
+        async for rows in self._batches(t, t.c.text, t.c.search_text, t.c.speaker, embedded_now):
             erase: list[uuid.UUID] = []
             rewrite: list[tuple[uuid.UUID, tuple[str | None, ...], bool]] = []
             for row in rows:

@@ -286,8 +286,7 @@ class MemoryReview(StoreBase):
                 observed_at=data["revision_observed_at"],
             )
             entries.append((item.created_at, item.id, item))
-        items, cursor = newest_first_page(entries, query.limit)
-        return Page(items=items, next_cursor=cursor)
+        return newest_first_page(entries, query.limit)
 
     async def review_target(self, item_id: uuid.UUID) -> Memory | None:
         """The memory a review item stands for: the memory with this id, or the memory whose open

@@ -60,16 +60,32 @@ async def insert_turns(
 
 
 async def delete_user_turns(
-    store: StoreBase, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None
+    store: StoreBase,
+    user_id: uuid.UUID,
+    *,
+    teams: frozenset[uuid.UUID] | None = None,
+    where: Sequence[ColumnElement[bool]] = (),
 ) -> int:
-    """Erase every stored turn of this user (of `teams` only, when given); how many were erased."""
+    """Erase this user's stored turns: every one, or those `where` also holds (of `teams` only, when
+    given); how many were erased."""
     t = store._schema.turns
-    conditions = [t.c.user_id == user_id]
+    conditions = [t.c.user_id == user_id, *where]
     if teams is not None:
         conditions.append(t.c.team_id.in_(sorted(teams)))
     async with store._backend.transaction() as conn:
         result = await conn.execute(delete(t).where(*conditions))
     return int(result.rowcount or 0)
+
+
+def conversation_conditions(turns: Table, query: ConversationQuery) -> list[ColumnElement[bool]]:
+    """The turns a listing of a person's conversations reads: theirs, said with `query`'s persona
+    and in its team when it names them."""
+    conditions: list[ColumnElement[bool]] = [turns.c.user_id == query.user_id]
+    if query.persona_id is not None:
+        conditions.append(turns.c.persona_id == query.persona_id)
+    if query.team_id is not None:
+        conditions.append(turns.c.team_id == query.team_id)
+    return conditions
 
 
 async def user_turns(store: StoreBase, user_id: uuid.UUID) -> tuple[Turn, ...]:
@@ -177,11 +193,7 @@ class ConversationTurns(StoreBase):
         """A person's remembered conversations (one per event), newest first, one page: when it
         started, persona, team, its first turn's text and how many turns are kept."""
         t = self._schema.turns
-        conditions: list[ColumnElement[bool]] = [t.c.user_id == query.user_id]
-        if query.persona_id is not None:
-            conditions.append(t.c.persona_id == query.persona_id)
-        if query.team_id is not None:
-            conditions.append(t.c.team_id == query.team_id)
+        conditions = conversation_conditions(t, query)
         started = func.min(t.c.at).label("started_at")
         groups = (
             select(
@@ -224,8 +236,7 @@ class ConversationTurns(StoreBase):
                     ),
                 )
             )
-        items, cursor = newest_first_page(entries, query.limit)
-        return Page(items=items, next_cursor=cursor)
+        return newest_first_page(entries, query.limit)
 
     # -- deletion, erasure, retention -----------------------------------------------------------
 
@@ -234,13 +245,8 @@ class ConversationTurns(StoreBase):
     ) -> int:
         """Erase the turns of one of this user's conversations (of `teams` only, when given);
         how many were erased (0: none of theirs)."""
-        t = self._schema.turns
-        conditions = [t.c.user_id == user_id, t.c.event_id == event_id]
-        if teams is not None:
-            conditions.append(t.c.team_id.in_(sorted(teams)))
-        async with self._backend.transaction() as conn:
-            result = await conn.execute(delete(t).where(*conditions))
-        return int(result.rowcount or 0)
+        conversation = self._schema.turns.c.event_id == event_id
+        return await delete_user_turns(self, user_id, teams=teams, where=[conversation])
 
     async def delete_conversations(
         self, user_id: uuid.UUID, *, teams: frozenset[uuid.UUID] | None = None

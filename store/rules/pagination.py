@@ -8,6 +8,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from store.model import Page
+
 T = TypeVar("T")
 
 
@@ -35,12 +37,11 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise BadCursor("cursor is not valid; pass the next_cursor of the previous page unchanged") from exc
 
 
-def newest_first_page(
-    items: list[tuple[datetime, uuid.UUID, T]], limit: int
-) -> tuple[tuple[T, ...], str | None]:
-    """Sort (created_at, id, item) newest first, keep `limit`, and the cursor after the last kept."""
+def newest_first_page(items: list[tuple[datetime, uuid.UUID, T]], limit: int) -> Page[T]:
+    """Sort (created_at, id, item) newest first: the page of the first `limit`, and the cursor after
+    the last kept when more follow."""
     ordered = sorted(items, key=lambda entry: (entry[0], entry[1]), reverse=True)
     kept = ordered[:limit]
     more = len(ordered) > limit
     cursor = encode_cursor(kept[-1][0], kept[-1][1]) if more and kept else None
-    return tuple(item for _, _, item in kept), cursor
+    return Page(items=tuple(item for _, _, item in kept), next_cursor=cursor)

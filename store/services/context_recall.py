@@ -153,6 +153,11 @@ async def items_in_context(
     found = await _found(store, asked, settings)
     if found is None:
         return []
+    return _listed(found, asked)
+
+
+def _listed(found: _Found, asked: ContextRecall) -> list[RecallItem]:
+    """What recall lists from what was found: the `limit` facts, then the new turns (`turn_limit`)."""
     return facts_then_turns(
         found.memories,
         found.turns,
@@ -174,14 +179,7 @@ async def hint_in_context(
     found = await _found(store, asked, settings, every_limit=every_limit, with_pinned=True)
     if found is None:
         return ""
-    items = facts_then_turns(
-        found.memories,
-        found.turns,
-        limit=asked.limit,
-        turn_limit=asked.turn_limit,
-        message=asked.query,
-        pending=found.pending,
-    )
+    items = _listed(found, asked)
     every = None
     if found.every is not None and len(found.every) < every_limit:
         every = [

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.ui import core
+from store.model import ReviewQuery
 
 TEAM = uuid.UUID("6d43c50b-3849-56d1-93dd-b57a6f867071")
 
@@ -62,6 +63,23 @@ def test_review_filters_parse_and_round_trip_through_the_query_string() -> None:
     again, _ = core.parse_review_filters(dict(p.split("=") for p in filters.query(cursor="c2").split("&")))
     assert again == core.ReviewFilters(team_id=TEAM, scope="persona", min_confidence=0.7, cursor="c2")
     assert "a persona's own" in filters.summary() and "confidence ≥ 0.7" in filters.summary()
+
+
+def test_the_filters_become_the_store_query_with_the_page_size() -> None:
+    person, persona = uuid.uuid4(), uuid.uuid4()
+    filters = core.ReviewFilters(
+        team_id=TEAM, scope="user", persona_id=persona, user_id=person, min_confidence=0.4, cursor="c3"
+    )
+    assert filters.review_query(limit=25) == ReviewQuery(
+        team_id=TEAM,
+        scope="user",
+        persona_id=persona,
+        user_id=person,
+        min_confidence=0.4,
+        limit=25,
+        cursor="c3",
+    )
+    assert core.ReviewFilters().review_query(limit=10) == ReviewQuery(limit=10)
 
 
 def test_unreadable_filters_are_ignored_and_reported_per_field() -> None:
