@@ -209,6 +209,11 @@ class StoreBase:
     def _insert(self, table: Any) -> Any:
         return self._backend.insert(table)
 
+    async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
+        """Erase one memory (`store.core.erasure.MemoryErasure.erase`): declared here so a part
+        that erases (regate) needs no other part as its base."""
+        raise NotImplementedError
+
     # -- row conversion -------------------------------------------------------------------------
 
     _memory = staticmethod(memory_from_row)

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, Table, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from store.core.erasure import MemoryErasure
+from store.core.base import StoreBase
 from store.rules.admission import regate_memory, regate_name, regate_turn
 from store.rules.keys import embedding_text
 
@@ -38,7 +38,7 @@ class RegateReport:
     names_erased: int = 0
 
 
-class StoredTextGate(MemoryErasure):
+class StoredTextGate(StoreBase):
     """`regate`: the admission gate over what is already stored."""
 
     async def regate(self, *, dry_run: bool = False) -> RegateReport:
