@@ -58,7 +58,9 @@ def main() -> None:
         "POST", "/v1/tools/call", {"name": "memory_recall", "arguments": {"query": "food"}, **CONTEXT}
     )
     print("memory_recall:", json.dumps(found))
-    recalled = call("POST", "/v1/recall", {**CONTEXT, "query": "what do they like to eat", "limit": 5})
+    recalled = call(
+        "POST", "/v1/recall", {**CONTEXT, "query": "what do they like to eat", "limit": 5, "turn_limit": 3}
+    )
     # one ranked list: reviewed facts (kind "memory") and earlier conversations' turns (kind "turn")
     shown = [item["value"] if item["kind"] == "memory" else item["text"] for item in recalled["items"]]
     print("recall:", json.dumps(shown))

@@ -185,7 +185,7 @@ def test_http_tools_with_the_standard_library(demo: Demo) -> None:
     assert json.loads(lines["memory_save"])["result"]["saved"] is True
     assert "Loves risotto" in lines["memory_recall"]
     recalled = json.loads(lines["recall"])
-    assert len(recalled) == 5
+    assert len(recalled) == 5 + 3  # `limit` memories, then `turn_limit` turns
     assert "Is allergic to peanuts" in recalled  # what the demo approved for its user
 
 
