@@ -122,7 +122,7 @@ async def test_writes_in_flight_bounds_the_events_storing_at_once(
             embedding += 1
             peak, peak_embedding = max(peak, storing), max(peak_embedding, embedding)
             try:
-                await asyncio.sleep(0.1)  # a slow provider: the others queue behind the limit
+                await asyncio.sleep(0.5)  # a slow provider: the others queue behind the limit
                 return await embed(texts)
             finally:
                 embedding -= 1
