@@ -17,6 +17,7 @@ import httpx
 
 from store.migrate import migrate
 from tests.api.conftest import SECRET
+from tests.database_role import clean_environment
 from worker.embedded import free_port
 
 PMEM = [sys.executable, "-m", "worker.cli"]
@@ -40,7 +41,7 @@ def pmem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def serve_environment(database_url: str) -> dict[str, str]:
     """The environment of a `pmem serve` on `database_url` (loopback, a free port, the test secret)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env = clean_environment("PMEM_")
     env.update(
         PMEM_DATABASE_URL=database_url,
         PMEM_AUTH_JWT_SECRET=SECRET,

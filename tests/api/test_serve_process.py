@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from store.migrate import migrate
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
+from tests.database_role import clean_environment
 from tests.factories import user_fact
 from worker.embedded import free_port
 
@@ -22,7 +22,7 @@ from worker.embedded import free_port
 def serve_env(new_database: object) -> dict[str, str]:
     url = new_database()  # type: ignore[operator]
     migrate(url, 384)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env = clean_environment("PMEM_")
     env.update(
         PMEM_DATABASE_URL=url,
         PMEM_AUTH_JWT_SECRET=SECRET,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import httpx
 import jwt
 import psycopg
 
+from tests.database_role import clean_environment
 from worker.embedded import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
 def serving(database_url: str) -> Iterator[str]:
     """`pmem serve` as a real process on a loopback port; yields its base URL."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env.update(
         PMEM_DATABASE_URL=database_url,
         PMEM_AUTH_JWT_SECRET=SECRET,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tests.database_role import clean_environment
 from worker.commands.errors import (
     EXIT_CONFIGURATION,
     EXIT_UNREACHABLE,
@@ -31,7 +32,7 @@ USER = "7a1c0000-0000-4000-8000-000000000000"
 
 
 def pmem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    base = clean_environment()
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", *args],
         cwd=REPO,

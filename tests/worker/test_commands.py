@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.database_role import clean_environment
 from tests.worker.worker_harness import Harness, conversation
 from worker.cli import main
 from worker.commands.publish import publish_file, read_lines
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without any PMEM_*/OPENAI_* configuration (offline demo), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     return {**env, **extra}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.database_role import clean_environment
 from worker.commands.demo_integration import parse_export_line
 from worker.embedded import free_port
 
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def demo_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_", "XDG_RUNTIME_DIR"))}
+    env = clean_environment(("PMEM_", "OPENAI_", "XDG_RUNTIME_DIR"))
     return {**env, "PMEM_EMBEDDING_PROVIDER": "hashing"}
 
 
