@@ -307,9 +307,11 @@ async def reject_mine(
 
 
 async def erase_mine(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> None:
-    """Erase one of the caller's own memories."""
+    """Erase one of the caller's own memories, and their words it quotes wherever the team's other
+    memories quote them."""
+    person = access.require_person(principal)
     memory = access.own(principal, await store.get_by_id(memory_id))
-    if not await store.erase(memory.id, actor=principal.actor):
+    if not await store.erase_own(memory.id, actor=principal.actor, person=person):
         raise NotFound("no such memory")
 
 
