@@ -22,6 +22,7 @@ from api.read_routing import COOKIE
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 from worker.embedded import EmbeddedPostgres
 from worker.testing.pg_replica import StreamingReplica
@@ -79,7 +80,11 @@ def cluster() -> Iterator[Cluster]:
 
 async def open_store(cluster: Cluster, *, max_lag_s: float = 5.0) -> PostgresMemoryStore:
     return PostgresMemoryStore(
-        cluster.url, HashingEmbedder(dim=DIM), read_urls=[cluster.read_url], read_max_lag_s=max_lag_s
+        cluster.url,
+        HashingEmbedder(dim=DIM),
+        read_urls=[cluster.read_url],
+        read_max_lag_s=max_lag_s,
+        database_role=DATABASE_ROLE,
     )
 
 

@@ -32,7 +32,7 @@ from store.postgres.store import PostgresMemoryStore
 from store.rules.keys import is_invisible
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
-from tests.database_role import clean_environment
+from tests.database_role import DATABASE_ROLE, clean_environment
 from worker.embedded import free_port
 
 MAX_BODY = 20_000
@@ -102,7 +102,7 @@ async def http(served: Served) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def store(served: Served) -> AsyncIterator[PostgresMemoryStore]:
-    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=384))
+    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=384), database_role=DATABASE_ROLE)
     yield opened
     await opened.close()
 

@@ -13,7 +13,7 @@ import pytest
 from store.migrate import migrate
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
-from tests.database_role import clean_environment
+from tests.database_role import DATABASE_ROLE, clean_environment
 from tests.factories import user_fact
 from worker.embedded import free_port
 
@@ -44,7 +44,9 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     from store.postgres.store import PostgresMemoryStore
 
     user = uuid.uuid4()
-    store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))
+    store = PostgresMemoryStore(
+        serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384), database_role=DATABASE_ROLE
+    )
     try:
         pending = await store.upsert(
             user_fact(

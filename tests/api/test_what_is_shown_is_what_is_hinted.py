@@ -32,6 +32,7 @@ from store.rules.admission import has_content
 from store.rules.hint import KNOWN_HEADER
 from store.rules.keys import is_invisible, storable_value
 from tests.api.conftest import AUTH, DIM, SECRET, TEAM_A
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 
 # characters a smuggler reaches for: tags, bidi controls, zero-width ones, variation selectors,
@@ -57,7 +58,7 @@ class Served:
 
     def __init__(self, database_url: str) -> None:
         self.runner = asyncio.Runner()
-        self.store = PostgresMemoryStore(database_url, HashingEmbedder(dim=DIM))
+        self.store = PostgresMemoryStore(database_url, HashingEmbedder(dim=DIM), database_role=DATABASE_ROLE)
         app = create_app(store=self.store, auth=AUTH, max_body_bytes=64_000)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         self.http = httpx.AsyncClient(transport=transport, base_url="http://pmem.test")
