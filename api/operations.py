@@ -475,4 +475,5 @@ async def platform_hint(
     access.require_service(principal)
     budget = most_tokens if max_tokens is None else min(max_tokens, most_tokens)
     asked = replace(asked, limit=_limit(asked.limit))
-    return await hint_in_context(store, asked, max_tokens=budget, settings=settings)
+    with team_scope(access.request_scope(principal, asked.team_id)):
+        return await hint_in_context(store, asked, max_tokens=budget, settings=settings)
