@@ -59,7 +59,8 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     finally:
         await store.close()
     admin = pmem(serve_env, "token", "--role", "team_admin", "--team", str(TEAM_A)).stdout.strip()
-    person = pmem(serve_env, "token", "--sub", str(user)).stdout.strip()
+    # a person sees their memories of the teams their token lists (the database holds that line)
+    person = pmem(serve_env, "token", "--sub", str(user), "--team", str(TEAM_A)).stdout.strip()
     created = pmem(serve_env, "keys", "create", "chat-backend")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
