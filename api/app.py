@@ -35,7 +35,7 @@ from store.read_scope import ReadScope, read_scope
 from store.rules.hint import DEFAULT_MAX_TOKENS
 from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
-from store.team_scope import request_cell
+from store.team_scope import platform_scope, request_cell
 
 log = logging.getLogger("pmem.api")
 
@@ -356,7 +356,10 @@ def add_health_routes(app: FastAPI, store: ControlPlaneStore, metrics_set: ApiMe
         if now - depth_read_at[0] >= QUEUE_DEPTH_CACHE_S:
             depth_read_at[0] = now
             try:
-                for scope, count in (await store.pending_counts()).items():
+                # counts of every team's queue (no content): the platform scope, logged
+                with platform_scope("the review-queue depth gauge of /metrics"):
+                    counts = await store.pending_counts()
+                for scope, count in counts.items():
                     metrics_set.queue_depth.labels(scope).set(count)
             except Exception as exc:
                 log.warning("could not read the review-queue depth: %s", type(exc).__name__)
