@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from store.core.erasure import MemoryErasure
+from store.core.base import StoreBase
 from store.rules.admission import regate_memory, regate_name, regate_turn
 from store.rules.keys import embedding_text
 
@@ -37,7 +37,7 @@ class RegateReport:
     names_erased: int = 0
 
 
-class StoredTextGate(MemoryErasure):
+class StoredTextGate(StoreBase):
     """`regate`: the admission gate over what is already stored."""
 
     async def regate(self, *, dry_run: bool = False) -> RegateReport:
@@ -69,7 +69,10 @@ class StoredTextGate(MemoryErasure):
                 if verdict.action == "refuse":
                     report.memories_erased += 1
                     if not dry_run:
-                        await self.erase(row.id, actor="system:regate")
+                        async with self._backend.transaction() as conn:
+                            memory = await self._memory_in(conn, row.id, lock=True)
+                            if memory is not None:
+                                await self._erase_rows(conn, [memory], actor="system:regate")
                     continue
                 if dry_run:
                     report.memories_rewritten += 1
