@@ -80,7 +80,9 @@ def is_about(person: uuid.UUID, memory: Memory) -> bool:
 
 
 def reviewable(principal: Principal, memory: Memory | None) -> Memory:
-    """The memory if the reviewer may see it, else 404."""
+    """The memory if the reviewer may see it, else 404; 403 for a role that reviews nothing, whether
+    or not the memory is visible to it (the database shows a person only their teams' rows)."""
+    require_reviewer(principal)
     if memory is None or not may_review(principal, memory):
         raise NotFound("no such memory")
     return memory

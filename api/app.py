@@ -24,19 +24,19 @@ from api.asgi import HttpMiddleware
 from api.auth import ApiKeyCache, AuthConfig
 from api.cookies import CookieGuard
 from api.deps import AppState
-from api.errors import ApiError
+from api.errors import TEAM_BOUNDARY_REFUSED, ApiError
 from api.mcp_server import MCP_PATH, McpEndpoint, build_mcp, running
 from api.metrics import ApiMetrics, route_template
 from api.openapi import document_errors, path_methods
 from api.read_routing import CHECK_MARGIN_S, RecentWriters, after_write, wants_primary
 from api.routes import directory, me, platform, review, settings, tools
-from store.errors import StoreTimeout, StoreUnavailable
+from store.errors import StoreTimeout, StoreUnavailable, TeamBoundaryViolation
 from store.protocols import ControlPlaneStore
 from store.read_scope import ReadScope, read_scope
 from store.rules.hint import DEFAULT_MAX_TOKENS
 from store.rules.input_errors import describe, unparsable_body
 from store.services.settings_cache import SettingsCache
-from store.team_scope import request_cell
+from store.team_scope import platform_scope, request_cell
 
 log = logging.getLogger("pmem.api")
 
@@ -265,7 +265,8 @@ def add_product_routes(
 def add_error_handlers(app: FastAPI) -> None:
     """Every error as `{"error": …}`: the API's own, invalid requests (never echoing the input),
     HTTP errors (405 with every method of the path), a busy or unavailable database (503 with
-    Retry-After) and anything unexpected (500, details in the log only)."""
+    Retry-After), a write refused at the team boundary (403, logged with the database's reason)
+    and anything unexpected (500, details in the log only)."""
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -300,6 +301,12 @@ def add_error_handlers(app: FastAPI) -> None:
             else "the database is unavailable; try again shortly"
         )
         return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(TeamBoundaryViolation)
+    async def team_boundary(request: Request, exc: Exception) -> JSONResponse:
+        # the reason names the table, never a value: Postgres words it without the row
+        log.warning("team boundary on %s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse({"error": TEAM_BOUNDARY_REFUSED}, status_code=403)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -344,7 +351,10 @@ def add_health_routes(app: FastAPI, store: ControlPlaneStore, metrics_set: ApiMe
         if now - depth_read_at[0] >= QUEUE_DEPTH_CACHE_S:
             depth_read_at[0] = now
             try:
-                for scope, count in (await store.pending_counts()).items():
+                # counts of every team's queue (no content): the platform scope, logged
+                with platform_scope("the review-queue depth gauge of /metrics"):
+                    counts = await store.pending_counts()
+                for scope, count in counts.items():
                     metrics_set.queue_depth.labels(scope).set(count)
             except Exception as exc:
                 log.warning("could not read the review-queue depth: %s", type(exc).__name__)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+# the answer to a write Postgres refused at the team boundary (row-level security): a request
+# reached past the teams its credential and context allow
+TEAM_BOUNDARY_REFUSED = (
+    "refused at the team boundary: this request may only touch the rows of the teams its credential "
+    "and context allow (the database's row-level security refused the write)"
+)
+
 
 class ApiError(Exception):
     """An error with the HTTP status it answers with; the message is shown to the caller."""

@@ -24,6 +24,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -31,8 +32,9 @@ from starlette.types import Receive, Scope, Send
 from api import tool_calls
 from api.auth import authenticate
 from api.deps import AppState
-from api.errors import ApiError, BadInput
+from api.errors import TEAM_BOUNDARY_REFUSED, ApiError, BadInput
 from api.principal import Principal
+from store.errors import TeamBoundaryViolation
 from store.services.tools import TOOL_SCHEMAS
 
 log = logging.getLogger("pmem.api.mcp")
@@ -118,6 +120,10 @@ def build_mcp(state: AppState) -> tuple[Server[Any], StreamableHTTPSessionManage
             result = await tool_calls.run_tool(state.store, principal, subject, params.name, params.arguments)
         except ApiError as exc:
             return tool_error(exc.message)
+        except TeamBoundaryViolation as exc:
+            # not the model's to correct: the request itself reached past its teams
+            log.warning("team boundary on MCP tool %s: %s", params.name, exc)
+            raise MCPError(code=_REFUSAL_CODES[403], message=TEAM_BOUNDARY_REFUSED) from exc
         return tool_result(result)
 
     server: Server[Any] = Server(

@@ -289,9 +289,11 @@ async def reject_mine(
 
 
 async def erase_mine(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> None:
-    """Erase one of the caller's own memories."""
+    """Erase one of the caller's own memories, and their words it quotes wherever the team's other
+    memories quote them."""
+    person = access.require_person(principal)
     memory = access.own(principal, await store.get_by_id(memory_id))
-    if not await store.erase(memory.id, actor=principal.actor):
+    if not await store.erase_own(memory.id, actor=principal.actor, person=person):
         raise NotFound("no such memory")
 
 
@@ -455,4 +457,5 @@ async def platform_hint(
     access.require_service(principal)
     budget = most_tokens if max_tokens is None else min(max_tokens, most_tokens)
     asked = replace(asked, limit=_limit(asked.limit))
-    return await hint_in_context(store, asked, max_tokens=budget, settings=settings)
+    with team_scope(access.request_scope(principal, asked.team_id)):
+        return await hint_in_context(store, asked, max_tokens=budget, settings=settings)

@@ -137,7 +137,7 @@ class Result:
 
 
 # messages per generated conversation (`--messages`)
-EVENT_SHAPE = {"messages": 4}
+EVENT_SHAPE = {"messages": 4, "teams": 0}
 SMALL_TALK = (
     ("How was your day?", "Busy but fine, thanks for asking."),
     ("Any plans for the evening?", "Maybe a film, nothing special."),
@@ -147,11 +147,19 @@ SMALL_TALK = (
 
 
 def make_events(
-    n: int, seed: int, *, users_count: int | None = None, personas_count: int = 4, messages: int = 4
+    n: int,
+    seed: int,
+    *,
+    users_count: int | None = None,
+    personas_count: int = 4,
+    messages: int = 4,
+    teams: int = 0,
 ) -> list[dict[str, Any]]:
     """n conversations over n/4 users (or `users_count`) (half with a persona), 2 facts each,
-    `messages` messages each (the facts, then small talk), deterministic."""
+    `messages` messages each (the facts, then small talk), each user's in one of `teams` teams (0:
+    no team), deterministic."""
     users = [uuid.UUID(int=seed * 1_000_000 + i) for i in range(users_count or max(1, n // 4))]
+    team_ids = [uuid.UUID(int=seed * 1_000_000 + 800_000 + i) for i in range(teams)]
     personas = [uuid.UUID(int=seed * 1_000_000 + 900_000 + i) for i in range(personas_count)]
     events = []
     for i in range(n):
@@ -172,6 +180,7 @@ def make_events(
                 "type": "conversation.ended",
                 "channel_id": str(uuid.uuid4()),
                 "user_id": str(users[i % len(users)]),
+                "team_id": str(team_ids[(i % len(users)) % teams]) if teams else None,
                 "persona_id": str(personas[i % len(personas)]) if i % 2 else None,
                 "messages": [
                     {"role": "user", "content": fact_a.format(**words) + " " + fact_b.format(**words)},
@@ -578,6 +587,7 @@ async def run_one(  # noqa: PLR0915 - one measured run in order: services, publi
         users_count=users_count,
         personas_count=1 if users_count else 4,
         messages=EVENT_SHAPE["messages"],
+        teams=EVENT_SHAPE["teams"],
     )
     if users_count:
         users = sorted({uuid.UUID(e["user_id"]) for e in events})
@@ -876,6 +886,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--messages", type=int, default=4, help="messages per conversation (default 4; the facts come first)"
     )
+    parser.add_argument(
+        "--teams",
+        type=int,
+        default=0,
+        help="each user's events in one of this many teams (default 0: no team), e.g. to compare "
+        "--worker-env PMEM_DATABASE_ROLE=pmem_app (row-level security) with the owner",
+    )
     parser.add_argument("--persona-rows", type=int, default=100_000, help="persona memories with --populated")
     parser.add_argument("--user-rows", type=int, default=2000, help="memories per user with --populated")
     parser.add_argument(
@@ -923,7 +940,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     options = parse_args()
     ROWS.update(persona=options.persona_rows, user=options.user_rows, turns=options.user_turns)
-    EVENT_SHAPE.update(messages=options.messages)
+    EVENT_SHAPE.update(messages=options.messages, teams=options.teams)
     figures = main(options)
     print()
     print(

@@ -33,12 +33,22 @@ class StoreIntegrityError(RuntimeError):
     """A constraint was violated: a bug in the caller or the store, never an outage."""
 
 
-DbFailure = Literal["unavailable", "conflict", "timeout", "integrity", "other"]
+class TeamBoundaryViolation(RuntimeError):
+    """Postgres refused a row outside the transaction's team scope (row-level security,
+    `store.team_scope`): the work reached past the teams its caller may touch. Never an outage, never
+    retried: the same statement is refused again."""
+
+
+DbFailure = Literal["unavailable", "conflict", "timeout", "integrity", "team_boundary", "other"]
 
 # SQLSTATE classes and codes (https://www.postgresql.org/docs/current/errcodes-appendix.html)
 _CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 _TIMEOUT_STATES = frozenset({"57014"})  # query_canceled (statement_timeout)
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "53400"})  # shutdown, too many
+_INSUFFICIENT_PRIVILEGE = "42501"
+# how Postgres words a row its row-level security refuses ("new row violates row-level security
+# policy for table …"); a missing GRANT is the same SQLSTATE, worded "permission denied"
+_ROW_LEVEL_SECURITY = "row-level security"
 
 
 def db_failure(exc: BaseException) -> DbFailure:
@@ -55,6 +65,8 @@ def db_failure(exc: BaseException) -> DbFailure:
             return "timeout"
         if state.startswith("23"):
             return "integrity"
+        if state == _INSUFFICIENT_PRIVILEGE and _ROW_LEVEL_SECURITY in str(orig):
+            return "team_boundary"
         if state.startswith("08") or state in _UNAVAILABLE_STATES:
             return "unavailable"
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
@@ -81,6 +93,7 @@ _RAISED: dict[DbFailure, type[Exception]] = {
     "conflict": StoreConflict,
     "timeout": StoreTimeout,
     "integrity": StoreIntegrityError,
+    "team_boundary": TeamBoundaryViolation,
 }
 
 
@@ -98,7 +111,14 @@ async def translating_errors() -> AsyncIterator[None]:
     the driver's error stays reachable as `__cause__`. Other errors pass unchanged."""
     try:
         yield
-    except (StoreUnavailable, StoreConflict, StoreTimeout, StoreIntegrityError, StoreError):
+    except (
+        StoreUnavailable,
+        StoreConflict,
+        StoreTimeout,
+        StoreIntegrityError,
+        TeamBoundaryViolation,
+        StoreError,
+    ):
         raise
     except Exception as exc:
         kind = db_failure(exc)

@@ -213,6 +213,11 @@ class PersonalStore(Protocol):
 
     async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool: ...
 
+    async def erase_own(self, memory_id: uuid.UUID, *, actor: str, person: uuid.UUID) -> bool:
+        """Erase a person's own memory, and their words it quotes from the evidence of the team's
+        other memories and proposals."""
+        ...
+
     async def erase_user(
         self,
         user_id: uuid.UUID,

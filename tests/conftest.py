@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from cli.embedded import EmbeddedNats, EmbeddedPostgres
+from store.team_scope import platform_scope
 from testkit.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
+from tests.database_role import DATABASE_ROLE
 
 _database_counter = itertools.count()
 
@@ -64,6 +66,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         if timer is not None:
             timer.cancel()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def database_role() -> Iterator[str]:
+    """`PMEM_DATABASE_ROLE` for every store the tests open from the environment, in process or in
+    a `pmem` subprocess; the role the tests' own Postgres stores take too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PMEM_DATABASE_ROLE", DATABASE_ROLE)
+        yield DATABASE_ROLE
+
+
+@pytest.fixture(autouse=True)
+def the_test_sees_every_team() -> Iterator[None]:
+    """The test's own reads and writes through a store (seeding, checking what is stored) run in the
+    platform scope, as an operator's would: the product's doors never inherit it, each sets its own
+    (a request its caller's teams, the worker each event's team, a `pmem` process its command's).
+    A module that tests the scopes themselves overrides this fixture with one that enters none."""
+    with platform_scope("test: the test's own reads and writes"):
+        yield
 
 
 @pytest.fixture(scope="session")

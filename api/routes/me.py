@@ -67,7 +67,9 @@ async def reject_my_memory(
 
 @router.delete("/memories/{memory_id}", status_code=204)
 async def erase_my_memory(memory_id: uuid.UUID, principal: Caller, state: State) -> None:
-    """Erase one own memory (row, revisions, embedding and its text in the audit trail)."""
+    """Erase one own memory (row, revisions, embedding and its text in the audit trail), and the
+    caller's words it quotes from the evidence of the team's other memories (the conversation's
+    turns stay: `DELETE /v1/me/conversations/{channel_id}` erases those)."""
     await operations.erase_mine(state.store, principal, memory_id)
 
 

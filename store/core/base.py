@@ -7,9 +7,10 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, false, func, or_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -209,11 +210,6 @@ class StoreBase:
     def _insert(self, table: Any) -> Any:
         return self._backend.insert(table)
 
-    async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
-        """Erase one memory (`store.core.erasure.MemoryErasure.erase`): declared here so a part
-        that erases (regate) needs no other part as its base."""
-        raise NotImplementedError
-
     # -- row conversion -------------------------------------------------------------------------
 
     _memory = staticmethod(memory_from_row)
@@ -349,6 +345,41 @@ class StoreBase:
                 change_audit_values(action, memory, revision.new_value, actor=actor, revision_id=revision.id),
                 into=audits_into,
             )
+
+    async def _erase_rows(self, conn: AsyncConnection, memories: Sequence[Memory], *, actor: str) -> None:
+        """Erase memories: delete their rows and revisions, strip their audit rows' text, leave one
+        content-free tombstone each (`store.core.erasure`)."""
+        if not memories:
+            return
+        m, r, a = self._schema.memories, self._schema.revisions, self._schema.audit
+        ids = [memory.id for memory in memories]
+        await conn.execute(delete(r).where(r.c.memory_id.in_(ids)))
+        await conn.execute(delete(m).where(m.c.id.in_(ids)))
+        await conn.execute(
+            update(a).where(a.c.memory_id.in_(ids)).values(key=None, old_value=None, new_value=None)
+        )
+        now = datetime.now(UTC)  # a value, not the backend's now(): executemany binds every row
+        await conn.execute(
+            self._insert(a),
+            [
+                {
+                    "memory_id": memory.id,
+                    "action": "erase",
+                    "scope": memory.scope,
+                    "owner_id": memory.owner_id,
+                    "user_id": memory.user_id,
+                    "team_id": memory.team_id,
+                    "key": None,
+                    "old_value": None,
+                    "new_value": None,
+                    "actor": actor,
+                    "event_id": None,
+                    "revision_id": None,
+                    "at": now,
+                }
+                for memory in memories
+            ],
+        )
 
     async def get_by_id(self, memory_id: uuid.UUID) -> Memory | None:
         """One memory by id, any status."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
@@ -20,7 +20,7 @@ from store.core.base import StoreBase
 from store.core.forgetting import folded
 from store.core.settings import effective_settings
 from store.core.turns import delete_user_turns, expire_old_turns
-from store.model import Memory, MemorySettings, RetentionReport
+from store.model import MemorySettings, RetentionReport
 from store.rules.evidence import evidence_lines, quoted_text
 from store.rules.forgetting import without_lines
 from store.rules.keys import embedding_text
@@ -32,40 +32,6 @@ Progress = Callable[[int], None]
 
 class MemoryErasure(StoreBase):
     """Archive, erase, erase everything about a user, retention."""
-
-    async def _erase_rows(self, conn: AsyncConnection, memories: Sequence[Memory], *, actor: str) -> None:
-        """Delete rows and revisions, strip their audit rows' text, leave one tombstone each."""
-        if not memories:
-            return
-        m, r, a = self._schema.memories, self._schema.revisions, self._schema.audit
-        ids = [memory.id for memory in memories]
-        await conn.execute(delete(r).where(r.c.memory_id.in_(ids)))
-        await conn.execute(delete(m).where(m.c.id.in_(ids)))
-        await conn.execute(
-            update(a).where(a.c.memory_id.in_(ids)).values(key=None, old_value=None, new_value=None)
-        )
-        now = datetime.now(UTC)  # a value, not the backend's now(): executemany binds every row
-        await conn.execute(
-            self._insert(a),
-            [
-                {
-                    "memory_id": memory.id,
-                    "action": "erase",
-                    "scope": memory.scope,
-                    "owner_id": memory.owner_id,
-                    "user_id": memory.user_id,
-                    "team_id": memory.team_id,
-                    "key": None,
-                    "old_value": None,
-                    "new_value": None,
-                    "actor": actor,
-                    "event_id": None,
-                    "revision_id": None,
-                    "at": now,
-                }
-                for memory in memories
-            ],
-        )
 
     async def erase(self, memory_id: uuid.UUID, *, actor: str = "system") -> bool:
         """Erase one memory (see the module docstring); False when there is no such memory."""

@@ -14,6 +14,11 @@ on). Rejecting and forgetting erases, in the same transaction as the rejection:
   evidence changes is embedded again from what stays, a proposal's embedding is dropped (approval
   embeds it again).
 
+A person erasing their own memory (`erase_own`) clears their words the same way: the memory and its
+open proposal are erased (as `erase` does), and the lines of their evidence that the person's own
+stored turns say leave the evidence of the team's other memories and proposals; the turns stay, as
+with a plain rejection.
+
 The embeddings are computed before the transaction; if what was said changed in between (another
 event of the conversation arrived), the plan is made again."""
 
@@ -56,12 +61,14 @@ def folded(first: Sequence[float], second: Sequence[float]) -> list[float]:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Rejecting:
     """What a rejection decides: the memory, whether it is archived, and the open proposal rejected
-    with it (None: none), with the proposal's conversation."""
+    with it (None: none), with the proposal's conversation. `erase`: both are erased instead, so
+    their own evidence needs no change and the conversation's turns stay."""
 
     memory: Memory
     archive: bool
     revision: Revision | None
     revision_channel: uuid.UUID | None
+    erase: bool = False
 
     def rejected_evidence(self) -> list[tuple[uuid.UUID | None, str | None]]:
         """(conversation, evidence) of what is rejected: the archived memory's, the proposal's."""
@@ -149,6 +156,52 @@ class RejectAndForget(StoreBase):
             return Rejection(memory=memory, forgotten_turns=len(plan.erase))
         raise StoreError(f"what was said changed while forgetting memory {memory_id}; try again")
 
+    async def erase_own(self, memory_id: uuid.UUID, *, actor: str, person: uuid.UUID) -> bool:
+        """Erase a person's own memory (the caller checks it is about them) as `erase` does, and
+        their words it quotes from the evidence of the team's other memories and proposals (the
+        module docstring); False when there is no such memory."""
+        vectors: dict[str, list[float]] = {}
+        for _ in range(_ATTEMPTS):
+            async with self._backend.reading() as conn:
+                peek = await self._erasing(conn, memory_id, lock=False)
+                if peek is None:
+                    return False
+                wanted = (await self._forget_plan(conn, peek, person)).texts()
+            await self._embed_into(vectors, [text for text in wanted if text not in vectors])
+            async with self._backend.transaction() as conn:
+                erasing = await self._erasing(conn, memory_id, lock=True)
+                if erasing is None:
+                    return False
+                plan = await self._forget_plan(conn, erasing, person)
+                if any(text not in vectors for text in plan.texts()):
+                    continue  # another event of the conversation came meanwhile: plan again
+                await self._forget(conn, plan, vectors)
+                await self._erase_rows(conn, [erasing.memory], actor=actor)
+            return True
+        raise StoreError(f"what was said changed while erasing memory {memory_id}; try again")
+
+    async def _erasing(self, conn: AsyncConnection, memory_id: uuid.UUID, *, lock: bool) -> _Rejecting | None:
+        """The memory to erase with its open proposal (any status), or None when there is none."""
+        memory = await self._memory_in(conn, memory_id, lock=lock)
+        if memory is None:
+            return None
+        open_rev = await self._open_revision(conn, memory_id, lock=lock)
+        revision = open_rev[0] if open_rev is not None else None
+        channel = await self._revision_channel(conn, revision)
+        return _Rejecting(
+            memory=memory, archive=True, revision=revision, revision_channel=channel, erase=True
+        )
+
+    async def _revision_channel(self, conn: AsyncConnection, revision: Revision | None) -> uuid.UUID | None:
+        """The conversation a proposal was drawn from (None: none, or no proposal)."""
+        if revision is None:
+            return None
+        r = self._schema.revisions
+        channel: uuid.UUID | None = (
+            await conn.execute(select(r.c.source_channel_id).where(r.c.id == revision.id))
+        ).scalar_one_or_none()
+        return channel
+
     async def _embed_into(self, vectors: dict[str, list[float]], texts: Sequence[str]) -> None:
         if not texts:
             return
@@ -174,12 +227,7 @@ class RejectAndForget(StoreBase):
             if memory.status == "archived":
                 return None
             archive = True
-        channel = None
-        if revision is not None:
-            r = self._schema.revisions
-            channel = (
-                await conn.execute(select(r.c.source_channel_id).where(r.c.id == revision.id))
-            ).scalar_one_or_none()
+        channel = await self._revision_channel(conn, revision)
         return _Rejecting(memory=memory, archive=archive, revision=revision, revision_channel=channel)
 
     async def _reject_in(self, conn: AsyncConnection, rejecting: _Rejecting, actor: str) -> None:
@@ -221,15 +269,16 @@ class RejectAndForget(StoreBase):
             forgotten.update(line.line for line in lines)
             if channel is not None:
                 said[channel] += lines
-        if rejecting.archive and memory.evidence is not None:
+        if rejecting.archive and memory.evidence is not None and not rejecting.erase:
             plan.memories[memory.id] = _MemoryChange(
                 evidence=None, fact=embedding_text(memory.key, memory.value)
             )
-        if rejecting.revision is not None and rejecting.revision.evidence is not None:
+        if rejecting.revision is not None and rejecting.revision.evidence is not None and not rejecting.erase:
             plan.revisions[rejecting.revision.id] = None
         if not said:
             return plan
-        cited = await self._plan_turns(conn, plan, said, self._turns_within(memory, person))
+        within = self._turns_within(memory, person)
+        cited = await self._plan_turns(conn, plan, said, within, keep=rejecting.erase)
         if person is not None:
             # a person forgets their own words only: the lines of the turns erased, not what
             # others said in the same conversation
@@ -243,7 +292,16 @@ class RejectAndForget(StoreBase):
             }
             if not forgotten:
                 return plan
-        await self._plan_evidence(conn, plan, set(said), forgotten, self._memories_within(memory))
+        erased = {memory.id} if rejecting.erase else set()
+        erased_revisions = {rejecting.revision.id} if rejecting.erase and rejecting.revision else set()
+        await self._plan_evidence(
+            conn,
+            plan,
+            set(said),
+            forgotten,
+            self._memories_within(memory),
+            skip=erased | erased_revisions,
+        )
         return plan
 
     async def _plan_turns(
@@ -252,9 +310,11 @@ class RejectAndForget(StoreBase):
         plan: _ForgetPlan,
         said: Mapping[uuid.UUID, Sequence[SaidLine]],
         within: ColumnElement[bool],
+        *,
+        keep: bool = False,
     ) -> list[tuple[uuid.UUID, str, str]]:
-        """The cited turns to erase, and their neighbours to read again; answers the erased turns'
-        (channel, role, text)."""
+        """The cited turns to erase, and their neighbours to read again; answers the cited turns'
+        (channel, role, text). With `keep` the turns stay: only the cited ones are answered."""
         t = self._schema.turns
         rows = (
             await conn.execute(
@@ -264,8 +324,8 @@ class RejectAndForget(StoreBase):
             )
         ).all()
         cited = [row for row in rows if cites(said[row.channel_id], row.role, row.text)]
-        if not cited:
-            return []
+        if not cited or keep:
+            return [(row.channel_id, row.role, row.text) for row in cited]
         plan.erase = sorted({row.id for row in cited})
         stmt = select(
             t.c.id,
@@ -305,9 +365,11 @@ class RejectAndForget(StoreBase):
         channels: set[uuid.UUID],
         forgotten: set[str],
         within: ColumnElement[bool],
+        *,
+        skip: set[uuid.UUID],
     ) -> None:
         """The conversation's other memories and proposals quoting a forgotten line: their evidence
-        without it."""
+        without it (`skip`: ids being erased, left as they are)."""
         m, r = self._schema.memories, self._schema.revisions
         ordered = sorted(channels)
         approved_from = select(r.c.memory_id).where(
@@ -323,7 +385,7 @@ class RejectAndForget(StoreBase):
             )
         ).all()
         for row in quoting:
-            if row.id in plan.memories:
+            if row.id in plan.memories or row.id in skip:
                 continue
             kept = without_lines(row.evidence, forgotten)
             if kept != row.evidence:
@@ -336,7 +398,7 @@ class RejectAndForget(StoreBase):
             )
         ).all()
         for proposal in proposals:
-            if proposal.id in plan.revisions:
+            if proposal.id in plan.revisions or proposal.id in skip:
                 continue
             kept = without_lines(proposal.evidence, forgotten)
             if kept != proposal.evidence:

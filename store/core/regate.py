@@ -76,7 +76,10 @@ class StoredTextGate(StoreBase):
                 if verdict.action == "refuse":
                     report.memories_erased += 1
                     if not dry_run:
-                        await self.erase(row.id, actor="system:regate")
+                        async with self._backend.transaction() as conn:
+                            memory = await self._memory_in(conn, row.id, lock=True)
+                            if memory is not None:
+                                await self._erase_rows(conn, [memory], actor="system:regate")
                     continue
                 if dry_run:
                     report.memories_rewritten += 1

@@ -18,6 +18,7 @@ from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
 from store.sqlite.store import SqliteMemoryStore
+from tests.database_role import DATABASE_ROLE
 from tests.store.conftest import truncate
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"
@@ -64,7 +65,7 @@ def api_db_url(new_database: Callable[[], str]) -> str:
 async def api_store(api_db_url: str) -> AsyncIterator[PostgresMemoryStore]:
     """An empty Postgres store."""
     truncate(api_db_url)
-    store = PostgresMemoryStore(api_db_url, HashingEmbedder(dim=DIM))
+    store = PostgresMemoryStore(api_db_url, HashingEmbedder(dim=DIM), database_role=DATABASE_ROLE)
     yield store
     await store.close()
 
@@ -100,7 +101,7 @@ async def each_store(
     if request.param == "postgres":
         url = request.getfixturevalue("api_db_url")
         truncate(url)
-        store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM))
+        store = PostgresMemoryStore(url, HashingEmbedder(dim=DIM), database_role=DATABASE_ROLE)
     else:
         store = SqliteMemoryStore(f"sqlite:///{tmp_path}/api.db", HashingEmbedder(dim=DIM))
     yield store

@@ -18,6 +18,7 @@ import httpx
 from cli.embedded import free_port
 from store.migrate import migrate
 from tests.api.conftest import SECRET
+from tests.database_role import clean_environment
 
 PMEM = [sys.executable, "-m", "cli.main"]
 DIM = 384
@@ -40,7 +41,7 @@ def pmem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def serve_environment(database_url: str) -> dict[str, str]:
     """The environment of a `pmem serve` on `database_url` (loopback, a free port, the test secret)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env = clean_environment("PMEM_")
     env.update(
         PMEM_DATABASE_URL=database_url,
         PMEM_AUTH_JWT_SECRET=SECRET,

@@ -24,6 +24,7 @@ from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
 from testkit.pg_replica import StreamingReplica
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"
@@ -79,7 +80,11 @@ def cluster() -> Iterator[Cluster]:
 
 async def open_store(cluster: Cluster, *, max_lag_s: float = 5.0) -> PostgresMemoryStore:
     return PostgresMemoryStore(
-        cluster.url, HashingEmbedder(dim=DIM), read_urls=[cluster.read_url], read_max_lag_s=max_lag_s
+        cluster.url,
+        HashingEmbedder(dim=DIM),
+        read_urls=[cluster.read_url],
+        read_max_lag_s=max_lag_s,
+        database_role=DATABASE_ROLE,
     )
 
 

@@ -12,10 +12,12 @@ import httpx
 from store.postgres.store import PostgresMemoryStore
 from store.sqlite.store import SqliteMemoryStore
 from tests.api.conftest import TEAM_A, TEAM_B, People
+from tests.api.test_the_gate_at_every_door import Gated, csrf, gated
 from tests.store.as_the_worker import event_of, write_as_the_worker
 from tests.store.test_store_turns import holding
 
 Store = PostgresMemoryStore | SqliteMemoryStore
+__all__ = ["gated"]
 WORD = "Quillberry"
 SAID = [
     "Hello again",
@@ -243,3 +245,76 @@ async def test_erasing_a_person_clears_their_words_from_the_teams_memories(
     await each_store.erase_user(people.user, actor="admin:test")
     persona_memory = await each_store.get_by_id(quoted.memory_id)
     assert persona_memory is not None and persona_memory.evidence == f"assistant: {SAID[3]}"
+
+
+async def test_a_persons_plain_delete_clears_their_words_from_the_teams_evidence(
+    each_client: httpx.AsyncClient, each_store: Store, each_people: People
+) -> None:
+    from store.model import NewMemory
+
+    people = each_people
+    memory_id, channel = await told(each_store, people)
+    mine = await each_store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None and WORD in mine.evidence
+    # a persona memory and another person's memory quote the same line beside other lines
+    quoting = {}
+    for key, scope, owner, user in (
+        ("favourite bicycle names", "persona", uuid.uuid4(), None),
+        ("heard a bicycle name", "user", people.other_user, None),
+    ):
+        result = await each_store.upsert(
+            NewMemory(
+                scope=scope,  # type: ignore[arg-type]
+                owner_id=owner,
+                user_id=user,
+                key=key,
+                value="Users name bicycles after gardens",
+                source_channel_id=channel,
+                team_id=TEAM_A,
+                evidence=f"{mine.evidence}\nassistant: {SAID[3]}",
+            ),
+            actor="worker",
+        )
+        quoting[key] = result.memory_id
+    answer = await each_client.delete(f"/v1/me/memories/{memory_id}", headers=people.headers("user"))
+    assert answer.status_code == 204, answer.text
+    assert await each_store.get_by_id(memory_id) is None
+    for key, quoted_id in quoting.items():
+        quoted = await each_store.get_by_id(quoted_id)
+        assert quoted is not None and quoted.evidence == f"assistant: {SAID[3]}", key  # others' words stay
+    # nothing of the line is left in any memory or audit row; the conversation's turns stay
+    assert set(holding(each_store, WORD)) <= {"conversation_turns.text", "conversation_turns.search_text"}
+    assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
+
+
+async def test_the_ui_delete_on_my_memories_clears_the_words_too(gated: Gated) -> None:
+    from store.model import NewMemory
+
+    g = gated
+    channel = uuid.uuid4()
+    [memory_id] = await write_as_the_worker(
+        g.store,
+        event_of(SAID, user=g.user, channel=channel, team=g.team),
+        [("bicycle name", "Has a named bicycle", (3,))],
+    )
+    mine = await g.store.get_by_id(memory_id)
+    assert mine is not None and mine.evidence is not None and WORD in mine.evidence
+    persona = await g.store.upsert(
+        NewMemory(
+            scope="persona",
+            owner_id=g.persona,
+            user_id=None,
+            key="favourite bicycle names",
+            value="Users name bicycles after gardens",
+            source_channel_id=channel,
+            team_id=g.team,
+            evidence=mine.evidence,
+        ),
+        actor="worker",
+    )
+    form = {"csrf_token": await csrf(g.user_ui, "/ui/me")}
+    posted = await g.user_ui.post(f"/ui/me/memories/{memory_id}/delete", data=form)
+    assert posted.status_code == 303, posted.text
+    assert await g.store.get_by_id(memory_id) is None
+    quoted = await g.store.get_by_id(persona.memory_id)
+    assert quoted is not None and quoted.evidence is None

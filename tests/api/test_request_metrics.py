@@ -95,3 +95,25 @@ async def test_every_route_is_labelled_by_its_template(
     assert {(method, route) for method, route, _ in durations} == labelled
     # no concrete id ever becomes a label value
     assert not [route for _, route, _ in requests if re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-", route)]
+
+
+async def test_the_review_queue_gauge_counts_every_teams_queue(
+    api_store: PostgresMemoryStore, people: People
+) -> None:
+    from tests.api.conftest import TEAM_A, TEAM_B
+    from tests.factories import user_fact
+
+    for n, team in enumerate((TEAM_A, TEAM_B, None)):
+        await api_store.upsert(user_fact(uuid.uuid4(), f"fact {n}", f"Value {n}", team_id=team))
+    app = create_app(store=api_store, auth=AUTH)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://pmem.test") as http:
+        text = (await http.get("/metrics")).text
+    depth = {
+        sample.labels["scope"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "pmem_review_queue_depth"
+        for sample in family.samples
+    }
+    # the scrape carries no credential, so no team of its own: the gauge reads across teams
+    assert depth["user"] == 3.0

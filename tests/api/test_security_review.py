@@ -33,6 +33,7 @@ from store.postgres.store import PostgresMemoryStore
 from store.rules.keys import is_invisible
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
+from tests.database_role import DATABASE_ROLE, clean_environment
 
 MAX_BODY = 20_000
 STATEMENT_TIMEOUT_S = 2
@@ -67,7 +68,7 @@ def served(embedded_postgres: Any) -> Iterator[Served]:
     url = embedded_postgres.create_database(f"sec_{uuid.uuid4().hex[:8]}")
     migrate(url, 384)
     private, public = _rsa_pair()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env.update(
         PMEM_DATABASE_URL=url,
         PMEM_AUTH_JWT_SECRET=SECRET,
@@ -101,7 +102,7 @@ async def http(served: Served) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def store(served: Served) -> AsyncIterator[PostgresMemoryStore]:
-    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=384))
+    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=384), database_role=DATABASE_ROLE)
     yield opened
     await opened.close()
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from cli.embedded import free_port
 from store.migrate import migrate
 from tests.api.conftest import SECRET, TEAM_A
 from tests.api.serve_harness import ServeProcess, pmem
+from tests.database_role import DATABASE_ROLE, clean_environment
 from tests.factories import user_fact
 
 
@@ -22,7 +22,7 @@ from tests.factories import user_fact
 def serve_env(new_database: object) -> dict[str, str]:
     url = new_database()  # type: ignore[operator]
     migrate(url, 384)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env = clean_environment("PMEM_")
     env.update(
         PMEM_DATABASE_URL=url,
         PMEM_AUTH_JWT_SECRET=SECRET,
@@ -44,7 +44,9 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     from store.postgres.store import PostgresMemoryStore
 
     user = uuid.uuid4()
-    store = PostgresMemoryStore(serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384))
+    store = PostgresMemoryStore(
+        serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384), database_role=DATABASE_ROLE
+    )
     try:
         pending = await store.upsert(
             user_fact(
@@ -57,7 +59,8 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
     finally:
         await store.close()
     admin = pmem(serve_env, "token", "--role", "team_admin", "--team", str(TEAM_A)).stdout.strip()
-    person = pmem(serve_env, "token", "--sub", str(user)).stdout.strip()
+    # a person sees their memories of the teams their token lists (the database holds that line)
+    person = pmem(serve_env, "token", "--sub", str(user), "--team", str(TEAM_A)).stdout.strip()
     created = pmem(serve_env, "keys", "create", "chat-backend")
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()

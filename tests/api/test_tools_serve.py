@@ -26,6 +26,7 @@ from store.postgres.store import PostgresMemoryStore
 from store.services.tools import TOOL_NAMES, MemoryTools, ToolCallError, ToolContext
 from tests.api.conftest import SECRET, TEAM_A, TEAM_B
 from tests.api.serve_harness import DIM, Served, served_process
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 
 PERSONA = uuid.UUID(int=0x9)
@@ -48,7 +49,7 @@ def own_served(new_database: Callable[[], str]) -> Iterator[Served]:
 
 @pytest.fixture
 async def store(served: Served) -> AsyncIterator[PostgresMemoryStore]:
-    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=DIM))
+    opened = PostgresMemoryStore(served.database_url, HashingEmbedder(dim=DIM), database_role=DATABASE_ROLE)
     yield opened
     await opened.close()
 

@@ -31,7 +31,9 @@ from store.postgres.store import PostgresMemoryStore
 from store.rules.admission import has_content
 from store.rules.hint import KNOWN_HEADER
 from store.rules.keys import is_invisible, storable_value
+from store.team_scope import platform_scope, team_scope, teams_scope
 from tests.api.conftest import AUTH, DIM, SECRET, TEAM_A
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 
 # characters a smuggler reaches for: tags, bidi controls, zero-width ones, variation selectors,
@@ -57,7 +59,7 @@ class Served:
 
     def __init__(self, database_url: str) -> None:
         self.runner = asyncio.Runner()
-        self.store = PostgresMemoryStore(database_url, HashingEmbedder(dim=DIM))
+        self.store = PostgresMemoryStore(database_url, HashingEmbedder(dim=DIM), database_role=DATABASE_ROLE)
         app = create_app(store=self.store, auth=AUTH, max_body_bytes=64_000)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         self.http = httpx.AsyncClient(transport=transport, base_url="http://pmem.test")
@@ -82,8 +84,11 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(api_db_url: str) -> Iterator[Served]:
-    app = Served(api_db_url)
-    app.run(app.start())
+    # the runner keeps the context of its first run: the test's own store calls are the platform's
+    # (as `the_test_sees_every_team` makes them elsewhere); each request sets its own scope
+    with platform_scope("test: the test's own reads and writes"):
+        app = Served(api_db_url)
+        app.run(app.start())
     yield app
     app.run(app.close())
     app.runner.close()
@@ -106,10 +111,12 @@ async def _shown_and_hinted(app: Served, text: str) -> None:
         c for c in text if not c.isspace() and not is_invisible(c)
     ]
     persona = uuid.uuid4()
-    written = await app.store.upsert(
-        NewMemory(scope="persona", owner_id=persona, user_id=None, key=KEY, value=value, team_id=TEAM_A),
-        actor="worker",
-    )
+    # written in the team's scope, as the worker writes it (this runner has no scope of its own)
+    with team_scope(teams_scope([TEAM_A])):
+        written = await app.store.upsert(
+            NewMemory(scope="persona", owner_id=persona, user_id=None, key=KEY, value=value, team_id=TEAM_A),
+            actor="worker",
+        )
     queue = await app.http.get("/v1/review", params={"persona_id": str(persona)}, headers=app.admin)
     assert [item["value"] for item in queue.json()["items"]] == [value]
     page = await app.http.get(f"/ui/memories/{written.memory_id}")

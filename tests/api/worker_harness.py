@@ -3,7 +3,6 @@ Postgres, with stream, subjects and consumer of its own so tests sharing the ser
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import IO
 import httpx
 
 from cli.embedded import free_port, stop_process
+from tests.database_role import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def running_worker(
     """`pmem worker` consuming `names.subject`, ready (its /readyz answers 200) when this yields."""
     tag = names.stream.removeprefix("CHAT_")
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env.update(
         PMEM_DATABASE_URL=database_url,
         PMEM_NATS_URL=nats_url,

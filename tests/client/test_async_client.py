@@ -21,6 +21,7 @@ from pmem_client import AsyncMemoryClient, MemoryApiError, RetryPolicy
 from store.postgres.store import PostgresMemoryStore
 from tests.api.conftest import AUTH, DIM, TEAM_A, People
 from tests.client.conftest import BASE, Connect, Recording, conforms
+from tests.database_role import DATABASE_ROLE
 from tests.factories import exchange, user_fact
 
 PERSONA = uuid.UUID(int=0x9)
@@ -210,7 +211,9 @@ async def test_a_503_is_retried_after_retry_after_within_the_policy_then_raised(
 
 
 async def test_a_503_then_an_answer_is_one_successful_call(api_db_url: str, people: People) -> None:
-    store = PostgresMemoryStore(api_db_url, HashingEmbedder(dim=DIM), statement_timeout_s=0.3)
+    store = PostgresMemoryStore(
+        api_db_url, HashingEmbedder(dim=DIM), statement_timeout_s=0.3, database_role=DATABASE_ROLE
+    )
     app = create_app(store=store, auth=AUTH)
     lock = await psycopg.AsyncConnection.connect(api_db_url)
     await lock.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")  # recall times out: 503

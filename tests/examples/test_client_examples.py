@@ -22,6 +22,7 @@ from testkit.fake_openai import FakeOpenAI
 from tests.api.conftest import SECRET
 from tests.api.serve_harness import Served, served_process
 from tests.api.worker_harness import WorkerNames, running_worker
+from tests.database_role import clean_environment
 from tests.fakes.fixtures import fake_openai  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def test_chat_handler_then_reviewer_then_the_hint_has_the_fact(
     user, team = uuid.uuid4(), uuid.UUID(int=0xA)
     fake_openai.set_chat_responder(lambda body: "Try a mushroom risotto.")
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+        **clean_environment(),
         "PYTHONPATH": str(REPO),
         "PMEM_URL": served.base,
         "PMEM_API_KEY": served.service_key,

@@ -5,7 +5,6 @@ printed command run as is by a shell."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from api.auth import mint_jwt
 from cli.commands.demo_integration import parse_export_line
 from cli.embedded import free_port
 from store.services.tools import TOOL_NAMES
+from tests.database_role import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ class Demo:
 
 def clean_env() -> dict[str, str]:
     """This environment without any PMEM_* or OPENAI_* configuration, as in a fresh shell."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    return clean_environment()
 
 
 def read_until_ready(process: subprocess.Popen[str], timeout_s: float) -> str:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from extraction.types import Candidate
+from store.team_scope import TeamScope, team_scope, teams_scope
 from tests.store.store_testkit import Store
 from worker.events import ConversationEnded
 from worker.planning import (
@@ -59,10 +60,15 @@ def event_of(
 
 
 async def write_as_the_worker(
-    store: Store, event: ConversationEnded, facts: Sequence[tuple[str, str, tuple[int, ...]]] = ()
+    store: Store,
+    event: ConversationEnded,
+    facts: Sequence[tuple[str, str, tuple[int, ...]]] = (),
+    *,
+    scope: TeamScope | None = None,
 ) -> list[uuid.UUID]:
     """Store the event's turns and one `user` memory per (key, value, evidence numbers), with the
-    evidence, turns and embeddings the worker computes; the memories' ids."""
+    evidence, turns and embeddings the worker computes, in `scope` (default: the event's team, as
+    the worker writes); the memories' ids."""
     said = redacted_texts(event.messages)
     candidates = [Candidate(key=k, value=v, confidence=0.9, scope="user", evidence=n) for k, v, n in facts]
     evidences = [resolve_evidence(event, c.evidence, said) for c in candidates]
@@ -74,5 +80,6 @@ async def write_as_the_worker(
         for c, vector, e in zip(candidates, memory_vectors, evidences, strict=True)
     ]
     stored = [replace(t, embedding=v) for t, v in zip(turns, turn_vectors, strict=True)]
-    written = await store.write_event(event_id=event.event_id, memories=rows, turns=stored)
+    with team_scope(scope or teams_scope([event.team_id])):
+        written = await store.write_event(event_id=event.event_id, memories=rows, turns=stored)
     return [result.memory_id for result in written.results]

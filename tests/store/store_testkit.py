@@ -21,6 +21,7 @@ from store.postgres.connections import PgConnections
 from store.postgres.store import PostgresMemoryStore
 from store.protocols import Embedder
 from store.sqlite.store import SqliteMemoryStore
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 
 Store = PostgresMemoryStore | SqliteMemoryStore
@@ -188,7 +189,10 @@ def _recording_cursor(connections: RecordingConnections) -> type[psycopg.AsyncCu
 
 
 def postgres_store(url: str, embedder: Embedder, **kwargs: Any) -> PostgresMemoryStore:
-    """A Postgres store whose connections record (`recorded`)."""
+    """A Postgres store whose connections record (`recorded`), as the product connects: as
+    `pmem_app` unless `database_role` says otherwise (the test's own calls run in the platform
+    scope, `the_test_sees_every_team`)."""
+    kwargs.setdefault("database_role", DATABASE_ROLE)
     return PostgresMemoryStore(url, embedder, connections=RecordingConnections, **kwargs)
 
 

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from extraction.embeddings import HashingEmbedder
+from store.errors import TeamBoundaryViolation
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
 from store.team_scope import platform_scope, team_scope, teams_scope
@@ -34,6 +35,11 @@ UNFILTERED = {
 
 # what every table with team data must have, beside each table with a `team_id` column
 GUARDED_WITHOUT_TEAM_ID = ("memory_revisions", "memory_settings", "directory")
+
+
+@pytest.fixture(autouse=True)
+def the_test_sees_every_team() -> None:
+    """No ambient scope here: each check enters the scope it tests."""
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +133,10 @@ async def test_outside_any_scope_the_product_sees_no_teams_rows_and_the_platform
 
 async def test_a_write_into_another_team_is_refused(product: PostgresMemoryStore) -> None:
     event = event_of(["I moved to Lisbon", "Cool"], user=uuid.uuid4(), channel=uuid.uuid4(), team=TEAM_B)
-    with team_scope(teams_scope([TEAM_A])), pytest.raises(Exception, match="row-level security policy"):
-        await write_as_the_worker(product, event, [("city", "Lives in Lisbon", (1,))])
+    with pytest.raises(TeamBoundaryViolation, match="row-level security policy"):
+        await write_as_the_worker(
+            product, event, [("city", "Lives in Lisbon", (1,))], scope=teams_scope([TEAM_A])
+        )
 
 
 async def test_the_products_recall_in_team_a_never_returns_team_bs_memories(

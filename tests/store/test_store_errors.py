@@ -30,6 +30,16 @@ def wrapped(orig: Exception) -> sqlalchemy.exc.DBAPIError:
         (ConnectionResetError(), "unavailable"),
         (psycopg.errors.DeadlockDetected("raw driver error"), "conflict"),
         (wrapped(psycopg.errors.UndefinedTable("no such table")), "other"),
+        (
+            wrapped(
+                psycopg.errors.InsufficientPrivilege(
+                    'new row violates row-level security policy for table "memories"'
+                )
+            ),
+            "team_boundary",
+        ),
+        (psycopg.errors.InsufficientPrivilege("new row violates row-level security policy"), "team_boundary"),
+        (wrapped(psycopg.errors.InsufficientPrivilege("permission denied for table memories")), "other"),
         (ValueError("not a database error"), "other"),
     ],
 )

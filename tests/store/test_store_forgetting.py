@@ -45,7 +45,7 @@ async def conversation(
 async def turn_rows(store: Store, user: uuid.UUID) -> list[tuple[int, str, str | None]]:
     """(position, text, search_text) of the user's stored turns, in order, read from the table."""
     t = store._schema.turns
-    async with store.engine.connect() as conn:
+    async with store._backend.reading() as conn:  # in the test's scope (the platform)
         rows = (
             await conn.execute(
                 select(t.c.position, t.c.text, t.c.search_text)
@@ -59,7 +59,7 @@ async def turn_rows(store: Store, user: uuid.UUID) -> list[tuple[int, str, str |
 async def turn_embeddings(store: Store, user: uuid.UUID) -> list[list[float]]:
     """The embeddings of the user's stored turns, in order, read from the table."""
     t = store._schema.turns
-    async with store.engine.connect() as conn:
+    async with store._backend.reading() as conn:
         rows = (
             await conn.execute(select(t.c.embedding).where(t.c.user_id == user).order_by(t.c.position))
         ).all()

@@ -98,3 +98,8 @@ def test_the_database_role_is_a_plain_identifier() -> None:
     for bad in ("pmem_app; DROP TABLE memories", "Pmem", "a-b", "x" * 64):
         with pytest.raises(ValueError, match="database role"):
             role_sql(bad)
+
+
+@pytest.fixture(autouse=True)
+def the_test_sees_every_team() -> None:
+    """No ambient scope here: these tests enter the scopes themselves."""

@@ -5,25 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import jwt
 import psycopg
 
 from cli.embedded import free_port, stop_process
+from store.team_scope import platform_scope
+from tests.database_role import DATABASE_ROLE, clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 SECRET = "ui-test-secret-" + "x" * 32
 
 TEAM_A = uuid.UUID("6d43c50b-3849-56d1-93dd-b57a6f867071")  # acme
@@ -83,15 +85,24 @@ class Seeded:
         return self.ids[name]
 
 
+async def as_the_operator(work: Coroutine[Any, Any, T]) -> T:
+    """`work` in the platform scope (a thread of its own starts in none): the tests' data is
+    written as an operator would, across teams, through the product's role."""
+    with platform_scope("test: seed the UI's data"):
+        return await work
+
+
 async def _seed(database_url: str) -> Seeded:
     from extraction.embeddings import HashingEmbedder
-    from store.factory import open_store
+    from store.factory import StoreOptions, open_store
     from store.migrate import migrate_async
     from store.model import NewMemory
     from tests.factories import exchange
 
     await migrate_async(database_url, 384)
-    store = await open_store(database_url, HashingEmbedder(dim=384))
+    store = await open_store(
+        database_url, HashingEmbedder(dim=384), StoreOptions(database_role=DATABASE_ROLE)
+    )
     ids: dict[str, uuid.UUID] = {}
 
     async def add(name: str, **fields: Any) -> None:
@@ -148,15 +159,17 @@ def seed(database_url: str) -> Seeded:
             )
     # in a thread of its own: Playwright's sync API keeps an event loop running in this one
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(_seed(database_url))).result()
+        return pool.submit(lambda: asyncio.run(as_the_operator(_seed(database_url)))).result()
 
 
 async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
     from extraction.embeddings import HashingEmbedder
-    from store.factory import open_store
+    from store.factory import StoreOptions, open_store
     from store.model import NewMemory
 
-    store = await open_store(database_url, HashingEmbedder(dim=384))
+    store = await open_store(
+        database_url, HashingEmbedder(dim=384), StoreOptions(database_role=DATABASE_ROLE)
+    )
     try:
         for n in range(count):
             memory = NewMemory(scope="user", owner_id=owner, user_id=None, key=f"fact number {n}",
@@ -169,14 +182,14 @@ async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
 def add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
     """`count` more pending memories of `owner` (team A)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(lambda: asyncio.run(_add_pending(database_url, owner, count))).result()
+        pool.submit(lambda: asyncio.run(as_the_operator(_add_pending(database_url, owner, count)))).result()
 
 
 @contextmanager
 def serving(database_url: str) -> Iterator[str]:
     """`pmem serve` as a real process on a loopback port; yields its base URL."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env.update(
         PMEM_DATABASE_URL=database_url,
         PMEM_AUTH_JWT_SECRET=SECRET,

@@ -3,7 +3,6 @@ change, and sign-in links for an admin, a team admin and a user; Ctrl-C stops it
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from cli.embedded import free_port
+from tests.database_role import clean_environment
 from tests.ui.harness import REPO
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def read_links(process: subprocess.Popen[str], timeout_s: float) -> tuple[dict[s
 
 def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path, chromium: Any) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env["PMEM_EMBEDDING_PROVIDER"] = "hashing"
     process = subprocess.Popen(
         [

@@ -3,7 +3,6 @@ answers within PMEM_DB_CONNECT_TIMEOUT_S, with one line naming the problem and t
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.commands.errors import EXIT_UNREACHABLE
+from tests.database_role import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "7a1c0000-0000-4000-8000-000000000000"
@@ -61,7 +61,7 @@ def silent_server() -> Iterator[int]:
 )
 def pmem(command: list[str], database_url: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run `pmem COMMAND` against `database_url`; the result and how long it took."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     env |= {
         "PMEM_DATABASE_URL": database_url,
         "PMEM_DB_CONNECT_TIMEOUT_S": str(CONNECT_TIMEOUT_S),

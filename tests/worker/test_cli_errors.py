@@ -22,6 +22,7 @@ from cli.commands.errors import (
     secrets_in,
 )
 from config import Settings
+from tests.database_role import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-pw"
@@ -31,7 +32,7 @@ USER = "7a1c0000-0000-4000-8000-000000000000"
 
 
 def pmem(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    base = clean_environment()
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
         cwd=REPO,

@@ -14,6 +14,7 @@ import pytest
 
 from cli.commands.publish import publish_file, read_lines
 from cli.main import main
+from tests.database_role import clean_environment
 from tests.worker.worker_harness import Harness, conversation
 from worker.events import EventLimits
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment without any PMEM_*/OPENAI_* configuration (offline demo), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))}
+    env = clean_environment()
     return {**env, **extra}
 
 

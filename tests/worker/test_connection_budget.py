@@ -5,7 +5,6 @@ real Postgres and from the stores' real pools, and the one WARNING line `pmem se
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
 from tests.api.serve_harness import ServeProcess, serve_environment
+from tests.database_role import clean_environment
 from worker.connection_budget import (
     PoolClaim,
     budget_warning,
@@ -102,7 +102,7 @@ def test_pmem_serve_warns_once_at_start_up(new_database: Callable[[], str]) -> N
 def test_pmem_worker_warns_once_at_start_up(new_database: Callable[[], str]) -> None:
     url = new_database()
     migrate(url, DIM)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
+    env = clean_environment("PMEM_")
     env.update(
         PMEM_DATABASE_URL=url,
         PMEM_EXTRACTOR="rules",

@@ -20,12 +20,13 @@ import pytest
 
 from cli.commands.demo_integration import parse_export_line
 from cli.embedded import free_port
+from tests.database_role import clean_environment
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def demo_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_", "XDG_RUNTIME_DIR"))}
+    env = clean_environment(("PMEM_", "OPENAI_", "XDG_RUNTIME_DIR"))
     return {**env, "PMEM_EMBEDDING_PROVIDER": "hashing"}
 
 

@@ -4,7 +4,6 @@ switches models in resumable batches."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from store.factory import open_store
 from store.migrate import EmbeddingModelMismatch, migrate_async
 from store.model import EmbeddingIdentity
 from testkit.fake_openai import FakeOpenAI
+from tests.database_role import clean_environment
 from tests.factories import user_fact
 from tests.worker.worker_harness import Harness
 from worker.app import build_worker
@@ -121,7 +121,7 @@ async def test_pmem_reembed_command_shows_progress_and_switches(database_url: st
     await seed(database_url, 30)
     with FakeOpenAI() as fake:
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+            **clean_environment(),
             "PMEM_DATABASE_URL": database_url,
             "PMEM_EMBEDDING_PROVIDER": "openai",
             "PMEM_EMBEDDING_MODEL": "fake-embedding",

@@ -4,7 +4,6 @@ Either way every event's memories are written exactly once and none is lost."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from cli.embedded import EmbeddedNats, EmbeddedPostgres
 from store.migrate import migrate_async
 from testkit.fake_openai import FakeOpenAI
+from tests.database_role import clean_environment
 from tests.worker.worker_harness import Harness, conversation, wait_for
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
@@ -98,7 +98,7 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_duplicates_nothing
     batch = events(500)
     await publish_all(h, batch)
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+        **clean_environment(),
         **h.env(concurrency=16, ack_wait_s=2.0, log_level="WARNING"),
     }
     first = WorkerProcess(env, tmp_path / "worker-1.log")

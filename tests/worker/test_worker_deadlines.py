@@ -17,6 +17,7 @@ from store.migrate import migrate_async
 from store.postgres.connections import postgres_connect_args
 from store.postgres.store import PostgresMemoryStore
 from testkit.fake_openai import FakeOpenAI, Reply
+from tests.database_role import DATABASE_ROLE
 from tests.worker.worker_harness import Harness, conversation, wait_for
 
 pytestmark = pytest.mark.asyncio
@@ -82,7 +83,7 @@ async def test_recall_query_embedding_gives_up_fast_after_one_retry(database_url
         embedder = OpenAIEmbedder(
             OpenAIEmbedderConfig(model="fake-embedding", dim=8, base_url=fake.base_url, query_timeout_s=0.3)
         )
-        store = PostgresMemoryStore(database_url, embedder)
+        store = PostgresMemoryStore(database_url, embedder, database_role=DATABASE_ROLE)
         started = time.monotonic()
         try:
             with pytest.raises(TransientEmbeddingError):

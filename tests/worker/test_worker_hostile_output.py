@@ -11,6 +11,7 @@ import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.postgres.store import PostgresMemoryStore
+from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
 from tests.worker.worker_harness import Harness, conversation
 
@@ -58,7 +59,7 @@ async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
     from store.migrate import migrate_async
 
     await migrate_async(database_url, 16)
-    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16))
+    store = PostgresMemoryStore(database_url, HashingEmbedder(dim=16), database_role=DATABASE_ROLE)
     try:
         # a key too long for the key index (random, so it does not compress): the write fails
         bad = user_fact(

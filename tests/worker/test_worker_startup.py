@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.api.worker_harness import worker_process
+from tests.database_role import clean_environment
 from tests.worker.worker_harness import Harness
 
 
@@ -36,7 +37,7 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 def start(h: Harness, processes: list[subprocess.Popen[str]], **overrides: object) -> subprocess.Popen[str]:
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PMEM_", "OPENAI_"))},
+        **clean_environment(),
         **h.env(**overrides),
     }
     proc = worker_process(env)

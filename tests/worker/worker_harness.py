@@ -20,6 +20,7 @@ from nats.js.api import PubAck
 from config import Settings, load_settings
 from extraction.errors import RetryPolicy
 from testkit.fake_openai import FakeOpenAI
+from tests.database_role import DATABASE_ROLE
 from worker.app import Worker, build_worker
 from worker.events import DeadLetter, MemoryExtracted
 from worker.streams import ensure_stream
@@ -211,6 +212,7 @@ def base_settings(*, nats_url: str, database_url: str, llm_url: str) -> dict[str
         **unique_names(),
         "nats_url": nats_url,
         "database_url": database_url,
+        "database_role": DATABASE_ROLE,
         "concurrency": 4,
         "max_deliver": 3,
         "ack_wait_s": 5.0,

@@ -101,7 +101,9 @@ export interface paths {
         post?: never;
         /**
          * Erase My Memory
-         * @description Erase one own memory (row, revisions, embedding and its text in the audit trail).
+         * @description Erase one own memory (row, revisions, embedding and its text in the audit trail), and the
+         *     caller's words it quotes from the evidence of the team's other memories (the conversation's
+         *     turns stay: `DELETE /v1/me/conversations/{channel_id}` erases those).
          */
         delete: operations["erase_my_memory_v1_me_memories__memory_id__delete"];
         options?: never;
