@@ -67,6 +67,10 @@ DEFAULT_MAX_TOKENS = 1500
 # turns get at most this share of the hint, and only what the facts leave: a fact is never
 # displaced by a turn. Every fact of the context is shown when all of them fit in the other share
 HINT_TURN_SHARE = 0.35
+# a fact the recall found this near the message (its cosine) may take the turns' share of the
+# budget too; a fact less near only fills the facts' own share, so facts that are not about the
+# message leave the turns their room (chosen on LoCoMo dev, `bench/tune_hint_balance.py`)
+FACT_RELEVANCE_FLOOR = 0.5
 # each turn's text at most this long
 HINT_TURN_CHARS = 300
 # a fact's line quotes the messages it comes from, at most this long
@@ -185,33 +189,45 @@ def choose_facts(
     every: Sequence[RecallItem] | None = None,
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
+    floor: float | None = None,
 ) -> list[RecallItem]:
     """The facts the hint shows within `budget` tokens (their lines, `fact_line`): the active
     `pinned` ones first (pinning never shows a fact nobody approved), then, when `every` (all the
     context's facts) fits in the facts' share of the budget (`1 - HINT_TURN_SHARE`), all of them,
-    the `relevant` ones first; otherwise the relevant ones by relevance, each that fits."""
+    the `relevant` ones first; otherwise the relevant ones by relevance, each that fits: in the
+    whole budget when pinned or near the message (`is_near`), else in the facts' share."""
+    floor = FACT_RELEVANCE_FLOOR if floor is None else floor
     pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
     chosen: dict[uuid.UUID, RecallItem] = {}
     for item in [*pinned, *relevant, *_by_standing(every or ())]:
         if item.memory is not None and item.memory.id not in chosen:
             chosen[item.memory.id] = item
+    share = int(budget * (1 - HINT_TURN_SHARE))
     if every is not None:
         complete = list(chosen.values())
         cost = sum(_line_cost(fact_line(item), counter) for item in complete)
-        if cost <= int(budget * (1 - HINT_TURN_SHARE)):
+        if cost <= share:
             return complete
+    pinned_ids = {item.memory.id for item in pinned if item.memory is not None}
     ranked: dict[uuid.UUID, RecallItem] = {}
     for item in [*pinned, *relevant]:
         if item.memory is not None:
             ranked.setdefault(item.memory.id, item)
     kept: list[RecallItem] = []
     used = 0
-    for item in ranked.values():
+    for memory_id, item in ranked.items():
         cost = _line_cost(fact_line(item), counter)
-        if used + cost <= budget:
+        room = budget if memory_id in pinned_ids or is_near(item, floor) else share
+        if used + cost <= room:
             kept.append(item)
             used += cost
     return kept
+
+
+def is_near(item: RecallItem, floor: float) -> bool:
+    """Whether the recall found the fact near the message: its cosine at least `floor` (a fact the
+    vector branch did not find is not)."""
+    return item.cosine is not None and item.cosine >= floor
 
 
 def build_hint(

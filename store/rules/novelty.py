@@ -63,7 +63,8 @@ _FOREIGN_FILLER = """
     gracias merci danke grazie obrigado obrigada bedankt dankjewel dank tack takk dziękuję спасибо
     谢谢 ありがとう ありがとうございます 감사합니다 شكرا תודה hola bonjour bonsoir salut hallo ciao olá
     adiós adios tschüss tschüs arrivederci chao tchau saludos besos abrazos appétit appetito appetit
-    provecho vielen muchas mille beaucoup bitte prego привет пока
+    provecho vielen muchas mille beaucoup bitte prego привет пока buen buena buenas buenos bonne
+    buona buon gute guten
 """
 # sign-offs of two or three words whose words alone could mean something else ("logo", "tag")
 _FILLER_PHRASES = """

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from store.model import Memory, RecallHit, RecallItem, Revision, Turn, TurnHit, TurnRole
 from store.rules.hint import (
     EARLIER_HEADER,
+    FACT_RELEVANCE_FLOOR,
     HINT_TURN_SHARE,
     KNOWN_HEADER,
     build_hint,
@@ -237,3 +238,22 @@ def test_pinned_facts_come_first_within_the_budget() -> None:
     chosen = choose_facts(relevant, budget=200, pinned=pinned)
     assert chosen[0] is pinned[0]
     assert sum(count_tokens(fact_line(i)) + 1 for i in chosen) <= 200
+
+
+def test_facts_far_from_the_message_leave_the_turns_their_share() -> None:
+    far = [
+        RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x " * 40), cosine=0.1) for i in range(30)
+    ]
+    near = [replace(item, cosine=FACT_RELEVANCE_FLOOR) for item in far]
+    budget = 500
+    share = int(budget * (1 - HINT_TURN_SHARE))
+
+    def cost(chosen: list[RecallItem]) -> int:
+        return sum(count_tokens(fact_line(item)) + 1 for item in chosen)
+
+    assert 0 < cost(choose_facts(far, budget=budget)) <= share
+    assert share < cost(choose_facts(near, budget=budget)) <= budget
+    turns = [said(f"Turn {i}: the ferry to the island leaves at nine") for i in range(5)]
+    assert EARLIER_HEADER in build_hint(far + turns, max_tokens=budget)
+    # facts near the message are never displaced by a turn
+    assert EARLIER_HEADER not in build_hint(near + turns, max_tokens=budget)

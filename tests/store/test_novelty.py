@@ -23,6 +23,7 @@ SIGN_OFFS = [
     "Thanks Anna!",
     "¡Hasta luego! 📖",
     "Gracias, ¡buenas noches!",
+    "¡Buen provecho!",
     "Merci beaucoup !",
     "Спасибо!",
     "ありがとう！",
@@ -86,10 +87,11 @@ def test_new_turns_leave_out_the_users_shorter_question_but_keep_the_answer_to_i
 
 
 def test_filler_and_asked_before_cost_linear_time() -> None:
-    hostile = ", ".join(["Thanks coach"] * 40_000) + " hasta" * 40_000 + "!" * 100_000 + "🏃" * 50_000
-    question = "how " * 100_000 + "?"
+    # a quadratic scan of these would take minutes: the bound is loose for a loaded machine
+    hostile = ", ".join(["Thanks coach"] * 20_000) + " hasta" * 20_000 + "!" * 50_000 + "🏃" * 25_000
+    question = "how " * 50_000 + "?"
     started = time.perf_counter()
     assert not is_filler(hostile)  # "hasta" alone is no sign-off
-    assert is_filler(", ".join(["Thanks coach"] * 40_000))
+    assert is_filler(", ".join(["Thanks coach"] * 20_000))
     assert asks(question, question + " more")
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 3.0
