@@ -18,6 +18,7 @@ from store.rules.hint import (
     build_hint,
     choose_facts,
     fact_line,
+    plan_facts,
 )
 from store.rules.novelty import content_words, is_filler, new_turn_indexes, normalized, restates, stem
 from store.rules.tokens import count_tokens
@@ -257,3 +258,20 @@ def test_facts_far_from_the_message_leave_the_turns_their_share() -> None:
     assert EARLIER_HEADER in build_hint(far + turns, max_tokens=budget)
     # facts near the message are never displaced by a turn
     assert EARLIER_HEADER not in build_hint(near + turns, max_tokens=budget)
+
+
+def test_every_fact_is_named_when_all_fit_only_with_the_ones_not_about_the_message_brief() -> None:
+    said_before = 'user: I told you this long ago, in a conversation about something else entirely"'
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    others = [fact(f"fact {i}", f"Likes thing {i}", evidence=said_before, observed_at=NOW) for i in range(12)]
+    budget = 300
+    planned = plan_facts([near], budget=budget, every=[near, *others])
+    assert planned[0][0] is near and len(planned) == 13
+    assert planned[0][1] and not all(whole for _, whole in planned)  # the near one in full
+    hint = build_hint([near], max_tokens=budget, every=[near, *others])
+    assert "- fact 11: Likes thing 11" in hint and count_tokens(hint) <= budget
+    # in full they would fit: all in full
+    roomy = plan_facts([near], budget=3000, every=[near, *others])
+    assert all(whole for _, whole in roomy)
