@@ -16,6 +16,7 @@ sentence at a time, and recognises plain first-person statements with fixed patt
 | "I don't eat/drink X", "I quit X", "I can't have X", "No X" | avoids X               | 0.75–0.8 |
 | "I (only) drink X", "No X, Y only"                          | drinks                 | 0.7–0.75 |
 | "I'm allergic to X", "… and allergic to X", "X allergy"     | allergy X              | 0.85–0.9 |
+| "I have asthma", "I suffer from migraines", "I'm pregnant"  | health <condition>     | 0.85    |
 | "every Tuesday I …", "I run on Mondays", "I'm off on Fridays" | routine <days>       | 0.7     |
 | "my hours are …"                                            | working hours          | 0.75    |
 | "my dog Biscuit", "our cat is called Miso", "a dog named Luna" | pet <animal> <name> | 0.85    |
@@ -36,7 +37,10 @@ by clause where a new first-person clause starts ("I'm Kenji, I live in Osaka").
 (facts spread over turns, "I live there", implied preferences, assistant-confirmed facts) is
 missed.
 
-Scope: `persona_user` when a persona is active, else `user`; never `persona`. Output goes through
+Scope: facts about the person — name, home, work, diet, allergies, health ("I have asthma", "I'm
+pregnant"), family and pets — are `user` facts (true whichever assistant hears them, so every persona
+of the team sees them); preferences, routines and notes are `persona_user` when a persona is active,
+else `user`; never `persona`. Output goes through
 the same redaction, validation and secret screening as the LLM's.
 """
 
@@ -443,6 +447,30 @@ def _allergy_noun(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_key("allergy", item), f"Is allergic to {item}")] if item else []
 
 
+_CONDITIONS = (
+    r"asthma|diabetes|type [12] diabetes|arthritis|migraines?|high blood pressure|hypertension|epilepsy"
+    r"|coeliac disease|celiac disease|ibs|crohn's(?: disease)?|adhd|insomnia|sciatica|tendonitis|eczema"
+    r"|psoriasis|back pain|knee injury|bad knee|bad back|heart condition|pcos|gout|anaemia|anemia"
+)
+
+
+@_rule(
+    r"\bi(?: have|'ve got| have got| suffer from| was diagnosed with| live with| am recovering from"
+    r"|'m recovering from) (?:an? )?(?:bad |mild |severe |chronic |serious )?(" + _CONDITIONS + r")\b",
+    0.85,
+)
+def _health(m: re.Match[str]) -> list[tuple[str, str]]:
+    # a known condition only: "I have a meeting" is no health fact
+    condition = m.group(1).lower()
+    article = "a " if condition.startswith(("bad ", "heart ", "knee ")) else ""
+    return [(_key("health", condition), f"Has {article}{condition}")]
+
+
+@_rule(_I_AM + r" (?:currently )?(pregnant)\b", 0.85)
+def _pregnant(m: re.Match[str]) -> list[tuple[str, str]]:
+    return [("health pregnancy", "Is pregnant")]
+
+
 _DAY = (
     r"(?:(?:mon|tues|wednes|thurs|fri|satur|sun)days?|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun"
     r"|weekdays?|weekends?|weeknights?|mornings?|evenings?|afternoons?|nights?|day|week)(?![\w'-])"
@@ -810,6 +838,8 @@ _RULES: tuple[_Rule, ...] = (
     _allergic,
     _and_allergic,
     _allergy_noun,
+    _health,
+    _pregnant,
     _time_first,
     _time_last,
     _day_off,
@@ -830,6 +860,45 @@ _RULES: tuple[_Rule, ...] = (
     _not_a_person,
     _favourite,
     _remember,
+)
+# facts about the person — name, home, work, diet, allergies, health, family and household — are
+# true whichever assistant hears them: filed in `user` scope so every persona of the team sees them;
+# preferences, routines and notes stay in the conversation's own scope
+ABOUT_THE_PERSON: frozenset[_Rule] = frozenset(
+    {
+        _name,
+        _i_am_name,
+        _names,
+        _here,
+        _call_me,
+        _live,
+        _based,
+        _moved,
+        _from,
+        _work_as,
+        _work_at,
+        _i_am_a,
+        _hours,
+        _diet,
+        _avoids,
+        _avoids_drink,
+        _cannot_have,
+        _quit,
+        _no_thing,
+        _drink,
+        _allergic,
+        _and_allergic,
+        _allergy_noun,
+        _health,
+        _pregnant,
+        _my_pet,
+        _have_pet,
+        _relative_name,
+        _relative_home,
+        _relative_job,
+        _live_with,
+        _children,
+    }
 )
 
 
@@ -870,13 +939,17 @@ def _sentences(text: str) -> Iterator[str]:
             yield from (clause for clause in _NEW_CLAUSE.split(statement) if clause.strip())
 
 
-def extract_statements(text: str, scope: Scope, number: int | None = None) -> list[dict[str, object]]:
+def extract_statements(
+    text: str, scope: Scope, number: int | None = None, *, person_scope: Scope | None = None
+) -> list[dict[str, object]]:
     """Raw contract items (key, value, confidence, scope, and with `number` the evidence: that
-    message's number) for the statements found in one user message."""
+    message's number) for the statements found in one user message: a fact about the person
+    (`ABOUT_THE_PERSON`) in `person_scope` (default: `scope`), any other in `scope`."""
     evidence = [number] if number is not None else []
     items: list[dict[str, object]] = []
     for sentence in _sentences(text):
         for rule in _RULES:
+            filed = person_scope if person_scope is not None and rule in ABOUT_THE_PERSON else scope
             for match in rule.pattern.finditer(sentence):
                 for key, value in rule.build(match):
                     items.append(
@@ -884,7 +957,7 @@ def extract_statements(text: str, scope: Scope, number: int | None = None) -> li
                             "key": key,
                             "value": value,
                             "confidence": rule.confidence,
-                            "scope": scope,
+                            "scope": filed,
                             "evidence": evidence,
                         }
                     )
@@ -897,6 +970,7 @@ class RulesExtractor:
     async def extract(self, request: ExtractionRequest) -> ExtractionResult:
         """Apply the rules to the redacted user messages; validate, merge and screen the results."""
         scope: Scope = "persona_user" if "persona_user" in request.allowed_scopes else "user"
+        person_scope: Scope = "user" if "user" in request.allowed_scopes else scope
         items: list[dict[str, object]] = []
         redacted_count = 0
         for number, message in enumerate(request.messages, start=1):
@@ -904,7 +978,7 @@ class RulesExtractor:
                 continue
             text, findings = redact(message.content)
             redacted_count += len(findings)
-            items.extend(extract_statements(text, scope, number))
+            items.extend(extract_statements(text, scope, number, person_scope=person_scope))
         valid, rejected = validate_items(items, request.allowed_scopes)
         candidates, unsafe = merged_and_screened(valid)
         return ExtractionResult(

@@ -67,6 +67,13 @@ DEFAULT_MAX_TOKENS = 1500
 # turns get at most this share of the hint, and only what the facts leave: a fact is never
 # displaced by a turn. Every fact of the context is shown when all of them fit in the other share
 HINT_TURN_SHARE = 0.35
+# a fact the recall found this near the message (its cosine) may take the turns' share of the
+# budget too; a fact less near only fills the facts' own share, so facts that are not about the
+# message leave the turns their room. Chosen on LoCoMo dev (`bench/tune_hint_balance.py`, MiniLM):
+# with the reference extractor at 1000 tokens R@1 0.696 with no floor, 0.848 at 0.5, 0.844 at 0.6
+# (answer containment 0.401 / 0.414), 0.838 with none ever near; with the rules extractor the
+# floor changes nothing there (its facts are few)
+FACT_RELEVANCE_FLOOR = 0.6
 # each turn's text at most this long
 HINT_TURN_CHARS = 300
 # a fact's line quotes the messages it comes from, at most this long
@@ -178,6 +185,73 @@ def _fit_lines(lines: Iterable[str], budget: int, counter: TokenCounter) -> tupl
     return kept, used
 
 
+def brief_fact_line(item: RecallItem) -> str:
+    """A fact's line without its date and quote, `- key: value` (with its change awaiting review):
+    how the hint names a fact that is not about the message when all of them fit only so."""
+    if item.memory is None:
+        raise ValueError("a fact line needs a memory")
+    return bullet(item.memory) + pending_note(item.pending_change)
+
+
+def plan_facts(
+    relevant: Sequence[RecallItem],
+    *,
+    budget: int,
+    every: Sequence[RecallItem] | None = None,
+    pinned: Sequence[RecallItem] = (),
+    counter: TokenCounter = count_tokens,
+    floor: float | None = None,
+) -> list[tuple[RecallItem, bool]]:
+    """The facts the hint shows within `budget` tokens, each with whether its line is in full
+    (`fact_line`) or brief (`brief_fact_line`): the active `pinned` ones first (pinning never shows
+    a fact nobody approved); then, when `every` (all the context's facts) fits in the facts' share
+    of the budget (`1 - HINT_TURN_SHARE`), all of them in full, the `relevant` ones first; else,
+    when they fit there with the pinned and the near ones (`is_near`) in full and the others brief,
+    all of them, the relevant ones in full as far as the share allows; otherwise the relevant ones
+    by relevance in full, each that fits: in the whole budget when pinned or near the message, else
+    in the facts' share (facts not about the message leave the turns their room)."""
+    floor = FACT_RELEVANCE_FLOOR if floor is None else floor
+    pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
+    pinned_ids = {item.memory.id for item in pinned if item.memory is not None}
+    chosen: dict[uuid.UUID, RecallItem] = {}
+    for item in [*pinned, *relevant, *_by_standing(every or ())]:
+        if item.memory is not None and item.memory.id not in chosen:
+            chosen[item.memory.id] = item
+    share = int(budget * (1 - HINT_TURN_SHARE))
+    if every is not None:
+        complete = list(chosen.values())
+        full = [_line_cost(fact_line(item), counter) for item in complete]
+        if sum(full) <= share:
+            return [(item, True) for item in complete]
+        brief = [_line_cost(brief_fact_line(item), counter) for item in complete]
+        in_full = [
+            item.memory is not None and (item.memory.id in pinned_ids or is_near(item, floor))
+            for item in complete
+        ]
+        cost = sum(f if whole else b for f, b, whole in zip(full, brief, in_full, strict=True))
+        if cost <= share:
+            relevant_ids = {item.memory.id for item in relevant if item.memory is not None}
+            for index, item in enumerate(complete):
+                grown = cost + full[index] - brief[index]
+                upgrade = not in_full[index] and item.memory is not None and item.memory.id in relevant_ids
+                if upgrade and grown <= share:
+                    in_full[index], cost = True, grown
+            return list(zip(complete, in_full, strict=True))
+    ranked: dict[uuid.UUID, RecallItem] = {}
+    for item in [*pinned, *relevant]:
+        if item.memory is not None:
+            ranked.setdefault(item.memory.id, item)
+    kept: list[tuple[RecallItem, bool]] = []
+    used = 0
+    for memory_id, item in ranked.items():
+        cost = _line_cost(fact_line(item), counter)
+        room = budget if memory_id in pinned_ids or is_near(item, floor) else share
+        if used + cost <= room:
+            kept.append((item, True))
+            used += cost
+    return kept
+
+
 def choose_facts(
     relevant: Sequence[RecallItem],
     *,
@@ -185,33 +259,17 @@ def choose_facts(
     every: Sequence[RecallItem] | None = None,
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
+    floor: float | None = None,
 ) -> list[RecallItem]:
-    """The facts the hint shows within `budget` tokens (their lines, `fact_line`): the active
-    `pinned` ones first (pinning never shows a fact nobody approved), then, when `every` (all the
-    context's facts) fits in the facts' share of the budget (`1 - HINT_TURN_SHARE`), all of them,
-    the `relevant` ones first; otherwise the relevant ones by relevance, each that fits."""
-    pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
-    chosen: dict[uuid.UUID, RecallItem] = {}
-    for item in [*pinned, *relevant, *_by_standing(every or ())]:
-        if item.memory is not None and item.memory.id not in chosen:
-            chosen[item.memory.id] = item
-    if every is not None:
-        complete = list(chosen.values())
-        cost = sum(_line_cost(fact_line(item), counter) for item in complete)
-        if cost <= int(budget * (1 - HINT_TURN_SHARE)):
-            return complete
-    ranked: dict[uuid.UUID, RecallItem] = {}
-    for item in [*pinned, *relevant]:
-        if item.memory is not None:
-            ranked.setdefault(item.memory.id, item)
-    kept: list[RecallItem] = []
-    used = 0
-    for item in ranked.values():
-        cost = _line_cost(fact_line(item), counter)
-        if used + cost <= budget:
-            kept.append(item)
-            used += cost
-    return kept
+    """The facts the hint shows within `budget` tokens, in order (`plan_facts`)."""
+    planned = plan_facts(relevant, budget=budget, every=every, pinned=pinned, counter=counter, floor=floor)
+    return [item for item, _ in planned]
+
+
+def is_near(item: RecallItem, floor: float) -> bool:
+    """Whether the recall found the fact near the message: its cosine at least `floor` (a fact the
+    vector branch did not find is not)."""
+    return item.cosine is not None and item.cosine >= floor
 
 
 def build_hint(
@@ -231,10 +289,11 @@ def build_hint(
     relevant = [item for item in items if item.kind == "memory" and item.memory is not None]
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
     header_cost = counter(KNOWN_HEADER)
-    facts = choose_facts(
+    planned = plan_facts(
         relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, counter=counter
     )
-    fact_lines = [fact_line(item) for item in facts]
+    facts = [item for item, _ in planned]
+    fact_lines = [fact_line(item) if whole else brief_fact_line(item) for item, whole in planned]
     facts_cost = header_cost + sum(_line_cost(line, counter) for line in fact_lines) if facts else 0
     shown = [item.memory for item in facts if item.memory is not None]
     fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]

@@ -2,8 +2,10 @@
 the text read.
 
 A past turn is left out when it restates the new message (the user asked the same before: its own
-content words are mostly the message's), when it has no content ("Thanks!", "Enjoy your meal!",
-"Happy saving!": every content word a filler word), when the same text was already kept
+content words are mostly the message's; or the user's earlier question is a shorter form or the
+opening of it), when it has no content whatever its language or emoji ("Thanks, coach!", "¡Hasta
+luego! 📖", "Keep moving! 🏃": nothing left once greetings, thanks, sign-offs and the person
+addressed are set aside), when the same text was already kept
 (identical after normalization), or when a fact shown beside it quotes it (its evidence holds the
 turn's text, from the same conversation). Words are compared lower-cased, stemmed (`stem`) and
 without stop words (`content_words`)."""
@@ -24,11 +26,15 @@ RESTATE_OVERLAP = 0.6
 # and at least this share of the turn's own content words are the message's ("Ana moved to Porto"
 # adds "moved" to the message "Porto Ana": kept)
 RESTATE_COVERAGE = 0.8
-# a turn this short that opens with a sign-off word ("Happy cooking!", "Enjoy the pasta!") is filler
+# a sentence of at most this many words that opens with a sign-off word and says at most one
+# other thing ("Keep moving!", "Safe travels!", "Enjoy the pasta!", "Have a great trip!") is filler
 SIGN_OFF_WORDS = 4
 
 # one run of letters or digits: a linear scan whatever the text
 _WORD = re.compile(r"[^\W_]+")
+# a word, or a mark that ends a clause (comma) or a sentence: one linear scan
+_TOKEN = re.compile(r"[^\W_]+|[,.!?;:\n…]")
+_SENTENCE_ENDS = frozenset(".!?;:\n…")
 
 _STOP = """
     a about above after again all also am an and any are as at be been before being below between
@@ -52,8 +58,36 @@ _FILLER = """
     feel free ask anything else question questions again see soon later well done work job thing
     things way hope hopefully like love definitely certainly totally
 """
+# the same in other languages: words no English sentence uses for anything else
+_FOREIGN_FILLER = """
+    gracias merci danke grazie obrigado obrigada bedankt dankjewel dank tack takk dziękuję спасибо
+    谢谢 ありがとう ありがとうございます 감사합니다 شكرا תודה hola bonjour bonsoir salut hallo ciao olá
+    adiós adios tschüss tschüs arrivederci chao tchau saludos besos abrazos appétit appetito appetit
+    provecho vielen muchas mille beaucoup bitte prego привет пока buen buena buenas buenos bonne
+    buona buon gute guten
+"""
+# sign-offs of two or three words whose words alone could mean something else ("logo", "tag")
+_FILLER_PHRASES = """
+    hasta luego|hasta pronto|hasta mañana|hasta la vista|buenas noches|buenas tardes|buenos días
+    |buenos dias|buen día|buen dia|de nada|au revoir|à bientôt|a bientot|bonne journée|bonne soirée
+    |bonne nuit|de rien|bis bald|bis später|bis morgen|gute nacht|guten tag|guten morgen|guten abend
+    |schönen tag|buona giornata|buona serata|buona notte|a presto|até logo|até breve|até amanhã
+    |boa noite|boa tarde|bom dia|tot ziens|do svidaniya|до свидания|take care
+"""
+# words a message addresses its reader with ("Thanks, coach!", "Hi chef"): no fact in a greeting
+_ADDRESS = """
+    coach chef doc doctor teacher prof professor buddy mate friend pal man dude bro guys folks
+    everyone team bot sir madam maam boss champ dear captain
+"""
+_ADDRESS_WORDS = frozenset(_ADDRESS.split())
+# the words after which a name or an address word is a vocative: "Thanks Anna", "Hi coach"
+_GREETINGS = """
+    thanks thank thx ty cheers bye goodbye hello hi hey morning night gracias merci danke grazie
+    obrigado obrigada ciao hola bonjour salut hallo
+"""
+_GREETING_WORDS = frozenset(_GREETINGS.split())
 
-_SIGN_OFF_OPENERS = frozenset({"happy", "enjoy"})
+_SIGN_OFF_OPENERS = frozenset({"happy", "enjoy", "keep", "stay", "safe", "have"})
 
 
 def stem(word: str) -> str:
@@ -73,6 +107,9 @@ def stem(word: str) -> str:
 
 
 FILLER_STEMS = frozenset(stem(word) for word in _FILLER.split())
+FOREIGN_FILLER = frozenset(_FOREIGN_FILLER.split())
+FILLER_PHRASES = frozenset(tuple(phrase.split()) for phrase in _FILLER_PHRASES.split("|"))
+_LONGEST_PHRASE = max(len(phrase) for phrase in FILLER_PHRASES)
 
 
 def words(text: str) -> list[str]:
@@ -90,13 +127,74 @@ def content_words(text: str) -> frozenset[str]:
     return frozenset(stem(word) for word in words(text) if word not in STOP_WORDS)
 
 
-def is_filler(text: str) -> bool:
-    """True when `text` says nothing to remember: no content word outside the filler words, or a
-    short sign-off opening with "happy" or "enjoy"."""
-    said = words(text)
-    if said and len(said) <= SIGN_OFF_WORDS and said[0] in _SIGN_OFF_OPENERS:
+def _sentences(text: str) -> list[tuple[list[list[str]], bool]]:
+    """`text` as sentences, each its comma-separated clauses (lists of words as written: case kept,
+    for names) and whether it asks (ends with "?"): one linear scan."""
+    sentences: list[tuple[list[list[str]], bool]] = []
+    clauses: list[list[str]] = [[]]
+    for token in [*_TOKEN.findall(text), "\n"]:
+        if token == ",":
+            clauses.append([])
+        elif token in _SENTENCE_ENDS:
+            kept = [clause for clause in clauses if clause]
+            if kept:
+                sentences.append((kept, token == "?"))
+            clauses = [[]]
+        else:
+            clauses[-1].append(token)
+    return sentences
+
+
+def _phrase_words(said: list[str]) -> set[int]:
+    """The positions of `said` (lower-cased words) inside a sign-off phrase ("hasta luego")."""
+    covered: set[int] = set()
+    for start in range(len(said)):
+        for size in range(2, _LONGEST_PHRASE + 1):
+            if tuple(said[start : start + size]) in FILLER_PHRASES:
+                covered.update(range(start, start + size))
+    return covered
+
+
+def _is_vocative(word: str) -> bool:
+    # a name ("Anna") or a word one addresses a person with ("coach")
+    return word[:1].isupper() or word.lower() in _ADDRESS_WORDS
+
+
+def _filler_word(word: str) -> bool:
+    return word in STOP_WORDS or stem(word) in FILLER_STEMS or word in FOREIGN_FILLER
+
+
+def sentence_is_filler(clauses: list[list[str]], *, question: bool = False) -> bool:
+    """True when a sentence (its comma-separated clauses of words as written) says nothing to
+    remember: once greetings, thanks and sign-offs (in several languages), stop words and the
+    person addressed ("Thanks, coach!", "Hi Anna") are set aside, no word is left; or it is a short
+    sign-off ("Keep moving!", "Safe travels!": an opener and at most one other word), not a question."""
+    said = [word.lower() for clause in clauses for word in clause]
+    ignored = _phrase_words(said)
+    ignored.update(index for index, word in enumerate(said) if _filler_word(word))
+    if ignored:
+        # the person addressed: a clause of its own ("Thanks, coach!"), or the word right after a
+        # greeting that ends the sentence ("Thanks Anna!")
+        position = 0
+        for clause in clauses:
+            if len(clauses) > 1 and len(clause) <= 2 and all(_is_vocative(word) for word in clause):
+                ignored.update(range(position, position + len(clause)))
+            position += len(clause)
+        last = len(said) - 1
+        greeting = last - 2 if last >= 2 and said[last - 1] == "you" else last - 1
+        if greeting >= 0 and said[greeting] in _GREETING_WORDS and _is_vocative(clauses[-1][-1]):
+            ignored.add(last)
+    left = [index for index in range(len(said)) if index not in ignored]
+    if not left:
         return True
-    return all(stem(word) in FILLER_STEMS for word in said if word not in STOP_WORDS)
+    signs_off = not question and len(said) <= SIGN_OFF_WORDS and said[0] in _SIGN_OFF_OPENERS
+    return signs_off and len([index for index in left if index > 0]) <= 1
+
+
+def is_filler(text: str) -> bool:
+    """True when `text` says nothing to remember whatever its language or emoji: every sentence is
+    filler (`sentence_is_filler`)."""
+    return all(sentence_is_filler(clauses, question=asks) for clauses, asks in _sentences(text))
 
 
 def restates(text: str, message_words: frozenset[str]) -> bool:
@@ -112,6 +210,20 @@ def restates(text: str, message_words: frozenset[str]) -> bool:
     return shared / (len(own) + len(message_words) - shared) >= RESTATE_OVERLAP
 
 
+def asked_before(text: str, *, message_words: frozenset[str], message_text: str) -> bool:
+    """True when the user's earlier `text` asks what the message (its `content_words` and its
+    `normalized` text) asks: its words open the message ("How do I use the subjunctive?" before
+    "How do I use the subjunctive? Is it like in Italian?"), or it is a question whose every content
+    word is the message's (a shorter form: "Should I invest in crypto?")."""
+    said = normalized(text)
+    if not said:
+        return False
+    if message_text == said or message_text.startswith(said + " "):
+        return True
+    own = content_words(text)
+    return "?" in text and bool(own) and own <= message_words
+
+
 def quoted_by(facts: Iterable[Memory]) -> set[tuple[uuid.UUID, str]]:
     """The (conversation, text) of every message the facts' evidence quotes (`quoted_text` form)."""
     quoted: set[tuple[uuid.UUID, str]] = set()
@@ -124,9 +236,11 @@ def quoted_by(facts: Iterable[Memory]) -> set[tuple[uuid.UUID, str]]:
 
 def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Memory] = ()) -> list[int]:
     """The indexes, in order, of the turns that add something new beside the `shown` facts for the
-    next `message`: not a restatement of it, not filler, not a text already kept, not quoted by a
+    next `message`: not a restatement of it (nor the user's earlier question it repeats or grows
+    from, `asked_before`), not filler, not a text already kept, not quoted by a
     shown fact."""
     message_words = content_words(message)
+    message_text = normalized(message)
     quoted = quoted_by(shown)
     seen: set[str] = set()
     kept: list[int] = []
@@ -137,6 +251,10 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
         if (turn.channel_id, quoted_text(turn.text)) in quoted:
             continue
         if is_filler(turn.text) or restates(turn.text, message_words):
+            continue
+        if turn.role == "user" and asked_before(
+            turn.text, message_words=message_words, message_text=message_text
+        ):
             continue
         seen.add(text)
         kept.append(index)

@@ -279,13 +279,63 @@ async def test_only_user_messages_are_read() -> None:
     assert (await RulesExtractor().extract(request)).candidates == ()
 
 
-async def test_scope_is_persona_user_with_a_persona_and_never_persona() -> None:
+async def test_a_preference_is_persona_user_with_a_persona_and_never_persona() -> None:
     request = ExtractionRequest(
-        messages=(TranscriptMessage(role="user", content="I'm vegan"),),
+        messages=(TranscriptMessage(role="user", content="I prefer quick recipes over elaborate ones"),),
         allowed_scopes=("user", "persona", "persona_user"),
     )
     result = await RulesExtractor().extract(request)
     assert [c.scope for c in result.candidates] == ["persona_user"]
+
+
+async def scopes_with_a_persona(text: str) -> dict[str, str]:
+    request = ExtractionRequest(
+        messages=(TranscriptMessage(role="user", content=text),),
+        allowed_scopes=("user", "persona", "persona_user"),
+    )
+    return {c.key: c.scope for c in (await RulesExtractor().extract(request)).candidates}
+
+
+@pytest.mark.parametrize(
+    ("category", "text", "key"),
+    [
+        ("name", "My name is Dana.", "user name"),
+        ("name", "Please call me Dee", "preferred name"),
+        ("home", "I live in Lisbon.", "home location"),
+        ("home", "I'm originally from Porto", "place of origin"),
+        ("work", "I work as a nurse at Santa Maria", "job title"),
+        ("work", "I work at Google", "current employer"),
+        ("diet", "I'm vegan.", "diet preference"),
+        ("diet", "I don't eat pork", "avoids pork"),
+        ("allergy", "I'm allergic to shellfish", "allergy shellfish"),
+        ("allergy", "I have a severe latex allergy", "allergy latex"),
+        ("health", "I have asthma.", "health asthma"),
+        ("health", "I suffer from migraines", "health migraines"),
+        ("health", "I'm pregnant", "health pregnancy"),
+        ("family", "My wife Ana teaches piano.", "wife's name"),
+        ("family", "I have two kids", "children"),
+        ("family", "My sister lives in Lyon", "sister's home"),
+    ],
+)
+async def test_a_fact_about_the_person_is_the_users_whichever_persona_hears_it(
+    category: str, text: str, key: str
+) -> None:
+    scopes = await scopes_with_a_persona(text)
+    assert scopes.get(key) == "user", (category, scopes)
+
+
+async def test_preferences_routines_and_notes_stay_with_the_persona() -> None:
+    scopes = await scopes_with_a_persona(
+        "I love spicy food. I run every Tuesday. Remember that the party is on Friday."
+    )
+    assert scopes and set(scopes.values()) == {"persona_user"}, scopes
+
+
+async def test_a_health_fact_names_a_known_condition_only() -> None:
+    found = await extract(
+        "I have a bad knee.", "I have a meeting at noon.", "I'm recovering from a knee injury"
+    )
+    assert found == {"health bad knee": "Has a bad knee", "health knee injury": "Has a knee injury"}
 
 
 async def test_a_later_statement_wins_for_the_same_key() -> None:

@@ -12,11 +12,13 @@ from datetime import UTC, datetime
 from store.model import Memory, RecallHit, RecallItem, Revision, Turn, TurnHit, TurnRole
 from store.rules.hint import (
     EARLIER_HEADER,
+    FACT_RELEVANCE_FLOOR,
     HINT_TURN_SHARE,
     KNOWN_HEADER,
     build_hint,
     choose_facts,
     fact_line,
+    plan_facts,
 )
 from store.rules.novelty import content_words, is_filler, new_turn_indexes, normalized, restates, stem
 from store.rules.tokens import count_tokens
@@ -237,3 +239,39 @@ def test_pinned_facts_come_first_within_the_budget() -> None:
     chosen = choose_facts(relevant, budget=200, pinned=pinned)
     assert chosen[0] is pinned[0]
     assert sum(count_tokens(fact_line(i)) + 1 for i in chosen) <= 200
+
+
+def test_facts_far_from_the_message_leave_the_turns_their_share() -> None:
+    far = [
+        RecallItem(kind="memory", score=1.0, memory=memory(f"k{i}", "x " * 40), cosine=0.1) for i in range(30)
+    ]
+    near = [replace(item, cosine=FACT_RELEVANCE_FLOOR) for item in far]
+    budget = 500
+    share = int(budget * (1 - HINT_TURN_SHARE))
+
+    def cost(chosen: list[RecallItem]) -> int:
+        return sum(count_tokens(fact_line(item)) + 1 for item in chosen)
+
+    assert 0 < cost(choose_facts(far, budget=budget)) <= share
+    assert share < cost(choose_facts(near, budget=budget)) <= budget
+    turns = [said(f"Turn {i}: the ferry to the island leaves at nine") for i in range(5)]
+    assert EARLIER_HEADER in build_hint(far + turns, max_tokens=budget)
+    # facts near the message are never displaced by a turn
+    assert EARLIER_HEADER not in build_hint(near + turns, max_tokens=budget)
+
+
+def test_every_fact_is_named_when_all_fit_only_with_the_ones_not_about_the_message_brief() -> None:
+    said_before = 'user: I told you this long ago, in a conversation about something else entirely"'
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    others = [fact(f"fact {i}", f"Likes thing {i}", evidence=said_before, observed_at=NOW) for i in range(12)]
+    budget = 300
+    planned = plan_facts([near], budget=budget, every=[near, *others])
+    assert planned[0][0] is near and len(planned) == 13
+    assert planned[0][1] and not all(whole for _, whole in planned)  # the near one in full
+    hint = build_hint([near], max_tokens=budget, every=[near, *others])
+    assert "- fact 11: Likes thing 11" in hint and count_tokens(hint) <= budget
+    # in full they would fit: all in full
+    roomy = plan_facts([near], budget=3000, every=[near, *others])
+    assert all(whole for _, whole in roomy)

@@ -16,6 +16,7 @@ import pytest
 from api.app import create_app
 from store.protocols import Embedder
 from store.rules.hint import EARLIER_HEADER, KNOWN_HEADER
+from store.services.context_recall import DEFAULT_TURN_LIMIT
 from tests.api.conftest import AUTH
 from tests.store.store_testkit import MakeStore, Store
 from tests.store.test_store_turns import fact, turn
@@ -109,10 +110,9 @@ async def test_an_approved_fact_that_answers_the_question_comes_first_and_stands
         hinted = await http.post("/v1/hint", json=body, headers=headers)
     assert recalled.status_code == 200, recalled.text
     items = recalled.json()["items"]
-    # the facts by relevance (here the only one), then at most `turn_limit` (5) turns that add
-    # what the fact lacks
+    # the facts within the limit, then the turns within their own limit (the default 5)
     assert (items[0]["kind"], items[0]["value"]) == ("memory", "Prefers vegan food")
-    assert 1 <= [item["kind"] for item in items[1:]].count("turn") <= 5 and len(items) <= 6
+    assert [item["kind"] for item in items[1:]] == ["turn"] * DEFAULT_TURN_LIMIT  # what the fact lacks
 
     assert hinted.status_code == 200, hinted.text
     known, _, earlier = hinted.json()["hint"].partition(EARLIER_HEADER)
