@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from store.core.rows import MEMORY_COLUMNS, columns_sql
+from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
 from store.model import OwnerRef
 from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
 
@@ -174,3 +174,20 @@ def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
         "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
         "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
     )
+
+
+def pinned_sql(owners: Sequence[OwnerRef]) -> str:
+    """The owners' active pinned memories in the team context, most recently changed first, at
+    most `%(limit)s` (the same rows and order as `PinnedFacts.pinned_statement`, over the partial
+    index of pinned rows)."""
+    return (
+        f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.pinned = true AND m.status = 'active' "
+        f"AND {owner_sql(owners, 'm')} ORDER BY m.updated_at DESC, m.id LIMIT %(limit)s"
+    )
+
+
+# the open proposal of each of the memories `%(ids)s` that has one (`MemoryReview.pending_changes`)
+PENDING_CHANGES_SQL = (
+    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
+    "WHERE r.status = 'pending' AND r.memory_id = ANY(%(ids)s)"
+)
