@@ -245,8 +245,8 @@ class PgConnections:
         return driver.pipeline()
 
     async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit; its
-        rows by column name.
+        """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit, with
+        the team scope where row-level security applies; its rows by column name.
 
         This skips SQLAlchemy's statement and row processing (about a millisecond per call) and
         the BEGIN/COMMIT round trips; psycopg prepares the few statement shapes server-side
@@ -256,8 +256,11 @@ class PgConnections:
             if target.bypasses_row_security(driver):
                 await cursor.execute(sql, params)
                 return await cursor.fetchall()
-            # one round trip: BEGIN, the team scope, the statement and COMMIT travel together
-            async with driver.pipeline(), driver.transaction():
+            # one round trip: the team scope and the statement travel before one Sync, which the
+            # server runs as one implicit transaction: the transaction-local scope holds for the
+            # statement and ends with it, without BEGIN and COMMIT (were they ever split by a Sync,
+            # the statement would run unscoped: rows of no team only, never more)
+            async with driver.pipeline():
                 await driver.execute(SCOPE_SQL, scope_params())
                 await cursor.execute(sql, params)
             return await cursor.fetchall()

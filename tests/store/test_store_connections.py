@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -61,10 +62,15 @@ async def test_a_read_carries_the_team_scope_only_where_row_level_security_appli
         with team_scope(teams_scope([team])):
             async with connections.driver() as driver:
                 assert connections.bypasses_row_security(driver) is not scoped
-            (fetched,) = await connections.fetch(SCOPE_SEEN)
+            # a failed read leaves its connection clean for the next one
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await connections.fetch("SELECT 1 / 0 AS never")
+            # more uses than psycopg's threshold for preparing a statement server-side
+            fetched = [await connections.fetch(SCOPE_SEEN) for _ in range(7)]
             async with connections.reading() as conn:
                 read = (await conn.execute(text(SCOPE_SEEN))).scalar_one()
         expected = str(team) if scoped else ""
-        assert (fetched["teams"], read) == (expected, expected)
+        assert fetched == [[{"teams": expected}]] * 7
+        assert read == expected
     finally:
         await connections.close()
