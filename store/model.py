@@ -125,6 +125,16 @@ class RecallHit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ContextFacts:
+    """A hint's facts of one context: the memories most relevant to the message, the first by
+    standing (None: not asked for) and the pinned ones (most recently changed first)."""
+
+    relevant: list[RecallHit]
+    standing: list[RecallHit] | None
+    pinned: list[Memory]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Revision:
     """A proposed change to a reviewed (active) memory, awaiting approve/reject."""
 

@@ -82,12 +82,14 @@ def recall_sql(
     embedding_dim: int,
     value_weighted: bool = False,
 ) -> str:
-    """The single recall statement for the given branches (`vector`, `text` or `top`).
+    """The single recall statement for the given branches (`vector` and `text`: the query's
+    `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `pinned`: the `%(k_pinned)s`
+    pinned ones most recently changed first, as `pinned_sql`).
 
     `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
     idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
     query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
-    (NULL for override-only rows)."""
+    (NULL for override-only rows): one row per branch that ranked the memory."""
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     ctes: list[str] = []
     ranked: list[str] = []
@@ -134,11 +136,20 @@ def recall_sql(
     if "top" in branches:
         ctes.append(
             "top AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at FROM memories m "
-            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k)s)"
+            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k_top)s)"
         )
         ranked.append(
             "SELECT id, 'top' AS source, row_number() OVER "
             "(ORDER BY confidence DESC, updated_at DESC, id) AS rank, confidence AS score FROM top"
+        )
+    if "pinned" in branches:
+        ctes.append(
+            "pin AS MATERIALIZED (SELECT m.id, m.updated_at FROM memories m WHERE m.pinned = true "
+            f"AND {where} ORDER BY m.updated_at DESC, m.id LIMIT %(k_pinned)s)"
+        )
+        ranked.append(
+            "SELECT id, 'pinned' AS source, row_number() OVER (ORDER BY updated_at DESC, id) AS rank, "
+            "1.0 AS score FROM pin"
         )
     if not ranked:
         raise ValueError("recall_sql needs at least one branch")

@@ -13,7 +13,7 @@ from store.core.base import replica_read
 from store.core.pinning import MAX_PINNED
 from store.core.schema import build_schema
 from store.core.store import CoreStore
-from store.model import Memory, MemorySettings, RecallQuery, Revision
+from store.model import ContextFacts, Memory, MemorySettings, RecallQuery, Revision
 from store.postgres.backend import PgBackend
 from store.postgres.connections import PgConnections, postgres_connect_args, role_sql
 from store.postgres.neighbours_sql import EXACT_OWNER_ROWS, OwnerSizes
@@ -116,6 +116,13 @@ class PostgresMemoryStore(CoreStore):
         read, most recently changed first, at most `MAX_PINNED`: one driver statement, without
         SQLAlchemy's round trips (every hint reads them)."""
         return await self._pg.pinned_memories(user_id, persona_id, team_id=team_id, limit=MAX_PINNED)
+
+    @replica_read
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
+        """A hint's facts of the context (`ContextFacts`) in the recall's own statement
+        (`PgRecall.context_facts`): the standing and pinned facts cost no read of their own."""
+        limit = MAX_PINNED if pinned else 0
+        return await self._pg.recall.context_facts(asked, standing=standing, pinned=limit)
 
     @replica_read
     async def pending_changes(self, memory_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Revision]:

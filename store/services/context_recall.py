@@ -13,10 +13,12 @@ from functools import partial
 
 from store.model import (
     INCLUDE_ALL,
+    ContextFacts,
     Memory,
     RecallHit,
     RecallInclude,
     RecallItem,
+    RecallQuery,
     Retriever,
     Revision,
     TurnHit,
@@ -108,27 +110,34 @@ async def _found(
             user_id, persona_id, asked.query, asked.limit, retriever=asked.retriever, team_id=team_id
         )
 
+    async def facts() -> ContextFacts:
+        # the hint's: the relevant, standing and pinned facts together (one read on Postgres)
+        if not with_memories:
+            return ContextFacts(relevant=[], standing=None, pinned=[])
+        recalled = RecallQuery(
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            text=asked.query,
+            limit=max(asked.limit, 0),
+            retriever=asked.retriever,
+        )
+        return await store.context_facts(recalled, standing=every_limit, pinned=with_pinned)
+
     async def turns() -> list[TurnHit]:
         if "turns" not in asked.include or not policy.history or asked.turn_limit <= 0:
             return []
         candidates = asked.turn_limit * TURN_CANDIDATES_PER_TURN
         return await store.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
 
-    async def every() -> list[RecallHit] | None:
-        if not with_memories or every_limit <= 0:
-            return None
-        # an empty query reads the context's facts by standing: no embedding, one owner-scoped read
-        return await store.recall(user_id, persona_id, "", every_limit, team_id=team_id)
-
-    async def pinned() -> list[Memory]:
-        if not with_memories or not with_pinned:
-            return []
-        return await store.pinned_facts(user_id, persona_id, team_id=team_id)
-
     # side by side: each waits on its own query embedding and statement
-    found_memories, found_turns, found_every, found_pinned = await asyncio.gather(
-        memories(), turns(), every(), pinned()
-    )
+    if every_limit > 0 or with_pinned:
+        found_facts, found_turns = await asyncio.gather(facts(), turns())
+        found_memories, found_every = found_facts.relevant, found_facts.standing
+        found_pinned = found_facts.pinned
+    else:
+        found_memories, found_turns = await asyncio.gather(memories(), turns())
+        found_every, found_pinned = None, []
     ids = {hit.memory.id for hit in [*found_memories, *(found_every or ())]}
     ids |= {memory.id for memory in found_pinned}
     pending = await store.pending_changes(ids) if ids else {}
