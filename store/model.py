@@ -126,8 +126,9 @@ class RecallHit:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContextFacts:
-    """A hint's facts of one context: the memories most relevant to the message, the first by
-    standing (None: not asked for) and the pinned ones (most recently changed first)."""
+    """A hint's facts of one context: the memories most relevant to the message, every fact by
+    standing when they are fewer than asked for (None: they are not, or not asked for) and the
+    pinned ones (most recently changed first)."""
 
     relevant: list[RecallHit]
     standing: list[RecallHit] | None

@@ -101,8 +101,8 @@ class RecallStore(Protocol):
         ...
 
     async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
-        """A hint's facts: the most relevant to `asked`, the first `standing` by standing (0:
-        None), and with `pinned` the pinned ones (`pinned_facts`)."""
+        """A hint's facts: the most relevant to `asked`, all of them by standing when fewer than
+        `standing` (else None), and with `pinned` the pinned ones (`pinned_facts`)."""
         ...
 
 

@@ -91,8 +91,9 @@ class CoreStore(
 
     async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
         """A hint's facts of the context (`ContextFacts`): the `asked.limit` most relevant to its
-        text, the first `standing` by standing (0: not read) and, with `pinned`, the pinned ones;
-        three reads side by side (the Postgres store makes them one statement)."""
+        text, all of them by standing when they are fewer than `standing` (else, and for 0, None)
+        and, with `pinned`, the pinned ones; three reads side by side (the Postgres store makes
+        them one statement)."""
 
         async def relevant() -> list[RecallHit]:
             return await self.recall(
@@ -108,7 +109,8 @@ class CoreStore(
         async def first() -> list[RecallHit] | None:
             if standing <= 0:
                 return None
-            return await self.recall(asked.user_id, asked.persona_id, "", standing, team_id=asked.team_id)
+            hits = await self.recall(asked.user_id, asked.persona_id, "", standing, team_id=asked.team_id)
+            return hits if len(hits) < standing else None
 
         async def pinned_ones() -> list[Memory]:
             if not pinned:

@@ -137,9 +137,10 @@ class PgRecall:
 
     async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts:
         """The hint's facts (`ContextFacts`) in the statement of the recall: its relevant ones
-        (`asked.limit`), the first `standing` by standing (0: not read) and the `pinned` pinned
-        ones most recently changed first (0: none), each exactly as its own statement would
-        rank it. An empty query reads its relevant ones apart (they are the first by standing)."""
+        (`asked.limit`), all of them by standing when they are fewer than `standing` (else, and
+        for 0, None; when the statement's count shows they are not, none are sent) and the
+        `pinned` pinned ones most recently changed first (0: none), each exactly as its own
+        statement would rank it. An empty query reads its relevant ones apart."""
         owners = resolve_scopes(asked.user_id, persona_id=asked.persona_id)
         extra = {"standing": standing, "pinned": pinned}
         if asked.limit <= 0:
@@ -161,7 +162,7 @@ class PgRecall:
         self, asked: RecallQuery, owners: Sequence[OwnerRef], *, standing: int, pinned: int
     ) -> ContextFacts:
         """`context_facts` without relevant ones: the standing and pinned branches alone."""
-        branches = [name for name, n in (("top", standing), ("pinned", pinned)) if n > 0]
+        branches = [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
         if not branches:
             return ContextFacts(relevant=[], standing=None, pinned=[])
         params = {**_owner_params(asked), **_context_limits(standing, pinned)}
@@ -174,9 +175,11 @@ class PgRecall:
     ) -> ContextFacts:
         """The standing and pinned facts of `found` beside the `relevant` ones."""
         first: list[RecallHit] | None = None
-        if standing > 0:
+        # `more`: the context holds at least `standing` facts (`recall_sql`'s `standing` branch)
+        if standing > 0 and "more" not in found.ranks:
             rows = found.rows_for(["top"], overrides=overrides)
-            first = fuse(rows, {"top": found.ranking("top")}, limit=standing, weights=self._weights)
+            hits = fuse(rows, {"top": found.ranking("top")}, limit=standing, weights=self._weights)
+            first = hits if len(hits) < standing else None
         pinned = [found.memories[mid] for mid in found.ranking("pinned")]
         return ContextFacts(relevant=relevant, standing=first, pinned=pinned)
 
@@ -247,7 +250,7 @@ class PgRecall:
         value_weighted = "text" in branches and self._fusion.key_weight != 1.0
         if value_weighted:
             params["key_weight"] = float(self._fusion.key_weight)
-        branches += [name for name, n in (("top", standing), ("pinned", pinned)) if n > 0]
+        branches += [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
         params.update(_context_limits(standing, pinned))
         sql = recall_sql(
             owners=owners,
@@ -278,9 +281,9 @@ def _owner_params(asked: RecallQuery) -> dict[str, Any]:
 
 def _context_limits(standing: int, pinned: int) -> dict[str, int]:
     """The `top` and `pinned` branches' row limits (`recall_sql`) for the facts asked for."""
-    limits = {}
+    limits: dict[str, int] = {}
     if standing > 0:
-        limits["k_top"] = candidate_count(standing)
+        limits.update(k_top=candidate_count(standing), standing=standing)
     if pinned > 0:
         limits["k_pinned"] = pinned
     return limits

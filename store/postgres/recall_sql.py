@@ -19,6 +19,12 @@ from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
 _MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
 # the same normalisation as store.rules.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
+# a key coarser than `store.rules.keys.normalize_key` (two keys it makes equal are equal here):
+# an ASCII key's letters and digits, lower case; every other key one shared value. Counting its
+# distinct values bounds from below how many facts (one per normalised key) some rows hold.
+_COARSE_KEY = (
+    "CASE WHEN m.key ~ '[^\\x01-\\x7f]' THEN '' ELSE regexp_replace(lower(m.key), '[^a-z0-9]+', '', 'g') END"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,8 +89,9 @@ def recall_sql(
     value_weighted: bool = False,
 ) -> str:
     """The single recall statement for the given branches (`vector` and `text`: the query's
-    `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `pinned`: the `%(k_pinned)s`
-    pinned ones most recently changed first, as `pinned_sql`).
+    `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `standing`: the same for a hint
+    that wants them only as fewer than `%(standing)s` facts; `pinned`: the `%(k_pinned)s` pinned
+    ones most recently changed first, as `pinned_sql`).
 
     `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
     idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
@@ -141,6 +148,20 @@ def recall_sql(
         ranked.append(
             "SELECT id, 'top' AS source, row_number() OVER "
             "(ORDER BY confidence DESC, updated_at DESC, id) AS rank, confidence AS score FROM top"
+        )
+    if "standing" in branches:
+        # `top`'s rows for a hint, which lists them only when they are fewer than `%(standing)s`
+        # facts: when they certainly are not, only the first is returned, as `more`
+        ctes.append(
+            f"std AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at, {_COARSE_KEY} AS coarse "
+            f"FROM memories m WHERE {where} "
+            "ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k_top)s)"
+        )
+        ranked.append(
+            "SELECT s.id, CASE WHEN g.n < %(standing)s THEN 'top' ELSE 'more' END AS source, s.rank, "
+            "s.confidence AS score FROM (SELECT id, confidence, row_number() OVER "
+            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank FROM std) s, "
+            "(SELECT count(DISTINCT coarse) AS n FROM std) g WHERE g.n < %(standing)s OR s.rank = 1"
         )
     if "pinned" in branches:
         ctes.append(

@@ -19,7 +19,8 @@ QUERIES = ("Where does the user live and work?", "What does the user eat?", "", 
 
 async def _context(store: Store) -> tuple[uuid.UUID, uuid.UUID]:
     """A user with facts of their own, of a persona and of the persona with them (one overriding
-    the user's), in no team and in TEAM; some pinned."""
+    the user's, two keys that normalise alike, one with letters beyond ASCII), in no team and in
+    TEAM; some pinned."""
     user, persona = uuid.uuid4(), uuid.uuid4()
     facts = [
         user_fact(user, "diet", "Eats no meat", confidence=0.8),
@@ -31,6 +32,8 @@ async def _context(store: Store) -> tuple[uuid.UUID, uuid.UUID]:
         NewMemory(scope="persona_user", owner_id=persona, user_id=user, key="diet", value="Is vegan now"),
         NewMemory(scope="persona_user", owner_id=persona, user_id=user, key="pet", value="Has a cat"),
         NewMemory(scope="persona", owner_id=persona, user_id=None, key="style", value="Speaks briefly"),
+        user_fact(user, "Lieblingsgetränk", "Trinkt Apfelschorle", confidence=0.4),
+        user_fact(user, "café", "Goes to Café Majestic", confidence=0.3),
     ]
     for fact in facts:
         written = await store.upsert(replace(fact, status="active"))
@@ -42,12 +45,14 @@ async def _context(store: Store) -> tuple[uuid.UUID, uuid.UUID]:
 async def test_the_facts_read_together_are_the_reads_apart(store: Store) -> None:
     user, persona = await _context(store)
     for persona_id, team_id, query, limit, standing, pinned in itertools.product(
-        (None, persona), (None, TEAM), QUERIES, (0, 2, 10), (0, 2, 40), (False, True)
+        (None, persona), (None, TEAM), QUERIES, (0, 2, 10), (0, 2, 5, 6, 7, 8, 40), (False, True)
     ):
         asked = RecallQuery(user_id=user, persona_id=persona_id, team_id=team_id, text=query, limit=limit)
         together = await store.context_facts(asked, standing=standing, pinned=pinned)
         relevant = await store.recall(user, persona_id, query, limit, team_id=team_id)
         first = await store.recall(user, persona_id, "", standing, team_id=team_id) if standing else None
+        if first is not None and len(first) >= standing:
+            first = None  # as many facts as asked for or more: the hint lists the relevant ones
         pins = await store.pinned_facts(user, persona_id, team_id=team_id) if pinned else []
         case = (persona_id is not None, team_id, query, limit, standing, pinned)
         assert together == ContextFacts(relevant=relevant, standing=first, pinned=pins), case
