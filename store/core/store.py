@@ -92,8 +92,8 @@ class CoreStore(
     async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
         """A hint's facts of the context (`ContextFacts`): the `asked.limit` most relevant to its
         text, all of them by standing when they are fewer than `standing` (else, and for 0, None)
-        and, with `pinned`, the pinned ones; three reads side by side (the Postgres store makes
-        them one statement)."""
+        and, with `pinned`, the pinned ones; three reads side by side, then their open proposed
+        changes (the Postgres store makes them one statement)."""
 
         async def relevant() -> list[RecallHit]:
             return await self.recall(
@@ -118,7 +118,13 @@ class CoreStore(
             return await self.pinned_facts(asked.user_id, asked.persona_id, team_id=asked.team_id)
 
         found, standing_found, pinned_found = await asyncio.gather(relevant(), first(), pinned_ones())
-        return ContextFacts(relevant=found, standing=standing_found, pinned=pinned_found)
+        ids = {hit.memory.id for hit in [*found, *(standing_found or ())]} | {m.id for m in pinned_found}
+        return ContextFacts(
+            relevant=found,
+            standing=standing_found,
+            pinned=pinned_found,
+            pending=await self.pending_changes(ids) if ids else {},
+        )
 
     async def check_schema(self) -> None:
         """Raise `store.migrate.SchemaError` unless the database is migrated to this version and

@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from store.core.base import checked_vector, query_vector
-from store.core.rows import memory_from_row
-from store.model import ContextFacts, Memory, OwnerRef, RecallHit, RecallQuery
+from store.core.rows import REVISION_COLUMNS, memory_from_row, revision_from_row
+from store.model import ContextFacts, Memory, OwnerRef, RecallHit, RecallQuery, Revision
 from store.postgres.connections import PgConnections
 from store.postgres.dialect import websearch_or_query
 from store.postgres.params import float4_array
-from store.postgres.recall_sql import recall_sql, term_stats_sql
+from store.postgres.recall_sql import PENDING_CHANGES_SQL, recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
 from store.rules.keys import normalize_key
@@ -58,12 +58,13 @@ RELEVANCE = ("vector", "text")
 
 @dataclass(slots=True)
 class RecallRows:
-    """One recall statement's rows: each memory once (in the order read), and per branch its
-    (rank, id) pairs and scores."""
+    """One recall statement's rows: each memory once (in the order read), per branch its
+    (rank, id) pairs and scores, and the open proposals read with them (`with_pending`)."""
 
     memories: dict[uuid.UUID, Memory]
     ranks: dict[str, list[tuple[int, uuid.UUID]]]
     scores: dict[str, dict[uuid.UUID, float]]
+    pending: dict[uuid.UUID, Revision] = field(default_factory=dict)
 
     def ranking(self, source: str) -> list[uuid.UUID]:
         """The ids `source` ranked, best first."""
@@ -90,6 +91,10 @@ def recall_rows(rows: Sequence[Mapping[str, Any]]) -> RecallRows:
         if source is not None:
             found.ranks.setdefault(source, []).append((row["rank"], memory.id))
             found.scores.setdefault(source, {})[memory.id] = float(row["score"])
+        if row.get("pending_id") is not None:
+            found.pending[memory.id] = revision_from_row(
+                {name: row[f"pending_{name}"] for name in REVISION_COLUMNS}
+            )
     return found
 
 
@@ -149,8 +154,11 @@ class PgRecall:
             relevant, facts = await asyncio.gather(
                 self.recall(asked), self._context_only(asked, owners, **extra)
             )
-            return ContextFacts(relevant=relevant, standing=facts.standing, pinned=facts.pinned)
-        plan = await self._plan(asked, **extra)
+            ids = [hit.memory.id for hit in relevant]
+            rows = await self._connections.fetch(PENDING_CHANGES_SQL, {"ids": ids}) if ids else []
+            pending = {**facts.pending, **{r.memory_id: r for r in map(revision_from_row, rows)}}
+            return replace(facts, relevant=relevant, pending=pending)
+        plan = await self._plan(asked, **extra, with_pending=True)
         if plan is None:
             return await self._context_only(asked, owners, **extra)
         found = recall_rows(await self._connections.fetch(plan.sql, plan.params))
@@ -164,9 +172,9 @@ class PgRecall:
         """`context_facts` without relevant ones: the standing and pinned branches alone."""
         branches = [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
         if not branches:
-            return ContextFacts(relevant=[], standing=None, pinned=[])
+            return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
         params = {**_owner_params(asked), **_context_limits(standing, pinned)}
-        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._dim)
+        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._dim, with_pending=True)
         found = recall_rows(await self._connections.fetch(sql, params))
         return self._context_of(found, [], standing=standing, overrides=len(owners) > 1)
 
@@ -181,7 +189,9 @@ class PgRecall:
             hits = fuse(rows, {"top": found.ranking("top")}, limit=standing, weights=self._weights)
             first = hits if len(hits) < standing else None
         pinned = [found.memories[mid] for mid in found.ranking("pinned")]
-        return ContextFacts(relevant=relevant, standing=first, pinned=pinned)
+        ids = {hit.memory.id for hit in [*relevant, *(first or ())]} | {m.id for m in pinned}
+        pending = {mid: found.pending[mid] for mid in ids if mid in found.pending}
+        return ContextFacts(relevant=relevant, standing=first, pinned=pinned, pending=pending)
 
     def _relevant(
         self, found: RecallRows, rows: Iterable[Memory], limit: int, plan: RecallPlan
@@ -210,7 +220,9 @@ class PgRecall:
             settings[name] = str(next(iter(row.values())))
         return settings
 
-    async def _plan(self, asked: RecallQuery, *, standing: int = 0, pinned: int = 0) -> RecallPlan | None:
+    async def _plan(
+        self, asked: RecallQuery, *, standing: int = 0, pinned: int = 0, with_pending: bool = False
+    ) -> RecallPlan | None:
         """The recall SQL, its parameters and the query's time window; None when no branch can run.
         `standing`, `pinned`: the statement also ranks that many first by standing and pinned ones
         (`context_facts`; not for an empty query)."""
@@ -257,6 +269,7 @@ class PgRecall:
             branches=branches,
             embedding_dim=self._dim,
             value_weighted=value_weighted,
+            with_pending=with_pending,
         )
         return RecallPlan(sql=sql, params=params, time_window=cues.time_window, when=cues.when)
 

@@ -87,6 +87,7 @@ def recall_sql(
     branches: Sequence[str],
     embedding_dim: int,
     value_weighted: bool = False,
+    with_pending: bool = False,
 ) -> str:
     """The single recall statement for the given branches (`vector` and `text`: the query's
     `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `standing`: the same for a hint
@@ -96,7 +97,8 @@ def recall_sql(
     `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
     idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
     query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
-    (NULL for override-only rows): one row per branch that ranked the memory."""
+    (NULL for override-only rows): one row per branch that ranked the memory. `with_pending`: and
+    the memory's open proposal (a memory has at most one), its columns named `pending_…`."""
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     ctes: list[str] = []
     ranked: list[str] = []
@@ -185,9 +187,15 @@ def recall_sql(
         )
     else:
         ctes.append("hits AS (SELECT DISTINCT id FROM ranked)")
+    pending_columns, pending_join = "", ""
+    if with_pending:
+        pending_columns = "".join(f", p.{name} AS pending_{name}" for name in REVISION_COLUMNS)
+        pending_join = " LEFT JOIN memory_revisions p ON p.memory_id = m.id AND p.status = 'pending'"
     return (
-        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score FROM hits h "
-        "JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id"
+        "WITH "
+        + ",\n".join(ctes)
+        + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score{pending_columns} FROM hits h "
+        + f"JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id{pending_join}"
     )
 
 

@@ -103,17 +103,11 @@ async def _found(
     user_id, persona_id, team_id = asked.user_id, asked.persona_id, asked.team_id
     with_memories = "memories" in asked.include
 
-    async def memories() -> list[RecallHit]:
-        if not with_memories or asked.limit <= 0:
-            return []
-        return await store.recall(
-            user_id, persona_id, asked.query, asked.limit, retriever=asked.retriever, team_id=team_id
-        )
-
     async def facts() -> ContextFacts:
-        # the hint's: the relevant, standing and pinned facts together (one read on Postgres)
+        # the relevant facts (the hint's standing and pinned ones too) and their proposed changes
+        # together: one read on Postgres
         if not with_memories:
-            return ContextFacts(relevant=[], standing=None, pinned=[])
+            return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
         recalled = RecallQuery(
             user_id=user_id,
             persona_id=persona_id,
@@ -131,22 +125,13 @@ async def _found(
         return await store.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
 
     # side by side: each waits on its own query embedding and statement
-    if every_limit > 0 or with_pinned:
-        found_facts, found_turns = await asyncio.gather(facts(), turns())
-        found_memories, found_every = found_facts.relevant, found_facts.standing
-        found_pinned = found_facts.pinned
-    else:
-        found_memories, found_turns = await asyncio.gather(memories(), turns())
-        found_every, found_pinned = None, []
-    ids = {hit.memory.id for hit in [*found_memories, *(found_every or ())]}
-    ids |= {memory.id for memory in found_pinned}
-    pending = await store.pending_changes(ids) if ids else {}
+    found_facts, found_turns = await asyncio.gather(facts(), turns())
     return _Found(
-        memories=found_memories,
+        memories=found_facts.relevant,
         turns=found_turns,
-        every=found_every,
-        pinned=found_pinned,
-        pending=pending,
+        every=found_facts.standing,
+        pinned=found_facts.pinned,
+        pending=found_facts.pending,
     )
 
 

@@ -39,6 +39,9 @@ async def _context(store: Store) -> tuple[uuid.UUID, uuid.UUID]:
         written = await store.upsert(replace(fact, status="active"))
         if fact.key in ("home city", "pet", "employer"):
             await store.set_pinned(written.memory_id, True, actor="admin:ana")
+    # restated with other values: proposed changes awaiting review
+    for fact in (facts[3], facts[5], facts[6]):
+        await store.upsert(replace(fact, value=f"{fact.value}, or so it seems", status="pending_review"))
     return user, persona
 
 
@@ -54,12 +57,16 @@ async def test_the_facts_read_together_are_the_reads_apart(store: Store) -> None
         if first is not None and len(first) >= standing:
             first = None  # as many facts as asked for or more: the hint lists the relevant ones
         pins = await store.pinned_facts(user, persona_id, team_id=team_id) if pinned else []
+        ids = {hit.memory.id for hit in [*relevant, *(first or ())]} | {memory.id for memory in pins}
+        pending = await store.pending_changes(ids)
         case = (persona_id is not None, team_id, query, limit, standing, pinned)
-        assert together == ContextFacts(relevant=relevant, standing=first, pinned=pins), case
+        apart = ContextFacts(relevant=relevant, standing=first, pinned=pins, pending=pending)
+        assert together == apart, case
     # the context is rich enough to tell the reads apart
     asked = RecallQuery(user_id=user, persona_id=persona, team_id=TEAM, text=QUERIES[0], limit=10)
     facts = await store.context_facts(asked, standing=40, pinned=True)
     assert len(facts.pinned) == 3 and facts.standing is not None and len(facts.standing) > 3
+    assert len(facts.pending) == 3
     assert {hit.memory.value for hit in facts.standing} >= {"Is vegan now", "Speaks briefly"}
 
 
