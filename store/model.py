@@ -125,6 +125,19 @@ class RecallHit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ContextFacts:
+    """A hint's facts of one context: the memories most relevant to the message, every fact by
+    standing when they are fewer than asked for (None: they are not, or not asked for), the
+    pinned ones (most recently changed first), and the open proposed change of each of them that
+    has one."""
+
+    relevant: list[RecallHit]
+    standing: list[RecallHit] | None
+    pinned: list[Memory]
+    pending: dict[uuid.UUID, Revision]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Revision:
     """A proposed change to a reviewed (active) memory, awaiting approve/reject."""
 

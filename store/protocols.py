@@ -11,6 +11,7 @@ from store.model import (
     ApiKey,
     AuditEntry,
     ChannelConversation,
+    ContextFacts,
     Conversation,
     ConversationQuery,
     DedupRule,
@@ -26,6 +27,7 @@ from store.model import (
     OwnerRef,
     Page,
     RecallHit,
+    RecallQuery,
     Rejection,
     Retriever,
     ReviewItem,
@@ -96,6 +98,11 @@ class RecallStore(Protocol):
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None
     ) -> list[Memory]:
         """Active pinned memories of the user (and persona) in the team context (every hint's)."""
+        ...
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
+        """A hint's facts: the most relevant to `asked`, all of them by standing when fewer than
+        `standing` (else None), and with `pinned` the pinned ones (`pinned_facts`)."""
         ...
 
 

@@ -21,6 +21,7 @@ writers itself) before deciding, so concurrent writers cannot both act on a stal
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
@@ -39,7 +40,7 @@ from store.core.settings import SettingsRows
 from store.core.turns import ConversationTurns
 from store.core.ui_sessions import UiSessions
 from store.core.writes import MemoryWrites
-from store.model import RecallHit, RecallQuery, Retriever
+from store.model import ContextFacts, Memory, RecallHit, RecallQuery, Retriever
 
 
 class CoreStore(
@@ -87,6 +88,43 @@ class CoreStore(
         if limit <= 0:
             return []
         return await self._backend.recall_memories(asked)
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
+        """A hint's facts of the context (`ContextFacts`): the `asked.limit` most relevant to its
+        text, all of them by standing when they are fewer than `standing` (else, and for 0, None)
+        and, with `pinned`, the pinned ones; three reads side by side, then their open proposed
+        changes (the Postgres store makes them one statement)."""
+
+        async def relevant() -> list[RecallHit]:
+            return await self.recall(
+                asked.user_id,
+                asked.persona_id,
+                asked.text,
+                asked.limit,
+                retriever=asked.retriever,
+                query_embedding=asked.query_embedding,
+                team_id=asked.team_id,
+            )
+
+        async def first() -> list[RecallHit] | None:
+            if standing <= 0:
+                return None
+            hits = await self.recall(asked.user_id, asked.persona_id, "", standing, team_id=asked.team_id)
+            return hits if len(hits) < standing else None
+
+        async def pinned_ones() -> list[Memory]:
+            if not pinned:
+                return []
+            return await self.pinned_facts(asked.user_id, asked.persona_id, team_id=asked.team_id)
+
+        found, standing_found, pinned_found = await asyncio.gather(relevant(), first(), pinned_ones())
+        ids = {hit.memory.id for hit in [*found, *(standing_found or ())]} | {m.id for m in pinned_found}
+        return ContextFacts(
+            relevant=found,
+            standing=standing_found,
+            pinned=pinned_found,
+            pending=await self.pending_changes(ids) if ids else {},
+        )
 
     async def check_schema(self) -> None:
         """Raise `store.migrate.SchemaError` unless the database is migrated to this version and

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.backend import EventBatch, TurnRecall
-from store.core.rows import memory_from_row, turn_from_row
+from store.core.rows import memory_from_row, revision_from_row, turn_from_row
 from store.core.schema import Schema
 from store.errors import StoreConflict, StoreUnavailable, translating_errors
 from store.migrate import (
@@ -53,6 +53,7 @@ from store.model import (
     OwnerRef,
     RecallHit,
     RecallQuery,
+    Revision,
     Turn,
     TurnHit,
 )
@@ -72,10 +73,11 @@ from store.postgres.neighbours_sql import (
 )
 from store.postgres.params import float4_array
 from store.postgres.recall import PgRecall
+from store.postgres.recall_sql import PENDING_CHANGES_SQL, pinned_sql
 from store.postgres.replicas import ReadReplicas
 from store.postgres.turns_sql import turn_term_stats_sql, turn_window_sql, turns_insert_statement
 from store.read_scope import note_write, reads_need_primary
-from store.rules.recall import Bm25, TermStats, term_stats
+from store.rules.recall import Bm25, TermStats, resolve_scopes, term_stats
 from store.rules.terms import query_terms
 from store.rules.turn_recall import CONTEXT_WORD_WEIGHT, TURN_STATS_SAMPLE, TURN_WINDOW, fuse_turn_scores
 
@@ -243,6 +245,21 @@ class PgBackend:
         recent (`prompt_memories_statement`), on the driver: the worker reads these for every event."""
         sql, params = prompt_memories_statement(owners, team_id=team_id, words=words, limit=limit)
         return [memory_from_row(row) for row in await self._connections.fetch(sql, params)]
+
+    async def pinned_memories(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None, limit: int
+    ) -> list[Memory]:
+        """The active pinned memories a recall of this user (and persona) in this team context
+        reads (`pinned_sql`), on the driver: every hint reads them."""
+        sql = pinned_sql(resolve_scopes(user_id, persona_id))
+        params = {"user_id": user_id, "persona_id": persona_id, "team_id": team_id, "limit": limit}
+        return [memory_from_row(row) for row in await self._connections.fetch(sql, params)]
+
+    async def pending_changes(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Revision]:
+        """The open proposal of each of these memories that has one (`PENDING_CHANGES_SQL`), on the
+        driver: every recall and hint reads them."""
+        rows = await self._connections.fetch(PENDING_CHANGES_SQL, {"ids": list(memory_ids)})
+        return {revision.memory_id: revision for revision in map(revision_from_row, rows)}
 
     async def insert_turns(
         self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]

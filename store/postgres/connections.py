@@ -10,7 +10,9 @@ parameter style: `fetch` for one statement, `driver` and `round_trip` for a pipe
 
 Every transaction (and every read, which runs in one for this) first sets the transaction-local
 `pmem.teams` from the running task's `store.team_scope` in the same round trip as its first
-statement: row-level security (migration 0014) keys on it.
+statement: row-level security (migration 0014) keys on it. A connection whose role row-level
+security does not apply to (the tables' owner, a superuser: `bypasses_row_security`, asked once
+when it opens) reads without that transaction: one statement, as before row-level security.
 
 Reads can be sent elsewhere: inside `reads_on(replica)` (a read replica's own `PgConnections`),
 `reading` and `fetch` use the replica's connections instead of these. Writes (`engine.begin()`,
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -40,6 +43,14 @@ from store.team_scope import current_setting
 
 # the team scope of one transaction (`store.team_scope`); `true`: it ends with the transaction
 SCOPE_SQL = "SELECT set_config('pmem.teams', %(pmem_teams)s, true)"
+
+
+# whether no table of the database has row-level security in force for the session's role: then
+# the team scope changes nothing it reads (a role that later falls under a policy without
+# reconnecting sees only rows of no team, never more)
+BYPASSES_ROW_SECURITY_SQL = (
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.relrowsecurity AND row_security_active(c.oid))"
+)
 
 
 def scope_params() -> dict[str, str]:
@@ -131,26 +142,41 @@ class PgConnections:
         self.read_engine: AsyncEngine = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._idle: list[tuple[AsyncConnection, DriverConnection[Any]]] = []
         self._idle_limit = pool_size // 2
+        # the driver connections row-level security does not apply to (`bypasses_row_security`)
+        self._unscoped: weakref.WeakSet[DriverConnection[Any]] = weakref.WeakSet()
 
     def _configure(self, dbapi_connection: Any, _record: Any) -> None:
         register_vector_dumper(dbapi_connection.driver_connection)
+        cursor = dbapi_connection.cursor()
         if self._session_sql:
-            cursor = dbapi_connection.cursor()
             cursor.execute(self._session_sql)
-            cursor.close()
-            # a SET inside a transaction is undone by the pool's rollback-on-return: commit it
-            dbapi_connection.commit()
+        # asked after the session's SET ROLE: the role it reads as
+        cursor.execute(BYPASSES_ROW_SECURITY_SQL)
+        (bypasses,) = cursor.fetchone()
+        cursor.close()
+        # a SET inside a transaction is undone by the pool's rollback-on-return: commit it
+        dbapi_connection.commit()
+        if bypasses:
+            self._unscoped.add(dbapi_connection.driver_connection)
+
+    def bypasses_row_security(self, driver: DriverConnection[Any]) -> bool:
+        """Whether row-level security applies to no table for `driver`'s role (asked when it
+        opened), so its reads need no team scope; False for a connection not opened here."""
+        return driver in self._unscoped
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncConnection]:
         """A SQLAlchemy connection in autocommit, inside one transaction that `scoped` opens
-        (the team scope is transaction-local) and ends. On a replica's connections inside
-        `reads_on`."""
-        engine = (_READS_ON.get() or self).read_engine
-        async with translating_errors(), engine.connect() as conn:
+        (the team scope is transaction-local) and ends; without it when the connection's role
+        bypasses row-level security. On a replica's connections inside `reads_on`."""
+        target = _READS_ON.get() or self
+        async with translating_errors(), target.read_engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             if raw is None:
                 raise RuntimeError("the pooled connection has no psycopg driver connection")
+            if target.bypasses_row_security(raw):
+                yield conn
+                return
             await self.scoped(raw)
             try:
                 yield conn
@@ -219,16 +245,22 @@ class PgConnections:
         return driver.pipeline()
 
     async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit; its
-        rows by column name.
+        """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit, with
+        the team scope where row-level security applies; its rows by column name.
 
         This skips SQLAlchemy's statement and row processing (about a millisecond per call) and
         the BEGIN/COMMIT round trips; psycopg prepares the few statement shapes server-side
         after their fifth use. On a replica's connections inside `reads_on`."""
         target = _READS_ON.get() or self
         async with target.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
-            # one round trip: BEGIN, the team scope, the statement and COMMIT travel together
-            async with driver.pipeline(), driver.transaction():
+            if target.bypasses_row_security(driver):
+                await cursor.execute(sql, params)
+                return await cursor.fetchall()
+            # one round trip: the team scope and the statement travel before one Sync, which the
+            # server runs as one implicit transaction: the transaction-local scope holds for the
+            # statement and ends with it, without BEGIN and COMMIT (were they ever split by a Sync,
+            # the statement would run unscoped: rows of no team only, never more)
+            async with driver.pipeline():
                 await driver.execute(SCOPE_SQL, scope_params())
                 await cursor.execute(sql, params)
             return await cursor.fetchall()

@@ -11,21 +11,23 @@ query's cues (`store.rules.recall.fuse_scores`, `store.rules.cues`), exactly as 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from store.core.base import checked_vector, query_vector
-from store.core.rows import memory_from_row
-from store.model import Memory, OwnerRef, RecallHit, RecallQuery
+from store.core.rows import REVISION_COLUMNS, memory_from_row, revision_from_row
+from store.model import ContextFacts, Memory, OwnerRef, RecallHit, RecallQuery, Revision
 from store.postgres.connections import PgConnections
 from store.postgres.dialect import websearch_or_query
 from store.postgres.params import float4_array
-from store.postgres.recall_sql import recall_sql, term_stats_sql
+from store.postgres.recall_sql import PENDING_CHANGES_SQL, recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
+from store.rules.keys import normalize_key
 from store.rules.recall import (
     Bm25,
     ScoreFusion,
@@ -48,6 +50,52 @@ _SESSION_SETTINGS = (
     "random_page_cost",
     "TimeZone",
 )
+
+
+# the branches that rank by the query (the rest, `top` and `pinned`, ride along for the hint)
+RELEVANCE = ("vector", "text")
+
+
+@dataclass(slots=True)
+class RecallRows:
+    """One recall statement's rows: each memory once (in the order read), per branch its
+    (rank, id) pairs and scores, and the open proposals read with them (`with_pending`)."""
+
+    memories: dict[uuid.UUID, Memory]
+    ranks: dict[str, list[tuple[int, uuid.UUID]]]
+    scores: dict[str, dict[uuid.UUID, float]]
+    pending: dict[uuid.UUID, Revision] = field(default_factory=dict)
+
+    def ranking(self, source: str) -> list[uuid.UUID]:
+        """The ids `source` ranked, best first."""
+        return [mid for _, mid in sorted(self.ranks.get(source, ()))]
+
+    def rows_for(self, sources: Sequence[str], *, overrides: bool) -> list[Memory]:
+        """The rows a statement of only these branches would have read: the memories they ranked,
+        and with `overrides` (more than one owner) every row read that shares a normalised key
+        with one of those (the statement reads all such rows for any branch's ranked ones)."""
+        ranked = {mid for source in sources for _, mid in self.ranks.get(source, ())}
+        if not overrides:
+            return [m for mid, m in self.memories.items() if mid in ranked]
+        keys = {normalize_key(self.memories[mid].key) for mid in ranked}
+        return [m for m in self.memories.values() if normalize_key(m.key) in keys]
+
+
+def recall_rows(rows: Sequence[Mapping[str, Any]]) -> RecallRows:
+    """Group a recall statement's rows (`recall_sql`) by memory and by branch."""
+    found = RecallRows(memories={}, ranks={}, scores={})
+    for row in rows:
+        memory = memory_from_row(row)
+        found.memories[memory.id] = memory
+        source = row["source"]
+        if source is not None:
+            found.ranks.setdefault(source, []).append((row["rank"], memory.id))
+            found.scores.setdefault(source, {})[memory.id] = float(row["score"])
+        if row.get("pending_id") is not None:
+            found.pending[memory.id] = revision_from_row(
+                {name: row[f"pending_{name}"] for name in REVISION_COLUMNS}
+            )
+    return found
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,26 +134,72 @@ class PgRecall:
         plan = await self._plan(asked)
         if plan is None:
             return []
-        memories: dict[uuid.UUID, Memory] = {}
-        ranks: dict[str, list[tuple[int, uuid.UUID]]] = {}
-        scores: dict[str, dict[uuid.UUID, float]] = {}
-        for row in await self._connections.fetch(plan.sql, plan.params):
-            memory = memory_from_row(row)
-            memories[memory.id] = memory
-            source = row["source"]
-            if source is not None:
-                ranks.setdefault(source, []).append((row["rank"], memory.id))
-                scores.setdefault(source, {})[memory.id] = float(row["score"])
-        if "top" in ranks:
-            rankings = {source: [mid for _, mid in sorted(pairs)] for source, pairs in ranks.items()}
-            return fuse(memories.values(), rankings, limit=asked.limit, weights=self._weights)
+        found = recall_rows(await self._connections.fetch(plan.sql, plan.params))
+        if "top" in found.ranks:
+            rankings = {source: found.ranking(source) for source in found.ranks}
+            return fuse(found.memories.values(), rankings, limit=asked.limit, weights=self._weights)
+        return self._relevant(found, found.memories.values(), asked.limit, plan)
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts:
+        """The hint's facts (`ContextFacts`) in the statement of the recall: its relevant ones
+        (`asked.limit`), all of them by standing when they are fewer than `standing` (else, and
+        for 0, None; when the statement's count shows they are not, none are sent) and the
+        `pinned` pinned ones most recently changed first (0: none), each exactly as its own
+        statement would rank it. An empty query reads its relevant ones apart."""
+        owners = resolve_scopes(asked.user_id, persona_id=asked.persona_id)
+        extra = {"standing": standing, "pinned": pinned}
+        if asked.limit <= 0:
+            return await self._context_only(asked, owners, **extra)
+        if is_empty_query(asked.text):
+            relevant, facts = await asyncio.gather(
+                self.recall(asked), self._context_only(asked, owners, **extra)
+            )
+            ids = [hit.memory.id for hit in relevant]
+            rows = await self._connections.fetch(PENDING_CHANGES_SQL, {"ids": ids}) if ids else []
+            pending = {**facts.pending, **{r.memory_id: r for r in map(revision_from_row, rows)}}
+            return replace(facts, relevant=relevant, pending=pending)
+        plan = await self._plan(asked, **extra, with_pending=True)
+        if plan is None:
+            return await self._context_only(asked, owners, **extra)
+        found = recall_rows(await self._connections.fetch(plan.sql, plan.params))
+        overrides = len(owners) > 1
+        relevant = self._relevant(found, found.rows_for(RELEVANCE, overrides=overrides), asked.limit, plan)
+        return self._context_of(found, relevant, standing=standing, overrides=overrides)
+
+    async def _context_only(
+        self, asked: RecallQuery, owners: Sequence[OwnerRef], *, standing: int, pinned: int
+    ) -> ContextFacts:
+        """`context_facts` without relevant ones: the standing and pinned branches alone."""
+        branches = [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
+        if not branches:
+            return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
+        params = {**_owner_params(asked), **_context_limits(standing, pinned)}
+        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._dim, with_pending=True)
+        found = recall_rows(await self._connections.fetch(sql, params))
+        return self._context_of(found, [], standing=standing, overrides=len(owners) > 1)
+
+    def _context_of(
+        self, found: RecallRows, relevant: list[RecallHit], *, standing: int, overrides: bool
+    ) -> ContextFacts:
+        """The standing and pinned facts of `found` beside the `relevant` ones."""
+        first: list[RecallHit] | None = None
+        # `more`: the context holds at least `standing` facts (`recall_sql`'s `standing` branch)
+        if standing > 0 and "more" not in found.ranks:
+            rows = found.rows_for(["top"], overrides=overrides)
+            hits = fuse(rows, {"top": found.ranking("top")}, limit=standing, weights=self._weights)
+            first = hits if len(hits) < standing else None
+        pinned = [found.memories[mid] for mid in found.ranking("pinned")]
+        ids = {hit.memory.id for hit in [*relevant, *(first or ())]} | {m.id for m in pinned}
+        pending = {mid: found.pending[mid] for mid in ids if mid in found.pending}
+        return ContextFacts(relevant=relevant, standing=first, pinned=pinned, pending=pending)
+
+    def _relevant(
+        self, found: RecallRows, rows: Iterable[Memory], limit: int, plan: RecallPlan
+    ) -> list[RecallHit]:
+        """The query branches' scores fused (`fuse_scores`) over `rows`."""
+        scores = {source: found.scores[source] for source in RELEVANCE if source in found.scores}
         return fuse_scores(
-            memories.values(),
-            scores,
-            limit=asked.limit,
-            fusion=self._fusion,
-            time_window=plan.time_window,
-            when=plan.when,
+            rows, scores, limit=limit, fusion=self._fusion, time_window=plan.time_window, when=plan.when
         )
 
     async def explain(self, asked: RecallQuery) -> str:
@@ -126,16 +220,16 @@ class PgRecall:
             settings[name] = str(next(iter(row.values())))
         return settings
 
-    async def _plan(self, asked: RecallQuery) -> RecallPlan | None:
-        """The recall SQL, its parameters and the query's time window; None when no branch can run."""
+    async def _plan(
+        self, asked: RecallQuery, *, standing: int = 0, pinned: int = 0, with_pending: bool = False
+    ) -> RecallPlan | None:
+        """The recall SQL, its parameters and the query's time window; None when no branch can run.
+        `standing`, `pinned`: the statement also ranks that many first by standing and pinned ones
+        (`context_facts`; not for an empty query)."""
         owners = resolve_scopes(asked.user_id, asked.persona_id)
-        params: dict[str, Any] = {
-            "k": candidate_count(asked.limit),
-            "user_id": asked.user_id,
-            "persona_id": asked.persona_id,
-            "team_id": asked.team_id,
-        }
+        params: dict[str, Any] = {"k": candidate_count(asked.limit), **_owner_params(asked)}
         if is_empty_query(asked.text):
+            params["k_top"] = params["k"]
             sql = recall_sql(owners=owners, branches=["top"], embedding_dim=self._dim)
             return RecallPlan(sql=sql, params=params, time_window=None)
         cues = query_cues(asked.text, now=datetime.now(UTC))
@@ -168,11 +262,14 @@ class PgRecall:
         value_weighted = "text" in branches and self._fusion.key_weight != 1.0
         if value_weighted:
             params["key_weight"] = float(self._fusion.key_weight)
+        branches += [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
+        params.update(_context_limits(standing, pinned))
         sql = recall_sql(
             owners=owners,
             branches=branches,
             embedding_dim=self._dim,
             value_weighted=value_weighted,
+            with_pending=with_pending,
         )
         return RecallPlan(sql=sql, params=params, time_window=cues.time_window, when=cues.when)
 
@@ -188,3 +285,18 @@ class PgRecall:
             {**params, "words": words, "sample": self._bm25.stats_sample},
         )
         return term_stats([tuple(row.values()) for row in rows])
+
+
+def _owner_params(asked: RecallQuery) -> dict[str, Any]:
+    """`owner_sql`'s parameters for the recall's context."""
+    return {"user_id": asked.user_id, "persona_id": asked.persona_id, "team_id": asked.team_id}
+
+
+def _context_limits(standing: int, pinned: int) -> dict[str, int]:
+    """The `top` and `pinned` branches' row limits (`recall_sql`) for the facts asked for."""
+    limits: dict[str, int] = {}
+    if standing > 0:
+        limits.update(k_top=candidate_count(standing), standing=standing)
+    if pinned > 0:
+        limits["k_pinned"] = pinned
+    return limits

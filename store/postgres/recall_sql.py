@@ -12,13 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from store.core.rows import MEMORY_COLUMNS, columns_sql
+from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
 from store.model import OwnerRef
 from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
 
 _MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
 # the same normalisation as store.rules.recall.normalize_key: lower case, whitespace runs collapsed
 _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
+# a key coarser than `store.rules.keys.normalize_key` (two keys it makes equal are equal here):
+# an ASCII key's letters and digits, lower case; every other key one shared value. Counting its
+# distinct values bounds from below how many facts (one per normalised key) some rows hold.
+_COARSE_KEY = (
+    "CASE WHEN m.key ~ '[^\\x01-\\x7f]' THEN '' ELSE regexp_replace(lower(m.key), '[^a-z0-9]+', '', 'g') END"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,13 +87,18 @@ def recall_sql(
     branches: Sequence[str],
     embedding_dim: int,
     value_weighted: bool = False,
+    with_pending: bool = False,
 ) -> str:
-    """The single recall statement for the given branches (`vector`, `text` or `top`).
+    """The single recall statement for the given branches (`vector` and `text`: the query's
+    `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `standing`: the same for a hint
+    that wants them only as fewer than `%(standing)s` facts; `pinned`: the `%(k_pinned)s` pinned
+    ones most recently changed first, as `pinned_sql`).
 
     `value_weighted`: in the full-text branch a query lexeme found in the memory's value weighs its
     idf, one found only in its key `%(key_weight)s` × its idf (the value's lexemes are parsed at
     query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
-    (NULL for override-only rows)."""
+    (NULL for override-only rows): one row per branch that ranked the memory. `with_pending`: and
+    the memory's open proposal (a memory has at most one), its columns named `pending_…`."""
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     ctes: list[str] = []
     ranked: list[str] = []
@@ -134,11 +145,34 @@ def recall_sql(
     if "top" in branches:
         ctes.append(
             "top AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at FROM memories m "
-            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k)s)"
+            f"WHERE {where} ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k_top)s)"
         )
         ranked.append(
             "SELECT id, 'top' AS source, row_number() OVER "
             "(ORDER BY confidence DESC, updated_at DESC, id) AS rank, confidence AS score FROM top"
+        )
+    if "standing" in branches:
+        # `top`'s rows for a hint, which lists them only when they are fewer than `%(standing)s`
+        # facts: when they certainly are not, only the first is returned, as `more`
+        ctes.append(
+            f"std AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at, {_COARSE_KEY} AS coarse "
+            f"FROM memories m WHERE {where} "
+            "ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k_top)s)"
+        )
+        ranked.append(
+            "SELECT s.id, CASE WHEN g.n < %(standing)s THEN 'top' ELSE 'more' END AS source, s.rank, "
+            "s.confidence AS score FROM (SELECT id, confidence, row_number() OVER "
+            "(ORDER BY confidence DESC, updated_at DESC, id) AS rank FROM std) s, "
+            "(SELECT count(DISTINCT coarse) AS n FROM std) g WHERE g.n < %(standing)s OR s.rank = 1"
+        )
+    if "pinned" in branches:
+        ctes.append(
+            "pin AS MATERIALIZED (SELECT m.id, m.updated_at FROM memories m WHERE m.pinned = true "
+            f"AND {where} ORDER BY m.updated_at DESC, m.id LIMIT %(k_pinned)s)"
+        )
+        ranked.append(
+            "SELECT id, 'pinned' AS source, row_number() OVER (ORDER BY updated_at DESC, id) AS rank, "
+            "1.0 AS score FROM pin"
         )
     if not ranked:
         raise ValueError("recall_sql needs at least one branch")
@@ -153,9 +187,15 @@ def recall_sql(
         )
     else:
         ctes.append("hits AS (SELECT DISTINCT id FROM ranked)")
+    pending_columns, pending_join = "", ""
+    if with_pending:
+        pending_columns = "".join(f", p.{name} AS pending_{name}" for name in REVISION_COLUMNS)
+        pending_join = " LEFT JOIN memory_revisions p ON p.memory_id = m.id AND p.status = 'pending'"
     return (
-        "WITH " + ",\n".join(ctes) + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score FROM hits h "
-        "JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id"
+        "WITH "
+        + ",\n".join(ctes)
+        + f"\nSELECT {_MEMORY_COLUMNS}, r.source, r.rank, r.score{pending_columns} FROM hits h "
+        + f"JOIN memories m ON m.id = h.id LEFT JOIN ranked r ON r.id = h.id{pending_join}"
     )
 
 
@@ -174,3 +214,20 @@ def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
         "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
         "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
     )
+
+
+def pinned_sql(owners: Sequence[OwnerRef]) -> str:
+    """The owners' active pinned memories in the team context, most recently changed first, at
+    most `%(limit)s` (the same rows and order as `PinnedFacts.pinned_statement`, over the partial
+    index of pinned rows)."""
+    return (
+        f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE m.pinned = true AND m.status = 'active' "
+        f"AND {owner_sql(owners, 'm')} ORDER BY m.updated_at DESC, m.id LIMIT %(limit)s"
+    )
+
+
+# the open proposal of each of the memories `%(ids)s` that has one (`MemoryReview.pending_changes`)
+PENDING_CHANGES_SQL = (
+    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
+    "WHERE r.status = 'pending' AND r.memory_id = ANY(%(ids)s)"
+)

@@ -13,10 +13,12 @@ from functools import partial
 
 from store.model import (
     INCLUDE_ALL,
+    ContextFacts,
     Memory,
     RecallHit,
     RecallInclude,
     RecallItem,
+    RecallQuery,
     Retriever,
     Revision,
     TurnHit,
@@ -101,12 +103,20 @@ async def _found(
     user_id, persona_id, team_id = asked.user_id, asked.persona_id, asked.team_id
     with_memories = "memories" in asked.include
 
-    async def memories() -> list[RecallHit]:
-        if not with_memories or asked.limit <= 0:
-            return []
-        return await store.recall(
-            user_id, persona_id, asked.query, asked.limit, retriever=asked.retriever, team_id=team_id
+    async def facts() -> ContextFacts:
+        # the relevant facts (the hint's standing and pinned ones too) and their proposed changes
+        # together: one read on Postgres
+        if not with_memories:
+            return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
+        recalled = RecallQuery(
+            user_id=user_id,
+            persona_id=persona_id,
+            team_id=team_id,
+            text=asked.query,
+            limit=max(asked.limit, 0),
+            retriever=asked.retriever,
         )
+        return await store.context_facts(recalled, standing=every_limit, pinned=with_pinned)
 
     async def turns() -> list[TurnHit]:
         if "turns" not in asked.include or not policy.history or asked.turn_limit <= 0:
@@ -114,30 +124,14 @@ async def _found(
         candidates = asked.turn_limit * TURN_CANDIDATES_PER_TURN
         return await store.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
 
-    async def every() -> list[RecallHit] | None:
-        if not with_memories or every_limit <= 0:
-            return None
-        # an empty query reads the context's facts by standing: no embedding, one owner-scoped read
-        return await store.recall(user_id, persona_id, "", every_limit, team_id=team_id)
-
-    async def pinned() -> list[Memory]:
-        if not with_memories or not with_pinned:
-            return []
-        return await store.pinned_facts(user_id, persona_id, team_id=team_id)
-
     # side by side: each waits on its own query embedding and statement
-    found_memories, found_turns, found_every, found_pinned = await asyncio.gather(
-        memories(), turns(), every(), pinned()
-    )
-    ids = {hit.memory.id for hit in [*found_memories, *(found_every or ())]}
-    ids |= {memory.id for memory in found_pinned}
-    pending = await store.pending_changes(ids) if ids else {}
+    found_facts, found_turns = await asyncio.gather(facts(), turns())
     return _Found(
-        memories=found_memories,
+        memories=found_facts.relevant,
         turns=found_turns,
-        every=found_every,
-        pinned=found_pinned,
-        pending=pending,
+        every=found_facts.standing,
+        pinned=found_facts.pinned,
+        pending=found_facts.pending,
     )
 
 

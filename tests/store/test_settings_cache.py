@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from store.errors import StoreTimeout
-from store.model import MemorySettings, RecallHit, TurnHit
+from store.model import ContextFacts, MemorySettings, RecallHit, RecallQuery, TurnHit
 from store.services.context_recall import ContextRecall, items_in_context
 from store.services.settings_cache import SettingsCache
 from store.services.ttl_cache import TtlCache
@@ -126,6 +126,11 @@ class SettingsOnlyStore:
     async def recall_turns(self, *_asked: object, **_options: object) -> list[TurnHit]:
         """Nothing, whatever is asked."""
         return []
+
+    async def context_facts(self, asked: RecallQuery, **_options: object) -> ContextFacts:
+        """Nothing, whatever is asked: these tests count settings reads."""
+        self.recalls.append(asked.team_id)
+        return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
 
 
 async def test_recall_reads_each_team_and_persona_settings_once_while_fresh() -> None:

@@ -1,14 +1,21 @@
 """`PgConnections` on a real Postgres: a use of a driver connection cut short while a statement is
 still running (a cancelled task, a SIGTERM unwinding the process) leaves with its own exception, not
-a failed reset of the busy connection, and the pool stays usable."""
+a failed reset of the busy connection, and the pool stays usable; a read carries the team scope
+exactly when row-level security applies to the connection's role."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
+import psycopg
 import pytest
+from sqlalchemy import text
 
-from store.postgres.connections import PgConnections
+from store.postgres.connections import PgConnections, role_sql
+from store.team_scope import team_scope, teams_scope
+
+APP_ROLE = "pmem_app"  # created by the migrations, owns no table
 
 
 class Interrupted(Exception):
@@ -37,5 +44,33 @@ async def test_a_cancelled_read_leaves_as_the_cancellation(pg_url: str) -> None:
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(read, timeout=10)
         assert await asyncio.wait_for(connections.fetch("SELECT 1 AS one"), timeout=10) == [{"one": 1}]
+    finally:
+        await connections.close()
+
+
+# what a read sees of its team scope
+SCOPE_SEEN = "SELECT coalesce(current_setting('pmem.teams', true), '') AS teams"
+
+
+@pytest.mark.parametrize(("role", "scoped"), [(None, False), (APP_ROLE, True)])
+async def test_a_read_carries_the_team_scope_only_where_row_level_security_applies(
+    pg_url: str, role: str | None, scoped: bool
+) -> None:
+    team = uuid.uuid4()
+    connections = PgConnections(pg_url, session_sql=role_sql(role), pool_size=2, max_overflow=0)
+    try:
+        with team_scope(teams_scope([team])):
+            async with connections.driver() as driver:
+                assert connections.bypasses_row_security(driver) is not scoped
+            # a failed read leaves its connection clean for the next one
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await connections.fetch("SELECT 1 / 0 AS never")
+            # more uses than psycopg's threshold for preparing a statement server-side
+            fetched = [await connections.fetch(SCOPE_SEEN) for _ in range(7)]
+            async with connections.reading() as conn:
+                read = (await conn.execute(text(SCOPE_SEEN))).scalar_one()
+        expected = str(team) if scoped else ""
+        assert fetched == [[{"teams": expected}]] * 7
+        assert read == expected
     finally:
         await connections.close()
