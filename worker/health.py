@@ -34,11 +34,13 @@ log = logging.getLogger("pmem.health")
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 
 LOOP_TIMEOUT_S = 5.0
-TEXT = [("Content-Type", "text/plain; charset=utf-8")]
+TEXT = (("Content-Type", "text/plain; charset=utf-8"),)
 
 
 def _plain(start_response: StartResponse, status: str, body: str) -> list[bytes]:
-    start_response(status, TEXT)
+    # a fresh header list per answer: the server adds Content-Length to the list it is given, and a
+    # shared one would carry the first answer's length into every later one
+    start_response(status, list(TEXT))
     return [body.encode()]
 
 
