@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.model import (
+    ContextFacts,
     DedupRule,
     EventWrite,
     Memory,
@@ -28,6 +29,7 @@ from store.model import (
     OwnerRef,
     RecallHit,
     RecallQuery,
+    Revision,
     TurnHit,
 )
 from store.rules.recall import TermStats
@@ -91,6 +93,21 @@ class Backend(Protocol):
 
     async def recall_memories(self, asked: RecallQuery) -> list[RecallHit]:
         """The ranked memories of a checked recall (`limit` above 0)."""
+        ...
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts | None:
+        """A hint's facts of the context in one statement (`CoreStore.context_facts`), or None where
+        the database has no such statement: the shared store then reads them apart."""
+        ...
+
+    async def pinned_memories(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None, limit: int
+    ) -> list[Memory] | None:
+        """The context's active pinned memories on the driver, or None: the shared store's read."""
+        ...
+
+    async def pending_changes(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Revision] | None:
+        """The open proposal of each memory on the driver, or None: the shared store's read."""
         ...
 
     async def write_event(self, batch: EventBatch) -> EventWrite | None:

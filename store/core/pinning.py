@@ -62,7 +62,13 @@ class PinnedFacts(StoreBase):
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None
     ) -> list[Memory]:
         """The active pinned memories a recall of this user (and persona) in this team context may
-        read, most recently changed first, at most `MAX_PINNED`."""
+        read, most recently changed first, at most `MAX_PINNED` (on the driver where the backend
+        reads them so: every hint does)."""
+        on_driver = await self._backend.pinned_memories(
+            user_id, persona_id, team_id=team_id, limit=MAX_PINNED
+        )
+        if on_driver is not None:
+            return on_driver
         stmt = self.pinned_statement(user_id, persona_id, team_id=team_id)
         async with self._backend.reading() as conn:
             rows = (await conn.execute(stmt)).all()

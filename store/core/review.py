@@ -192,6 +192,9 @@ class MemoryReview(StoreBase):
         most one open proposal)."""
         if not memory_ids:
             return {}
+        on_driver = await self._backend.pending_changes(list(memory_ids))
+        if on_driver is not None:
+            return on_driver
         r = self._schema.revisions
         stmt = select(r).where(r.c.status == "pending", r.c.memory_id.in_(list(memory_ids)))
         async with self._backend.reading() as conn:

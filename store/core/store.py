@@ -33,7 +33,7 @@ from store.core.embedding_models import EmbeddingModels
 from store.core.erasure import MemoryErasure
 from store.core.forgetting import RejectAndForget
 from store.core.listing import MemoryListing
-from store.core.pinning import PinnedFacts
+from store.core.pinning import MAX_PINNED, PinnedFacts
 from store.core.regate import StoredTextGate
 from store.core.review import MemoryReview
 from store.core.settings import SettingsRows
@@ -89,11 +89,18 @@ class CoreStore(
             return []
         return await self._backend.recall_memories(asked)
 
+    @replica_read
+    async def _facts_in_one(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts | None:
+        return await self._backend.context_facts(asked, standing=standing, pinned=MAX_PINNED if pinned else 0)
+
     async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
         """A hint's facts of the context (`ContextFacts`): the `asked.limit` most relevant to its
         text, all of them by standing when they are fewer than `standing` (else, and for 0, None)
         and, with `pinned`, the pinned ones; three reads side by side, then their open proposed
-        changes (the Postgres store makes them one statement)."""
+        changes — or the backend's one statement where it has one (Postgres)."""
+        in_one = await self._facts_in_one(asked, standing=standing, pinned=pinned)
+        if in_one is not None:
+            return in_one
 
         async def relevant() -> list[RecallHit]:
             return await self.recall(

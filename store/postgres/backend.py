@@ -45,6 +45,7 @@ from store.migrate import (
 )
 from store.model import (
     NIL_UUID,
+    ContextFacts,
     EventWrite,
     Memory,
     Neighbour,
@@ -245,6 +246,11 @@ class PgBackend:
         recent (`prompt_memories_statement`), on the driver: the worker reads these for every event."""
         sql, params = prompt_memories_statement(owners, team_id=team_id, words=words, limit=limit)
         return [memory_from_row(row) for row in await self._connections.fetch(sql, params)]
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts:
+        """A hint's facts of the context in the recall's own statement (`PgRecall.context_facts`):
+        the standing and pinned facts and the open proposals cost no read of their own."""
+        return await self.recall.context_facts(asked, standing=standing, pinned=pinned)
 
     async def pinned_memories(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None, limit: int

@@ -6,14 +6,11 @@ connections, the read replicas (`read_urls`), the pipelined event write and reca
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from store.core.base import replica_read
-from store.core.pinning import MAX_PINNED
 from store.core.schema import build_schema
 from store.core.store import CoreStore
-from store.model import ContextFacts, Memory, MemorySettings, RecallQuery, Revision
+from store.model import MemorySettings, RecallQuery
 from store.postgres.backend import PgBackend
 from store.postgres.connections import PgConnections, postgres_connect_args, role_sql
 from store.postgres.neighbours_sql import EXACT_OWNER_ROWS, OwnerSizes
@@ -107,30 +104,6 @@ class PostgresMemoryStore(CoreStore):
     def replicas(self) -> ReadReplicas | None:
         """The read replicas (None: every read on the primary)."""
         return self._pg.replicas
-
-    @replica_read
-    async def pinned_facts(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None
-    ) -> list[Memory]:
-        """The active pinned memories a recall of this user (and persona) in this team context may
-        read, most recently changed first, at most `MAX_PINNED`: one driver statement, without
-        SQLAlchemy's round trips (every hint reads them)."""
-        return await self._pg.pinned_memories(user_id, persona_id, team_id=team_id, limit=MAX_PINNED)
-
-    @replica_read
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
-        """A hint's facts of the context (`ContextFacts`) in the recall's own statement
-        (`PgRecall.context_facts`): the standing and pinned facts cost no read of their own."""
-        limit = MAX_PINNED if pinned else 0
-        return await self._pg.recall.context_facts(asked, standing=standing, pinned=limit)
-
-    @replica_read
-    async def pending_changes(self, memory_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Revision]:
-        """The open proposal of each of these memories that has one, in one driver statement
-        (every recall and hint reads them)."""
-        if not memory_ids:
-            return {}
-        return await self._pg.pending_changes(list(memory_ids))
 
     async def explain_recall(self, asked: RecallQuery) -> str:
         """EXPLAIN (ANALYZE, BUFFERS) of the recall statement (for tuning and the benchmark)."""

@@ -40,6 +40,7 @@ from store.errors import translating_errors
 from store.migrate import create_sqlite_schema
 from store.model import (
     NIL_UUID,
+    ContextFacts,
     EventWrite,
     Memory,
     Neighbour,
@@ -48,6 +49,7 @@ from store.model import (
     OwnerRef,
     RecallHit,
     RecallQuery,
+    Revision,
     TurnHit,
 )
 from store.protocols import Embedder
@@ -210,6 +212,20 @@ class SqliteBackend:
         await self._ensure_schema()
         async with translating_errors(), self._engine.connect() as conn:
             yield conn
+
+    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts | None:
+        """None: the shared store reads a hint's facts apart (SQLite has no round trips to save)."""
+        return None
+
+    async def pinned_memories(
+        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None, limit: int
+    ) -> list[Memory] | None:
+        """None: the shared store's read."""
+        return None
+
+    async def pending_changes(self, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Revision] | None:
+        """None: the shared store's read."""
+        return None
 
     async def recall_memories(self, asked: RecallQuery) -> list[RecallHit]:
         """Ranked in numpy over the owners' memories held in memory (`OwnerIndex`) and FTS5."""
