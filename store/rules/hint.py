@@ -107,18 +107,25 @@ def evidence_said(evidence: str | None) -> tuple[str, ...]:
     return tuple(_one_line(line.text) for line in evidence_lines(evidence))
 
 
-def dated_bullet(memory: Memory) -> str:
+def quoted(memory: Memory) -> str:
+    """The messages a memory comes from as its hint line quotes them: joined by ` / `, clipped to
+    `HINT_QUOTE_CHARS` ("" without evidence)."""
+    quote = " / ".join(evidence_said(memory.evidence))
+    if len(quote) > HINT_QUOTE_CHARS:
+        quote = quote[: HINT_QUOTE_CHARS - 1].rstrip() + "…"
+    return quote
+
+
+def dated_bullet(memory: Memory, *, quote: bool = True) -> str:
     """`- key: value (said 8 May 2023) — "what was said"`: the date it was said, when known (what a
-    question about "when" or "lately" needs), and the messages it comes from, clipped to
-    `HINT_QUOTE_CHARS` (the words a question is asked in are often the speaker's, not the fact's)."""
+    question about "when" or "lately" needs), and, with `quote`, the messages it comes from
+    (`quoted`: the words a question is asked in are often the speaker's, not the fact's)."""
     line = bullet(memory)
     if memory.observed_at:
         line = f"{line} (said {said_on(memory.observed_at)})"
-    quote = " / ".join(evidence_said(memory.evidence))
-    if quote:
-        if len(quote) > HINT_QUOTE_CHARS:
-            quote = quote[: HINT_QUOTE_CHARS - 1].rstrip() + "…"
-        line = f'{line} — "{quote}"'
+    said = quoted(memory) if quote else ""
+    if said:
+        line = f'{line} — "{said}"'
     return line
 
 
@@ -149,13 +156,29 @@ def pending_note(change: Revision | None) -> str:
     return f" — a change to {_one_line(change.new_value)} awaits review"
 
 
-def fact_line(item: RecallItem) -> str:
+def fact_line(item: RecallItem, *, quote: bool = True) -> str:
     """A fact's hint line: `dated_bullet` with its change awaiting review right after the value,
     `- lives in: Berlin — a change to Munich awaits review (said 8 May 2023) — "…"`."""
     if item.memory is None:
         raise ValueError("a fact line needs a memory")
     plain = bullet(item.memory)
-    return plain + pending_note(item.pending_change) + dated_bullet(item.memory)[len(plain) :]
+    return plain + pending_note(item.pending_change) + dated_bullet(item.memory, quote=quote)[len(plain) :]
+
+
+def fact_lines(planned: Sequence[tuple[RecallItem, bool]]) -> list[str]:
+    """The lines of the planned facts (`plan_facts`: in full or brief), each message quoted once:
+    a fact from a message an earlier line already quotes keeps its date but not the quote (two
+    facts said in one sentence would repeat it)."""
+    lines: list[str] = []
+    shown: set[str] = set()
+    for item, whole in planned:
+        if not whole:
+            lines.append(brief_fact_line(item))
+            continue
+        said = quoted(item.memory) if item.memory is not None else ""
+        lines.append(fact_line(item, quote=said not in shown))
+        shown.add(said)
+    return lines
 
 
 def _by_standing(items: Sequence[RecallItem]) -> list[RecallItem]:
@@ -293,8 +316,8 @@ def build_hint(
         relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, counter=counter
     )
     facts = [item for item, _ in planned]
-    fact_lines = [fact_line(item) if whole else brief_fact_line(item) for item, whole in planned]
-    facts_cost = header_cost + sum(_line_cost(line, counter) for line in fact_lines) if facts else 0
+    lines = fact_lines(planned)
+    facts_cost = header_cost + sum(_line_cost(line, counter) for line in lines) if facts else 0
     shown = [item.memory for item in facts if item.memory is not None]
     fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
     turn_lines: list[str] = []
@@ -302,26 +325,26 @@ def build_hint(
         room = min(int(max_tokens * HINT_TURN_SHARE), max_tokens - facts_cost)
         room -= counter(EARLIER_HEADER) + 2  # the header and the blank line before it
         turn_lines, _ = _fit_lines([turn_bullet(turn) for turn in fresh], room, counter)
-    return _within(fact_lines, turn_lines, max_tokens, counter)
+    return _within(lines, turn_lines, max_tokens, counter)
 
 
-def _joined(fact_lines: Sequence[str], turn_lines: Sequence[str]) -> str:
+def _joined(known: Sequence[str], turn_lines: Sequence[str]) -> str:
     sections = []
-    if fact_lines:
-        sections.append("\n".join([KNOWN_HEADER, *fact_lines]))
+    if known:
+        sections.append("\n".join([KNOWN_HEADER, *known]))
     if turn_lines:
         sections.append("\n".join([EARLIER_HEADER, *turn_lines]))
     return "\n\n".join(sections)
 
 
-def _within(fact_lines: list[str], turn_lines: list[str], max_tokens: int, counter: TokenCounter) -> str:
+def _within(known: list[str], turn_lines: list[str], max_tokens: int, counter: TokenCounter) -> str:
     # lines are budgeted one by one; the joined text may count a token or two more: drop the last
     # turn, then the last fact, until the whole fits
-    text = _joined(fact_lines, turn_lines)
+    text = _joined(known, turn_lines)
     while text and counter(text) > max_tokens:
         if turn_lines:
             turn_lines = turn_lines[:-1]
         else:
-            fact_lines = fact_lines[:-1]
-        text = _joined(fact_lines, turn_lines)
+            known = known[:-1]
+        text = _joined(known, turn_lines)
     return text

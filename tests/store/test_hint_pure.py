@@ -275,3 +275,18 @@ def test_every_fact_is_named_when_all_fit_only_with_the_ones_not_about_the_messa
     # in full they would fit: all in full
     roomy = plan_facts([near], budget=3000, every=[near, *others])
     assert all(whole for _, whole in roomy)
+
+
+def test_a_message_two_facts_come_from_is_quoted_once() -> None:
+    sentence = "user: I'm vegetarian and allergic to peanuts."
+    at = {"observed_at": NOW, "evidence": sentence, "source_channel_id": uuid.uuid4()}
+    items = [fact("diet", "Is vegetarian", **at), fact("allergy", "Is allergic to peanuts", **at)]
+    text = build_hint(items)
+    assert text == (
+        f"{KNOWN_HEADER}\n"
+        '- diet: Is vegetarian (said 4 March 2026) — "I\'m vegetarian and allergic to peanuts."\n'
+        "- allergy: Is allergic to peanuts (said 4 March 2026)"
+    )
+    other = fact("city", "Lives in Lyon", observed_at=NOW, evidence="user: I live in Lyon")
+    lyon = '- city: Lives in Lyon (said 4 March 2026) — "I live in Lyon"'
+    assert build_hint([*items, other]).endswith(lyon)
