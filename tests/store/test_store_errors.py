@@ -153,4 +153,4 @@ async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_u
     assert result.results[0].memory_id == existing
     # once, or twice when the immediate retry claims the event before the other session's
     # waiting INSERT does (the same deadlock again, which the second retry then avoids)
-    assert 1 <= store.conflict_retries <= 2
+    assert 1 <= store.writes.conflict_retries <= 2

@@ -480,11 +480,11 @@ async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_r
         return ({}, {}) if calls <= hidden else real_locked_rows(stored_rows, revision_rows)
 
     monkeypatch.setattr(event_write, "locked_rows", hiding)
-    retries = store.conflict_retries
+    retries = store.writes.conflict_retries
     written = await write(store, uuid.uuid4(), fact(owner, "city", "Moved to Porto last spring"))
 
     assert [(r.action, r.memory_id) for r in written.results] == [("updated", stored.memory_id)]
-    assert store.conflict_retries == retries + (hidden - 1)
+    assert store.writes.conflict_retries == retries + (hidden - 1)
     assert calls == hidden + 1
     rows = await store.listing.list_memories(MemoryFilter(owner_id=owner, status=None))
     assert [(m.key, m.value) for m in rows] == [("city", "Moved to Porto last spring")]
