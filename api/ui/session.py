@@ -112,7 +112,9 @@ async def logout(request: Request) -> Response:
     if posted.refusal is not None and posted.session is not None:
         return posted.refusal
     if posted.session is not None:
-        await app_state_of(request).store.ui_sessions.end_ui_session(api_auth.session_digest(posted.session.token))
+        await app_state_of(request).store.ui_sessions.end_ui_session(
+            api_auth.session_digest(posted.session.token)
+        )
     response = await message_page(
         request,
         None,
