@@ -30,8 +30,8 @@ from api.metrics import ApiMetrics, route_template
 from api.openapi import document_errors, path_methods
 from api.read_routing import CHECK_MARGIN_S, RecentWriters, after_write, wants_primary
 from api.routes import directory, me, platform, review, settings, tools
+from store.core.store import CoreStore
 from store.errors import StoreTimeout, StoreUnavailable, TeamBoundaryViolation
-from store.protocols import ControlPlaneStore
 from store.read_scope import ReadScope, read_scope
 from store.rules.hint import DEFAULT_MAX_TOKENS
 from store.rules.input_errors import describe, unparsable_body
@@ -187,7 +187,7 @@ class Observe(HttpMiddleware):
 
 def create_app(
     *,
-    store: ControlPlaneStore,
+    store: CoreStore,
     auth: AuthConfig,
     max_input_tokens: int = 6000,
     hint_max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -207,7 +207,7 @@ def create_app(
     state = AppState(
         store=store,
         auth=auth,
-        keys=ApiKeyCache(store.verify_api_key),
+        keys=ApiKeyCache(store.api_keys.verify_api_key),
         settings_cache=SettingsCache(ttl_s=settings_cache_s),
         max_input_tokens=max_input_tokens,
         hint_max_tokens=hint_max_tokens,
@@ -314,7 +314,7 @@ def add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": "internal error; the server log has the details"}, status_code=500)
 
 
-def add_health_routes(app: FastAPI, store: ControlPlaneStore, metrics_set: ApiMetrics) -> None:
+def add_health_routes(app: FastAPI, store: CoreStore, metrics_set: ApiMetrics) -> None:
     """`/healthz` (the process is up), `/readyz` (the database answers) and `/metrics`."""
 
     @app.get("/healthz", tags=["health"])
@@ -353,7 +353,7 @@ def add_health_routes(app: FastAPI, store: ControlPlaneStore, metrics_set: ApiMe
             try:
                 # counts of every team's queue (no content): the platform scope, logged
                 with platform_scope("the review-queue depth gauge of /metrics"):
-                    counts = await store.pending_counts()
+                    counts = await store.review.pending_counts()
                 for scope, count in counts.items():
                     metrics_set.queue_depth.labels(scope).set(count)
             except Exception as exc:

@@ -20,7 +20,7 @@ from api.auth import (
 from api.errors import Forbidden
 from api.principal import PERSON_ROLES, Principal
 from api.read_routing import RecentWriters
-from store.protocols import ControlPlaneStore
+from store.core.store import CoreStore
 from store.read_scope import current_scope
 from store.services.settings_cache import SettingsCache
 from store.team_scope import bind_scope
@@ -32,7 +32,7 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 class AppState:
     """What every request handler needs, created once per app."""
 
-    store: ControlPlaneStore
+    store: CoreStore
     auth: AuthConfig
     keys: ApiKeyCache
     settings_cache: SettingsCache  # the settings the platform's recall (the hot path) reads
@@ -46,7 +46,7 @@ class AppState:
 
     async def session_principal(self, cookie: str) -> Principal | None:
         """The person signed in with this session cookie; None when it is unknown, ended or expired."""
-        session = await self.store.ui_session(session_digest(cookie))
+        session = await self.store.ui_sessions.ui_session(session_digest(cookie))
         if session is None or session.role not in PERSON_ROLES:
             return None
         role = next(r for r in PERSON_ROLES if r == session.role)

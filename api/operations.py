@@ -14,6 +14,7 @@ from api.principal import Principal
 from extraction.errors import PromptBudgetError
 from extraction.prompt import PromptBudget, render_prompts
 from extraction.types import ExtractionRequest, TranscriptMessage
+from store.core.store import CoreStore
 from store.errors import NothingPending
 from store.model import (
     AuditEntry,
@@ -34,7 +35,6 @@ from store.model import (
     UserExport,
     UserMemoryQuery,
 )
-from store.protocols import ControlPlaneStore, RecallStore
 from store.rules.admission import admit, refusal
 from store.rules.pagination import BadCursor
 from store.rules.policy import SETTINGS_FIELDS, check_settings_row, merge_settings
@@ -110,22 +110,22 @@ async def _page(read: Awaitable[Page[T]]) -> Page[T]:
 # -- review -------------------------------------------------------------------------------------
 
 
-async def review_page(store: ControlPlaneStore, principal: Principal, query: ReviewQuery) -> Page[ReviewItem]:
+async def review_page(store: CoreStore, principal: Principal, query: ReviewQuery) -> Page[ReviewItem]:
     """The review queue the caller may see, newest first: `query`'s filters and page, within the
     teams the caller reviews (its own `teams` are not read)."""
     teams = access.require_reviewer(principal)
     # `cursor=` (empty): the first page
     mine = replace(query, teams=teams, limit=_limit(query.limit), cursor=query.cursor or None)
-    return await _page(store.review_queue(mine))
+    return await _page(store.review.review_queue(mine))
 
 
-async def waiting_counts(store: ControlPlaneStore, principal: Principal) -> dict[str, int]:
+async def waiting_counts(store: CoreStore, principal: Principal) -> dict[str, int]:
     """How many items wait for this reviewer, by scope."""
-    return await store.pending_counts(access.require_reviewer(principal))
+    return await store.review.pending_counts(access.require_reviewer(principal))
 
 
 async def decide(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     item_id: uuid.UUID,
     decision: Decision,
@@ -133,10 +133,10 @@ async def decide(
 ) -> Memory:
     """Approve, reject or edit-and-approve one review item (a pending memory or an open revision)."""
     access.require_reviewer(principal)
-    memory = access.reviewable(principal, await store.review_target(item_id))
+    memory = access.reviewable(principal, await store.review.review_target(item_id))
     if decision == "edit":
         try:
-            edited = await store.edit(
+            edited = await store.review.edit(
                 memory.id, _value(value or ""), actor=principal.actor, activate=True, pending_only=True
             )
         except NothingPending as exc:
@@ -146,38 +146,36 @@ async def decide(
         if edited is None:
             raise NotFound("no such memory")
         return edited
-    act = store.approve if decision == "approve" else store.reject
+    act = store.review.approve if decision == "approve" else store.review.reject
     result = await act(memory.id, actor=principal.actor)
     if result is None:
         raise Conflict(f"memory {memory.id} has nothing pending to {decision}")
     return result
 
 
-async def set_pinned(
-    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, pinned: bool
-) -> Memory:
+async def set_pinned(store: CoreStore, principal: Principal, memory_id: uuid.UUID, pinned: bool) -> Memory:
     """A reviewer pins or unpins a memory they may review (the same teams as approve and reject)."""
     access.require_reviewer(principal)
-    memory = access.reviewable(principal, await store.get_by_id(memory_id))
-    changed = await store.set_pinned(memory.id, pinned, actor=principal.actor)
+    memory = access.reviewable(principal, await store.listing.get_by_id(memory_id))
+    changed = await store.pinning.set_pinned(memory.id, pinned, actor=principal.actor)
     if changed is None:
         raise NotFound("no such memory")
     return changed
 
 
-async def reject_and_forget(store: ControlPlaneStore, principal: Principal, item_id: uuid.UUID) -> Rejection:
+async def reject_and_forget(store: CoreStore, principal: Principal, item_id: uuid.UUID) -> Rejection:
     """Reject one review item as `decide` does, and erase what was said that it comes from (the
     conversation turns its evidence cites, within the memory's team)."""
     access.require_reviewer(principal)
-    memory = access.reviewable(principal, await store.review_target(item_id))
-    rejection = await store.reject_memory(memory.id, actor=principal.actor, forget=True)
+    memory = access.reviewable(principal, await store.review.review_target(item_id))
+    rejection = await store.forgetting.reject_memory(memory.id, actor=principal.actor, forget=True)
     if rejection is None:
         raise Conflict(f"memory {memory.id} has nothing pending to reject")
     return rejection
 
 
 async def bulk_decide(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     decision: Literal["approve", "reject"],
     ids: Sequence[uuid.UUID],
@@ -210,14 +208,14 @@ async def bulk_decide(
     return results
 
 
-async def memory_detail(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> MemoryDetail:
+async def memory_detail(store: CoreStore, principal: Principal, memory_id: uuid.UUID) -> MemoryDetail:
     """One memory a reviewer may see, with its open proposal and audit history."""
-    memory = access.reviewable(principal, await store.get_by_id(memory_id))
-    revisions = await store.pending_revisions(memory.id)
+    memory = access.reviewable(principal, await store.listing.get_by_id(memory_id))
+    revisions = await store.review.pending_revisions(memory.id)
     return MemoryDetail(
         memory=memory,
         pending_revision=revisions[0] if revisions else None,
-        history=tuple(await store.audit_log(memory.id)),
+        history=tuple(await store.review.audit_log(memory.id)),
     )
 
 
@@ -225,7 +223,7 @@ async def memory_detail(store: ControlPlaneStore, principal: Principal, memory_i
 
 
 async def my_memories(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     *,
     scope: Scope | None = None,
@@ -248,11 +246,11 @@ async def my_memories(
         limit=_limit(limit),
         cursor=cursor or None,  # `cursor=` (empty): the first page
     )
-    return await _page(store.list_for_user(query))
+    return await _page(store.listing.list_for_user(query))
 
 
 async def edit_mine(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     memory_id: uuid.UUID,
     value: str | None,
@@ -260,69 +258,71 @@ async def edit_mine(
     pinned: bool | None = None,
 ) -> Memory:
     """A person's change to their own memory: a new `value` (it becomes `active`), and/or `pinned`."""
-    memory = access.own(principal, await store.get_by_id(memory_id))
+    memory = access.own(principal, await store.listing.get_by_id(memory_id))
     changed: Memory | None = memory
     if value is not None:
         try:
-            changed = await store.edit(memory.id, _value(value), actor=principal.actor, activate=True)
+            changed = await store.review.edit(memory.id, _value(value), actor=principal.actor, activate=True)
         except ValueError as exc:  # the store's gate refused it (a key that names a secret)
             raise BadInput(str(exc)) from exc
     if pinned is not None and changed is not None:
-        changed = await store.set_pinned(memory.id, pinned, actor=principal.actor)
+        changed = await store.pinning.set_pinned(memory.id, pinned, actor=principal.actor)
     if changed is None:
         raise NotFound("no such memory")
     return changed
 
 
 async def reject_mine(
-    store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID, *, forget: bool
+    store: CoreStore, principal: Principal, memory_id: uuid.UUID, *, forget: bool
 ) -> Rejection:
     """A person rejects one of their own memories, whatever its status: no assistant uses it and
     extraction does not propose the same value again; with `forget`, their turns it comes from are
     erased too."""
     person = access.require_person(principal)
-    memory = access.own(principal, await store.get_by_id(memory_id))
-    rejection = await store.reject_memory(memory.id, actor=principal.actor, forget=forget, person=person)
+    memory = access.own(principal, await store.listing.get_by_id(memory_id))
+    rejection = await store.forgetting.reject_memory(
+        memory.id, actor=principal.actor, forget=forget, person=person
+    )
     if rejection is None:
         raise Conflict(f"memory {memory.id} is already rejected")
     return rejection
 
 
-async def erase_mine(store: ControlPlaneStore, principal: Principal, memory_id: uuid.UUID) -> None:
+async def erase_mine(store: CoreStore, principal: Principal, memory_id: uuid.UUID) -> None:
     """Erase one of the caller's own memories, and their words it quotes wherever the team's other
     memories quote them."""
     person = access.require_person(principal)
-    memory = access.own(principal, await store.get_by_id(memory_id))
-    if not await store.erase_own(memory.id, actor=principal.actor, person=person):
+    memory = access.own(principal, await store.listing.get_by_id(memory_id))
+    if not await store.forgetting.erase_own(memory.id, actor=principal.actor, person=person):
         raise NotFound("no such memory")
 
 
-async def erase_all_mine(store: ControlPlaneStore, principal: Principal) -> int:
+async def erase_all_mine(store: CoreStore, principal: Principal) -> int:
     """Erase everything about the caller; how many memories went."""
     person = access.require_person(principal)
-    return await store.erase_user(person, actor=principal.actor)
+    return await store.erasure.erase_user(person, actor=principal.actor)
 
 
-async def export_mine(store: ControlPlaneStore, principal: Principal) -> UserExport:
+async def export_mine(store: CoreStore, principal: Principal) -> UserExport:
     """Every memory, revision and audit row about the caller."""
-    return await store.export_user(access.require_person(principal))
+    return await store.listing.export_user(access.require_person(principal))
 
 
-async def erase_user(store: ControlPlaneStore, principal: Principal, user_id: uuid.UUID) -> int:
+async def erase_user(store: CoreStore, principal: Principal, user_id: uuid.UUID) -> int:
     """Erase everything about a user, remembered conversations included (the platform's service key
     or an admin: everywhere; a team admin: what was said in their teams); how many memories went."""
     teams = access.require_eraser(principal)
     if teams is None:
         with platform_scope(f"erase user {user_id} by {principal.actor}"):
-            return await store.erase_user(user_id, actor=principal.actor, teams=teams)
-    return await store.erase_user(user_id, actor=principal.actor, teams=teams)
+            return await store.erasure.erase_user(user_id, actor=principal.actor, teams=teams)
+    return await store.erasure.erase_user(user_id, actor=principal.actor, teams=teams)
 
 
 # -- a person's remembered conversations ----------------------------------------------------------
 
 
 async def my_conversations(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     *,
     persona_id: uuid.UUID | None = None,
@@ -339,20 +339,20 @@ async def my_conversations(
         limit=_limit(limit),
         cursor=cursor or None,  # `cursor=` (empty): the first page
     )
-    return await _page(store.list_channel_conversations(query))
+    return await _page(store.channels.list_channel_conversations(query))
 
 
-async def erase_my_conversation(store: ControlPlaneStore, principal: Principal, channel_id: uuid.UUID) -> int:
+async def erase_my_conversation(store: CoreStore, principal: Principal, channel_id: uuid.UUID) -> int:
     """Erase the caller's remembered turns of one channel; 404 when none of theirs is kept there."""
-    erased = await store.delete_channel_conversation(access.require_person(principal), channel_id)
+    erased = await store.channels.delete_channel_conversation(access.require_person(principal), channel_id)
     if erased == 0:
         raise NotFound("no such conversation")
     return erased
 
 
-async def erase_my_conversations(store: ControlPlaneStore, principal: Principal) -> int:
+async def erase_my_conversations(store: CoreStore, principal: Principal) -> int:
     """Erase every remembered conversation of the caller (their memories stay); how many turns went."""
-    return await store.delete_conversations(access.require_person(principal))
+    return await store.turns.delete_conversations(access.require_person(principal))
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -363,15 +363,15 @@ def _levels_above(level: SettingsLevel) -> tuple[SettingsLevel, ...]:
 
 
 async def settings_view(
-    store: ControlPlaneStore, principal: Principal, level: SettingsLevel, target: uuid.UUID | None
+    store: CoreStore, principal: Principal, level: SettingsLevel, target: uuid.UUID | None
 ) -> SettingsView:
     """A level's own row, its effective values, and the source of each (this level, an upper
     level, or the deployment default). A persona's effective values are shown without a team."""
     access.check_settings_access(principal, level, target, write=False)
-    own = await store.settings_row(level, target)
-    upper = [await store.settings_row(above, None) for above in _levels_above(level)]
+    own = await store.settings.settings_row(level, target)
+    upper = [await store.settings.settings_row(above, None) for above in _levels_above(level)]
     rows = [*upper, own]
-    effective = merge_settings([_row_mapping(row) for row in rows], store.settings_defaults)
+    effective = merge_settings([_row_mapping(row) for row in rows], store.settings.settings_defaults)
     inherited_from: dict[str, str] = {}
     for name in SETTINGS_FIELDS:
         source = "default"
@@ -402,7 +402,7 @@ def check_prompt_override(prompt: str, *, max_input_tokens: int) -> None:
 
 
 async def put_settings(
-    store: ControlPlaneStore,
+    store: CoreStore,
     principal: Principal,
     level: SettingsLevel,
     target: uuid.UUID | None,
@@ -425,7 +425,7 @@ async def put_settings(
         raise BadInput(str(exc)) from exc
     if row.extraction_prompt is not None and row.extraction_prompt.strip():
         check_prompt_override(row.extraction_prompt, max_input_tokens=max_input_tokens)
-    await store.replace_settings(row)
+    await store.settings.replace_settings(row)
     settings_cache.forget()
     return await settings_view(store, principal, level, target)
 
@@ -434,7 +434,7 @@ async def put_settings(
 
 
 async def platform_recall(
-    store: RecallStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
+    store: CoreStore, principal: Principal, asked: ContextRecall, settings: SettingsCache
 ) -> list[RecallItem]:
     """Recall (memories, then turns, as `include` says) for the user a service acts for (same as
     `pmem recall --json`), with the context's settings from `settings`."""
@@ -444,7 +444,7 @@ async def platform_recall(
 
 
 async def platform_hint(
-    store: RecallStore,
+    store: CoreStore,
     principal: Principal,
     asked: ContextRecall,
     settings: SettingsCache,

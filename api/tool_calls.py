@@ -12,7 +12,7 @@ from typing import Any
 from api import access
 from api.errors import BadInput, Forbidden
 from api.principal import Principal
-from store.protocols import MemoryStore
+from store.core.store import CoreStore
 from store.services.tools import MemoryTools, ToolCallError, ToolContext, tool_schemas
 from store.team_scope import team_scope
 
@@ -53,7 +53,7 @@ def available_tools() -> list[dict[str, Any]]:
     return tool_schemas()
 
 
-def bound_tools(store: MemoryStore, principal: Principal, subject: ToolSubject) -> MemoryTools:
+def bound_tools(store: CoreStore, principal: Principal, subject: ToolSubject) -> MemoryTools:
     """The tools bound to a checked context; audit rows name the caller."""
     return MemoryTools(
         ToolContext(
@@ -67,7 +67,7 @@ def bound_tools(store: MemoryStore, principal: Principal, subject: ToolSubject) 
 
 
 async def run_tool(
-    store: MemoryStore, principal: Principal, subject: ToolSubject, name: str, arguments: Any
+    store: CoreStore, principal: Principal, subject: ToolSubject, name: str, arguments: Any
 ) -> dict[str, Any]:
     """One tool call's result; BadInput with the tool's message for an unknown tool or bad arguments."""
     try:

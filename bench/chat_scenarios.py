@@ -133,9 +133,9 @@ async def load(store: Any, deps: Any, scenario: Scenario) -> list[str]:
                 continue
             written.add(" ".join(words(item.key)))
             if fact.status == "approved":
-                await store.approve(item.id, actor="bench")
+                await store.review.approve(item.id, actor="bench")
             else:
-                await store.reject(item.id, actor="bench")
+                await store.review.reject(item.id, actor="bench")
     problems.extend(f"{scenario.user}: {key} never written" for key in by_key if key not in written)
     return problems
 

@@ -206,7 +206,7 @@ async def measure(url: str, args: argparse.Namespace) -> None:
 
         store._read_rows = recording  # type: ignore[method-assign]
         try:
-            found_prompt = await store.prompt_memories(group, team_id=None, words=words, limit=40)
+            found_prompt = await store.listing.prompt_memories(group, team_id=None, words=words, limit=40)
         finally:
             del store._read_rows
         statement, params = sent[-1]

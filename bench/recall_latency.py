@@ -274,7 +274,9 @@ async def measure_turns(
     rng = random.Random(seed)
     cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + WARM_UP)]
     if not merged:
-        return await timed([partial(store.recall_turns, user, None, text, limit) for user, text in cases])
+        return await timed(
+            [partial(store.turns.recall_turns, user, None, text, limit) for user, text in cases]
+        )
     # the API's merged recall, its settings kept as the API keeps them
     settings = SettingsCache(ttl_s=3600.0)
     return await timed(

@@ -113,7 +113,7 @@ async def main(argv: list[str] | None = None) -> int:
             memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
             dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
             for start in range(0, len(memories), 256):
-                written = await store.write_event(
+                written = await store.writes.write_event(
                     event_id=uuid.uuid4(), memories=memories[start : start + 256], actor="tune"
                 )
                 for unit, result in zip(units[start : start + 256], written.results, strict=True):

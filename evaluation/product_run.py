@@ -135,7 +135,7 @@ async def ingest(
         on_step(label)
         # a reviewer approves what the worker proposed (new memories and revisions of earlier ones)
         for written in outcome.written:
-            await store.approve(written.id, actor="pmem-eval")
+            await store.review.approve(written.id, actor="pmem-eval")
         on_step(label)
     return tuple(usage)
 

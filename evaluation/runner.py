@@ -61,7 +61,7 @@ async def evaluate_units(
     dia_ids: dict[uuid.UUID, tuple[str, ...]] = {}
     for start in range(0, len(memories), _WRITE_BATCH):
         batch = memories[start : start + _WRITE_BATCH]
-        written = await store.write_event(event_id=uuid.uuid4(), memories=batch, actor="pmem-eval")
+        written = await store.writes.write_event(event_id=uuid.uuid4(), memories=batch, actor="pmem-eval")
         for unit, result in zip(units[start : start + _WRITE_BATCH], written.results, strict=True):
             dia_ids[result.memory_id] = unit.dia_ids
         progress.update(len(batch), label)
@@ -91,7 +91,9 @@ async def evaluate_units(
         # an external database: leave nothing behind
         ids = list(dia_ids)
         for start in range(0, len(ids), 64):
-            await asyncio.gather(*(store.delete(i, actor="pmem-eval") for i in ids[start : start + 64]))
+            await asyncio.gather(
+                *(store.erasure.delete(i, actor="pmem-eval") for i in ids[start : start + 64])
+            )
     return results
 
 
@@ -352,9 +354,9 @@ async def evaluate_extracted(
         progress.update(1, label)
         # a reviewer approves what the worker proposed (new memories and revisions of earlier ones)
         for written in outcome.written:
-            await store.approve(written.id, actor="pmem-eval")
+            await store.review.approve(written.id, actor="pmem-eval")
         progress.update(1, label)
-    memories = await store.list_memories(
+    memories = await store.listing.list_memories(
         MemoryFilter(scope="user", owner_id=owner, status="active", limit=100_000)
     )
 
@@ -374,7 +376,7 @@ async def evaluate_extracted(
     )
     if not options.keep and options.database_url is not None:
         for memory in memories:
-            await store.delete(memory.id, actor="pmem-eval")
+            await store.erasure.delete(memory.id, actor="pmem-eval")
     return results, used
 
 

@@ -4,7 +4,7 @@ Layout, by backend and role (no module outside `postgres/` and `sqlite/` tests w
 runs on, and `core/` imports neither: `tests/test_directory_layering.py`):
 
     model.py       the store's types (Memory, NewMemory, Turn, Scope, …)
-    protocols.py   the per-consumer Protocols (what the worker, the API and the tools need)
+    protocols.py   what the store needs from the outside (the `Embedder` Protocol)
     errors.py      the store's own errors
     migrate.py     schema creation and alembic migrations; factory.py opens a store from a URL
     read_scope.py  a request's read preference (the primary after its own write) and whether it wrote
@@ -14,13 +14,16 @@ runs on, and `core/` imports neither: `tests/test_directory_layering.py`):
                    scope merging), turn_recall (turn fusion, merging memories and turns), hint (the
                    prompt hint), directory (display names), admission, evidence, forgetting,
                    pagination, urls
-    core/          the one store, in SQLAlchemy Core, database-neutral: store (`CoreStore`, assembled
-                   from one module per role: writes, review, listing, erasure, forgetting, settings,
-                   api_keys, embedding_models, directory, ui_sessions, turns and channel_turns, each
-                   inheriting only `StoreBase`; one part reaches another through its module's functions
-                   of the store), backend (the `Backend` Protocol: every database-specific operation —
-                   connections, transactions, the clock, replica routing, recall, the event write, the
-                   schema check — is a method of the backend the store holds), base (`StoreBase`,
+    core/          the one store, in SQLAlchemy Core, database-neutral: store (`CoreStore`,
+                   composed of one role object per module, which callers ask: `store.writes`,
+                   `store.review`, `store.pinning`, `store.listing`, `store.erasure`,
+                   `store.forgetting`, `store.gate` (regate), `store.settings`, `store.api_keys`,
+                   `store.ui_sessions`, `store.embedding_models`, `store.directory`, `store.turns`,
+                   `store.channels` (channel_turns); each role inherits only `StoreBase` and reaches
+                   another through its module's functions), backend (the `Backend` Protocol: every
+                   database-specific operation — connections, transactions, the clock, replica
+                   routing, recall, the event write, the schema check — is a method of the backend
+                   the store holds), base (`StoreBase`,
                    `replica_read`, embeddings, audit rows), rows (one column list and decoder per row
                    kind, the model's fields), schema (the tables, built with a backend's
                    `SchemaDialect`)

@@ -64,7 +64,7 @@ class Memory:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewMemory:
-    """What a writer hands to `MemoryStore.upsert`; the store assigns id and timestamps."""
+    """What a writer hands to `store.writes.upsert`; the store assigns id and timestamps."""
 
     scope: Scope
     owner_id: uuid.UUID
@@ -85,7 +85,7 @@ class NewMemory:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryFilter:
-    """Criteria for `MemoryStore.list_memories`; unset fields do not filter."""
+    """Criteria for `store.listing.list_memories`; unset fields do not filter."""
 
     scope: Scope | None = None
     owner_id: uuid.UUID | None = None

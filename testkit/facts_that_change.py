@@ -103,13 +103,13 @@ async def run_case(case: dict[str, Any], store: Any, deps: PipelineDeps, fake: F
         return result
     memory_id = written[case["key"]].id
     for w in outcome.written:
-        await store.approve(w.id, actor=REVIEWER)
+        await store.review.approve(w.id, actor=REVIEWER)
 
     fake.script_chat(Reply.json({"memories": later["extraction"]}))
     outcome = await process_event(_event(user, 2, later["messages"]), deps)
     actions = {w.id: w.action for w in outcome.written}
-    current = await store.get_by_id(memory_id)
-    revisions = await store.pending_revisions(memory_id)
+    current = await store.listing.get_by_id(memory_id)
+    revisions = await store.review.pending_revisions(memory_id)
     if actions.get(memory_id) != "revision_proposed" or [r.new_value for r in revisions] != [
         case["new_value"]
     ]:
@@ -119,14 +119,14 @@ async def run_case(case: dict[str, Any], store: Any, deps: PipelineDeps, fake: F
     if result.failures:
         return result
 
-    await store.approve(memory_id, actor=REVIEWER)
+    await store.review.approve(memory_id, actor=REVIEWER)
     hits = await store.recall(user, None, case["question"], 5)
     if not hits or hits[0].memory.id != memory_id or hits[0].memory.value != case["new_value"]:
         shown = [(h.memory.key, h.memory.value) for h in hits[:2]]
         result.failures.append(f"recall does not answer with the current value first: {shown}")
     if any(case["old_value"] in f"{h.memory.key} {h.memory.value}" for h in hits):
         result.failures.append("recall still shows the old value")
-    history = await store.audit_log(memory_id)
+    history = await store.review.audit_log(memory_id)
     if not any(case["old_value"] in (entry.old_value or "", entry.new_value or "") for entry in history):
         result.failures.append("the old value is not in the audit history")
     return result

@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import nats.errors
 from faststream.middlewares import AckPolicy
@@ -58,7 +59,6 @@ from nats.js.manager import JetStreamManager
 from config import Settings
 from extraction.errors import RetryPolicy
 from extraction.protocols import Embedder, Extractor
-from store.protocols import MemoryStore
 from store.rules.urls import redacted_url
 from store.services.settings_cache import SettingsCache
 from worker.handling import EventHandler, OutageWaits, pause_unless_stopping, whole_message
@@ -71,6 +71,9 @@ from worker.publishing import PUBLISH_TIMEOUT_S, Publisher
 from worker.streams import consumer_config, declare_consumer, declare_streams
 from worker.tracing import configure_tracing
 
+if TYPE_CHECKING:
+    from store.factory import Store
+
 log = logging.getLogger("pmem.worker")
 
 
@@ -79,7 +82,7 @@ class Worker:
     """One worker process: consumer, pipeline, publishes, health server."""
 
     settings: Settings
-    store: MemoryStore
+    store: Store
     extractor: Extractor
     embedder: Embedder
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
@@ -289,7 +292,7 @@ async def build_worker(
     )
 
 
-async def _open_store(settings: Settings, embedder: Embedder) -> MemoryStore:
+async def _open_store(settings: Settings, embedder: Embedder) -> Store:
     """The store, with a connection pool sized for the worker.
 
     Postgres: PMEM_DB_POOL_SIZE connections and no overflow: with more events in flight than

@@ -7,7 +7,7 @@ conversation (their keys go into the prompt; a fixed number, whatever the owner'
 extraction (prompt, LLM calls, validation, redaction happen inside the extractor) → grounding
 (`extraction.grounding`: a value its messages do not support is dropped as `ungrounded`) → allowed
 scopes and minimum confidence → ONE batched embeddings call → dedup within the batch → ONE transaction
-(`store.write_event`) that, under a per-owner lock, reads each candidate's nearest stored
+(`store.writes.write_event`) that, under a per-owner lock, reads each candidate's nearest stored
 neighbours in one statement and drops those that restate a stored memory
 (`extraction.dedup.decide_against_neighbours`) → what was written.
 
@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from extraction.dedup import decide_against_neighbours
 from extraction.protocols import Embedder, Extractor
@@ -38,7 +38,6 @@ from store.model import (
     Scope,
     UpsertAction,
 )
-from store.protocols import WorkerStore
 from store.services.settings_cache import SettingsCache
 from store.team_scope import team_scope, teams_scope
 from worker.events import ConversationEnded, event_fingerprint, event_names
@@ -65,6 +64,9 @@ from worker.planning import (
 )
 from worker.tracing import span
 
+if TYPE_CHECKING:
+    from store.factory import Store
+
 log = logging.getLogger("pmem.pipeline")
 
 T = TypeVar("T")
@@ -90,7 +92,7 @@ async def run_directly(operation: str, call: Callable[[], Awaitable[T]]) -> T:
 class PipelineDeps:
     """What `process_event` needs from the outside."""
 
-    store: WorkerStore
+    store: Store
     extractor: Extractor
     embedder: Embedder
     metrics: Metrics
@@ -174,32 +176,32 @@ async def _process_event(  # noqa: PLR0915 - the pipeline's steps in their order
         changed = None if write is None else reused_event_id(event, fingerprint, write.earlier_body_sha256)
         if changed is not None:
             log.warning(changed)
-        writes = await db("event_writes", lambda: store.event_writes(event.event_id))
+        writes = await db("event_writes", lambda: store.writes.event_writes(event.event_id))
         earlier = tuple(Written(id=w.memory_id, action=w.action, scope=w.scope, key=w.key) for w in writes)
         return Outcome(status="duplicate", earlier=earlier, usage=usage or TokenUsage())
 
     # A redelivery (a crash or a nack happened) is checked against processed_events first, so it
     # does not pay for the LLM again. A first delivery skips that round trip: a duplicate that
     # arrives as a new message is still caught, without writing anything, by write_event.
-    if check_processed and await db("is_processed", lambda: store.is_processed(event.event_id)):
+    if check_processed and await db("is_processed", lambda: store.writes.is_processed(event.event_id)):
         return await duplicate()
     with span("pmem.policy"):
         policy = await _policy(event, deps, db)
     if policy.known_personas_only and event.persona_id is not None:
         # looked up before the event's own names are stored: an event cannot make its persona known
         persona = event.persona_id
-        known = await db("persona_known", lambda: store.names("persona", [persona]))
+        known = await db("persona_known", lambda: store.directory.names("persona", [persona]))
         refused = unknown_persona(event, policy, persona in known)
         if refused is not None:
             raise UnknownPersona(refused)
     names = event_names(event) if policy.enabled else []  # memory off: nothing about people is kept
     if names:
-        await db("set_names", lambda: store.set_names(names))
+        await db("set_names", lambda: store.directory.set_names(names))
     scopes = allowed_scopes(event, policy)
     if not scopes:
         write = await db(
             "write_event",
-            lambda: store.write_event(event_id=event.event_id, memories=(), body_sha256=fingerprint),
+            lambda: store.writes.write_event(event_id=event.event_id, memories=(), body_sha256=fingerprint),
         )
         return await duplicate(write=write) if write.duplicate else Outcome(status="disabled")
 
@@ -207,7 +209,7 @@ async def _process_event(  # noqa: PLR0915 - the pipeline's steps in their order
     words = prompt_words(event)
     relevant = await db(
         "prompt_memories",
-        lambda: store.prompt_memories(owners, team_id=event.team_id, words=words, limit=PROMPT_KEYS),
+        lambda: store.listing.prompt_memories(owners, team_id=event.team_id, words=words, limit=PROMPT_KEYS),
     )
 
     request = ExtractionRequest(
@@ -252,7 +254,7 @@ async def _process_event(  # noqa: PLR0915 - the pipeline's steps in their order
         rows, deduped = plan_rows(event, scopes, kept, memory_vectors)
         write = await db(
             "write_event",
-            lambda: store.write_event(
+            lambda: store.writes.write_event(
                 event_id=event.event_id,
                 memories=rows,
                 dedup=decide_against_neighbours,
@@ -267,7 +269,7 @@ async def _process_event(  # noqa: PLR0915 - the pipeline's steps in their order
         return await duplicate(result.usage, write)
     if len(write.results) != len(rows):
         raise RuntimeError(
-            f"store.write_event returned {len(write.results)} results for {len(rows)} memories"
+            f"store.writes.write_event returned {len(write.results)} results for {len(rows)} memories"
         )
     # restating a stored memory (found inside the write transaction): dropped, not written
     near = tuple(
@@ -331,7 +333,9 @@ def _candidate(row: NewMemory) -> Candidate:
 
 async def _policy(event: ConversationEnded, deps: PipelineDeps, db: DbRunner) -> MemorySettings:
     async def load() -> MemorySettings:
-        return await db("settings_for", lambda: deps.store.settings_for(event.team_id, event.persona_id))
+        return await db(
+            "settings_for", lambda: deps.store.settings.settings_for(event.team_id, event.persona_id)
+        )
 
     cache = deps.settings_cache
     if cache is None:

@@ -50,5 +50,5 @@ async def put_name(
         problem = refusal("name", admit(body.name, one_line=True), fix="give the name without it")
         raise BadInput(problem or "name: has no printable characters")
     with team_scope(request_scope(principal, item_id if kind == "teams" else None)):
-        await state.store.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
+        await state.store.directory.set_names([DirectoryEntry(kind=_KIND[kind], id=item_id, name=name)])
     return {"kind": kind, "id": str(item_id), "name": name}

@@ -25,7 +25,7 @@ from api.deps import AppState
 from api.errors import BadInput, Conflict, Forbidden, NotFound
 from api.principal import Principal
 from api.ui import core
-from store.protocols import ControlPlaneStore
+from store.core.store import CoreStore
 from store.rules.admission import admit
 from store.team_scope import bind_scope
 
@@ -103,7 +103,7 @@ def app_state_of(request: Request) -> AppState:
     return state
 
 
-def store_of(request: Request) -> ControlPlaneStore:
+def store_of(request: Request) -> CoreStore:
     return app_state_of(request).store
 
 
@@ -112,7 +112,7 @@ async def names_of(request: Request, ids: Mapping[str, Any]) -> core.Names:
     found: dict[str, dict[str, str]] = {}
     for kind in ("team", "persona", "user"):
         wanted = [parsed for raw in ids.get(kind, ()) if (parsed := parse_id(str(raw))) is not None]
-        known = await store_of(request).names(kind, wanted) if wanted else {}
+        known = await store_of(request).directory.names(kind, wanted) if wanted else {}
         found[kind] = {str(item): name for item, name in known.items()}
     return core.Names(teams=found["team"], personas=found["persona"], users=found["user"])
 
@@ -152,7 +152,7 @@ async def signed_in_label(request: Request, principal: Principal) -> str:
     subject = principal.subject
     if subject is None:
         return core.signed_in_as(role_of(principal), None, subject)
-    names = await store_of(request).names("user", [subject])
+    names = await store_of(request).directory.names("user", [subject])
     return core.signed_in_as(role_of(principal), names.get(subject), subject)
 
 

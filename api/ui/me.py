@@ -29,8 +29,8 @@ from api.ui.common import (
     require_session,
     store_of,
 )
+from store.core.store import CoreStore
 from store.model import Memory
-from store.protocols import ControlPlaneStore
 
 MY_CONVERSATIONS = 200  # the newest shown on "My memories"; the download has every one
 MY_PAGES = 10  # "My memories" shows up to 2000; the download has everything
@@ -118,7 +118,7 @@ async def me_pin(request: Request, memory_id: str) -> Response:
 async def _erase_mine(
     request: Request,
     raw_id: str,
-    erase: Callable[[ControlPlaneStore, Principal, uuid.UUID], Awaitable[object]],
+    erase: Callable[[CoreStore, Principal, uuid.UUID], Awaitable[object]],
     *,
     message: str,
     notice: str,
@@ -133,7 +133,7 @@ async def _erase_mine(
 async def _erase_all_mine(
     request: Request,
     confirm: str,
-    erase: Callable[[ControlPlaneStore, Principal], Awaitable[object]],
+    erase: Callable[[CoreStore, Principal], Awaitable[object]],
     *,
     notice: str,
 ) -> Response:

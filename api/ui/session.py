@@ -56,7 +56,7 @@ async def login(request: Request, token: str = "", next: str = "") -> Response:
         return await _link_refused(request, "not a person's token")
     session_token = api_auth.new_session_token()
     expires_at = now + state.ui_session_s
-    opened = await state.store.open_ui_session(
+    opened = await state.store.ui_sessions.open_ui_session(
         digest=api_auth.session_digest(session_token),
         sign_in_id=sign_in.token_id,
         sign_in_expires_at=sign_in.expires_at,
@@ -112,7 +112,9 @@ async def logout(request: Request) -> Response:
     if posted.refusal is not None and posted.session is not None:
         return posted.refusal
     if posted.session is not None:
-        await app_state_of(request).store.end_ui_session(api_auth.session_digest(posted.session.token))
+        await app_state_of(request).store.ui_sessions.end_ui_session(
+            api_auth.session_digest(posted.session.token)
+        )
     response = await message_page(
         request,
         None,

@@ -112,10 +112,10 @@ async def _settings_page(
         view = _settings_form(session.principal, level, target, current, form, names)
     store = store_of(request)
     if role_of(session.principal) == "admin":
-        team_picks = [(str(e.id), e.name) for e in await store.directory("team")]
+        team_picks = [(str(e.id), e.name) for e in await store.directory.directory("team")]
     else:
         team_picks = [(str(t), names.label("team", t)) for t in teams]
-    persona_picks = [(str(e.id), e.name) for e in await store.directory("persona")]
+    persona_picks = [(str(e.id), e.name) for e in await store.directory.directory("persona")]
     status_code = 422 if errors or open_error else 200
     return await render_page(
         request,

@@ -256,7 +256,9 @@ async def demo(  # noqa: PLR0915 - the demo's start-up read in order: each step 
             demo_ui.learn_persona_offline(worker)
             print("  persona      scripted offline stand-in for an LLM (cli/samples/persona_script.json)")
         for persona_id in catalogue["persona_learning"]:
-            await store.put_settings(level="persona", target_id=uuid.UUID(persona_id), persona_learning=True)
+            await store.settings.put_settings(
+                level="persona", target_id=uuid.UUID(persona_id), persona_learning=True
+            )
         await worker.start()
         port = worker.health.port if worker.health else None
         print(f"  worker       in-process, metrics on http://127.0.0.1:{port}/metrics")
@@ -269,7 +271,7 @@ async def demo(  # noqa: PLR0915 - the demo's start-up read in order: each step 
         started = time.monotonic()
         pending = {uuid.UUID(e["event_id"]) for e in events}
         while pending and time.monotonic() - started < timeout_s:
-            pending = {event_id for event_id in pending if not await store.is_processed(event_id)}
+            pending = {event_id for event_id in pending if not await store.writes.is_processed(event_id)}
             if pending:
                 await asyncio.sleep(0.25)
         if pending:
@@ -371,7 +373,7 @@ async def _print_pending(store: Any, cast: Cast) -> None:
     print("memories per owner (extracted as pending_review; active once approved):")
     by_owner: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for owner in (*cast.users, *cast.personas):
-        for memory in await store.list_memories(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
+        for memory in await store.listing.list_memories(MemoryFilter(owner_id=uuid.UUID(owner), limit=200)):
             if memory.status == "archived":
                 continue
             label = _label(cast, memory.owner_id)
@@ -395,12 +397,12 @@ async def _approve_and_recall(store: Any, cast: Cast, catalogue: dict[str, Any])
     user, persona, team = (uuid.UUID(catalogue[kind]) for kind in ("user", "persona", "team"))
     approved = 0
     for owner in (user, persona):
-        for memory in await store.list_memories(
+        for memory in await store.listing.list_memories(
             MemoryFilter(owner_id=owner, status="pending_review", limit=200)
         ):
             if memory.scope == "persona" or (memory.scope == "persona_user" and memory.user_id != user):
                 continue
-            if await store.approve(memory.id, actor="pmem-demo") is not None:
+            if await store.review.approve(memory.id, actor="pmem-demo") is not None:
                 approved += 1
     name = cast.name(user)
     print(

@@ -14,9 +14,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.commands.errors import UsageError
+
+if TYPE_CHECKING:
+    from store.core.api_keys import ApiKeys
 
 DEFAULT_NATS_PORT = 4222
 DEFAULT_API_PORT = 8080
@@ -269,16 +272,16 @@ def write_credentials(data_dir: Path, credentials: Credentials) -> None:
     path.chmod(0o600)
 
 
-async def demo_credentials(store: Any, data_dir: Path) -> Credentials:
-    """The kept credentials while their key is still active in this database; else a new secret
-    and a new service key (the old key of that name revoked), kept for the next run."""
+async def demo_credentials(keys: ApiKeys, data_dir: Path) -> Credentials:
+    """The kept credentials while their key is still active in the store's `keys`; else a new
+    secret and a new service key (the old key of that name revoked), kept for the next run."""
     import secrets
 
     kept = read_credentials(data_dir)
-    if kept is not None and await store.verify_api_key(kept.api_key) is not None:
+    if kept is not None and await keys.verify_api_key(kept.api_key) is not None:
         return kept
-    await store.revoke_api_key(SERVICE_KEY_NAME)
-    _, key = await store.create_api_key(SERVICE_KEY_NAME)
+    await keys.revoke_api_key(SERVICE_KEY_NAME)
+    _, key = await keys.create_api_key(SERVICE_KEY_NAME)
     fresh = Credentials(jwt_secret=kept.jwt_secret if kept else secrets.token_urlsafe(32), api_key=key)
     write_credentials(data_dir, fresh)
     return fresh

@@ -113,7 +113,7 @@ async def publish_followups(store: Any, settings: Any, *, timeout_s: float) -> i
     waiting = {uuid.UUID(e["event_id"]) for e in events}
     started = time.monotonic()
     while waiting and time.monotonic() - started < timeout_s:
-        waiting = {event_id for event_id in waiting if not await store.is_processed(event_id)}
+        waiting = {event_id for event_id in waiting if not await store.writes.is_processed(event_id)}
         if waiting:
             await asyncio.sleep(0.25)
     return len(events) - len(waiting)
@@ -162,9 +162,9 @@ async def serve(
     from cli.commands.serve import _Server
     from store.model import DirectoryEntry
 
-    credentials = await demo_credentials(store, data_dir)
+    credentials = await demo_credentials(store.api_keys, data_dir)
     # the reviewers sign in with the links below: the web UI greets them by name
-    await store.set_names(
+    await store.directory.set_names(
         [DirectoryEntry(kind="user", id=r.id, name=r.name) for r in reviewers_of(catalogue)]
     )
     app = create_app(

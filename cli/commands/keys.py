@@ -29,7 +29,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 async def _act(settings: Settings, args: argparse.Namespace) -> int:
     async with opened_store(settings) as store:
         if args.action == "create":
-            record, key = await store.create_api_key(args.name)
+            record, key = await store.api_keys.create_api_key(args.name)
             print(key)
             print(
                 f"pmem keys: created {record.name!r} ({record.prefix}…). This is the only time the key is "
@@ -38,14 +38,14 @@ async def _act(settings: Settings, args: argparse.Namespace) -> int:
             )
             return 0
         if args.action == "list":
-            records = await store.list_api_keys()
+            records = await store.api_keys.list_api_keys()
             if not records:
                 print("(no API keys; create one with `pmem keys create NAME`)")
             for each in records:
                 state = f"revoked {each.revoked_at:%Y-%m-%d %H:%M}" if each.revoked_at else "active"
                 print(f"{each.name:<24}  {each.prefix}…  created {each.created_at:%Y-%m-%d %H:%M}  {state}")
             return 0
-        if await store.revoke_api_key(args.name):
+        if await store.api_keys.revoke_api_key(args.name):
             print(f"pmem keys: revoked {args.name!r}", file=sys.stderr)
             return 0
         print(f"pmem keys: no active key named {args.name!r}; see `pmem keys list`", file=sys.stderr)

@@ -39,7 +39,7 @@ async def reembed(settings: Settings, *, batch_size: int) -> int:
             print(f"\r{progress_bar(done, total)}", end=end, file=sys.stderr, flush=True)
 
     async with opened_store(settings, check_schema=False) as store:
-        report = await store.reembed(batch_size=batch_size, progress=show)
+        report = await store.embedding_models.reembed(batch_size=batch_size, progress=show)
     resumed = " (resumed)" if report.resumed else ""
     print(
         f"re-embedded {report.reembedded} of {report.total} memories{resumed} with {report.target.describe()}"

@@ -22,7 +22,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 async def _run(settings: Settings, *, dry_run: bool) -> int:
     async with opened_store(settings) as store:
-        report = await store.regate(dry_run=dry_run)
+        report = await store.gate.regate(dry_run=dry_run)
     verb = "would rewrite" if dry_run else "rewrote"
     erase = "would erase" if dry_run else "erased"
     print(

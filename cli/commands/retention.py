@@ -25,7 +25,7 @@ async def _run(settings: Settings) -> int:
         print(f"\rpmem retention: {done} memories and turns handled…", end="", file=sys.stderr, flush=True)
 
     async with opened_store(settings) as store:
-        report = await store.retention(now=datetime.now(UTC), progress=progress)
+        report = await store.erasure.retention(now=datetime.now(UTC), progress=progress)
     print(
         f"\rpmem retention: rejected {report.rejected_memories} pending memories and "
         f"{report.rejected_revisions} proposed changes, erased {report.erased_memories} archived memories "

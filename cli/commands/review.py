@@ -84,11 +84,11 @@ async def _list(store: Store, args: argparse.Namespace) -> dict[str, Any]:
         status=None if args.status == "all" else args.status,
         limit=args.limit,
     )
-    memories = await store.list_memories(flt)
+    memories = await store.listing.list_memories(flt)
     revisions: list[dict[str, Any]] = []
     if args.status in ("pending_review", "all"):
-        for revision in await store.pending_revisions():
-            memory = await store.get_by_id(revision.memory_id)
+        for revision in await store.review.pending_revisions():
+            memory = await store.listing.get_by_id(revision.memory_id)
             if memory is None or (args.owner_id and memory.owner_id != args.owner_id):
                 continue
             if args.scope and memory.scope != args.scope:
@@ -126,24 +126,24 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
             _print_listing(listing)
         return 0
     memory_id: uuid.UUID = args.memory_id
-    before = await store.get_by_id(memory_id)
+    before = await store.listing.get_by_id(memory_id)
     if before is None:
         print(f"pmem review {args.action}: no memory with id {memory_id}", file=sys.stderr)
         return 1
     if args.action in ("pin", "unpin"):
-        after = await store.set_pinned(memory_id, args.action == "pin", actor=args.actor)
+        after = await store.pinning.set_pinned(memory_id, args.action == "pin", actor=args.actor)
     elif args.action == "approve":
-        after = await store.approve(memory_id, actor=args.actor)
+        after = await store.review.approve(memory_id, actor=args.actor)
     elif args.action == "reject" and args.forget:
-        rejection = await store.reject_memory(memory_id, actor=args.actor, forget=True)
+        rejection = await store.forgetting.reject_memory(memory_id, actor=args.actor, forget=True)
         after = None if rejection is None else rejection.memory
         if rejection is not None:
             print(f"forgot {rejection.forgotten_turns} conversation turns", file=sys.stderr)
     elif args.action == "reject":
-        after = await store.reject(memory_id, actor=args.actor)
+        after = await store.review.reject(memory_id, actor=args.actor)
     else:
         try:
-            after = await store.edit(memory_id, args.value, actor=args.actor)
+            after = await store.review.edit(memory_id, args.value, actor=args.actor)
         except ValueError as exc:  # an empty value, or one that holds only a secret: the fix named
             print(f"pmem review edit: {exc}", file=sys.stderr)
             return 1

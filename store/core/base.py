@@ -1,6 +1,7 @@
-"""The base every store module builds on: the backend it holds (connections, transactions, the
-clock: `store.core.backend.Backend`), schema, row conversion, embeddings, locked reads and the
-audit trail; `replica_read` marks the reads a read replica may serve."""
+"""The base every role of the store builds on (writes, review, listing, …: the objects `CoreStore`
+holds): the backend it holds (connections, transactions, the clock: `store.core.backend.Backend`),
+schema, row conversion, embeddings, locked reads and the audit trail; `replica_read` marks the
+reads a read replica may serve."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Select, and_, delete, false, func, or_, select, update
 from sqlalchemy.engine import Row
@@ -35,7 +36,14 @@ from store.rules.recall import ScoreFusion, embedding_queries, mean_direction
 # audit rows collected during a transaction, written together (`StoreBase._flush_audits`)
 AuditRows = list[dict[str, Any]]
 
-Store = TypeVar("Store", bound="StoreBase")
+
+class OnBackend(Protocol):
+    """Anything that holds a backend: a role of the store, or the store itself."""
+
+    _backend: Backend
+
+
+Store = TypeVar("Store", bound=OnBackend)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -165,7 +173,8 @@ def team_clause(table: Any, team_id: uuid.UUID | None) -> ColumnElement[bool]:
 
 
 class StoreBase:
-    """State and helpers shared by the store modules (writes, review, listing, erasure, settings…)."""
+    """State and helpers every role of the store shares (writes, review, listing, erasure,
+    settings…); a role inherits this and no other role."""
 
     def __init__(
         self,
@@ -191,21 +200,6 @@ class StoreBase:
             func.coalesce(m.c.team_id, backend.nil()),
             m.c.key,
         ]
-
-    @property
-    def embedder(self) -> Embedder:
-        """The embedder this store embeds values and queries with."""
-        return self._embedder
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The SQLAlchemy async engine (for tests and tools that need raw access)."""
-        return self._engine
-
-    @property
-    def backend(self) -> Backend:
-        """The database-specific part this store hands its connections, recall and writes to."""
-        return self._backend
 
     def _insert(self, table: Any) -> Any:
         return self._backend.insert(table)
@@ -385,17 +379,6 @@ class StoreBase:
         """One memory by id, any status."""
         async with self._backend.reading() as conn:
             return await self._memory_in(conn, memory_id)
-
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    async def ping(self) -> None:
-        """Raise if the database is unreachable."""
-        async with self._backend.reading() as conn:
-            await conn.execute(select(1))
-
-    async def close(self) -> None:
-        """Close every pooled connection."""
-        await self._backend.close()
 
 
 def audit_entry(row: Row[Any]) -> AuditEntry:

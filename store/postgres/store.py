@@ -23,7 +23,7 @@ from store.rules.recall import DEFAULT_WEIGHTS, Bm25, ScoreFusion
 
 
 class PostgresMemoryStore(CoreStore):
-    """MemoryStore on Postgres with pgvector; migrate the database first (`store.migrate`)."""
+    """The store on Postgres with pgvector; migrate the database first (`store.migrate`)."""
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from store.core.store import CoreStore
 from store.model import (
     INCLUDE_ALL,
     ContextFacts,
@@ -23,14 +24,13 @@ from store.model import (
     Revision,
     TurnHit,
 )
-from store.protocols import RecallStore
 from store.rules.hint import build_hint
 from store.rules.turn_recall import facts_then_turns
 from store.services.settings_cache import SettingsCache
 
 
 async def recall_in_context(
-    store: RecallStore,
+    store: CoreStore,
     *,
     user_id: uuid.UUID,
     persona_id: uuid.UUID | None,
@@ -40,7 +40,7 @@ async def recall_in_context(
     retriever: Retriever = "hybrid",
 ) -> list[RecallHit]:
     """Recall for a user (and persona) in a team's context; nothing when memory is disabled there."""
-    policy = await store.settings_for(team_id, persona_id)
+    policy = await store.settings.settings_for(team_id, persona_id)
     if not policy.enabled:
         return []
     return await store.recall(user_id, persona_id, query, limit, retriever=retriever, team_id=team_id)
@@ -85,7 +85,7 @@ class _Found:
 
 
 async def _found(
-    store: RecallStore,
+    store: CoreStore,
     asked: ContextRecall,
     settings: SettingsCache | None,
     *,
@@ -96,7 +96,7 @@ async def _found(
     `every_limit`: also read up to this many of the context's facts by standing; `with_pinned`:
     also its pinned facts."""
     key = (asked.team_id, asked.persona_id)
-    load = partial(store.settings_for, *key)
+    load = partial(store.settings.settings_for, *key)
     policy = await (load() if settings is None else settings.settings(key, load))
     if not policy.enabled:
         return None
@@ -122,7 +122,7 @@ async def _found(
         if "turns" not in asked.include or not policy.history or asked.turn_limit <= 0:
             return []
         candidates = asked.turn_limit * TURN_CANDIDATES_PER_TURN
-        return await store.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
+        return await store.turns.recall_turns(user_id, persona_id, asked.query, candidates, team_id=team_id)
 
     # side by side: each waits on its own query embedding and statement
     found_facts, found_turns = await asyncio.gather(facts(), turns())
@@ -136,7 +136,7 @@ async def _found(
 
 
 async def items_in_context(
-    store: RecallStore, asked: ContextRecall, *, settings: SettingsCache | None = None
+    store: CoreStore, asked: ContextRecall, *, settings: SettingsCache | None = None
 ) -> list[RecallItem]:
     """Recall's one list for this context (`store.rules.turn_recall.facts_then_turns`): the first
     `limit` memories by relevance, each with its change awaiting review, then at most `turn_limit`
@@ -163,7 +163,7 @@ def _listed(found: _Found, asked: ContextRecall) -> list[RecallItem]:
 
 
 async def hint_in_context(
-    store: RecallStore, asked: ContextRecall, *, max_tokens: int, settings: SettingsCache | None = None
+    store: CoreStore, asked: ContextRecall, *, max_tokens: int, settings: SettingsCache | None = None
 ) -> str:
     """The prompt hint for the next message (`asked.query`) within `max_tokens`
     (`store.rules.hint.build_hint`): every fact of the context when they all fit the facts' share,

@@ -46,8 +46,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from store.core.store import CoreStore
 from store.model import SCOPE_PRIORITY, Memory, MemoryFilter, NewMemory, OwnerRef, RecallHit, Status, Turn
-from store.protocols import MemoryStore
 from store.rules.admission import admit, refusal, secret_key_refusal
 from store.rules.recall import normalize_key, resolve_scopes, writable_owner
 from store.services.context_recall import recall_in_context
@@ -269,7 +269,7 @@ class ToolContext:
 
     user_id: uuid.UUID
     persona_id: uuid.UUID | None
-    store: MemoryStore
+    store: CoreStore
     team_id: uuid.UUID | None = None  # the conversation's team: saves carry it, recall and search stay in it
     source_channel_id: uuid.UUID | None = None
     actor: str | None = None  # audit actor; default "user:<user_id>"
@@ -382,7 +382,7 @@ class MemoryTools:
                 ", ".join(sorted(set(redacted))),
                 extra={"redacted": len(redacted)},
             )
-        policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
+        policy = await ctx.store.settings.settings_for(ctx.team_id, ctx.persona_id)
         if not policy.enabled:
             return {
                 "saved": False,
@@ -403,7 +403,7 @@ class MemoryTools:
             team_id=ctx.team_id,
         )
         try:
-            result = await ctx.store.upsert(memory, actor=ctx.audit_actor)
+            result = await ctx.store.writes.upsert(memory, actor=ctx.audit_actor)
         except ValueError as exc:  # the store's own gate (`admit_memory`) refused it: say why
             raise ToolCallError(str(exc)) from exc
         saved = {
@@ -428,10 +428,10 @@ class MemoryTools:
 
     async def _conversation_search(self, args: ConversationSearchArgs) -> dict[str, Any]:
         ctx = self.context
-        policy = await ctx.store.settings_for(ctx.team_id, ctx.persona_id)
+        policy = await ctx.store.settings.settings_for(ctx.team_id, ctx.persona_id)
         if not (policy.enabled and policy.history):
             return {"count": 0, "messages": [], "note": "conversation memory is off here"}
-        hits = await ctx.store.recall_turns(
+        hits = await ctx.store.turns.recall_turns(
             ctx.user_id, ctx.persona_id, args.query, args.max_results, team_id=ctx.team_id
         )
         return {"count": len(hits), "messages": [turn_view(h.turn, h.score) for h in hits]}
@@ -455,7 +455,7 @@ class MemoryTools:
     ) -> list[Memory]:
         found: list[Memory] = []
         for owner in owners:
-            found += await self.context.store.list_memories(
+            found += await self.context.store.listing.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,
@@ -498,7 +498,7 @@ class MemoryTools:
             own.append(OwnerRef(scope="user", owner_id=ctx.user_id))
         deleted = 0
         for owner in own:
-            rows = await ctx.store.list_memories(
+            rows = await ctx.store.listing.list_memories(
                 MemoryFilter(
                     scope=owner.scope,
                     owner_id=owner.owner_id,
@@ -511,10 +511,10 @@ class MemoryTools:
             for memory in rows:
                 # the person's words it was drawn from go too: the turns of theirs its evidence
                 # cites, and those lines wherever the team's other memories quote them
-                await ctx.store.reject_memory(
+                await ctx.store.forgetting.reject_memory(
                     memory.id, actor=ctx.audit_actor, forget=True, person=ctx.user_id
                 )
-                deleted += int(await ctx.store.delete(memory.id, actor=ctx.audit_actor))
+                deleted += int(await ctx.store.erasure.delete(memory.id, actor=ctx.audit_actor))
         return {"forgotten": deleted, "key": stored}
 
 

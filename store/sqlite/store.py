@@ -14,7 +14,7 @@ from store.sqlite.backend import SqliteBackend, SqliteOptions
 
 
 class SqliteMemoryStore(CoreStore):
-    """MemoryStore on SQLite; `database_url` is `sqlite:///path.db` (or `:memory:`)."""
+    """The store on SQLite; `database_url` is `sqlite:///path.db` (or `:memory:`)."""
 
     def __init__(
         self,

@@ -73,7 +73,7 @@ async def api_store(api_db_url: str) -> AsyncIterator[PostgresMemoryStore]:
 @pytest.fixture
 async def people(api_store: PostgresMemoryStore) -> People:
     """Fresh people and a service key."""
-    _, key = await api_store.create_api_key("chat-backend")
+    _, key = await api_store.api_keys.create_api_key("chat-backend")
     return People(
         user=uuid.uuid4(),
         other_user=uuid.uuid4(),
@@ -111,7 +111,7 @@ async def each_store(
 @pytest.fixture
 async def each_people(each_store: PostgresMemoryStore | SqliteMemoryStore) -> People:
     """Fresh people and a service key, on `each_store`."""
-    _, key = await each_store.create_api_key("chat-backend")
+    _, key = await each_store.api_keys.create_api_key("chat-backend")
     return People(
         user=uuid.uuid4(),
         other_user=uuid.uuid4(),

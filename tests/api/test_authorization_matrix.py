@@ -231,8 +231,8 @@ async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUI
             at=SAID_AT,
             position=1,
         )
-        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
-        result = await store.upsert(
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
+        result = await store.writes.upsert(
             user_fact(
                 subject,
                 f"fact {resource}",
@@ -248,8 +248,8 @@ async def seed(store: PostgresMemoryStore, people: People) -> dict[str, uuid.UUI
 
 
 async def snapshot(store: PostgresMemoryStore, ids: dict[str, uuid.UUID], people: People) -> dict[str, Any]:
-    memories = {resource: await store.get_by_id(memory_id) for resource, memory_id in ids.items()}
-    turns = {person: await store.export_turns(person) for person in (people.user, people.other_user)}
+    memories = {resource: await store.listing.get_by_id(memory_id) for resource, memory_id in ids.items()}
+    turns = {person: await store.turns.export_turns(person) for person in (people.user, people.other_user)}
     return {"memories": memories, "turns": turns}
 
 
@@ -326,7 +326,7 @@ async def test_bulk_decisions_skip_what_a_team_admin_may_not_see(
         str(ids["other_user"]): "done",
         str(ids["other_team"]): "not_found",
     }
-    untouched = await api_store.get_by_id(ids["other_team"])
+    untouched = await api_store.listing.get_by_id(ids["other_team"])
     assert untouched is not None and untouched.status == "pending_review"
 
 
@@ -338,8 +338,10 @@ async def test_a_team_admin_erases_a_user_only_in_their_own_teams(
         f"/v1/users/{people.other_user}/memories", headers=people.headers("team_admin")
     )
     assert response.status_code == 200 and response.json() == {"erased": 1}
-    assert await api_store.get_by_id(ids["other_user"]) is None
-    kept = await api_store.get_by_id(ids["other_team"])
+    assert await api_store.listing.get_by_id(ids["other_user"]) is None
+    kept = await api_store.listing.get_by_id(ids["other_team"])
     assert kept is not None and kept.value == SECRET_VALUE["other_team"]
-    assert [t.text for t in await api_store.export_turns(people.other_user)] == [TURN_SECRET["other_team"]]
-    assert [t.text for t in await api_store.export_turns(people.user)] == [TURN_SECRET["own"]]
+    assert [t.text for t in await api_store.turns.export_turns(people.other_user)] == [
+        TURN_SECRET["other_team"]
+    ]
+    assert [t.text for t in await api_store.turns.export_turns(people.user)] == [TURN_SECRET["own"]]

@@ -21,7 +21,7 @@ async def said(
 ) -> None:
     """One event of `lines` in `channel` with the persona, in team A."""
     turns = exchange(lines, channel=channel, user=user, persona=PERSONA, team=TEAM_A, at=at)
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
 
 
 async def test_conversations_are_listed_newest_first_across_pages_and_deleted(
@@ -60,7 +60,7 @@ async def test_conversations_are_listed_newest_first_across_pages_and_deleted(
     again = await client.delete(f"/v1/me/conversations/{channels[0]}", headers=me)
     assert again.status_code == 404 and "error" in again.json()
     # the other person's turns in the same channel stay
-    assert [t.text for t in await api_store.export_turns(people.other_user)] == ["Not the user's words"]
+    assert [t.text for t in await api_store.turns.export_turns(people.other_user)] == ["Not the user's words"]
 
     forged = await client.get("/v1/me/conversations?cursor=forged", headers=me)
     assert forged.status_code == 422 and "cursor" in forged.json()["error"]
@@ -72,7 +72,7 @@ async def test_conversations_are_listed_newest_first_across_pages_and_deleted(
 async def test_memories_and_review_items_carry_their_evidence_and_when_it_was_said(
     client: httpx.AsyncClient, api_store: PostgresMemoryStore, people: People
 ) -> None:
-    written = await api_store.upsert(
+    written = await api_store.writes.upsert(
         user_fact(
             people.user,
             "diet",

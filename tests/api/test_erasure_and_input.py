@@ -64,8 +64,8 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             [("user", ERASED + " since May"), ("assistant", "Esperanto is a fine choice")], start=1
         )
     ]
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=said)
-    first = await store.upsert(
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=said)
+    first = await store.writes.upsert(
         user_fact(
             people.user,
             "hobby",
@@ -74,7 +74,7 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             team_id=TEAM_A,
         )
     )
-    await store.upsert(
+    await store.writes.upsert(
         user_fact(
             people.user,
             "hobby",
@@ -85,7 +85,7 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
             observed_at=SAID_AT,
         )
     )
-    await store.upsert(
+    await store.writes.upsert(
         NewMemory(
             scope="persona_user",
             owner_id=uuid.uuid4(),
@@ -98,7 +98,7 @@ async def write_history(store: PostgresMemoryStore, people: People) -> uuid.UUID
         )
     )
     # the name the platform gave the user goes with them; another user's name stays
-    await store.set_names(
+    await store.directory.set_names(
         [
             DirectoryEntry(kind="user", id=people.user, name="Ada, who writes in Esperanto"),
             DirectoryEntry(kind="user", id=people.other_user, name="Bea"),
@@ -115,7 +115,9 @@ async def test_erasing_everything_about_a_user_leaves_no_text_in_any_table_or_ex
     response = await client.delete(f"/v1/users/{people.user}/memories", headers=people.headers("service"))
     assert response.status_code == 200 and response.json() == {"erased": 2}
     assert text_columns_holding(api_db_url, ERASED) == []
-    assert await api_store.names("user", [people.user, people.other_user]) == {people.other_user: "Bea"}
+    assert await api_store.directory.names("user", [people.user, people.other_user]) == {
+        people.other_user: "Bea"
+    }
     export = await client.get("/v1/me/export", headers=people.headers("user"))
     assert export.status_code == 200 and "Esperanto" not in export.text
     audit = export.json()["audit"]
@@ -247,7 +249,7 @@ async def test_expired_forged_and_malformed_tokens_are_401(client: httpx.AsyncCl
 
 
 async def test_a_revoked_api_key_stops_working(api_store: PostgresMemoryStore) -> None:
-    _, key = await api_store.create_api_key("short-lived")
+    _, key = await api_store.api_keys.create_api_key("short-lived")
     body = {"user_id": str(uuid.uuid4())}
     headers = {"Authorization": f"Bearer {key}"}
     for expected in (200, 401):
@@ -257,7 +259,7 @@ async def test_a_revoked_api_key_stops_working(api_store: PostgresMemoryStore) -
             transport=httpx.ASGITransport(app=app), base_url="http://pmem.test"
         ) as http:
             assert (await http.post("/v1/recall", json=body, headers=headers)).status_code == expected
-        await api_store.revoke_api_key("short-lived")
+        await api_store.api_keys.revoke_api_key("short-lived")
 
 
 async def test_settings_validate_the_prompt_override_and_show_inheritance(
@@ -281,7 +283,7 @@ async def test_settings_validate_the_prompt_override_and_show_inheritance(
 async def test_turning_memory_off_applies_to_the_same_apps_recall_at_once(
     api_store: PostgresMemoryStore, people: People
 ) -> None:
-    await api_store.upsert(
+    await api_store.writes.upsert(
         user_fact(
             people.user,
             "diet",

@@ -34,8 +34,8 @@ async def remembered(store: PostgresMemoryStore | SqliteMemoryStore, user: uuid.
         team=TEAM_A,
         at=SAID,
     )
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
-    await store.upsert(
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+    await store.writes.upsert(
         user_fact(user, "holiday plan", "Kayak trip to the Azores", status="active", team_id=TEAM_A)
     )
 
@@ -93,7 +93,7 @@ async def test_with_history_off_no_turn_is_recalled_hinted_or_searched(
     }
     assert TURN_WORDS not in off["hint"] and "Kayak trip to the Azores" in off["hint"]
     # the turns are still stored: only recall leaves them out
-    assert len(await each_store.export_turns(each_people.user)) == 2
+    assert len(await each_store.turns.export_turns(each_people.user)) == 2
     turns_only = await each_client.post(
         "/v1/recall",
         json={

@@ -41,7 +41,7 @@ async def test_the_cli_prints_a_memory_and_a_recall_item_as_the_api_answers(
     store = SqliteMemoryStore(url, HashingEmbedder(dim=DIM))
     try:
         await store.check_schema()
-        written = await store.upsert(
+        written = await store.writes.upsert(
             NewMemory(
                 scope="user",
                 owner_id=user,
@@ -56,7 +56,7 @@ async def test_the_cli_prints_a_memory_and_a_recall_item_as_the_api_answers(
                 evidence="user: I adopted a grey cat, Bo",
             )
         )
-        memory = await store.get_by_id(written.memory_id)
+        memory = await store.listing.get_by_id(written.memory_id)
         assert memory is not None
         app = create_app(store=store, auth=AUTH, max_body_bytes=64_000)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
@@ -64,7 +64,7 @@ async def test_the_cli_prints_a_memory_and_a_recall_item_as_the_api_answers(
         async with httpx.AsyncClient(transport=transport, base_url="http://pmem.test") as http:
             mine = await http.get("/v1/me/memories", headers={"Authorization": f"Bearer {token}"})
             assert mine.status_code == 200, mine.text
-            _, key = await store.create_api_key("chat-backend")
+            _, key = await store.api_keys.create_api_key("chat-backend")
             recalled = await http.post(
                 "/v1/recall",
                 headers={"Authorization": f"Bearer {key}"},

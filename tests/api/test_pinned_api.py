@@ -18,12 +18,12 @@ async def test_reviewers_pin_within_their_teams_and_people_pin_their_own(
 ) -> None:
     people, http = each_people, each_client
     mine = (
-        await each_store.upsert(
+        await each_store.writes.upsert(
             user_fact(people.user, "allergy", "Is allergic to shellfish", status="active", team_id=TEAM_A)
         )
     ).memory_id
     elsewhere = (
-        await each_store.upsert(
+        await each_store.writes.upsert(
             user_fact(people.other_user, "allergy", "Nuts", status="active", team_id=TEAM_B)
         )
     ).memory_id
@@ -53,5 +53,5 @@ async def test_reviewers_pin_within_their_teams_and_people_pin_their_own(
     assert (
         await http.patch(not_mine, json={"pinned": True}, headers=people.headers("user"))
     ).status_code == 404
-    actions = [entry.action for entry in await each_store.audit_log(mine)]
+    actions = [entry.action for entry in await each_store.review.audit_log(mine)]
     assert actions[-2:] == ["pin", "unpin"]

@@ -13,7 +13,7 @@ async def test_the_pin_forms_of_the_memory_page_and_my_memories(gated: Gated) ->
     g = gated
     await g.fresh()
     memory_id = (
-        await g.store.upsert(user_fact(g.user, "allergy", "Is allergic to shellfish", status="active"))
+        await g.store.writes.upsert(user_fact(g.user, "allergy", "Is allergic to shellfish", status="active"))
     ).memory_id
     page = f"/ui/memories/{memory_id}"
     form = {"csrf_token": await csrf(g.admin_ui, page), "pinned": "yes", "from": "memory"}
@@ -21,7 +21,7 @@ async def test_the_pin_forms_of_the_memory_page_and_my_memories(gated: Gated) ->
     assert posted.status_code == 303 and posted.headers["location"].startswith(page)
     shown = (await g.admin_ui.get(page)).text
     assert "data-pinned" in shown and ">Unpin<" in shown
-    stored = await g.store.get_by_id(memory_id)
+    stored = await g.store.listing.get_by_id(memory_id)
     assert stored is not None and stored.pinned
 
     mine = (await g.user_ui.get("/ui/me")).text
@@ -30,5 +30,5 @@ async def test_the_pin_forms_of_the_memory_page_and_my_memories(gated: Gated) ->
     posted = await g.user_ui.post(f"/ui/me/memories/{memory_id}/pin", data=form)
     assert posted.status_code == 303
     assert "data-pinned" not in (await g.user_ui.get("/ui/me")).text
-    stored = await g.store.get_by_id(memory_id)
+    stored = await g.store.listing.get_by_id(memory_id)
     assert stored is not None and not stored.pinned

@@ -106,14 +106,14 @@ def person(user: uuid.UUID) -> dict[str, str]:
 
 
 async def remembered(store: PostgresMemoryStore, user: uuid.UUID, value: str) -> uuid.UUID:
-    result = await store.upsert(user_fact(user, "favourite drink", value, status="active"))
+    result = await store.writes.upsert(user_fact(user, "favourite drink", value, status="active"))
     return result.memory_id
 
 
 async def test_recall_is_served_by_the_replica(cluster: Cluster, store: PostgresMemoryStore) -> None:
     user = uuid.uuid4()
     await remembered(store, user, "green tea with mint")
-    _, key = await store.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
+    _, key = await store.api_keys.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
     cluster.replica.wait_caught_up(DB)
     before = cluster.recall_calls()
     async with client(store) as http:
@@ -135,7 +135,7 @@ async def test_a_person_sees_their_edit_while_the_replica_is_behind(cluster: Clu
     store = await open_store(cluster, max_lag_s=600)
     user = uuid.uuid4()
     memory_id = await remembered(store, user, "black coffee")
-    _, key = await store.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
+    _, key = await store.api_keys.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
     cluster.replica.wait_caught_up(DB)
     cluster.replay(paused=True)
     try:
@@ -175,7 +175,7 @@ async def test_a_stopped_replica_falls_back_to_the_primary(
 ) -> None:
     user = uuid.uuid4()
     await remembered(store, user, "rooibos")
-    _, key = await store.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
+    _, key = await store.api_keys.create_api_key(f"chat-{uuid.uuid4().hex[:8]}")
     cluster.replica.wait_caught_up(DB)
     body = {"user_id": str(user), "query": "what does the user drink", "limit": 5}
     headers = {"Authorization": f"Bearer {key}"}

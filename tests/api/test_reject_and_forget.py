@@ -74,7 +74,9 @@ async def test_a_reviewer_rejects_and_forgets_what_was_said(
     assert holding(each_store, WORD) == []  # no table or column holds any of it
     for user in (people.user, people.other_user):
         assert all(WORD not in text for text in await recalled_turns(each_client, people, user))
-        assert [t.text for t in await each_store.export_turns(user)] == [s for s in SAID if WORD not in s]
+        assert [t.text for t in await each_store.turns.export_turns(user)] == [
+            s for s in SAID if WORD not in s
+        ]
     detail = await each_client.get(f"/v1/memories/{memory_id}", headers=people.headers("admin"))
     assert [entry["action"] for entry in detail.json()["history"]][-1] == "reject"
     again = await each_client.post(
@@ -122,7 +124,7 @@ async def test_a_person_rejects_their_own_memory_and_forgets_their_own_turns(
         f"/v1/me/memories/{theirs}/reject", json={"forget": True}, headers=people.headers("admin")
     )
     assert other.status_code == 404 and WORD not in other.text
-    kept = await each_store.get_by_id(theirs)
+    kept = await each_store.listing.get_by_id(theirs)
     assert kept is not None and kept.status == "pending_review"
 
 
@@ -136,8 +138,8 @@ async def test_a_team_admin_cannot_forget_another_teams_conversation(
     )
     assert answer.status_code == 404
     assert WORD not in answer.text
-    assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
-    memory = await each_store.get_by_id(memory_id)
+    assert SAID[2] in [t.text for t in await each_store.turns.export_turns(people.user)]
+    memory = await each_store.listing.get_by_id(memory_id)
     assert memory is not None and memory.status == "pending_review"
 
 
@@ -148,10 +150,10 @@ async def test_a_persons_forget_clears_their_words_from_a_persona_memory_quoting
 
     people = each_people
     memory_id, channel = await told(each_store, people)
-    mine = await each_store.get_by_id(memory_id)
+    mine = await each_store.listing.get_by_id(memory_id)
     assert mine is not None and mine.evidence is not None and WORD in mine.evidence
     persona = uuid.uuid4()
-    quoted = await each_store.upsert(
+    quoted = await each_store.writes.upsert(
         NewMemory(
             scope="persona",
             owner_id=persona,
@@ -167,7 +169,7 @@ async def test_a_persons_forget_clears_their_words_from_a_persona_memory_quoting
     me = people.headers("user")
     answer = await each_client.post(f"/v1/me/memories/{memory_id}/reject", json={"forget": True}, headers=me)
     assert answer.status_code == 200, answer.text
-    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    persona_memory = await each_store.listing.get_by_id(quoted.memory_id)
     assert persona_memory is not None
     assert persona_memory.evidence == f"assistant: {SAID[3]}"  # what others said stays
 
@@ -189,7 +191,7 @@ async def test_the_forget_tool_forgets_the_persons_words_too(
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["result"]["forgotten"] == 1
-    assert await each_store.get_by_id(memory_id) is None
+    assert await each_store.listing.get_by_id(memory_id) is None
     assert all(WORD not in text for text in await recalled_turns(each_client, people, people.user))
     assert SAID[2] in await recalled_turns(each_client, people, people.other_user)
 
@@ -227,9 +229,9 @@ async def test_erasing_a_person_clears_their_words_from_the_teams_memories(
 
     people = each_people
     memory_id, channel = await told(each_store, people)
-    mine = await each_store.get_by_id(memory_id)
+    mine = await each_store.listing.get_by_id(memory_id)
     assert mine is not None and mine.evidence is not None
-    quoted = await each_store.upsert(
+    quoted = await each_store.writes.upsert(
         NewMemory(
             scope="persona",
             owner_id=uuid.uuid4(),
@@ -242,8 +244,8 @@ async def test_erasing_a_person_clears_their_words_from_the_teams_memories(
         ),
         actor="worker",
     )
-    await each_store.erase_user(people.user, actor="admin:test")
-    persona_memory = await each_store.get_by_id(quoted.memory_id)
+    await each_store.erasure.erase_user(people.user, actor="admin:test")
+    persona_memory = await each_store.listing.get_by_id(quoted.memory_id)
     assert persona_memory is not None and persona_memory.evidence == f"assistant: {SAID[3]}"
 
 
@@ -254,7 +256,7 @@ async def test_a_persons_plain_delete_clears_their_words_from_the_teams_evidence
 
     people = each_people
     memory_id, channel = await told(each_store, people)
-    mine = await each_store.get_by_id(memory_id)
+    mine = await each_store.listing.get_by_id(memory_id)
     assert mine is not None and mine.evidence is not None and WORD in mine.evidence
     # a persona memory and another person's memory quote the same line beside other lines
     quoting = {}
@@ -262,7 +264,7 @@ async def test_a_persons_plain_delete_clears_their_words_from_the_teams_evidence
         ("favourite bicycle names", "persona", uuid.uuid4(), None),
         ("heard a bicycle name", "user", people.other_user, None),
     ):
-        result = await each_store.upsert(
+        result = await each_store.writes.upsert(
             NewMemory(
                 scope=scope,  # type: ignore[arg-type]
                 owner_id=owner,
@@ -278,13 +280,13 @@ async def test_a_persons_plain_delete_clears_their_words_from_the_teams_evidence
         quoting[key] = result.memory_id
     answer = await each_client.delete(f"/v1/me/memories/{memory_id}", headers=people.headers("user"))
     assert answer.status_code == 204, answer.text
-    assert await each_store.get_by_id(memory_id) is None
+    assert await each_store.listing.get_by_id(memory_id) is None
     for key, quoted_id in quoting.items():
-        quoted = await each_store.get_by_id(quoted_id)
+        quoted = await each_store.listing.get_by_id(quoted_id)
         assert quoted is not None and quoted.evidence == f"assistant: {SAID[3]}", key  # others' words stay
     # nothing of the line is left in any memory or audit row; the conversation's turns stay
     assert set(holding(each_store, WORD)) <= {"conversation_turns.text", "conversation_turns.search_text"}
-    assert SAID[2] in [t.text for t in await each_store.export_turns(people.user)]
+    assert SAID[2] in [t.text for t in await each_store.turns.export_turns(people.user)]
 
 
 async def test_the_ui_delete_on_my_memories_clears_the_words_too(gated: Gated) -> None:
@@ -297,9 +299,9 @@ async def test_the_ui_delete_on_my_memories_clears_the_words_too(gated: Gated) -
         event_of(SAID, user=g.user, channel=channel, team=g.team),
         [("bicycle name", "Has a named bicycle", (3,))],
     )
-    mine = await g.store.get_by_id(memory_id)
+    mine = await g.store.listing.get_by_id(memory_id)
     assert mine is not None and mine.evidence is not None and WORD in mine.evidence
-    persona = await g.store.upsert(
+    persona = await g.store.writes.upsert(
         NewMemory(
             scope="persona",
             owner_id=g.persona,
@@ -315,6 +317,6 @@ async def test_the_ui_delete_on_my_memories_clears_the_words_too(gated: Gated) -
     form = {"csrf_token": await csrf(g.user_ui, "/ui/me")}
     posted = await g.user_ui.post(f"/ui/me/memories/{memory_id}/delete", data=form)
     assert posted.status_code == 303, posted.text
-    assert await g.store.get_by_id(memory_id) is None
-    quoted = await g.store.get_by_id(persona.memory_id)
+    assert await g.store.listing.get_by_id(memory_id) is None
+    quoted = await g.store.listing.get_by_id(persona.memory_id)
     assert quoted is not None and quoted.evidence is None

@@ -104,7 +104,7 @@ async def test_the_review_queue_gauge_counts_every_teams_queue(
     from tests.factories import user_fact
 
     for n, team in enumerate((TEAM_A, TEAM_B, None)):
-        await api_store.upsert(user_fact(uuid.uuid4(), f"fact {n}", f"Value {n}", team_id=team))
+        await api_store.writes.upsert(user_fact(uuid.uuid4(), f"fact {n}", f"Value {n}", team_id=team))
     app = create_app(store=api_store, auth=AUTH)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://pmem.test") as http:

@@ -118,7 +118,7 @@ def person(subject: uuid.UUID, role: str = "user") -> dict[str, str]:
 
 async def add(store: PostgresMemoryStore, owner: uuid.UUID, key: str, value: str, **fields: Any) -> uuid.UUID:
     fields.setdefault("team_id", TEAM_A)
-    result = await store.upsert(
+    result = await store.writes.upsert(
         NewMemory(
             scope=fields.pop("scope", "user"),
             owner_id=owner,
@@ -220,7 +220,7 @@ async def test_edit_of_a_memory_with_nothing_pending_is_409_and_changes_nothing(
             f"/v1/review/{memory_id}/edit", json={"value": "Rewritten"}, headers=reviewer
         )
         assert answer.status_code == 409, answer.text
-        after = await store.get_by_id(memory_id)
+        after = await store.listing.get_by_id(memory_id)
         assert after is not None and (after.status, after.value) == (status, value)
 
 

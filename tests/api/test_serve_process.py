@@ -48,7 +48,7 @@ async def test_sign_in_review_and_erasure_over_real_http(server: str, serve_env:
         serve_env["PMEM_DATABASE_URL"], HashingEmbedder(dim=384), database_role=DATABASE_ROLE
     )
     try:
-        pending = await store.upsert(
+        pending = await store.writes.upsert(
             user_fact(
                 user,
                 "hometown",

@@ -77,7 +77,7 @@ async def test_a_write_refused_at_the_team_boundary_is_a_403_naming_it_and_logge
     logged = [r.getMessage() for r in caplog.records if r.name == "pmem.api"]
     assert any("/v1/tools/call" in line and "row-level security" in line for line in logged), logged
     assert all("Porto" not in line for line in logged)
-    assert await api_store.list_memories(MemoryFilter(owner_id=other)) == []
+    assert await api_store.listing.list_memories(MemoryFilter(owner_id=other)) == []
 
 
 async def test_over_mcp_it_is_a_json_rpc_error_naming_the_team_boundary(
@@ -97,4 +97,4 @@ async def test_over_mcp_it_is_a_json_rpc_error_naming_the_team_boundary(
     assert refused["error"]["message"] == TEAM_BOUNDARY_REFUSED
     logged = [r.getMessage() for r in caplog.records if r.name == "pmem.api.mcp"]
     assert any("memory_save" in line and "row-level security" in line for line in logged), logged
-    assert await api_store.list_memories(MemoryFilter(owner_id=other)) == []
+    assert await api_store.listing.list_memories(MemoryFilter(owner_id=other)) == []

@@ -92,7 +92,7 @@ async def gated(each_store: PostgresMemoryStore | SqliteMemoryStore) -> AsyncIte
         httpx.AsyncClient(transport=transport, base_url="http://pmem.test") for _ in range(3)
     )
     admin = uuid.uuid4()
-    _, key = await store.create_api_key("chat-backend")
+    _, key = await store.api_keys.create_api_key("chat-backend")
     sign_in = mint_jwt(secret=SECRET, subject=admin, role="admin", ttl_s=300, sign_in=True)
     assert (await admin_ui.get("/ui/login", params={"token": sign_in})).status_code == 200
     gated = Gated(

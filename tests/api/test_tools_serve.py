@@ -76,7 +76,7 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
             team_id=TEAM_B,
         ),
     ):
-        await store.upsert(new)
+        await store.writes.upsert(new)
     # one earlier conversation in team A with the persona, one in team B that search never reaches
     for team, text in ((TEAM_A, "I am flying to Lisbon on Friday"), (TEAM_B, OTHER_TEAM_SECRET)):
         turn = NewTurn(
@@ -89,7 +89,7 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> None:
             at=datetime(2026, 11, 20, 9, 0, tzinfo=UTC),
             position=1,
         )
-        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn])
 
 
 # -- the three channels ---------------------------------------------------------------------------
@@ -238,7 +238,7 @@ async def test_python_http_and_mcp_give_the_same_answer(
         assert all(needle in text for needle in row.contains), (channel, answer)
         assert OTHER_TEAM_SECRET not in text, (channel, answer)
         # the team-B fact is never touched from team A
-        left = await store.list_memories(MemoryFilter(owner_id=user, key="office"))
+        left = await store.listing.list_memories(MemoryFilter(owner_id=user, key="office"))
         assert [m.value for m in left] == [OTHER_TEAM_SECRET]
     assert all(answer == answers["python"] for answer in answers.values()), answers
 
@@ -256,8 +256,8 @@ async def test_a_save_that_is_only_a_secret_stores_nothing_through_any_channel(
         user = uuid.uuid4()
         answer = await call(user)
         assert "holds only a secret" in answer["error"], (channel, answer)
-        assert await store.list_memories(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
-        assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
+        assert await store.listing.list_memories(MemoryFilter(owner_id=PERSONA, user_id=user)) == [], channel
+        assert await store.listing.list_memories(MemoryFilter(owner_id=user)) == [], channel
 
 
 @pytest.mark.parametrize(
@@ -281,7 +281,7 @@ async def test_a_secret_split_or_spaced_is_refused_not_stored_through_any_channe
         answer = await call(user)
         assert said in answer.get("error", ""), (channel, answer)
         assert "hunter2" not in answer["error"] and "1111" not in answer["error"]
-        assert await store.list_memories(MemoryFilter(owner_id=user)) == [], channel
+        assert await store.listing.list_memories(MemoryFilter(owner_id=user)) == [], channel
 
 
 async def test_tool_lists_agree(served: Served) -> None:
@@ -299,7 +299,7 @@ async def test_tool_lists_agree(served: Served) -> None:
 async def test_a_save_carries_the_team(served: Served, store: PostgresMemoryStore) -> None:
     user = uuid.uuid4()
     answer = await call_http(served, user, "memory_save", {"key": "hometown", "value": "Ghent"})
-    saved = await store.get_by_id(uuid.UUID(answer["result"]["id"]))
+    saved = await store.listing.get_by_id(uuid.UUID(answer["result"]["id"]))
     assert saved is not None and saved.team_id == TEAM_A and saved.status == "active"
 
 
@@ -345,7 +345,7 @@ async def test_a_person_acts_for_themselves_only(served: Served, store: Postgres
             headers=auth,
         )
         assert own.status_code == 200, own.text
-        saved = await store.get_by_id(uuid.UUID(own.json()["result"]["id"]))
+        saved = await store.listing.get_by_id(uuid.UUID(own.json()["result"]["id"]))
         assert saved is not None and saved.owner_id == person and saved.team_id == TEAM_A
         for body in (
             {"name": "memory_recall", "user_id": str(other)},
@@ -401,7 +401,7 @@ async def test_mcp_refuses_before_any_tool_runs(
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if tokens[credential]:
         headers["Authorization"] = f"Bearer {tokens[credential]}"
-    before = await store.list_memories(MemoryFilter(owner_id=other))
+    before = await store.listing.list_memories(MemoryFilter(owner_id=other))
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -417,7 +417,7 @@ async def test_mcp_refuses_before_any_tool_runs(
     assert refusal["jsonrpc"] == "2.0" and refusal["id"] == 1, refusal
     reason = refusal["error"]["message"]
     assert reason == REASONS[credential, tuple(context)], reason
-    assert await store.list_memories(MemoryFilter(owner_id=other)) == before
+    assert await store.listing.list_memories(MemoryFilter(owner_id=other)) == before
     # the SDK's client raises that message, without reaching a tool
     # (the SDK may wrap its MCPError in exception groups: `mcp_errors` finds it)
     with pytest.raises(Exception) as caught:
@@ -425,7 +425,7 @@ async def test_mcp_refuses_before_any_tool_runs(
             await client.call_tool("forget", {"subject": "me", "key": "diet"})
     raised = mcp_errors(caught.value)
     assert [error.message for error in raised] == [reason], caught.value
-    assert await store.list_memories(MemoryFilter(owner_id=other)) == before
+    assert await store.listing.list_memories(MemoryFilter(owner_id=other)) == before
 
 
 def mcp_errors(raised: BaseException) -> list[MCPError]:
@@ -460,7 +460,7 @@ async def test_mcp_authorization_matrix(served: Served, store: PostgresMemorySto
     }
     contexts = {"own": (user, TEAM_A), "other_user": (other, TEAM_A), "other_team": (other, TEAM_B)}
     for resource, (subject, team) in contexts.items():
-        await store.upsert(
+        await store.writes.upsert(
             user_fact(
                 subject,
                 f"fact {resource}",

@@ -72,7 +72,7 @@ class Served:
         return self.runner.run(coroutine)  # type: ignore[arg-type]
 
     async def start(self) -> None:
-        _, self.key = await self.store.create_api_key(f"fuzz-{uuid.uuid4().hex[:8]}")
+        _, self.key = await self.store.api_keys.create_api_key(f"fuzz-{uuid.uuid4().hex[:8]}")
         sign_in = mint_jwt(secret=SECRET, subject=uuid.uuid4(), role="admin", ttl_s=300, sign_in=True)
         signed = await self.http.get("/ui/login", params={"token": sign_in})
         assert signed.status_code == 200, signed.text
@@ -113,7 +113,7 @@ async def _shown_and_hinted(app: Served, text: str) -> None:
     persona = uuid.uuid4()
     # written in the team's scope, as the worker writes it (this runner has no scope of its own)
     with team_scope(teams_scope([TEAM_A])):
-        written = await app.store.upsert(
+        written = await app.store.writes.upsert(
             NewMemory(scope="persona", owner_id=persona, user_id=None, key=KEY, value=value, team_id=TEAM_A),
             actor="worker",
         )
@@ -337,7 +337,7 @@ def fuzzed_user(served: Served) -> uuid.UUID:
     user = uuid.uuid4()
     for n in range(5):
         served.run(
-            served.store.upsert(
+            served.store.writes.upsert(
                 user_fact(
                     user,
                     f"fact {n}",

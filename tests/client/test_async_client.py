@@ -51,7 +51,7 @@ async def seed(store: PostgresMemoryStore, user: uuid.UUID) -> tuple[uuid.UUID, 
             ("job", "Is a nurse"),
         )
     ]
-    written = await store.write_event(event_id=uuid.uuid4(), memories=facts, turns=turns)
+    written = await store.writes.write_event(event_id=uuid.uuid4(), memories=facts, turns=turns)
     return channel, [result.memory_id for result in written.results]
 
 
@@ -223,7 +223,7 @@ async def test_a_503_then_an_answer_is_one_successful_call(api_db_url: str, peop
         waits.append(seconds)
         await lock.rollback()  # the cause goes away while the client waits
 
-    _, key = await store.create_api_key("retrying")
+    _, key = await store.api_keys.create_api_key("retrying")
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
         async with AsyncMemoryClient(BASE, key, transport=transport, sleep=sleep) as client:

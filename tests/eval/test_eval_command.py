@@ -217,7 +217,7 @@ async def test_keyword_recall_finds_a_turn_by_the_words_of_the_turn_it_answers(
             owner = uuid.uuid4()
             vectors = await unit_vectors(embedder, conversation, options)
             memories = unit_memories(units, owner, vectors, unit_key_contexts(conversation, options))
-            await opened.write_event(event_id=uuid.uuid4(), memories=memories, actor="test")
+            await opened.writes.write_event(event_id=uuid.uuid4(), memories=memories, actor="test")
             hits = await opened.recall(owner, None, query, 10, retriever="keyword")
             found[key_context] = [hit.memory.value for hit in hits]
     assert units[answering].text not in found[False]

@@ -81,5 +81,5 @@ async def write_as_the_worker(
     ]
     stored = [replace(t, embedding=v) for t, v in zip(turns, turn_vectors, strict=True)]
     with team_scope(scope or teams_scope([event.team_id])):
-        written = await store.write_event(event_id=event.event_id, memories=rows, turns=stored)
+        written = await store.writes.write_event(event_id=event.event_id, memories=rows, turns=stored)
     return [result.memory_id for result in written.results]

@@ -24,7 +24,7 @@ DINNER_TALK = [
 async def test_the_allergy_is_hinted_and_recalled_first_for_a_shrimp_question(store: Store) -> None:
     user = uuid.uuid4()
     for key, value in (("diet", "Is vegan"), ("allergy", "Is allergic to shellfish")):
-        await store.upsert(user_fact(user, key, value, status="active"))
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
     for day in range(12):
         question, answer = DINNER_TALK[day % len(DINNER_TALK)]
         channel = uuid.uuid4()
@@ -44,7 +44,7 @@ async def test_the_allergy_is_hinted_and_recalled_first_for_a_shrimp_question(st
             )
             for position, text in enumerate(lines, start=1)
         ]
-        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     asked = ContextRecall(
         user_id=user, persona_id=None, team_id=None, query="What can I cook with shrimp?", limit=10
     )
@@ -64,9 +64,9 @@ async def test_the_allergy_is_hinted_and_recalled_first_for_a_shrimp_question(st
 
 async def test_a_fact_with_a_change_awaiting_review_is_marked_in_recall_and_hint(store: Store) -> None:
     user = uuid.uuid4()
-    await store.upsert(user_fact(user, "lives in", "Berlin", status="active"))
-    await store.write_event(event_id=uuid.uuid4(), memories=[user_fact(user, "lives in", "Munich")])
-    [revision] = await store.pending_revisions()
+    await store.writes.upsert(user_fact(user, "lives in", "Berlin", status="active"))
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=[user_fact(user, "lives in", "Munich")])
+    [revision] = await store.review.pending_revisions()
     asked = ContextRecall(user_id=user, persona_id=None, team_id=None, query="where do I live", limit=10)
     [item] = [i for i in await items_in_context(store, asked) if i.memory]
     assert item.pending_change is not None and item.pending_change.id == revision.id

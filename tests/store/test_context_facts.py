@@ -36,12 +36,14 @@ async def _context(store: Store) -> tuple[uuid.UUID, uuid.UUID]:
         user_fact(user, "café", "Goes to Café Majestic", confidence=0.3),
     ]
     for fact in facts:
-        written = await store.upsert(replace(fact, status="active"))
+        written = await store.writes.upsert(replace(fact, status="active"))
         if fact.key in ("home city", "pet", "employer"):
-            await store.set_pinned(written.memory_id, True, actor="admin:ana")
+            await store.pinning.set_pinned(written.memory_id, True, actor="admin:ana")
     # restated with other values: proposed changes awaiting review
     for fact in (facts[3], facts[5], facts[6]):
-        await store.upsert(replace(fact, value=f"{fact.value}, or so it seems", status="pending_review"))
+        await store.writes.upsert(
+            replace(fact, value=f"{fact.value}, or so it seems", status="pending_review")
+        )
     return user, persona
 
 
@@ -56,9 +58,9 @@ async def test_the_facts_read_together_are_the_reads_apart(store: Store) -> None
         first = await store.recall(user, persona_id, "", standing, team_id=team_id) if standing else None
         if first is not None and len(first) >= standing:
             first = None  # as many facts as asked for or more: the hint lists the relevant ones
-        pins = await store.pinned_facts(user, persona_id, team_id=team_id) if pinned else []
+        pins = await store.pinning.pinned_facts(user, persona_id, team_id=team_id) if pinned else []
         ids = {hit.memory.id for hit in [*relevant, *(first or ())]} | {memory.id for memory in pins}
-        pending = await store.pending_changes(ids)
+        pending = await store.review.pending_changes(ids)
         case = (persona_id is not None, team_id, query, limit, standing, pinned)
         apart = ContextFacts(relevant=relevant, standing=first, pinned=pins, pending=pending)
         assert together == apart, case

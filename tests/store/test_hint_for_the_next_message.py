@@ -56,7 +56,7 @@ async def remember_food_talk(store: Store, user: uuid.UUID) -> None:
             for position, text in enumerate(lines, start=1)
         ]
         vectors = await store.embedder.embed([t.text for t in said])
-        await store.write_event(
+        await store.writes.write_event(
             event_id=uuid.uuid4(),
             memories=[],
             turns=[replace(t, embedding=v) for t, v in zip(said, vectors, strict=True)],
@@ -73,7 +73,7 @@ async def test_the_shrimp_question_brings_the_allergy_and_no_repeat_or_filler(
     store = await make_store(minilm)
     user = uuid.uuid4()
     for key, value in (*OTHER_FACTS, ("allergy", ALLERGY)):
-        await store.upsert(user_fact(user, key, value, status="active"))
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
     await remember_food_talk(store, user)
 
     message = "What can I cook with shrimp?"
@@ -93,7 +93,9 @@ async def test_an_earlier_shorter_question_is_not_hinted_and_filler_never_is(
 ) -> None:
     store = await make_store(minilm)
     user = uuid.uuid4()
-    await store.upsert(user_fact(user, "savings", "Has an emergency fund of three months", status="active"))
+    await store.writes.upsert(
+        user_fact(user, "savings", "Has an emergency fund of three months", status="active")
+    )
     await remember_food_talk(store, user)
     messages = (
         "Should I invest in crypto or pay off my credit card first?",  # grows from an earlier question
@@ -116,8 +118,10 @@ async def test_an_earlier_shorter_question_is_not_hinted_and_filler_never_is(
 async def test_a_fact_whose_change_awaits_review_is_marked(make_store: MakeStore, minilm: Embedder) -> None:
     store = await make_store(minilm)
     user = uuid.uuid4()
-    await store.upsert(user_fact(user, "lives in", "Lives in Berlin", status="active"))
-    await store.write_event(event_id=uuid.uuid4(), memories=[user_fact(user, "lives in", "Lives in Munich")])
+    await store.writes.upsert(user_fact(user, "lives in", "Lives in Berlin", status="active"))
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[user_fact(user, "lives in", "Lives in Munich")]
+    )
     message = "Which neighbourhood should I look at for a flat near where I live?"
     [item] = [i for i in await items_in_context(store, asked(user, message, limit=10)) if i.memory]
     assert item.pending_change is not None and item.pending_change.new_value == "Lives in Munich"
@@ -170,8 +174,8 @@ async def test_among_200_approved_facts_the_one_the_message_needs_is_hinted_with
     crowd = many_facts()
     assert len(crowd) == 200
     for key, value in crowd:
-        await store.upsert(user_fact(user, key, value, status="active"))
-    await store.upsert(user_fact(user, "allergy", ALLERGY, status="active"))
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
+    await store.writes.upsert(user_fact(user, "allergy", ALLERGY, status="active"))
     await remember_food_talk(store, user)
     for budget in (500, 1000):
         hint = await hint_in_context(store, asked(user, "What can I cook with shrimp?"), max_tokens=budget)

@@ -1,15 +1,18 @@
 """The stores meet their databases at one seam: each store is the shared store holding a backend,
 and neither overrides anything of the shared store (every database-specific operation is a
-method of `store.core.backend.Backend`). The shared store is flat: its parts inherit only
-`StoreBase`, never one another."""
+method of `store.core.backend.Backend`). The shared store is composed, not assembled: it holds one
+object per role (writes, review, turns, …), each inheriting only `StoreBase`, never another role,
+and no store has more than three classes in its MRO."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pkgutil
+from pathlib import Path
 
 import store.core
+from extraction.embeddings import HashingEmbedder
 from store.core.base import StoreBase
 from store.core.store import CoreStore
 from store.postgres.store import PostgresMemoryStore
@@ -39,51 +42,34 @@ def test_the_check_sees_an_override() -> None:
     assert overridden(Overriding) == {"ping"}
 
 
-def store_parts() -> set[type]:
-    """The part classes of `store/core`: every class defined there that inherits `StoreBase`
-    (`StoreBase` and `CoreStore` aside)."""
-    parts: set[type] = set()
+def store_roles() -> set[type]:
+    """The role classes of `store/core`: every class defined there that inherits `StoreBase`
+    (`StoreBase` aside)."""
+    roles: set[type] = set()
     for module_info in pkgutil.iter_modules(store.core.__path__, f"{store.core.__name__}."):
         module = importlib.import_module(module_info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and issubclass(cls, StoreBase):
-                parts.add(cls)
-    return parts - {StoreBase, CoreStore}
+                roles.add(cls)
+    return roles - {StoreBase}
 
 
-def depth(cls: type) -> int:
-    """The longest chain of bases from `cls` down to `object`."""
-    return 0 if cls is object else 1 + max(depth(base) for base in cls.__bases__)
-
-
-def test_no_part_inherits_another_part() -> None:
-    parts = store_parts()
-    assert len(parts) >= 12  # the discovery found the parts, not nothing
-    inheriting_more = {part.__name__: part.__bases__ for part in parts if part.__bases__ != (StoreBase,)}
+def test_no_role_inherits_another_role() -> None:
+    roles = store_roles()
+    assert len(roles) >= 14  # the discovery found the roles, not nothing
+    inheriting_more = {role.__name__: role.__bases__ for role in roles if role.__bases__ != (StoreBase,)}
     assert inheriting_more == {}
 
 
-def test_the_shared_store_is_composed_of_every_part() -> None:
-    assert set(CoreStore.__bases__) == store_parts()
+def test_the_shared_store_holds_every_role_and_inherits_none(tmp_path: Path) -> None:
+    assert CoreStore.__bases__ == (object,)
+    opened = SqliteMemoryStore(f"sqlite:///{tmp_path}/roles.db", HashingEmbedder(dim=8))
+    held = {type(value) for value in vars(opened).values() if isinstance(value, StoreBase)}
+    assert held == store_roles()
+    roles = [value for value in vars(opened).values() if isinstance(value, StoreBase)]
+    assert all(role._backend is opened.backend for role in roles)  # one backend, shared
 
 
-def test_each_store_is_at_most_four_levels_above_object() -> None:
-    assert depth(PostgresMemoryStore) <= 4
-    assert depth(SqliteMemoryStore) <= 4
-
-
-def test_the_depth_counts_the_longest_chain() -> None:
-    class Part(StoreBase):
-        pass
-
-    class PartOnPart(Part):
-        pass
-
-    class Other(StoreBase):
-        pass
-
-    class Composed(Other, PartOnPart):
-        pass
-
-    assert depth(StoreBase) == 1
-    assert depth(Composed) == 4
+def test_every_store_has_at_most_three_classes_in_its_mro() -> None:
+    assert PostgresMemoryStore.__mro__ == (PostgresMemoryStore, CoreStore, object)
+    assert SqliteMemoryStore.__mro__ == (SqliteMemoryStore, CoreStore, object)

@@ -24,26 +24,26 @@ ALLERGY = "Is allergic to shellfish"
 
 
 async def _written(store: Store, memory: NewMemory) -> uuid.UUID:
-    return (await store.upsert(memory)).memory_id
+    return (await store.writes.upsert(memory)).memory_id
 
 
 async def test_pinning_and_unpinning_are_audited_once_each(store: Store) -> None:
     user = uuid.uuid4()
     memory_id = await _written(store, user_fact(user, "allergy", ALLERGY, status="active"))
-    pinned = await store.set_pinned(memory_id, True, actor="admin:ana")
+    pinned = await store.pinning.set_pinned(memory_id, True, actor="admin:ana")
     assert pinned is not None and pinned.pinned
-    again = await store.set_pinned(memory_id, True, actor="admin:ana")  # already pinned: no change
+    again = await store.pinning.set_pinned(memory_id, True, actor="admin:ana")  # already pinned: no change
     assert again is not None and again.pinned
-    unpinned = await store.set_pinned(memory_id, False, actor=f"user:{user}")
+    unpinned = await store.pinning.set_pinned(memory_id, False, actor=f"user:{user}")
     assert unpinned is not None and not unpinned.pinned
-    stored = await store.get_by_id(memory_id)
+    stored = await store.listing.get_by_id(memory_id)
     assert stored is not None and not stored.pinned
-    history = [(entry.action, entry.actor) for entry in await store.audit_log(memory_id)]
+    history = [(entry.action, entry.actor) for entry in await store.review.audit_log(memory_id)]
     assert history[-2:] == [("pin", "admin:ana"), ("unpin", f"user:{user}")]
     assert [action for action, _ in history].count("pin") == 1
-    assert await store.set_pinned(uuid.uuid4(), True, actor="admin:ana") is None
+    assert await store.pinning.set_pinned(uuid.uuid4(), True, actor="admin:ana") is None
     with pytest.raises(PermissionError):
-        await store.set_pinned(memory_id, True, actor="worker")
+        await store.pinning.set_pinned(memory_id, True, actor="worker")
 
 
 async def test_a_context_reads_only_its_own_active_pinned_facts(store: Store) -> None:
@@ -60,9 +60,9 @@ async def test_a_context_reads_only_its_own_active_pinned_facts(store: Store) ->
     for key, (status, team, pin) in about_user.items():
         ids[key] = await _written(store, user_fact(user, key, f"{key} fact", status=status, team_id=team))
         if pin:
-            await store.set_pinned(ids[key], True, actor="admin:ana")
+            await store.pinning.set_pinned(ids[key], True, actor="admin:ana")
     others = await _written(store, user_fact(other, "allergy", "Is allergic to nuts", status="active"))
-    await store.set_pinned(others, True, actor="admin:ana")
+    await store.pinning.set_pinned(others, True, actor="admin:ana")
     with_persona = NewMemory(
         scope="persona_user",
         owner_id=persona,
@@ -72,17 +72,20 @@ async def test_a_context_reads_only_its_own_active_pinned_facts(store: Store) ->
         status="active",
     )
     ids["tone"] = await _written(store, with_persona)
-    await store.set_pinned(ids["tone"], True, actor="admin:ana")
+    await store.pinning.set_pinned(ids["tone"], True, actor="admin:ana")
 
-    in_team_a = await store.pinned_facts(user, None, team_id=TEAM_A)
+    in_team_a = await store.pinning.pinned_facts(user, None, team_id=TEAM_A)
     assert {m.key for m in in_team_a} == {"allergy", "condition"}
     assert all(m.pinned and m.status == "active" for m in in_team_a)
-    assert {m.key for m in await store.pinned_facts(user, None, team_id=None)} == {"allergy"}
-    assert {m.key for m in await store.pinned_facts(user, persona, team_id=None)} == {"allergy", "tone"}
-    assert [m.key for m in await store.pinned_facts(uuid.uuid4(), None, team_id=None)] == []
+    assert {m.key for m in await store.pinning.pinned_facts(user, None, team_id=None)} == {"allergy"}
+    assert {m.key for m in await store.pinning.pinned_facts(user, persona, team_id=None)} == {
+        "allergy",
+        "tone",
+    }
+    assert [m.key for m in await store.pinning.pinned_facts(uuid.uuid4(), None, team_id=None)] == []
     # approving the pending pinned fact brings it in
-    await store.approve(ids["guess"], actor="admin:ana")
-    assert {m.key for m in await store.pinned_facts(user, None, team_id=None)} == {"allergy", "guess"}
+    await store.review.approve(ids["guess"], actor="admin:ana")
+    assert {m.key for m in await store.pinning.pinned_facts(user, None, team_id=None)} == {"allergy", "guess"}
 
 
 async def test_reading_pinned_facts_walks_the_index_of_pinned_rows(store: Store, backend: str) -> None:
@@ -91,7 +94,7 @@ async def test_reading_pinned_facts_walks_the_index_of_pinned_rows(store: Store,
         pytest.skip("the pinned index's use is checked on Postgres only")
     user = uuid.uuid4()
     pinned = await _written(store, user_fact(user, "allergy", ALLERGY, status="active"))
-    await store.set_pinned(pinned, True, actor="admin:ana")
+    await store.pinning.set_pinned(pinned, True, actor="admin:ana")
     # an owner with thousands of other active memories
     rows = [
         {
@@ -109,7 +112,7 @@ async def test_reading_pinned_facts_walks_the_index_of_pinned_rows(store: Store,
     async with store.backend.transaction() as conn:
         await conn.execute(m.insert(), rows)
         await conn.exec_driver_sql("ANALYZE memories")
-    statement = store.pinned_statement(user, None, team_id=None)
+    statement = store.pinning.pinned_statement(user, None, team_id=None)
     async with store.backend.reading() as conn:
         compiled = statement.compile(dialect=conn.dialect)
         params: Any = compiled.params
@@ -122,7 +125,7 @@ async def test_reading_pinned_facts_walks_the_index_of_pinned_rows(store: Store,
         found = await conn.exec_driver_sql(explain + str(compiled), params)
         plan = " ".join(str(row) for row in found.all())
     assert "ix_memories_pinned" in plan, plan
-    assert [m.key for m in await store.pinned_facts(user, None, team_id=None)] == ["allergy"]
+    assert [m.key for m in await store.pinning.pinned_facts(user, None, team_id=None)] == ["allergy"]
 
 
 MESSAGES = (
@@ -173,9 +176,9 @@ async def test_a_pinned_fact_is_first_in_the_hint_of_every_message(
     user = uuid.uuid4()
     await remember_conversations(store, user, 60)
     for key, value in OTHER_FACTS:
-        await store.upsert(user_fact(user, key, value, status="active"))
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
     allergy = await _written(store, user_fact(user, "allergy", ALLERGY, status="active"))
-    _, key = await store.create_api_key("chat-backend")
+    _, key = await store.api_keys.create_api_key("chat-backend")
     headers = {"Authorization": f"Bearer {key}"}
 
     async def hints() -> list[str]:
@@ -200,7 +203,7 @@ async def test_a_pinned_fact_is_first_in_the_hint_of_every_message(
         assert first[0] == KNOWN_HEADER and first[1].startswith(f"- allergy: {ALLERGY}"), hint
         assert hint.count(ALLERGY) == 1  # recalled as well, it is stated once
     # a pinned fact that is no longer approved is never stated
-    assert await store.archive(allergy, actor="admin:ana")
+    assert await store.erasure.archive(allergy, actor="admin:ana")
     assert all(ALLERGY not in hint for hint in await hints())
 
 

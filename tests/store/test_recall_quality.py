@@ -186,7 +186,7 @@ async def test_recall_uses_the_time_cue_and_owner_term_statistics_on_both_stores
         ("favourite food", "Maria likes spicy chili", june + timedelta(days=120)),
     ]
     for key, value, when in facts:
-        await store.upsert(
+        await store.writes.upsert(
             user_fact(
                 user,
                 key,
@@ -213,7 +213,7 @@ async def test_informative_words_cue_changes_the_query_vector_on_both_stores(mak
     hobbies = ("tea", "jazz", "chess", "rain", "dogs", "maps", "figs", "vinyl", "kites", "trains", "opera")
     values = ["Caroline paints"] + [f"Caroline likes {x}" for x in hobbies]
     for i, value in enumerate([*values, "Caroline went hiking", "Caroline adopted a dog"]):
-        await store.upsert(user_fact(user, f"fact {i}", value, status="active"))
+        await store.writes.upsert(user_fact(user, f"fact {i}", value, status="active"))
     embedder.texts.clear()
     await store.recall(user, None, "what does Caroline paint", 3, retriever="vector")
     assert embedder.texts == [["what does Caroline paint", "what does paint"]]
@@ -233,7 +233,7 @@ async def test_conversation_cue_lifts_a_sibling_fact_on_both_stores(make_store: 
         ),
     ]
     for key, value, channel in rows:
-        await store.upsert(
+        await store.writes.upsert(
             user_fact(
                 user,
                 key,
@@ -316,7 +316,7 @@ class AngleEmbedder:
     async def seed(self, store: Store, user: uuid.UUID, rows: Sequence[tuple[str, str, float]]) -> None:
         """Active memories of `user`, one per (key, value, cosine to the query), each on its own axis."""
         for axis, (key, value, cosine) in enumerate(rows, start=1):
-            await store.upsert(
+            await store.writes.upsert(
                 user_fact(
                     user,
                     key,
@@ -357,7 +357,7 @@ async def test_key_weight_ranks_a_word_in_the_value_against_the_same_word_in_the
     store = await make_store(fusion=ScoreFusion(key_weight=key_weight, conversation_boost=0.0))
     user = uuid.uuid4()
     for key, value in (("in key zebra", "quiet morning"), ("in value morning", "quiet zebra")):
-        await store.upsert(user_fact(user, key, value, status="active"))
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
     hits = await store.recall(user, None, "zebra", 2, retriever="keyword")
     assert hits[0].memory.key == first
     assert hits[0].score > hits[1].score

@@ -19,12 +19,14 @@ CARD = "4111  1111  1111  1111"
 
 async def _plant(store: Store) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID, uuid.UUID]:
     user = uuid.uuid4()
-    secret_key = (await store.upsert(user_fact(user, "favourite colour", "green"), actor="worker")).memory_id
-    spaced = (await store.upsert(user_fact(user, "payment", "pays by card"), actor="worker")).memory_id
-    clean = (await store.upsert(user_fact(user, "home city", "Lyon"), actor="worker")).memory_id
+    secret_key = (
+        await store.writes.upsert(user_fact(user, "favourite colour", "green"), actor="worker")
+    ).memory_id
+    spaced = (await store.writes.upsert(user_fact(user, "payment", "pays by card"), actor="worker")).memory_id
+    clean = (await store.writes.upsert(user_fact(user, "home city", "Lyon"), actor="worker")).memory_id
     channel = uuid.uuid4()
     await write_as_the_worker(store, event_of(["hello there", "hi!", "bye now"], user=user, channel=channel))
-    await store.set_names([DirectoryEntry(kind="user", id=user, name="Ana")])
+    await store.directory.set_names([DirectoryEntry(kind="user", id=user, name="Ana")])
     m, t, d = store._schema.memories, store._schema.turns, store._schema.directory
     async with store._backend.transaction() as conn:
         await conn.execute(
@@ -43,30 +45,30 @@ async def _plant(store: Store) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID, uuid.UU
 
 async def test_regate_rewrites_or_erases_what_was_stored_before_the_gate(store: Store) -> None:
     user, secret_key, spaced, clean = await _plant(store)
-    dry = await store.regate(dry_run=True)
+    dry = await store.gate.regate(dry_run=True)
     assert (dry.memories_erased, dry.memories_rewritten) == (1, 1)
     assert (dry.turns_erased, dry.turns_rewritten) == (1, 1)
     assert dry.names_rewritten == 1
-    still = await store.get_by_id(secret_key)
+    still = await store.listing.get_by_id(secret_key)
     assert still is not None and still.value == "hunter2-Xy9"  # a dry run changes nothing
 
-    done = await store.regate()
+    done = await store.gate.regate()
     assert (done.memories_erased, done.memories_rewritten, done.turns_erased, done.turns_rewritten) == (
         1,
         1,
         1,
         1,
     )
-    assert await store.get_by_id(secret_key) is None
-    rewritten = await store.get_by_id(spaced)
+    assert await store.listing.get_by_id(secret_key) is None
+    rewritten = await store.listing.get_by_id(spaced)
     assert rewritten is not None and rewritten.value == "pays with [REDACTED:card_number]"
-    kept = await store.get_by_id(clean)
+    kept = await store.listing.get_by_id(clean)
     assert kept is not None and kept.value == "Lyon"
-    texts = [turn.text for turn in await store.export_turns(user)]
+    texts = [turn.text for turn in await store.turns.export_turns(user)]
     assert texts == ["my card is [REDACTED:card_number]", "hi!"]
-    assert (await store.names("user", [user]))[user] == "Ana [REDACTED:api_key]"
+    assert (await store.directory.names("user", [user]))[user] == "Ana [REDACTED:api_key]"
 
-    again = await store.regate()
+    again = await store.gate.regate()
     assert (again.memories_erased, again.memories_rewritten, again.turns_erased, again.turns_rewritten) == (
         0,
         0,

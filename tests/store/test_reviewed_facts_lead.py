@@ -76,7 +76,7 @@ async def remember_conversations(store: Store, user: uuid.UUID, turns: int) -> N
             for position in range(1, per_event + 1)
         ]
         vectors = await store.embedder.embed([t.text for t in said])
-        await store.write_event(
+        await store.writes.write_event(
             event_id=uuid.uuid4(),
             memories=[],
             turns=[replace(t, embedding=v) for t, v in zip(said, vectors, strict=True)],
@@ -92,7 +92,7 @@ async def test_an_approved_fact_that_answers_the_question_comes_first_and_stands
     question = "What does the user eat? Any diet?"
     user = uuid.uuid4()
     await remember_conversations(store, user, 100)
-    await store.upsert(
+    await store.writes.upsert(
         fact(
             user,
             "diet",
@@ -102,7 +102,7 @@ async def test_an_approved_fact_that_answers_the_question_comes_first_and_stands
             observed_at=SAID,
         )
     )
-    _, key = await store.create_api_key("chat-backend")
+    _, key = await store.api_keys.create_api_key("chat-backend")
     headers = {"Authorization": f"Bearer {key}"}
     body = {"user_id": str(user), "query": question}
     async with served(store) as http:
@@ -128,12 +128,12 @@ async def test_a_turn_the_leading_fact_already_quotes_is_not_repeated(
     user = uuid.uuid4()
     channel = uuid.uuid4()
     said = "I went vegan last spring, so no meat or cheese for me"
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[],
         turns=[turn(user, 1, said, channel=channel), turn(user, 2, "Vegan food is easy in Lyon")],
     )
-    await store.upsert(
+    await store.writes.upsert(
         fact(
             user,
             "diet",
@@ -143,7 +143,7 @@ async def test_a_turn_the_leading_fact_already_quotes_is_not_repeated(
             source_channel_id=channel,
         )
     )
-    _, key = await store.create_api_key("chat-backend")
+    _, key = await store.api_keys.create_api_key("chat-backend")
     recalled = await http.post(
         "/v1/recall",
         json={"user_id": str(user), "query": "vegan food"},

@@ -68,10 +68,10 @@ async def product(rls_url: str) -> AsyncIterator[PostgresMemoryStore]:
         )
         with team_scope(teams_scope([team])):
             (memory_id,) = await write_as_the_worker(store, first, [("employer", "Works at a bakery", (1,))])
-            await store.approve(memory_id, actor="test")
+            await store.review.approve(memory_id, actor="test")
             # a reviewed memory restated with another value: a revision is proposed
             await write_as_the_worker(store, second, [("employer", "Works at a school", (1,))])
-            await store.put_settings(level="team", target_id=team, min_confidence=0.4)
+            await store.settings.put_settings(level="team", target_id=team, min_confidence=0.4)
     yield store
     await store.close()
 
@@ -117,7 +117,7 @@ async def _with_names(store: PostgresMemoryStore) -> None:
 
     for team in (TEAM_A, TEAM_B):
         with team_scope(teams_scope([team])):
-            await store.set_names([DirectoryEntry(kind="team", id=team, name=f"team {team}")])
+            await store.directory.set_names([DirectoryEntry(kind="team", id=team, name=f"team {team}")])
 
 
 async def test_outside_any_scope_the_product_sees_no_teams_rows_and_the_platform_scope_all(

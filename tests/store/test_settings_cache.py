@@ -105,12 +105,15 @@ async def test_a_failed_reload_leaves_the_next_caller_to_reload() -> None:
 
 
 class SettingsOnlyStore:
-    """A RecallStore that counts `settings_for` calls and the recalls it is asked for (of the
+    """A store that counts `settings_for` calls and the recalls it is asked for (of the
     contexts whose memory is on); recall returns nothing."""
 
     def __init__(self) -> None:
         self.reads: list[tuple[uuid.UUID | None, uuid.UUID | None]] = []
         self.recalls: list[uuid.UUID | None] = []
+        # the roles a recall asks: this one object answers for the settings and the turns
+        self.settings = self
+        self.turns = self
 
     async def settings_for(self, team_id: uuid.UUID | None, persona_id: uuid.UUID | None) -> MemorySettings:
         self.reads.append((team_id, persona_id))

@@ -40,7 +40,7 @@ async def test_fts_rows_carry_the_owner_token_the_query_asks_for(
         OwnerRef(scope="persona_user", owner_id=persona, user_id=user),
     ]
     for owner in owners:
-        await sqlite_store.upsert(
+        await sqlite_store.writes.upsert(
             NewMemory(
                 scope=owner.scope,
                 owner_id=owner.owner_id,
@@ -67,20 +67,20 @@ async def test_keyword_recall_stems_and_follows_edits_archives_and_deletes(
     user = uuid.uuid4()
     filler = [("tea", "drinks green tea"), ("chess", "plays chess on sundays"), ("jazz", "listens to jazz")]
     for key, value in filler:
-        await sqlite_store.upsert(_new(user, key, value))
-    written = await sqlite_store.upsert(_new(user, "diet", "prefers vegetarian food"))
+        await sqlite_store.writes.upsert(_new(user, key, value))
+    written = await sqlite_store.writes.upsert(_new(user, "diet", "prefers vegetarian food"))
     memory_id = written.memory_id
     hits = await sqlite_store.recall(user, None, "food preferences", 5, retriever="keyword")
     assert [h.memory.id for h in hits] == [memory_id]  # "preferences" and "prefers" share a stem
 
-    await sqlite_store.edit(memory_id, "eats fish now", actor="test")
+    await sqlite_store.review.edit(memory_id, "eats fish now", actor="test")
     assert await sqlite_store.recall(user, None, "vegetarian", 5, retriever="keyword") == []
     assert [h.memory.id for h in await sqlite_store.recall(user, None, "fish", 5, retriever="keyword")] == [
         memory_id
     ]
-    await sqlite_store.archive(memory_id, actor="test")
+    await sqlite_store.erasure.archive(memory_id, actor="test")
     assert await sqlite_store.recall(user, None, "fish", 5, retriever="keyword") == []
-    await sqlite_store.delete(memory_id, actor="test")
+    await sqlite_store.erasure.delete(memory_id, actor="test")
     hits = await sqlite_store.recall(user, None, "fish", 5)
     assert memory_id not in {h.memory.id for h in hits}
     async with sqlite_store.engine.connect() as conn:
@@ -94,9 +94,9 @@ async def test_another_connections_write_refreshes_the_owner_index(tmp_path: Pat
     writer = SqliteMemoryStore(url, HashingEmbedder(dim=64))
     user = uuid.uuid4()
     try:
-        await writer.upsert(_new(user, "pet", "has a beagle"))
+        await writer.writes.upsert(_new(user, "pet", "has a beagle"))
         assert len(await reader.recall(user, None, "beagle", 5, retriever="vector")) == 1
-        await writer.upsert(_new(user, "car", "drives a beagle-yellow van"))
+        await writer.writes.upsert(_new(user, "car", "drives a beagle-yellow van"))
         assert len(await reader.recall(user, None, "beagle", 5, retriever="vector")) == 2
     finally:
         await reader.close()
@@ -115,9 +115,11 @@ def test_top_cosines_ranks_usable_rows_by_similarity() -> None:
 
 async def test_keyword_and_vector_recall_keep_the_team_boundary(sqlite_store: SqliteMemoryStore) -> None:
     user, team, other_team = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await sqlite_store.upsert(_new(user, "pet", "has a beagle"))
-    await sqlite_store.upsert(_new(user, "work pet", "the office beagle", team_id=team))
-    await sqlite_store.upsert(_new(user, "other pet", "a beagle at the other office", team_id=other_team))
+    await sqlite_store.writes.upsert(_new(user, "pet", "has a beagle"))
+    await sqlite_store.writes.upsert(_new(user, "work pet", "the office beagle", team_id=team))
+    await sqlite_store.writes.upsert(
+        _new(user, "other pet", "a beagle at the other office", team_id=other_team)
+    )
     for retriever in ("keyword", "vector", "hybrid"):
         no_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever)  # type: ignore[arg-type]
         in_team = await sqlite_store.recall(user, None, "beagle", 5, retriever=retriever, team_id=team)  # type: ignore[arg-type]
@@ -150,7 +152,7 @@ async def test_a_failing_vector_branch_fails_the_recall_and_returns_the_connecti
     store = SqliteMemoryStore(f"sqlite:///{tmp_path}/fail.db", embedder, busy_timeout_ms=2_000)
     user = uuid.uuid4()
     try:
-        await store.upsert(_new(user, "pet", "has a beagle"))
+        await store.writes.upsert(_new(user, "pet", "has a beagle"))
         embedder.failures_left = 1
         with pytest.raises(RuntimeError, match="embedding service down"):
             await store.recall(user, None, "beagle", 5)

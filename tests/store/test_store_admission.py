@@ -66,12 +66,12 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
     memory = user_fact(user, key, value, evidence=f"user: {evidence}", status="active")
     if not (admissible(key, key=True) and admissible(value)):
         with pytest.raises(ValueError, match=r"key: |value: "):
-            await store.upsert(memory)
+            await store.writes.upsert(memory)
         with pytest.raises(ValueError, match=r"key: |value: "):
-            await store.write_event(event_id=event, memories=[memory])
-        assert await store.list_memories(MemoryFilter(owner_id=user)) == []
+            await store.writes.write_event(event_id=event, memories=[memory])
+        assert await store.listing.list_memories(MemoryFilter(owner_id=user)) == []
         memory = user_fact(user, "home city", "Lives in Lisbon", evidence=f"user: {evidence}")
-    written = await store.upsert(memory)
+    written = await store.writes.upsert(memory)
     other = dataclasses.replace(memory, key="the other note", status="pending_review")
     turns = [
         NewTurn(
@@ -88,16 +88,18 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
         )
         for position, text in enumerate(said, start=1)
     ]
-    await store.write_event(event_id=event, memories=[other], turns=turns)
+    await store.writes.write_event(event_id=event, memories=[other], turns=turns)
     try:
-        await store.edit(written.memory_id, edit, actor="person")
+        await store.review.edit(written.memory_id, edit, actor="person")
     except ValueError as refused:
         assert not admissible(edit) and "value: " in str(refused)
-    await store.set_names([DirectoryEntry(kind="user", id=user, name=speaker)])
-    await store.put_settings(level="persona", target_id=persona, extraction_prompt=evidence)
-    await store.replace_settings(SettingsRow(level="team", target_id=persona, extraction_prompt=said[0]))
+    await store.directory.set_names([DirectoryEntry(kind="user", id=user, name=speaker)])
+    await store.settings.put_settings(level="persona", target_id=persona, extraction_prompt=evidence)
+    await store.settings.replace_settings(
+        SettingsRow(level="team", target_id=persona, extraction_prompt=said[0])
+    )
 
-    kept = await store.conversation(user, event)
+    kept = await store.turns.conversation(user, event)
     assert len(kept) == sum(has_content(admit(text).text) for text in said)
     items = await items_in_context(
         store,
@@ -106,16 +108,19 @@ async def test_no_secret_and_no_invisible_character_passes_the_store(
         ),
     )
     reads = {
-        "get": await store.get_by_id(written.memory_id),
-        "list": await store.list_memories(MemoryFilter(owner_id=user)),
-        "export": await store.export_user(user),
+        "get": await store.listing.get_by_id(written.memory_id),
+        "list": await store.listing.list_memories(MemoryFilter(owner_id=user)),
+        "export": await store.listing.export_user(user),
         "conversation": kept,
         "recall": items,
         "hint": build_hint(items),
-        "audit": await store.audit_log(written.memory_id),
-        "names": await store.names("user", [user]),
-        "settings": [await store.settings_row("persona", persona), await store.settings_row("team", persona)],
-        "effective": await store.settings_for(persona, persona),
+        "audit": await store.review.audit_log(written.memory_id),
+        "names": await store.directory.names("user", [user]),
+        "settings": [
+            await store.settings.settings_row("persona", persona),
+            await store.settings.settings_row("team", persona),
+        ],
+        "effective": await store.settings.settings_for(persona, persona),
     }
     for read, result in reads.items():
         assert leaks(texts(result)) == [], (read, leaks(texts(result)))
@@ -127,8 +132,8 @@ async def test_a_memory_changed_by_the_gate_is_embedded_as_written(store: Store)
         user, "work", "Uses sk-proj1234567890abcdefABCDEF daily", embedding=[1.0] * 384, status="active"
     )
     assert admit_memory(given_text).embedding is None
-    written = await store.upsert(given_text)
-    stored = await store.get_by_id(written.memory_id)
+    written = await store.writes.upsert(given_text)
+    stored = await store.listing.get_by_id(written.memory_id)
     assert stored is not None and stored.value == "Uses [REDACTED:api_key] daily"
     hits = await store.recall(user, None, "uses daily", 5)
     assert [h.memory.id for h in hits] == [written.memory_id]

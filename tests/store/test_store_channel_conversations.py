@@ -31,7 +31,7 @@ async def say(
     turns = exchange(
         lines, channel=channel, user=user, persona=persona, team=team, at=at, apart=timedelta(minutes=1)
     )
-    await store.write_event(event_id=event_id, memories=[], turns=turns)
+    await store.writes.write_event(event_id=event_id, memories=[], turns=turns)
     return event_id
 
 
@@ -62,7 +62,7 @@ async def test_conversations_are_grouped_by_channel_newest_first_and_paged(store
     await say(store, user=user, channel=quiet, lines=["Hello"], at=T0 - timedelta(days=3), team=None)
     await say(store, user=other, channel=porto, lines=["Not about the user"], at=T0 + timedelta(days=5))
 
-    first = await store.list_channel_conversations(ConversationQuery(user_id=user, limit=2))
+    first = await store.channels.list_channel_conversations(ConversationQuery(user_id=user, limit=2))
     assert [c.channel_id for c in first.items] == [porto, lisbon]
     assert first.next_cursor is not None
     porto_item = first.items[0]
@@ -71,15 +71,17 @@ async def test_conversations_are_grouped_by_channel_newest_first_and_paged(store
     assert porto_item.persona_ids == (PERSONA, None) and porto_item.team_ids == (TEAM_A,)
     assert porto_item.started_at == T0 and porto_item.last_at == T0 + timedelta(days=2)
     assert first.items[1].first_line == "Planning a trip to Lisbon"
-    rest = await store.list_channel_conversations(
+    rest = await store.channels.list_channel_conversations(
         ConversationQuery(user_id=user, limit=2, cursor=first.next_cursor)
     )
     assert [c.channel_id for c in rest.items] == [quiet] and rest.next_cursor is None
     assert rest.items[0].team_ids == (None,)
 
-    with_persona = await store.list_channel_conversations(ConversationQuery(user_id=user, persona_id=PERSONA))
+    with_persona = await store.channels.list_channel_conversations(
+        ConversationQuery(user_id=user, persona_id=PERSONA)
+    )
     assert [(c.channel_id, c.turn_count) for c in with_persona.items] == [(porto, 1)]
-    in_team = await store.list_channel_conversations(ConversationQuery(user_id=user, team_id=TEAM_A))
+    in_team = await store.channels.list_channel_conversations(ConversationQuery(user_id=user, team_id=TEAM_A))
     assert {c.channel_id for c in in_team.items} == {porto, lisbon}
 
 
@@ -91,12 +93,12 @@ async def test_deleting_a_channel_erases_only_that_persons_turns_there(store: St
     await say(store, user=user, channel=lisbon, lines=["Trip to Lisbon"], at=T0)
     await say(store, user=other, channel=porto, lines=["Someone else in the room"], at=T0)
 
-    assert await store.delete_channel_conversation(other, lisbon) == 0  # not theirs
-    assert await store.delete_channel_conversation(user, porto, teams=frozenset({TEAM_B})) == 0
-    assert await store.delete_channel_conversation(user, porto) == 3
-    assert await store.delete_channel_conversation(user, porto) == 0
+    assert await store.channels.delete_channel_conversation(other, lisbon) == 0  # not theirs
+    assert await store.channels.delete_channel_conversation(user, porto, teams=frozenset({TEAM_B})) == 0
+    assert await store.channels.delete_channel_conversation(user, porto) == 3
+    assert await store.channels.delete_channel_conversation(user, porto) == 0
 
-    left = await store.list_channel_conversations(ConversationQuery(user_id=user))
+    left = await store.channels.list_channel_conversations(ConversationQuery(user_id=user))
     assert [c.channel_id for c in left.items] == [lisbon]
-    assert [t.text for t in await store.export_turns(user)] == ["Trip to Lisbon"]
-    assert [t.text for t in await store.export_turns(other)] == ["Someone else in the room"]
+    assert [t.text for t in await store.turns.export_turns(user)] == ["Trip to Lisbon"]
+    assert [t.text for t in await store.turns.export_turns(other)] == ["Someone else in the room"]

@@ -76,9 +76,13 @@ def test_pmem_migrate_refuses_an_unusable_url(capsys: pytest.CaptureFixture[str]
 async def test_pmem_recall_prints_json_and_a_table(migrated: str, capsys: pytest.CaptureFixture[str]) -> None:
     user, persona = uuid.uuid4(), uuid.uuid4()
     async with opened(migrated) as store:
-        await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
-        await store.upsert(mem(scope="persona_user", owner=persona, user=user, key="level", value="Beginner"))
-        await store.upsert(mem(owner=user, key="pending", value="Lisbon maybe", status="pending_review"))
+        await store.writes.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
+        await store.writes.upsert(
+            mem(scope="persona_user", owner=persona, user=user, key="level", value="Beginner")
+        )
+        await store.writes.upsert(
+            mem(owner=user, key="pending", value="Lisbon maybe", status="pending_review")
+        )
     capsys.readouterr()
 
     assert (
@@ -117,10 +121,14 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
 ) -> None:
     user = uuid.uuid4()
     async with opened(migrated) as store:
-        pending = await store.upsert(mem(owner=user, key="pet", value="Has a cat", status="pending_review"))
-        rejected = await store.upsert(mem(owner=user, key="city", value="Porto", status="pending_review"))
-        active = await store.upsert(mem(owner=user, key="diet", value="Is vegetarian"))
-        await store.upsert(mem(owner=user, key="diet", value="Is vegan", status="pending_review"))
+        pending = await store.writes.upsert(
+            mem(owner=user, key="pet", value="Has a cat", status="pending_review")
+        )
+        rejected = await store.writes.upsert(
+            mem(owner=user, key="city", value="Porto", status="pending_review")
+        )
+        active = await store.writes.upsert(mem(owner=user, key="diet", value="Is vegetarian"))
+        await store.writes.upsert(mem(owner=user, key="diet", value="Is vegan", status="pending_review"))
     capsys.readouterr()
 
     assert await pmem("review", "list", "--json") == 0
@@ -149,7 +157,7 @@ async def test_pmem_review_lists_approves_rejects_and_edits(
     assert capsys.readouterr().out.startswith("0 memories")
 
     async with opened(migrated) as store:
-        log = await store.audit_log(pending.memory_id)
+        log = await store.review.audit_log(pending.memory_id)
     assert (log[-1].action, log[-1].actor) == ("approve", "admin:ana")
 
 
@@ -162,7 +170,7 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
 
     user = uuid.uuid4()
     async with opened(migrated) as store:
-        await store.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
+        await store.writes.upsert(mem(owner=user, key="home city", value="Lives in Lisbon"))
         said = NewTurn(
             channel_id=uuid.uuid4(),
             user_id=user,
@@ -174,7 +182,7 @@ async def test_pmem_recall_returns_turns_marked_as_such_and_include_selects(
             position=1,
             speaker="Ada",
         )
-        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=[said])
     capsys.readouterr()
     assert await pmem("recall", "--user-id", str(user), "--json", "Lisbon") == 0
     records = json.loads(capsys.readouterr().out)

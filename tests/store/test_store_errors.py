@@ -113,13 +113,15 @@ async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_u
     store = PostgresMemoryStore(database_url, HashingEmbedder(dim=8))
     owner, event_id = uuid.uuid4(), uuid.uuid4()
     try:
-        first = await store.write_event(event_id=uuid.uuid4(), memories=[memory(owner, "diet", "vegan")])
+        first = await store.writes.write_event(
+            event_id=uuid.uuid4(), memories=[memory(owner, "diet", "vegan")]
+        )
         existing = first.results[0].memory_id
         async with await psycopg.AsyncConnection.connect(database_url) as other:
             # the other transaction holds the memory the event's write will lock …
             await other.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (existing,))
             write = asyncio.create_task(
-                store.write_event(event_id=event_id, memories=[memory(owner, "diet", "vegetarian")])
+                store.writes.write_event(event_id=event_id, memories=[memory(owner, "diet", "vegetarian")])
             )
             # … wait until the write claimed the event and waits for that memory …
             deadline = time.monotonic() + 20
@@ -151,4 +153,4 @@ async def test_a_deadlock_is_retried_at_once_and_the_event_is_written(database_u
     assert result.results[0].memory_id == existing
     # once, or twice when the immediate retry claims the event before the other session's
     # waiting INSERT does (the same deadlock again, which the second retry then avoids)
-    assert 1 <= store.conflict_retries <= 2
+    assert 1 <= store.writes.conflict_retries <= 2

@@ -74,7 +74,7 @@ async def test_reject_and_forget_leaves_no_text_of_what_was_said(store: Store) -
         "memories.evidence",
     }
 
-    rejected = await store.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
+    rejected = await store.forgetting.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
 
     assert rejected is not None
     assert rejected.memory.status == "archived" and rejected.memory.evidence is None
@@ -92,21 +92,23 @@ async def test_reject_and_forget_leaves_no_text_of_what_was_said(store: Store) -
     _, worker_vectors = split_embeddings(vectors, [], [], len(own))
     assert np.allclose(await turn_embeddings(store, user), worker_vectors, atol=1e-5)
     # what else was said stays: the other memories, the other turns, and their recall
-    home = await store.get_by_id(ids["home"])
-    sport = await store.get_by_id(ids["sport"])
+    home = await store.listing.get_by_id(ids["home"])
+    sport = await store.listing.get_by_id(ids["sport"])
     assert home is not None and home.evidence == f"user: {as_evidence_text(SAID[4])}"
     assert sport is not None and sport.evidence == f"user: {as_evidence_text(SAID[4])}"
-    hits = await store.recall_turns(user, None, "marathons spring", 3, team_id=TEAM)
+    hits = await store.turns.recall_turns(user, None, "marathons spring", 3, team_id=TEAM)
     assert hits and hits[0].turn.text == SAID[4]
-    assert await store.recall_turns(user, None, "cat sardines piano", 5, team_id=TEAM) != []
-    assert all(WORD not in h.turn.text for h in await store.recall_turns(user, None, WORD, 5, team_id=TEAM))
+    assert await store.turns.recall_turns(user, None, "cat sardines piano", 5, team_id=TEAM) != []
+    assert all(
+        WORD not in h.turn.text for h in await store.turns.recall_turns(user, None, WORD, 5, team_id=TEAM)
+    )
     # audited as a rejection, by the reviewer
-    assert [(e.action, e.actor) for e in await store.audit_log(ids["pet"])][-1] == ("reject", REVIEWER)
+    assert [(e.action, e.actor) for e in await store.review.audit_log(ids["pet"])][-1] == ("reject", REVIEWER)
 
 
 async def test_a_plain_rejection_keeps_what_was_said(store: Store) -> None:
     ids, user, _ = await conversation(store)
-    rejected = await store.reject_memory(ids["pet"], actor=REVIEWER)
+    rejected = await store.forgetting.reject_memory(ids["pet"], actor=REVIEWER)
     assert rejected is not None and rejected.forgotten_turns == 0
     assert rejected.memory.status == "archived" and rejected.memory.evidence is not None
     assert [text for _, text, _ in await turn_rows(store, user)] == SAID
@@ -116,67 +118,75 @@ async def test_a_plain_rejection_keeps_what_was_said(store: Store) -> None:
 async def test_forgetting_stays_within_the_memorys_team(store: Store) -> None:
     ids, user, _ = await conversation(store)
     # the same conversation (channel) said again in another team: not the reviewer's to erase
-    channel_turns = await store.export_turns(user)
+    channel_turns = await store.turns.export_turns(user)
     elsewhere = uuid.uuid4()
     await write_as_the_worker(
         store, event_of(SAID, user=elsewhere, channel=channel_turns[0].channel_id, team=OTHER_TEAM)
     )
-    rejected = await store.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
+    rejected = await store.forgetting.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
     assert rejected is not None and rejected.forgotten_turns == 2
-    assert [t.text for t in await store.export_turns(elsewhere)] == SAID
+    assert [t.text for t in await store.turns.export_turns(elsewhere)] == SAID
 
 
 async def test_a_person_rejects_their_own_memory_and_forgets_only_their_own_turns(store: Store) -> None:
     ids, user, other = await conversation(store)
-    approved = await store.approve(ids["pet"], actor=REVIEWER)
+    approved = await store.review.approve(ids["pet"], actor=REVIEWER)
     assert approved is not None and approved.status == "active"
-    rejected = await store.reject_memory(ids["pet"], actor=f"user:{user}", forget=True, person=user)
+    rejected = await store.forgetting.reject_memory(
+        ids["pet"], actor=f"user:{user}", forget=True, person=user
+    )
     assert rejected is not None and rejected.memory.status == "archived" and rejected.forgotten_turns == 1
     assert WORD not in " ".join(text for _, text, _ in await turn_rows(store, user))
     # the other participant's copy is theirs
-    assert SAID[2] in [t.text for t in await store.export_turns(other)]
-    assert [(e.action, e.actor) for e in await store.audit_log(ids["pet"])][-1] == ("reject", f"user:{user}")
+    assert SAID[2] in [t.text for t in await store.turns.export_turns(other)]
+    assert [(e.action, e.actor) for e in await store.review.audit_log(ids["pet"])][-1] == (
+        "reject",
+        f"user:{user}",
+    )
     # archived: nothing more to reject
-    assert await store.reject_memory(ids["pet"], actor=f"user:{user}", forget=True, person=user) is None
+    assert (
+        await store.forgetting.reject_memory(ids["pet"], actor=f"user:{user}", forget=True, person=user)
+        is None
+    )
 
 
 async def test_rejecting_a_proposed_change_forgets_the_proposals_conversation_only(store: Store) -> None:
     ids, user, _ = await conversation(store)
-    await store.approve(ids["sport"], actor=REVIEWER)
+    await store.review.approve(ids["sport"], actor=REVIEWER)
     # a later conversation proposes another value for the reviewed memory
     later = [f"Actually I quit running, now I swim with {WORD} the coach", "Swimming is great"]
     channel = uuid.uuid4()
     await write_as_the_worker(
         store, event_of(later, user=user, channel=channel, team=TEAM), [("sport", "Swims", (1,))]
     )
-    [proposal] = await store.pending_revisions(ids["sport"])
+    [proposal] = await store.review.pending_revisions(ids["sport"])
     assert proposal.evidence is not None and WORD in proposal.evidence
 
-    rejected = await store.reject_memory(ids["sport"], actor=REVIEWER, forget=True)
+    rejected = await store.forgetting.reject_memory(ids["sport"], actor=REVIEWER, forget=True)
 
     assert rejected is not None and rejected.forgotten_turns == 1
     assert rejected.memory.status == "active" and rejected.memory.value == "Runs marathons"
     assert rejected.memory.evidence == f"user: {as_evidence_text(SAID[4])}"
-    assert await store.pending_revisions(ids["sport"]) == []
+    assert await store.review.pending_revisions(ids["sport"]) == []
     # the first conversation is untouched; of the later one the cited message is gone
-    texts = [t.text for t in await store.export_turns(user)]
+    texts = [t.text for t in await store.turns.export_turns(user)]
     assert SAID[2] in texts and later[1] in texts and later[0] not in texts
-    assert [e.action for e in await store.audit_log(ids["sport"])][-1] == "reject"
+    assert [e.action for e in await store.review.audit_log(ids["sport"])][-1] == "reject"
 
 
 async def test_nothing_pending_is_nothing_rejected_and_nothing_forgotten(store: Store) -> None:
     ids, user, _ = await conversation(store)
-    await store.approve(ids["pet"], actor=REVIEWER)
-    assert await store.reject_memory(ids["pet"], actor=REVIEWER, forget=True) is None
-    assert await store.reject_memory(uuid.uuid4(), actor=REVIEWER, forget=True) is None
+    await store.review.approve(ids["pet"], actor=REVIEWER)
+    assert await store.forgetting.reject_memory(ids["pet"], actor=REVIEWER, forget=True) is None
+    assert await store.forgetting.reject_memory(uuid.uuid4(), actor=REVIEWER, forget=True) is None
     assert [text for _, text, _ in await turn_rows(store, user)] == SAID
 
 
 async def test_a_memory_of_no_team_forgets_only_turns_of_no_team(store: Store) -> None:
     ids, user, _ = await conversation(store, team=None)
-    channel = (await store.export_turns(user))[0].channel_id
+    channel = (await store.turns.export_turns(user))[0].channel_id
     teamed = uuid.uuid4()
     await write_as_the_worker(store, event_of(SAID, user=teamed, channel=channel, team=TEAM))
-    rejected = await store.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
+    rejected = await store.forgetting.reject_memory(ids["pet"], actor=REVIEWER, forget=True)
     assert rejected is not None and rejected.forgotten_turns == 2 and rejected.memory.team_id is None
-    assert [t.text for t in await store.export_turns(teamed)] == SAID
+    assert [t.text for t in await store.turns.export_turns(teamed)] == SAID

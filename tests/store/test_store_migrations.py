@@ -220,7 +220,7 @@ async def test_dimensions_over_2000_index_a_halfvec_cast_and_recall_works(new_da
         import uuid
 
         user = uuid.uuid4()
-        await store.upsert(
+        await store.writes.upsert(
             user_fact(
                 user,
                 "city",

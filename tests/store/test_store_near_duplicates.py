@@ -19,7 +19,7 @@ from tests.store.store_testkit import Store, fact, recorded, reopened
 
 
 async def keys(store: Store, owner: uuid.UUID) -> list[str]:
-    rows = await store.prompt_memories(
+    rows = await store.listing.prompt_memories(
         [OwnerRef(scope="user", owner_id=owner)], team_id=None, words=[], limit=100
     )
     return sorted(m.key for m in rows)
@@ -27,12 +27,12 @@ async def keys(store: Store, owner: uuid.UUID) -> list[str]:
 
 async def test_a_restated_fact_under_another_key_is_not_written(store: Store) -> None:
     owner = uuid.uuid4()
-    first = await store.write_event(
+    first = await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(owner, "city", "Lives in Lyon, France")],
         dedup=decide_against_neighbours,
     )
-    again = await store.write_event(
+    again = await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(owner, "home city", "Lives in Lyon, France"), fact(owner, "pet", "Has a cat")],
         dedup=decide_against_neighbours,
@@ -45,10 +45,10 @@ async def test_a_restated_fact_under_another_key_is_not_written(store: Store) ->
 async def test_the_same_key_is_an_update_not_a_duplicate(store: Store) -> None:
     owner = uuid.uuid4()
     rule = decide_against_neighbours
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(), memories=[fact(owner, "city", "Lives in Lyon")], dedup=rule
     )
-    moved = await store.write_event(
+    moved = await store.writes.write_event(
         event_id=uuid.uuid4(), memories=[fact(owner, "city", "Lives in Oslo")], dedup=rule
     )
     assert not moved.results[0].near_duplicate and moved.results[0].action == "updated"
@@ -56,17 +56,17 @@ async def test_the_same_key_is_an_update_not_a_duplicate(store: Store) -> None:
 
 async def test_near_duplicates_respect_team_boundaries(store: Store) -> None:
     owner, team_a, team_b = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(owner, "city", "Lives in Lyon, France", team=team_a)],
         dedup=decide_against_neighbours,
     )
-    other_team = await store.write_event(
+    other_team = await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(owner, "home city", "Lives in Lyon, France", team=team_b)],
         dedup=decide_against_neighbours,
     )
-    same_team = await store.write_event(
+    same_team = await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(owner, "hometown city", "Lives in Lyon, France", team=team_a)],
         dedup=decide_against_neighbours,
@@ -79,12 +79,12 @@ async def test_the_same_fact_from_two_concurrent_events_is_one_memory(store: Sto
     for _ in range(5):
         owner = uuid.uuid4()
         results = await asyncio.gather(
-            store.write_event(
+            store.writes.write_event(
                 event_id=uuid.uuid4(),
                 memories=[fact(owner, "city", "Lives in Lyon, France")],
                 dedup=decide_against_neighbours,
             ),
-            store.write_event(
+            store.writes.write_event(
                 event_id=uuid.uuid4(),
                 memories=[fact(owner, "home city", "Lives in Lyon, France")],
                 dedup=decide_against_neighbours,
@@ -97,9 +97,11 @@ async def test_the_same_fact_from_two_concurrent_events_is_one_memory(store: Sto
 async def test_prompt_memories_are_the_relevant_few_of_a_large_owner(store: Store, backend: str) -> None:
     owner = uuid.uuid4()
     filler = [fact(owner, f"topic {i}", f"Mentioned subject number {i}") for i in range(300)]
-    await store.write_event(event_id=uuid.uuid4(), memories=filler)
-    await store.write_event(event_id=uuid.uuid4(), memories=[fact(owner, "employer", "Works at Acmecorp")])
-    found = await store.prompt_memories(
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=filler)
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[fact(owner, "employer", "Works at Acmecorp")]
+    )
+    found = await store.listing.prompt_memories(
         [OwnerRef(scope="user", owner_id=owner)], team_id=None, words=["acmecorp", "works"], limit=10
     )
     assert len(found) <= 10
@@ -112,7 +114,7 @@ async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(stor
     each memory still gets its own outcome, in the input order, with its audit row."""
     owner = uuid.uuid4()
     rule = decide_against_neighbours
-    first = await store.write_event(
+    first = await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[
             fact(owner, "city", "Lives in Lyon"),
@@ -122,9 +124,11 @@ async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(stor
         dedup=rule,
     )
     job_id = first.results[2].memory_id
-    assert await store.approve(job_id, actor="admin") is not None  # reviewed: a change becomes a revision
+    assert (
+        await store.review.approve(job_id, actor="admin") is not None
+    )  # reviewed: a change becomes a revision
     event = uuid.uuid4()
-    mixed = await store.write_event(
+    mixed = await store.writes.write_event(
         event_id=event,
         memories=[
             fact(owner, "diet", "Is vegetarian"),  # new
@@ -145,7 +149,7 @@ async def test_one_event_mixing_new_and_stored_keys_writes_each_by_its_rule(stor
     assert mixed.results[1].memory_id == first.results[0].memory_id
     assert mixed.results[3].memory_id == job_id and mixed.results[3].revision_id is not None
     assert await keys(store, owner) == ["city", "diet", "instrument", "job", "pet"]
-    written = {(w.key, w.action) for w in await store.event_writes(event)}
+    written = {(w.key, w.action) for w in await store.writes.event_writes(event)}
     assert written == {
         ("diet", "created"),
         ("city", "updated"),
@@ -164,17 +168,19 @@ async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
     monkeypatch.setattr(neighbours, "PENDING_WINDOW", 3)  # the restated fact is the most recent
     owner = uuid.uuid4()
     facts = [fact(owner, f"topic {i}", f"Talks about subject number {i} often") for i in range(9)]
-    await store.write_event(event_id=uuid.uuid4(), memories=facts, dedup=decide_against_neighbours)
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=facts, dedup=decide_against_neighbours)
     city = fact(owner, "city", "Lives in Lyon, France")
     if stored == "active":
-        await store.upsert(dataclasses.replace(city, status="active"))
+        await store.writes.upsert(dataclasses.replace(city, status="active"))
     else:
-        await store.write_event(event_id=uuid.uuid4(), memories=[city], dedup=decide_against_neighbours)
+        await store.writes.write_event(
+            event_id=uuid.uuid4(), memories=[city], dedup=decide_against_neighbours
+        )
     # a worker that has not counted this owner yet counts it again: past the exact limit now
     writer = reopened(store) if isinstance(store, PostgresMemoryStore) else store
     try:
         with recorded(writer) as traffic:
-            again = await writer.write_event(
+            again = await writer.writes.write_event(
                 event_id=uuid.uuid4(),
                 memories=[fact(owner, "home city", "Lives in Lyon, France")],
                 dedup=decide_against_neighbours,
@@ -211,7 +217,7 @@ async def test_several_new_memories_of_one_owner_each_meet_their_own_nearest(
     owner, team = uuid.uuid4(), uuid.uuid4()
     stored = [fact(owner, f"topic {i}", f"Talks about subject number {i} on weekdays") for i in range(12)]
     stored += [fact(owner, f"team topic {i}", f"Team subject number {i}", team=team) for i in range(4)]
-    await store.write_event(event_id=uuid.uuid4(), memories=stored)
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=stored)
     new = [
         fact(owner, "topic 3", "Talks about subject number 3 at weekends"),
         fact(owner, "hobby", "Talks about subject number 7 on weekdays"),

@@ -37,7 +37,7 @@ async def store(pg_url: str) -> Any:
 
 
 async def write(store: PostgresMemoryStore, event: uuid.UUID, *memories: NewMemory) -> EventWrite:
-    return await store.write_event(event_id=event, memories=memories, dedup=decide_against_neighbours)
+    return await store.writes.write_event(event_id=event, memories=memories, dedup=decide_against_neighbours)
 
 
 def general_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,9 +72,9 @@ async def test_an_event_of_new_facts_costs_two_round_trips_and_nothing_through_s
     assert traffic.round_trips == 2
     assert traffic.through_sqlalchemy == []
     assert traffic.sent and all(s.pipelined for s in traffic.sent)
-    stored = await store.get_by_id(written.results[0].memory_id)
+    stored = await store.listing.get_by_id(written.results[0].memory_id)
     assert stored is not None and (stored.key, stored.value) == ("city", "Lives in Lyon")
-    assert [a.action for a in await store.audit_log(stored.id)] == ["add"]
+    assert [a.action for a in await store.review.audit_log(stored.id)] == ["add"]
 
 
 @pytest.mark.parametrize("locked", ["seen by the lock", "hidden from the lock"])
@@ -98,7 +98,7 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
     for path in ("pipelined", "general"):
         owner = uuid.uuid4()
         (old,) = (await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon"))).results
-        assert await store.reject(old.memory_id, actor="admin") is not None  # archived
+        assert await store.review.reject(old.memory_id, actor="admin") is not None  # archived
         event = uuid.uuid4()
         new = [fact(owner, "city", "Lives in Porto"), fact(owner, "pet", "Has a dog")]
         if path == "general":
@@ -107,9 +107,9 @@ async def test_a_stored_key_the_read_missed_is_written_as_the_general_path_write
         with recorded(store) as traffic:
             results[path] = await write(store, event, *new)
         rollbacks += sum(s.sql == "ROLLBACK" for s in traffic.sent)
-        assert await store.is_processed(event)
+        assert await store.writes.is_processed(event)
         assert results[path].results[0].memory_id == old.memory_id
-        rows = await store.list_memories(MemoryFilter(owner_id=owner, status=None))
+        rows = await store.listing.list_memories(MemoryFilter(owner_id=owner, status=None))
         assert sorted((m.key, m.value) for m in rows) == [("city", "Lives in Porto"), ("pet", "Has a dog")]
     assert [(r.action, r.near_duplicate) for r in results["pipelined"].results] == [
         (r.action, r.near_duplicate) for r in results["general"].results
@@ -123,7 +123,7 @@ async def test_a_processed_event_is_refused_without_writing(store: PostgresMemor
     await write(store, event, fact(owner, "city", "Lives in Lyon"))
     again = await write(store, event, fact(owner, "pet", "Has a cat"))
     assert again.duplicate and again.results == ()
-    assert [m.key for m in await store.list_memories(MemoryFilter(owner_id=owner))] == ["city"]
+    assert [m.key for m in await store.listing.list_memories(MemoryFilter(owner_id=owner))] == ["city"]
     assert await in_transaction(pg_url) == 0
 
 
@@ -141,7 +141,7 @@ async def test_a_failed_write_rolls_back_claim_and_locks(
     monkeypatch.undo()
 
     assert await in_transaction(pg_url) == 0
-    assert not await store.is_processed(event)
+    assert not await store.writes.is_processed(event)
     # the same event, and the same owner's lock, are free: the retry writes it
     written = await asyncio.wait_for(write(store, event, fact(owner, "city", "Lives in Lyon")), 10)
     assert [r.action for r in written.results] == ["created"]
@@ -164,7 +164,7 @@ async def test_a_write_cancelled_while_waiting_for_the_owner_lock_leaves_nothing
             await asyncio.wait_for(task, 10)
         await holder.rollback()
 
-    assert not await store.is_processed(event)
+    assert not await store.writes.is_processed(event)
     for _ in range(2):  # both pooled connections are usable
         written = await asyncio.wait_for(write(store, uuid.uuid4(), fact(uuid.uuid4(), "pet", "A dog")), 10)
         assert [r.action for r in written.results] == ["created"]
@@ -223,7 +223,7 @@ async def test_a_write_past_the_statement_timeout_is_store_timeout_and_leaves_no
                 await asyncio.wait_for(write(store, event, memory), 10)
             await holder.rollback()
         assert await in_transaction(pg_url) == 0
-        assert not await store.is_processed(event)
+        assert not await store.writes.is_processed(event)
         # the one pooled connection is usable: the retry writes the event
         written = await asyncio.wait_for(write(store, event, memory), 10)
         assert [r.action for r in written.results] == ["created"]
@@ -276,7 +276,7 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     for i in range(7):
         await write(store, uuid.uuid4(), fact(owner, f"topic {i}", f"Talks about subject number {i} often"))
     city = await write(store, uuid.uuid4(), fact(owner, "city", "Lives in Lyon, France"))
-    assert await store.approve(city.results[0].memory_id, actor="admin") is not None
+    assert await store.review.approve(city.results[0].memory_id, actor="admin") is not None
     worker = reopened(store)
     try:
         await write(worker, uuid.uuid4(), fact(owner, "pet", "Has a cat"))  # counted: large, and cached
@@ -313,7 +313,9 @@ async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_h
     vectors = [float4_array(restated.embedding or [])]
     sizes = {neighbours.owner_key(restated): 8}
     locked_sql, locked_params = neighbours_statement([restated], vectors, 8, sizes, "locked", dim=DIM)
-    assert await store.approve(city.results[0].memory_id, actor="admin") is not None  # "after" the HNSW read
+    assert (
+        await store.review.approve(city.results[0].memory_id, actor="admin") is not None
+    )  # "after" the HNSW read
     found = {row["id"] for row in await store.connections.fetch(locked_sql, locked_params)}
     assert city.results[0].memory_id in found
 
@@ -330,7 +332,7 @@ async def stored_keys_scene(store: PostgresMemoryStore, owner: uuid.UUID) -> Non
         fact(owner, "hobby", "Plays the violin"),
     )
     for result in first.results[1:3]:
-        assert await store.approve(result.memory_id, actor="admin") is not None
+        assert await store.review.approve(result.memory_id, actor="admin") is not None
     proposed = await write(store, uuid.uuid4(), fact(owner, "job", "Works as a surgeon"))
     assert [r.action for r in proposed.results] == ["revision_proposed"]
 
@@ -407,11 +409,11 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
             written = await write(store, event, *(fact(owner, k, v) for k, v in facts))
         if path == "pipelined":
             assert (traffic.round_trips, traffic.through_sqlalchemy) == (pipelines, [])
-        assert await store.is_processed(event)
+        assert await store.writes.is_processed(event)
         memories = sorted(
-            await store.list_memories(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key
+            await store.listing.list_memories(MemoryFilter(owner_id=owner, status=None)), key=lambda m: m.key
         )
-        revisions = {r.memory_id: r for r in await store.pending_revisions()}
+        revisions = {r.memory_id: r for r in await store.review.pending_revisions()}
         left[path] = {
             "results": [(r.action, r.revision_id is not None, r.near_duplicate) for r in written.results],
             "memories": [
@@ -434,7 +436,7 @@ async def test_an_event_over_stored_keys_leaves_what_the_general_path_leaves(
                         a.event_id == event,
                         a.revision_id is not None,
                     )
-                    for a in await store.audit_log(m.id)
+                    for a in await store.review.audit_log(m.id)
                 ]
                 for m in memories
             ],
@@ -478,12 +480,12 @@ async def test_a_stored_row_the_lock_did_not_find_is_locked_again_or_the_write_r
         return ({}, {}) if calls <= hidden else real_locked_rows(stored_rows, revision_rows)
 
     monkeypatch.setattr(event_write, "locked_rows", hiding)
-    retries = store.conflict_retries
+    retries = store.writes.conflict_retries
     written = await write(store, uuid.uuid4(), fact(owner, "city", "Moved to Porto last spring"))
 
     assert [(r.action, r.memory_id) for r in written.results] == [("updated", stored.memory_id)]
-    assert store.conflict_retries == retries + (hidden - 1)
+    assert store.writes.conflict_retries == retries + (hidden - 1)
     assert calls == hidden + 1
-    rows = await store.list_memories(MemoryFilter(owner_id=owner, status=None))
+    rows = await store.listing.list_memories(MemoryFilter(owner_id=owner, status=None))
     assert [(m.key, m.value) for m in rows] == [("city", "Moved to Porto last spring")]
     assert await in_transaction(pg_url) == 0

@@ -85,7 +85,7 @@ async def test_recall_never_leaks_other_owners_or_inactive_rows(
     rows, me, persona, query, retriever = case
     await _clear(store)  # one store per test, emptied for every example
     if rows:
-        await store.write_event(event_id=uuid.uuid4(), memories=rows)
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=rows)
     hits = await store.recall(me, persona, query, limit=50, retriever=retriever)
     for hit in hits:
         m = hit.memory
@@ -98,5 +98,5 @@ async def test_recall_never_leaks_other_owners_or_inactive_rows(
 
 
 async def _visible_active(store: Store, me: uuid.UUID, persona: uuid.UUID | None) -> list[Memory]:
-    everything = await store.list_memories(MemoryFilter(status="active", limit=1000))
+    everything = await store.listing.list_memories(MemoryFilter(status="active", limit=1000))
     return [m for m in everything if visible(m.scope, m.owner_id, m.user_id, me, persona)]

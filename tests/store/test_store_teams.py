@@ -33,8 +33,8 @@ def team_memory(user: uuid.UUID, key: str, value: str, team: uuid.UUID | None) -
 
 async def test_a_teams_memory_is_recalled_only_in_that_team(store: Store) -> None:
     user = uuid.uuid4()
-    await store.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
-    await store.upsert(team_memory(user, "hometown", "Grew up in Lyon", None))
+    await store.writes.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
+    await store.writes.upsert(team_memory(user, "hometown", "Grew up in Lyon", None))
     in_a = {h.memory.key for h in await store.recall(user, None, "", 10, team_id=TEAM_A)}
     in_b = {h.memory.key for h in await store.recall(user, None, "", 10, team_id=TEAM_B)}
     no_team = {h.memory.key for h in await store.recall(user, None, "", 10)}
@@ -46,20 +46,20 @@ async def test_a_teams_memory_is_recalled_only_in_that_team(store: Store) -> Non
 
 async def test_the_same_key_in_two_teams_is_two_rows_never_a_revision(store: Store) -> None:
     user = uuid.uuid4()
-    first = await store.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
-    second = await store.upsert(user_fact(user, "employer", "Works at Beta", team_id=TEAM_B))
+    first = await store.writes.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
+    second = await store.writes.upsert(user_fact(user, "employer", "Works at Beta", team_id=TEAM_B))
     assert second.action == "created" and second.memory_id != first.memory_id
-    memory = await store.get_by_id(first.memory_id)
+    memory = await store.listing.get_by_id(first.memory_id)
     assert memory is not None and memory.value == "Works at Acme" and memory.team_id == TEAM_A
 
 
 async def test_memories_for_dedup_stay_inside_the_team(store: Store) -> None:
     user = uuid.uuid4()
-    await store.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
-    await store.upsert(team_memory(user, "pet", "Has a cat", None))
+    await store.writes.upsert(team_memory(user, "employer", "Works at Acme", TEAM_A))
+    await store.writes.upsert(team_memory(user, "pet", "Has a cat", None))
     owners = [OwnerRef(scope="user", owner_id=user)]
-    in_b = await store.prompt_memories(owners, team_id=TEAM_B, words=[], limit=100)
-    in_a = await store.prompt_memories(owners, team_id=TEAM_A, words=[], limit=100)
+    in_b = await store.listing.prompt_memories(owners, team_id=TEAM_B, words=[], limit=100)
+    in_a = await store.listing.prompt_memories(owners, team_id=TEAM_A, words=[], limit=100)
     assert {m.key for m in in_b} == {"pet"}
     assert {m.key for m in in_a} == {"employer", "pet"}
 
@@ -75,12 +75,12 @@ async def test_recall_and_dedup_never_cross_a_team_boundary(
     user = uuid.uuid4()  # a fresh owner per example: examples share the store
     written: dict[uuid.UUID, uuid.UUID | None] = {}
     for team, key in rows:
-        result = await store.upsert(team_memory(user, key, f"value {key}", team))
+        result = await store.writes.upsert(team_memory(user, key, f"value {key}", team))
         written[result.memory_id] = team
     # the oracle: a plain filter over what this example wrote
     visible = {mid for mid, team in written.items() if team is None or team == context}
     recalled = await store.recall(user, None, "", 50, team_id=context)
-    existing = await store.prompt_memories(
+    existing = await store.listing.prompt_memories(
         [OwnerRef(scope="user", owner_id=user)], team_id=context, words=[], limit=100
     )
     assert {m.id for m in existing} == visible
@@ -93,12 +93,12 @@ async def test_the_deployment_min_confidence_is_the_default_under_global_team_an
 ) -> None:
     store = await make_store(settings_defaults=MemorySettings(min_confidence=0.85))
     persona = uuid.uuid4()
-    assert (await store.settings_for(TEAM_A, persona)).min_confidence == 0.85
-    await store.put_settings(level="team", target_id=TEAM_A, min_confidence=0.3)
-    assert (await store.settings_for(TEAM_A, persona)).min_confidence == 0.3
-    assert (await store.settings_for(TEAM_B, persona)).min_confidence == 0.85
-    await store.put_settings(level="persona", target_id=persona, min_confidence=0.6)
-    assert (await store.settings_for(TEAM_A, persona)).min_confidence == 0.6
+    assert (await store.settings.settings_for(TEAM_A, persona)).min_confidence == 0.85
+    await store.settings.put_settings(level="team", target_id=TEAM_A, min_confidence=0.3)
+    assert (await store.settings.settings_for(TEAM_A, persona)).min_confidence == 0.3
+    assert (await store.settings.settings_for(TEAM_B, persona)).min_confidence == 0.85
+    await store.settings.put_settings(level="persona", target_id=persona, min_confidence=0.6)
+    assert (await store.settings.settings_for(TEAM_A, persona)).min_confidence == 0.6
 
 
 def test_pmem_min_confidence_reaches_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,12 +121,12 @@ async def test_the_review_queue_and_lists_never_cross_a_team_boundary(
     user = uuid.uuid4()
     written: dict[uuid.UUID, uuid.UUID | None] = {}
     for team, key in rows:
-        result = await store.upsert(user_fact(user, key, f"v {key}", team_id=team))
+        result = await store.writes.upsert(user_fact(user, key, f"v {key}", team_id=team))
         written[result.memory_id] = team
-    page = await store.review_queue(ReviewQuery(teams=admin_of, user_id=user, limit=50))
+    page = await store.review.review_queue(ReviewQuery(teams=admin_of, user_id=user, limit=50))
     # the oracle: a team admin sees their teams' rows only, an admin (None) sees every row
     expected = {mid for mid, team in written.items() if admin_of is None or team in admin_of}
     assert {item.memory_id for item in page.items} == expected
     for team in (TEAM_A, TEAM_B):
-        listed = await store.list_for_user(UserMemoryQuery(user_id=user, team_id=team, limit=50))
+        listed = await store.listing.list_for_user(UserMemoryQuery(user_id=user, team_id=team, limit=50))
         assert {m.id for m in listed.items} == {mid for mid, t in written.items() if t == team}

@@ -44,18 +44,18 @@ async def test_memory_save_without_persona_is_an_active_user_memory(store: Store
     tools = tools_for(store)
     result = await tools.handle_tool_call("memory_save", '{"key": "preferred language", "value": "Go"}')
     assert result["saved"] is True and result["scope"] == "user" and result["action"] == "created"
-    memory = await store.get_by_id(uuid.UUID(result["id"]))
+    memory = await store.listing.get_by_id(uuid.UUID(result["id"]))
     assert memory is not None
     assert (memory.scope, memory.owner_id, memory.user_id) == ("user", tools.context.user_id, None)
     assert (memory.status, memory.confidence) == ("active", 1.0)
-    assert [e.actor for e in await store.audit_log(memory.id)] == [f"user:{tools.context.user_id}"]
+    assert [e.actor for e in await store.review.audit_log(memory.id)] == [f"user:{tools.context.user_id}"]
 
 
 async def test_memory_save_with_a_persona_is_persona_user_scoped(store: Store) -> None:
     persona = uuid.uuid4()
     tools = tools_for(store, persona)
     result = await tools.memory_save("struggles with", "recursion", confidence=0.7)
-    memory = await store.get_by_id(uuid.UUID(result["id"]))
+    memory = await store.listing.get_by_id(uuid.UUID(result["id"]))
     assert memory is not None
     assert (memory.scope, memory.owner_id, memory.user_id) == ("persona_user", persona, tools.context.user_id)
     assert memory.confidence == pytest.approx(0.7)
@@ -63,8 +63,8 @@ async def test_memory_save_with_a_persona_is_persona_user_scoped(store: Store) -
 
 async def test_memory_recall_defaults_to_top_memories_and_merges_scopes(store: Store) -> None:
     user, persona = uuid.uuid4(), uuid.uuid4()
-    await store.upsert(mem(owner=user, key="tone", value="casual"))
-    await store.upsert(mem(scope="persona", owner=persona, key="policy", value="Refunds in 30 days"))
+    await store.writes.upsert(mem(owner=user, key="tone", value="casual"))
+    await store.writes.upsert(mem(scope="persona", owner=persona, key="policy", value="Refunds in 30 days"))
     tools = tools_for(store, persona, user)
     await tools.memory_save("tone", "formal")
     result = await tools.handle_tool_call("memory_recall", "{}")
@@ -82,9 +82,9 @@ async def test_remember_recall_forget_about_the_user(store: Store) -> None:
     await tools.remember("me", "favourite food", "Ramen")
     found = await tools.recall("user", "favourite food")
     assert found["found"] is True and [f["value"] for f in found["facts"]] == ["Ramen"]
-    assert [m.key for m in await store.list_memories(MemoryFilter(owner_id=tools.context.user_id))] == [
-        "favourite food"
-    ]
+    assert [
+        m.key for m in await store.listing.list_memories(MemoryFilter(owner_id=tools.context.user_id))
+    ] == ["favourite food"]
     assert (await tools.forget("myself", "favourite food"))["forgotten"] == 1
     gone = await tools.recall("me", "favourite food")
     assert gone["found"] is False and gone["facts"] == []
@@ -114,13 +114,13 @@ async def test_recall_of_an_unknown_key_offers_related_memories(store: Store) ->
 
 async def test_forget_never_deletes_persona_scope_memories(store: Store) -> None:
     user, persona = uuid.uuid4(), uuid.uuid4()
-    shared = await store.upsert(mem(scope="persona", owner=persona, key="policy", value="30 days"))
-    own = await store.upsert(mem(owner=user, key="policy", value="my own note"))
+    shared = await store.writes.upsert(mem(scope="persona", owner=persona, key="policy", value="30 days"))
+    own = await store.writes.upsert(mem(owner=user, key="policy", value="my own note"))
     tools = tools_for(store, persona, user)
     await tools.memory_save("policy", "per-persona note")
     assert (await tools.forget("me", "policy"))["forgotten"] == 2
-    assert await store.get_by_id(shared.memory_id) is not None
-    assert await store.get_by_id(own.memory_id) is None
+    assert await store.listing.get_by_id(shared.memory_id) is not None
+    assert await store.listing.get_by_id(own.memory_id) is None
 
 
 async def test_tool_saves_are_not_visible_to_other_users_of_the_persona(store: Store) -> None:
@@ -172,10 +172,12 @@ async def test_conversation_search_finds_the_users_own_words_in_this_context_onl
             speaker="Ada" if persona_id else None,
         )
 
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(), memories=[], turns=[said_to(persona, "My cat Miso hates rain")]
     )
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[said_to(None, "My cat Miso is grey")])
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[said_to(None, "My cat Miso is grey")]
+    )
     tools = MemoryTools(ToolContext(user_id=user, persona_id=persona, store=store, team_id=team))
     found = await tools.handle_tool_call("conversation_search", '{"query": "cat Miso"}')
     assert found["count"] == 1
@@ -184,7 +186,7 @@ async def test_conversation_search_finds_the_users_own_words_in_this_context_onl
     assert found["messages"][0]["speaker"] == "Ada"
     elsewhere = MemoryTools(ToolContext(user_id=uuid.uuid4(), persona_id=persona, store=store, team_id=team))
     assert (await elsewhere.conversation_search("cat Miso"))["count"] == 0
-    await store.replace_settings(SettingsRow(level="persona", target_id=persona, history=False))
+    await store.settings.replace_settings(SettingsRow(level="persona", target_id=persona, history=False))
     assert (await tools.conversation_search("cat Miso"))["count"] == 0
     with pytest.raises(ToolCallError, match="query"):
         await tools.handle_tool_call("conversation_search", "{}")

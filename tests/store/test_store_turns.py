@@ -57,38 +57,40 @@ def fact(user: uuid.UUID, key: str, value: str, **fields: object) -> NewMemory:
 async def test_evidence_and_time_are_kept_and_shown_wherever_the_memory_is(store: Store) -> None:
     user = uuid.uuid4()
     new = fact(user, "diet", "Is vegan", evidence=EVIDENCE, observed_at=SAID)
-    written = await store.write_event(event_id=uuid.uuid4(), memories=[new])
+    written = await store.writes.write_event(event_id=uuid.uuid4(), memories=[new])
     memory_id = written.results[0].memory_id
-    memory = await store.get_by_id(memory_id)
+    memory = await store.listing.get_by_id(memory_id)
     assert memory is not None and memory.evidence == EVIDENCE and memory.observed_at == SAID
-    [queued] = (await store.review_queue(ReviewQuery())).items
+    [queued] = (await store.review.review_queue(ReviewQuery())).items
     assert queued.evidence == EVIDENCE and queued.observed_at == SAID
-    [mine] = (await store.list_for_user(UserMemoryQuery(user_id=user))).items
+    [mine] = (await store.listing.list_for_user(UserMemoryQuery(user_id=user))).items
     assert mine.evidence == EVIDENCE
-    assert (await store.export_user(user)).memories[0].evidence == EVIDENCE
+    assert (await store.listing.export_user(user)).memories[0].evidence == EVIDENCE
 
 
 async def test_a_proposal_carries_its_own_evidence_and_approval_moves_it_to_the_memory(store: Store) -> None:
     user = uuid.uuid4()
-    first = await store.upsert(fact(user, "diet", "Is vegetarian", status="active", evidence="user: veggie"))
+    first = await store.writes.upsert(
+        fact(user, "diet", "Is vegetarian", status="active", evidence="user: veggie")
+    )
     later = SAID + timedelta(days=30)
     proposed = fact(user, "diet", "Is vegan", evidence=EVIDENCE, observed_at=later)
-    result = (await store.write_event(event_id=uuid.uuid4(), memories=[proposed])).results[0]
+    result = (await store.writes.write_event(event_id=uuid.uuid4(), memories=[proposed])).results[0]
     assert result.action == "revision_proposed"
-    [revision] = await store.pending_revisions(first.memory_id)
+    [revision] = await store.review.pending_revisions(first.memory_id)
     assert revision.evidence == EVIDENCE and revision.observed_at == later
-    [item] = (await store.review_queue(ReviewQuery())).items
+    [item] = (await store.review.review_queue(ReviewQuery())).items
     assert item.kind == "revision" and item.evidence == EVIDENCE
-    stored = await store.get_by_id(first.memory_id)
+    stored = await store.listing.get_by_id(first.memory_id)
     assert stored is not None and stored.evidence == "user: veggie"  # until a person approves
-    approved = await store.approve(first.memory_id, actor="admin:1")
+    approved = await store.review.approve(first.memory_id, actor="admin:1")
     assert approved is not None and approved.evidence == EVIDENCE and approved.observed_at == later
 
 
 async def test_a_word_said_only_in_the_evidence_finds_the_memory(store: Store) -> None:
     user = uuid.uuid4()
-    await store.upsert(fact(user, "diet", "Is vegan", status="active", evidence=EVIDENCE))
-    await store.upsert(fact(user, "city", "Lives in Lyon", status="active"))
+    await store.writes.upsert(fact(user, "diet", "Is vegan", status="active", evidence=EVIDENCE))
+    await store.writes.upsert(fact(user, "city", "Lives in Lyon", status="active"))
     hits = await store.recall(user, None, "marathon", 5, retriever="keyword")
     assert [h.memory.key for h in hits] == ["diet"]
 
@@ -96,10 +98,10 @@ async def test_a_word_said_only_in_the_evidence_finds_the_memory(store: Store) -
 async def test_an_event_writes_its_turns_once_whatever_the_redeliveries(store: Store) -> None:
     user, event = uuid.uuid4(), uuid.uuid4()
     turns = [turn(user, 1, "I ran the Porto marathon"), turn(user, 2, "Congratulations!")]
-    first = await store.write_event(event_id=event, memories=[], turns=turns)
-    again = await store.write_event(event_id=event, memories=[], turns=turns)
+    first = await store.writes.write_event(event_id=event, memories=[], turns=turns)
+    again = await store.writes.write_event(event_id=event, memories=[], turns=turns)
     assert not first.duplicate and again.duplicate
-    stored = await store.conversation(user, event)
+    stored = await store.turns.conversation(user, event)
     assert [(t.position, t.role, t.text) for t in stored] == [
         (1, "user", "I ran the Porto marathon"),
         (2, "assistant", "Congratulations!"),
@@ -109,33 +111,37 @@ async def test_an_event_writes_its_turns_once_whatever_the_redeliveries(store: S
 
 async def test_turns_are_written_in_the_same_transaction_as_the_memories(store: Store) -> None:
     user, event = uuid.uuid4(), uuid.uuid4()
-    await store.write_event(
+    await store.writes.write_event(
         event_id=event,
         memories=[fact(user, "race", "Ran the Porto marathon")],
         turns=[turn(user, 1, "I ran the Porto marathon")],
     )
-    assert len(await store.conversation(user, event)) == 1
-    assert await store.is_processed(event)
+    assert len(await store.turns.conversation(user, event)) == 1
+    assert await store.writes.is_processed(event)
 
 
 async def test_turn_recall_finds_what_was_said_and_only_for_its_speaker(store: Store) -> None:
     user, other = uuid.uuid4(), uuid.uuid4()
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[],
         turns=[turn(user, 1, "My sister Ana lives in Porto"), turn(user, 2, "Nice city")],
     )
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(other, 1, "Porto is rainy")])
-    hits = await store.recall_turns(user, None, "where does my sister live", 5)
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[turn(other, 1, "Porto is rainy")]
+    )
+    hits = await store.turns.recall_turns(user, None, "where does my sister live", 5)
     assert hits and hits[0].turn.text == "My sister Ana lives in Porto"
     assert all(h.turn.user_id == user for h in hits)
-    assert await store.recall_turns(user, None, "", 5) == []
+    assert await store.turns.recall_turns(user, None, "", 5) == []
 
 
 async def test_recall_in_context_merges_memories_and_turns_and_include_selects(store: Store) -> None:
     user = uuid.uuid4()
-    await store.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
-    await store.write_event(event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")])
+    await store.writes.upsert(fact(user, "sister", "Sister Ana lives in Porto", status="active"))
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "Ana moved to Porto")]
+    )
     both = await items_in_context(
         store, ContextRecall(user_id=user, persona_id=None, team_id=None, query="Porto Ana", limit=10)
     )
@@ -179,11 +185,11 @@ async def test_a_turn_is_recalled_only_in_the_context_it_was_said_in(
         new = turn(
             users[user], 1, "the harbour lighthouse story", persona=persona, team=team, channel=uuid.uuid4()
         )
-        await store.write_event(event_id=event, memories=[], turns=[new])
-        [stored] = await store.conversation(users[user], event)
+        await store.writes.write_event(event_id=event, memories=[], turns=[new])
+        [stored] = await store.turns.conversation(users[user], event)
         written[stored.id] = (user, persona, team)
     user, persona, team = asked
-    hits = await store.recall_turns(users[user], persona, "lighthouse harbour", 50, team_id=team)
+    hits = await store.turns.recall_turns(users[user], persona, "lighthouse harbour", 50, team_id=team)
     # the oracle: exactly the turns said by this user to this persona (or none) in this team (or none)
     assert {h.turn.id for h in hits} == {tid for tid, ctx in written.items() if ctx == asked}
 
@@ -193,7 +199,7 @@ async def test_conversations_are_listed_newest_first_and_deleted_one_or_all(stor
     events = [uuid.uuid4() for _ in range(3)]
     for day, event in enumerate(events):
         at = SAID + timedelta(days=day)
-        await store.write_event(
+        await store.writes.write_event(
             event_id=event,
             memories=[],
             turns=[
@@ -201,31 +207,33 @@ async def test_conversations_are_listed_newest_first_and_deleted_one_or_all(stor
                 turn(user, 3, "ok", at=at),
             ],
         )
-    page = await store.list_conversations(ConversationQuery(user_id=user, limit=2))
+    page = await store.turns.list_conversations(ConversationQuery(user_id=user, limit=2))
     assert [c.event_id for c in page.items] == [events[2], events[1]]
     assert page.items[0].first_line == "Day 2 first line" and page.items[0].turn_count == 2
     assert page.items[0].persona_id == PERSONA_A
-    rest = await store.list_conversations(ConversationQuery(user_id=user, limit=2, cursor=page.next_cursor))
+    rest = await store.turns.list_conversations(
+        ConversationQuery(user_id=user, limit=2, cursor=page.next_cursor)
+    )
     assert [c.event_id for c in rest.items] == [events[0]] and rest.next_cursor is None
-    assert await store.delete_conversation(uuid.uuid4(), events[0]) == 0  # not theirs
-    assert await store.delete_conversation(user, events[0]) == 2
-    assert await store.delete_conversations(user) == 4
-    assert (await store.list_conversations(ConversationQuery(user_id=user))).items == ()
+    assert await store.turns.delete_conversation(uuid.uuid4(), events[0]) == 0  # not theirs
+    assert await store.turns.delete_conversation(user, events[0]) == 2
+    assert await store.turns.delete_conversations(user) == 4
+    assert (await store.turns.list_conversations(ConversationQuery(user_id=user))).items == ()
 
 
 async def test_the_export_holds_the_turns_and_erasing_the_user_removes_them(store: Store) -> None:
     user = uuid.uuid4()
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[fact(user, "race", "Ran a marathon", evidence=EVIDENCE)],
         turns=[turn(user, 1, "I ran the Porto marathon", team=TEAM_A), turn(user, 3, "in 2025", team=TEAM_B)],
     )
-    export = await store.export_user(user)
+    export = await store.listing.export_user(user)
     assert [t.text for t in export.turns] == ["I ran the Porto marathon", "in 2025"]
-    await store.erase_user(user, actor="admin:1", teams=frozenset({TEAM_A}))
-    assert [t.text for t in (await store.export_user(user)).turns] == ["in 2025"]
-    await store.erase_user(user, actor="admin:1")
-    after = await store.export_user(user)
+    await store.erasure.erase_user(user, actor="admin:1", teams=frozenset({TEAM_A}))
+    assert [t.text for t in (await store.listing.export_user(user)).turns] == ["in 2025"]
+    await store.erasure.erase_user(user, actor="admin:1")
+    after = await store.listing.export_user(user)
     assert after.turns == () and after.memories == ()
 
 
@@ -235,9 +243,9 @@ async def test_retention_erases_turns_older_than_history_days_per_persona(make_s
     store: Store = await make_store(settings_defaults=MemorySettings(history_days=90))  # type: ignore[operator]
     user = uuid.uuid4()
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    await store.replace_settings(SettingsRow(level="persona", target_id=PERSONA_A, history_days=7))
+    await store.settings.replace_settings(SettingsRow(level="persona", target_id=PERSONA_A, history_days=7))
     old, recent = now - timedelta(days=30), now - timedelta(days=1)
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[],
         turns=[
@@ -245,7 +253,7 @@ async def test_retention_erases_turns_older_than_history_days_per_persona(make_s
             turn(user, 2, "recent with persona", persona=PERSONA_A, at=recent),
         ],
     )
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[],
         turns=[
@@ -253,13 +261,13 @@ async def test_retention_erases_turns_older_than_history_days_per_persona(make_s
             turn(user, 2, "ancient", at=now - timedelta(days=91)),
         ],
     )
-    report = await store.retention(now=now)
+    report = await store.erasure.retention(now=now)
     assert report.erased_turns == 2
-    assert sorted(t.text for t in (await store.export_user(user)).turns) == [
+    assert sorted(t.text for t in (await store.listing.export_user(user)).turns) == [
         "old without persona",
         "recent with persona",
     ]
-    assert (await store.retention(now=now)).erased_turns == 0
+    assert (await store.erasure.retention(now=now)).erased_turns == 0
 
 
 def text_columns_holding(url: str, needle: str) -> list[str]:
@@ -307,18 +315,18 @@ def holding(store: Store, needle: str) -> list[str]:
 
 async def write_everything(store: Store, user: uuid.UUID, word: str) -> uuid.UUID:
     """A memory whose evidence says `word`, a proposal citing it, and two conversations saying it."""
-    first = await store.upsert(
+    first = await store.writes.upsert(
         fact(user, "hobby", "Keeps a diary", status="active", evidence=f"user: {word}")
     )
     event = uuid.uuid4()
-    await store.write_event(
+    await store.writes.write_event(
         event_id=event,
         memories=[fact(user, "hobby", "Keeps a diary daily", evidence=f"user: my {word} daily")],
         turns=[turn(user, 1, f"I write my {word} daily", persona=PERSONA_A, at=SAID, speaker=f"{word} Ada")],
     )
     # the word said only by the turn before it: in the search text, not the turn's own
     around = f"Bea: what of the {word}?\nAda: again"
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(), memories=[], turns=[turn(user, 2, "again", at=SAID, search_text=around)]
     )
     return first.memory_id
@@ -336,20 +344,20 @@ async def test_every_erasure_path_leaves_no_text_of_evidence_or_turns(store: Sto
         "memories.evidence",
         "memory_revisions.evidence",
     }
-    await store.delete_conversations(user)
-    await store.erase(memory_id, actor=f"user:{user}")
+    await store.turns.delete_conversations(user)
+    await store.erasure.erase(memory_id, actor=f"user:{user}")
     assert holding(store, word) == []
     # the service's erasure of a user
     await write_everything(store, user, word)
-    await store.erase_user(user, actor="service")
+    await store.erasure.erase_user(user, actor="service")
     assert holding(store, word) == []
     # retention
     await write_everything(store, user, word)
-    await store.erase_user(user, actor="service")  # the memories; the turns expire below
+    await store.erasure.erase_user(user, actor="service")  # the memories; the turns expire below
     await write_everything(store, user, word)
-    for each in (await store.list_for_user(UserMemoryQuery(user_id=user))).items:
-        await store.erase(each.id)
-    report = await store.retention(now=SAID + timedelta(days=365))
+    for each in (await store.listing.list_for_user(UserMemoryQuery(user_id=user))).items:
+        await store.erasure.erase(each.id)
+    report = await store.erasure.retention(now=SAID + timedelta(days=365))
     assert report.erased_turns == 2
     assert holding(store, word) == []
 
@@ -360,7 +368,7 @@ async def test_the_speaker_is_kept_shown_and_exported_and_the_search_text_finds_
     user = uuid.uuid4()
     event = uuid.uuid4()
     question = "Bea: where did you go sailing last summer?"
-    await store.write_event(
+    await store.writes.write_event(
         event_id=event,
         memories=[],
         turns=[
@@ -370,10 +378,10 @@ async def test_the_speaker_is_kept_shown_and_exported_and_the_search_text_finds_
             turn(user, 3, "Lovely", search_text="Ada: Madeira, twice!\nuser: Lovely"),
         ],
     )
-    stored = await store.conversation(user, event)
+    stored = await store.turns.conversation(user, event)
     assert [(t.speaker, t.said_by) for t in stored] == [("Bea", "Bea"), ("Ada", "Ada"), (None, "user")]
-    assert [t.speaker for t in await store.export_turns(user)] == ["Bea", "Ada", None]
-    hits = await store.recall_turns(user, None, "sailing summer", 3)
+    assert [t.speaker for t in await store.turns.export_turns(user)] == ["Bea", "Ada", None]
+    hits = await store.turns.recall_turns(user, None, "sailing summer", 3)
     assert {h.turn.text for h in hits} >= {"Madeira, twice!"}
     # its own words rank a turn above one that only has them around it
     assert hits[0].turn.text == "where did you go sailing last summer?"
@@ -392,7 +400,7 @@ async def stored_twice(store: Store, second: str) -> uuid.UUID:
     participant; the user."""
     user, channel = uuid.uuid4(), uuid.uuid4()
     for _ in range(2):
-        await store.write_event(
+        await store.writes.write_event(
             event_id=uuid.uuid4(),
             memories=[],
             turns=[
@@ -405,7 +413,7 @@ async def stored_twice(store: Store, second: str) -> uuid.UUID:
 
 async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_once(store: Store) -> None:
     user = await stored_twice(store, "the harbour lighthouse again")
-    hits = await store.recall_turns(user, None, "lighthouse", 10)
+    hits = await store.turns.recall_turns(user, None, "lighthouse", 10)
     assert sorted(h.turn.text for h in hits) == [
         "the harbour lighthouse again",
         "the lighthouse keeper waved",

@@ -108,7 +108,7 @@ async def _seed(database_url: str) -> Seeded:
     async def add(name: str, **fields: Any) -> None:
         fields.setdefault("source_channel_id", CHANNEL)
         fields.setdefault("team_id", TEAM_A)
-        result = await store.upsert(NewMemory(**fields), actor="worker")
+        result = await store.writes.upsert(NewMemory(**fields), actor="worker")
         ids[name] = result.memory_id
 
     try:
@@ -141,7 +141,7 @@ async def _seed(database_url: str) -> Seeded:
             (CHANNEL, BOB, None, ["My two cats hate the vet"], SAID_AT),
         ):  # fmt: skip
             turns = exchange(lines, channel=channel, user=user, persona=persona, team=TEAM_A, at=at)
-            await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+            await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     finally:
         await store.close()
     return Seeded(ids)
@@ -174,7 +174,7 @@ async def _add_pending(database_url: str, owner: uuid.UUID, count: int) -> None:
         for n in range(count):
             memory = NewMemory(scope="user", owner_id=owner, user_id=None, key=f"fact number {n}",
                                value=f"Fact {n}", confidence=0.5, team_id=TEAM_A)  # fmt: skip
-            await store.upsert(memory, actor="worker")
+            await store.writes.upsert(memory, actor="worker")
     finally:
         await store.close()
 

@@ -56,7 +56,7 @@ async def test_a_dead_letter_is_listed_and_replayed_once_after_the_setting_chang
     )
     # settings are read fresh for every event here, so the change applies to the replay at once
     async with h.worker(settings_cache_s=0) as worker:
-        await worker.store.replace_settings(
+        await worker.store.settings.replace_settings(
             SettingsRow(level="team", target_id=team, known_personas_only=True)
         )
         await h.publish(event)
@@ -88,7 +88,7 @@ async def test_a_dead_letter_is_listed_and_replayed_once_after_the_setting_chang
         (again,) = await dead_letters(capsys)
         assert again["kind"] == "unknown_persona" and again["event_id"] == event["event_id"]
 
-        await worker.store.replace_settings(
+        await worker.store.settings.replace_settings(
             SettingsRow(level="team", target_id=team, known_personas_only=False)
         )
         code, out, _ = await pmem(capsys, "dlq", "replay", str(again["id"]))
@@ -126,7 +126,7 @@ async def test_registering_the_persona_fixes_it_and_replay_all_picks_by_reason(
     team, persona = uuid.uuid4(), uuid.uuid4()
     event = conversation("I work at Acme.", "Ok.", persona_id=persona, team_id=team)
     async with h.worker() as worker:
-        await worker.store.replace_settings(
+        await worker.store.settings.replace_settings(
             SettingsRow(level="team", target_id=team, known_personas_only=True)
         )
         await h.publish(event)
@@ -139,7 +139,7 @@ async def test_registering_the_persona_fixes_it_and_replay_all_picks_by_reason(
         kinds = sorted(str(d["kind"]) for d in await dead_letters(capsys))
         assert kinds == ["invalid_not_json", "unknown_persona"]
 
-        await worker.store.set_names([DirectoryEntry(kind="persona", id=persona, name="Chef")])
+        await worker.store.directory.set_names([DirectoryEntry(kind="persona", id=persona, name="Chef")])
         code, out, _ = await pmem(capsys, "dlq", "replay", "--all", "--reason", "unknown_persona")
         assert code == 0 and out.count("replayed ") == 1
 

@@ -53,7 +53,7 @@ async def seed(url: str, count: int) -> None:
             )
             for i in range(count)
         ]
-        await store.write_event(event_id=uuid.uuid4(), memories=memories)
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=memories)
     finally:
         await store.close()
 
@@ -101,12 +101,14 @@ async def test_reembed_resumes_after_an_interruption_and_records_the_new_model(d
 
     try:
         with pytest.raises(KeyboardInterrupt):
-            await store.reembed(batch_size=20, progress=interrupt_after_two_batches)
-        assert await store.recorded_embedding() == HASHING  # not switched half-way
-        report = await store.reembed(batch_size=20, progress=lambda d, t: seen.append((d, t)))
+            await store.embedding_models.reembed(batch_size=20, progress=interrupt_after_two_batches)
+        assert await store.embedding_models.recorded_embedding() == HASHING  # not switched half-way
+        report = await store.embedding_models.reembed(
+            batch_size=20, progress=lambda d, t: seen.append((d, t))
+        )
         assert report.resumed and report.reembedded == 10 and report.total == 50
         assert seen[-1] == (50, 50)
-        assert await store.recorded_embedding() == ConstantEmbedder.identity
+        assert await store.embedding_models.recorded_embedding() == ConstantEmbedder.identity
         async with store.engine.connect() as conn:
             rows = (await conn.execute(text("SELECT (embedding::real[])[1] FROM memories"))).all()
         assert len(rows) == 50 and all(float(r[0]) == 1.0 for r in rows)

@@ -50,7 +50,7 @@ async def test_what_the_user_tells_the_chef_about_themselves_the_coach_knows(tmp
             "prefers quick recipes": "persona_user",
         }
         for written in outcome.written:
-            await store.approve(written.id, actor="reviewer")
+            await store.review.approve(written.id, actor="reviewer")
         heard_by_coach = {
             hit.memory.value
             for hit in await store.recall(user, coach, "what should I know", 20, team_id=team)

@@ -114,7 +114,7 @@ async def test_writes_in_flight_bounds_the_events_storing_at_once(
     h.fake.chat_latency_s = 0.3  # the eight events finish their LLM calls together
     storing = peak = peak_embedding = embedding = 0
     async with h.worker(concurrency=8, writes_in_flight=writes_in_flight) as worker:
-        write_event, embed = worker.store.write_event, worker.embedder.embed
+        write_event, embed = worker.store.writes.write_event, worker.embedder.embed
 
         async def slow_embed(texts: Any) -> Any:
             nonlocal storing, peak, embedding, peak_embedding
@@ -136,7 +136,7 @@ async def test_writes_in_flight_bounds_the_events_storing_at_once(
                 storing -= 1  # ... and ends with its write
 
         monkeypatch.setattr(worker.embedder, "embed", slow_embed)
-        monkeypatch.setattr(worker.store, "write_event", slow_write)
+        monkeypatch.setattr(worker.store.writes, "write_event", slow_write)
         users = [uuid.uuid4() for _ in range(8)]
         for user in users:
             await h.publish(conversation("I live in Lyon.", "Ok.", user_id=user))

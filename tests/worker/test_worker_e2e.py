@@ -90,7 +90,7 @@ async def test_persona_learning_off_writes_no_persona_rows(harness: Harness) -> 
     user, persona, learning = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     h.fake.set_chat_responder(_persona_answer)
     async with h.worker() as worker:
-        await worker.store.put_settings(level="persona", target_id=learning, persona_learning=True)
+        await worker.store.settings.put_settings(level="persona", target_id=learning, persona_learning=True)
         await h.publish(
             conversation("Refunds take 30 days, right?", "Yes.", user_id=user, persona_id=persona)
         )

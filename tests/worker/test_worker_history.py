@@ -56,7 +56,9 @@ async def test_history_off_stores_no_turn_but_the_facts_with_their_evidence(harn
     persona = uuid.uuid4()
     async with h.worker(history=False) as worker:
         # the deployment default off (PMEM_HISTORY), one persona on
-        await worker.store.replace_settings(SettingsRow(level="persona", target_id=persona, history=True))
+        await worker.store.settings.replace_settings(
+            SettingsRow(level="persona", target_id=persona, history=True)
+        )
         await h.publish(conversation("I live in Lisbon.", "Noted!"))
         await h.publish(conversation("I work as a nurse.", "Ok.", persona_id=persona))
         await processed_at_least(h, 2)

@@ -71,7 +71,7 @@ async def test_store_errors_carry_no_sql_parameters(database_url: str) -> None:
             embedding=[0.25] * 16,
         )
         with pytest.raises(Exception) as caught:
-            await store.write_event(event_id=uuid.uuid4(), memories=[bad])
+            await store.writes.write_event(event_id=uuid.uuid4(), memories=[bad])
     finally:
         await store.close()
     text = "".join(str(e) for e in (caught.value, caught.value.__cause__, caught.value.__context__) if e)
