@@ -29,12 +29,10 @@ TURN_TEXT_KEY_SQL = "CAST(md5(text) AS uuid)"
 # the full text again when it is small enough to ride in the context index beside the vector
 # (`turn_window_includes`); NULL for a longer one, which recall reads from the row. The bound is on
 # the text form (each lexeme's binary form is at most 4 bytes longer), as a B-tree entry must stay
-# under 2,704 bytes
+# under 2,704 bytes; `pmem_bounded_tsv` (migration 0015) takes the document once, where a CASE
+# would build it three times on every insert
 TURN_WINDOW_TSV_MAX_BYTES = 800
-TURN_WINDOW_TSV_SQL = (
-    f"CASE WHEN octet_length(CAST(({TURN_TSV_SQL}) AS text)) + 4 * length({TURN_TSV_SQL}) "
-    f"<= {TURN_WINDOW_TSV_MAX_BYTES} THEN {TURN_TSV_SQL} END"
-)
+TURN_WINDOW_TSV_SQL = f"pmem_bounded_tsv({TURN_TSV_SQL}, {TURN_WINDOW_TSV_MAX_BYTES})"
 # a vector up to this dimension (4 bytes each) rides in the context index too
 TURN_WINDOW_VECTOR_MAX_DIM = 384
 

@@ -11,8 +11,8 @@ then the ranking). The context index now carries what the ranking reads, in key 
 - `conversation_turns.text_key`: the md5 of the text as a uuid, what tells two stored copies of one
   message apart from another message at the same position, instead of the text itself;
 - `conversation_turns.window_tsv`: `search_tsv` again when its text form, plus 4 bytes a lexeme,
-  fits in 800 bytes (NULL otherwise: recall reads `search_tsv` from the row), so an index entry stays
-  under the B-tree's 2,704 bytes;
+  fits in 800 bytes (`pmem_bounded_tsv`; NULL otherwise: recall reads `search_tsv` from the row),
+  so an index entry stays under the B-tree's 2,704 bytes;
 - `ix_conversation_turns_context` INCLUDE (id, persona_id, team_id, channel_id, position, text_key,
   window_tsv) and the embedding up to 384 dimensions.
 
@@ -35,7 +35,15 @@ TURN_TSV = (
     "setweight(to_tsvector('english'::regconfig, text), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(search_text, '')), 'B')"
 )
-WINDOW_TSV = f"CASE WHEN octet_length(CAST(({TURN_TSV}) AS text)) + 4 * length({TURN_TSV}) <= 800 THEN {TURN_TSV} END"
+WINDOW_TSV = f"pmem_bounded_tsv({TURN_TSV}, 800)"
+# a function, so the document is built once (its argument), not three times as in a CASE; an
+# argument this costly keeps Postgres from inlining it
+BOUNDED_TSV = """
+CREATE OR REPLACE FUNCTION pmem_bounded_tsv(document tsvector, max_bytes integer) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT CASE WHEN octet_length(CAST(document AS text)) + 4 * length(document) <= max_bytes
+                  THEN document END $$
+"""
 TEXT_KEY = "CAST(md5(text) AS uuid)"
 CONTEXT_KEY = f"user_id, coalesce(persona_id, {NIL}), coalesce(team_id, {NIL}), at DESC"
 
@@ -52,6 +60,7 @@ def upgrade() -> None:
     include = "id, persona_id, team_id, channel_id, position, text_key, window_tsv"
     if _dim() <= 384:
         include += ", embedding"
+    op.execute(BOUNDED_TSV)
     op.execute(
         "ALTER TABLE conversation_turns "
         f"ADD COLUMN text_key uuid GENERATED ALWAYS AS ({TEXT_KEY}) STORED, "
@@ -69,3 +78,4 @@ def downgrade() -> None:
     op.execute("DROP INDEX IF EXISTS ix_conversation_turns_context")
     op.execute("ALTER TABLE conversation_turns DROP COLUMN window_tsv, DROP COLUMN text_key")
     op.execute(f"CREATE INDEX ix_conversation_turns_context ON conversation_turns ({CONTEXT_KEY})")
+    op.execute("DROP FUNCTION IF EXISTS pmem_bounded_tsv(tsvector, integer)")
