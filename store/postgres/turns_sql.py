@@ -123,7 +123,9 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     # in the context index; a result's columns are read from its row
     recent = [_WINDOW_TSV_SQL]
     if vector:
-        recent.append(f"t.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance")
+        # the query vector cast once (a sub-select: an InitPlan); in the generic plan of a prepared
+        # statement a cast of the parameter would run again for every turn
+        recent.append(f"t.embedding <=> (SELECT CAST(CAST(%(qv)s AS real[]) AS vector({dim}))) AS distance")
     ctes = [_RECENT_CTE.format(columns=", ".join(recent))]
     ranked: list[str] = []
     if vector:
