@@ -95,7 +95,7 @@ async def test_the_statistics_and_the_ranking_read_the_window_from_the_context_i
         assert "Heap Fetches: 0" in statement, statement
 
 
-def test_the_vector_rides_in_the_context_index_up_to_384_dimensions(
+async def test_the_vector_rides_in_the_context_index_up_to_384_dimensions(
     new_database: Callable[[], str],
 ) -> None:
     assert "embedding" in turn_window_includes(384)
@@ -108,3 +108,13 @@ def test_the_vector_rides_in_the_context_index_up_to_384_dimensions(
         ).fetchone() or [""]
         # an entry of a 768-dimension vector (3 kB) would pass the B-tree's 2,704-byte limit
         assert 'INCLUDE (id, persona_id, team_id, channel_id, "position", text_key, window_tsv)' in definition
+    # without the vector in the index, recall reads the window's rows from the table
+    store = postgres_store(url, HashingEmbedder(dim=768))
+    user = uuid.uuid4()
+    try:
+        turns = [said(user, 1, "the lighthouse keeper waved"), said(user, 2, "we ate in the harbour")]
+        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+        hits = await store.recall_turns(user, None, "lighthouse keeper", 1)
+    finally:
+        await store.close()
+    assert [h.turn.text for h in hits] == ["the lighthouse keeper waved"]
