@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -268,15 +269,15 @@ async def measure_turns(
     queries: int,
     limit: int,
     seed: int,
+    server_cpu: Callable[[], float] | None = None,
 ) -> dict[str, float]:
     """Latency summary (ms) of `queries` sequential turn recalls (or merged memory and turn
-    recalls) for random users among `users`."""
+    recalls) for random users among `users`; with `server_cpu`, the server's CPU per recall."""
     rng = random.Random(seed)
     cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(queries + WARM_UP)]
     if not merged:
-        return await timed(
-            [partial(store.turns.recall_turns, user, None, text, limit) for user, text in cases]
-        )
+        calls = [partial(store.turns.recall_turns, user, None, text, limit) for user, text in cases]
+        return await timed(calls, server_cpu)
     # the API's merged recall, its settings kept as the API keeps them
     settings = SettingsCache(ttl_s=3600.0)
     return await timed(
@@ -288,24 +289,34 @@ async def measure_turns(
                 settings=settings,
             )
             for user, text in cases
-        ]
+        ],
+        server_cpu,
     )
 
 
-async def timed(calls: Sequence[Callable[[], Awaitable[Sized]]]) -> dict[str, float]:
+async def timed(
+    calls: Sequence[Callable[[], Awaitable[Sized]]], server_cpu: Callable[[], float] | None = None
+) -> dict[str, float]:
     """Latency summary (ms) of the calls made one after another, the first `WARM_UP` not counted,
-    and how many results they found on average."""
+    and how many results they found on average; with `server_cpu` (seconds so far), the database
+    server's CPU per counted call too."""
     latencies: list[float] = []
     results: list[int] = []
+    cpu_started = 0.0
     for i, call in enumerate(calls):
+        if i == WARM_UP and server_cpu is not None:
+            cpu_started = server_cpu()
         started = time.perf_counter()
         found = await call()
         elapsed = (time.perf_counter() - started) * 1000
         if i >= WARM_UP:
             latencies.append(elapsed)
             results.append(len(found))
+    cpu_ms = {}
+    if server_cpu is not None and latencies:
+        cpu_ms["server_cpu_ms"] = (server_cpu() - cpu_started) * 1000 / len(latencies)
     latencies.sort()
-    return {
+    return cpu_ms | {
         "p50_ms": percentile(latencies, 50),
         "p90_ms": percentile(latencies, 90),
         "p99_ms": percentile(latencies, 99),
@@ -313,6 +324,21 @@ async def timed(calls: Sequence[Callable[[], Awaitable[Sized]]]) -> dict[str, fl
         "max_ms": latencies[-1],
         "mean_results": statistics.fmean(results),
     }
+
+
+def server_cpu_s(data_dir: Path) -> float:
+    """User + system CPU seconds so far of the Postgres server of `data_dir`: its postmaster, its
+    live children's (the backends) and the exited children's it has reaped."""
+    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    times = postmaster.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in postmaster.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += child_times.user + child_times.system
+    return total
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -374,6 +400,7 @@ def latency_line(name: str, row: Mapping[str, float], *, width: int) -> str:
         f"{name:<{width}} p50 {row['p50_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
         f"p99 {row['p99_ms']:6.2f} ms  mean {row['mean_ms']:6.2f} ms  "
         f"results {row['mean_results']:.1f}"
+        + (f"  server CPU {row['server_cpu_ms']:5.2f} ms" if "server_cpu_ms" in row else "")
     )
 
 
@@ -438,7 +465,13 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
                 ]
             for name, users, merged in turn_variants:
                 results[name] = await measure_turns(
-                    store, users, merged=merged, queries=args.queries, limit=args.limit, seed=args.seed + 2
+                    store,
+                    users,
+                    merged=merged,
+                    queries=args.queries,
+                    limit=args.limit,
+                    seed=args.seed + 2,
+                    server_cpu=getattr(args, "server_cpu", None),
                 )
                 print(latency_line(name, results[name], width=26), flush=True)
         if args.explain:
@@ -528,6 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server.stop_server()
                 server.restart_server()
             url = server.url_for("bench")
+            args.server_cpu = partial(server_cpu_s, data_dir / "pg")
             if not args.skip_load:
                 with psycopg.connect(server.url, autocommit=True) as conn:
                     conn.execute("DROP DATABASE IF EXISTS bench")

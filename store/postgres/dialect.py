@@ -23,6 +23,18 @@ TURN_TSV_SQL = (
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, text), 'A') || "
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}'::regconfig, coalesce(search_text, '')), 'B')"
 )
+# one key per message text (`store.rules.turn_recall.same_message` by conversation, position and
+# this): the window's de-duplication reads 16 bytes from the context index, not the text
+TURN_TEXT_KEY_SQL = "CAST(md5(text) AS uuid)"
+# the full text again when it is small enough to ride in the context index beside the vector
+# (`turn_window_includes`); NULL for a longer one, which recall reads from the row. The bound is on
+# the text form (each lexeme's binary form is at most 4 bytes longer), as a B-tree entry must stay
+# under 2,704 bytes; `pmem_bounded_tsv` (migration 0015) takes the document once, where a CASE
+# would build it three times on every insert
+TURN_WINDOW_TSV_MAX_BYTES = 800
+TURN_WINDOW_TSV_SQL = f"pmem_bounded_tsv({TURN_TSV_SQL}, {TURN_WINDOW_TSV_MAX_BYTES})"
+# a vector up to this dimension (4 bytes each) rides in the context index too
+TURN_WINDOW_VECTOR_MAX_DIM = 384
 
 
 def websearch_or_query(query: str) -> str | None:
@@ -31,6 +43,13 @@ def websearch_or_query(query: str) -> str | None:
     Only word characters survive, so user text cannot inject tsquery syntax (`-`, quotes)."""
     terms = [t for t in query_terms(query) if t != "or"]
     return " or ".join(terms) if terms else None
+
+
+def turn_window_includes(embedding_dim: int) -> tuple[str, ...]:
+    """The columns the turns' context index carries beside its key, so a recall reads a context's
+    recent window from the index alone: the vector only up to `TURN_WINDOW_VECTOR_MAX_DIM`."""
+    columns = ("id", "persona_id", "team_id", "channel_id", "position", "text_key", "window_tsv")
+    return columns + (("embedding",) if embedding_dim <= TURN_WINDOW_VECTOR_MAX_DIM else ())
 
 
 def hnsw_expression(embedding_dim: int) -> tuple[str, str] | None:

@@ -8,10 +8,18 @@ from typing import Any
 
 from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, literal_column, text
-from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
+from sqlalchemy.dialects.postgresql import REAL, TSVECTOR, UUID
 
 from store.core.schema import SchemaDialect
-from store.postgres.dialect import MEMORY_TSV_SQL, NIL_UUID_SQL, TURN_TSV_SQL, hnsw_expression
+from store.postgres.dialect import (
+    MEMORY_TSV_SQL,
+    NIL_UUID_SQL,
+    TURN_TEXT_KEY_SQL,
+    TURN_TSV_SQL,
+    TURN_WINDOW_TSV_SQL,
+    hnsw_expression,
+    turn_window_includes,
+)
 
 __all__ = ["POSTGRES"]
 
@@ -19,6 +27,12 @@ __all__ = ["POSTGRES"]
 def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
     memories.append_column(Column("search_tsv", TSVECTOR, Computed(MEMORY_TSV_SQL, persisted=True)))
     turns.append_column(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
+    turns.append_column(Column("text_key", UUID(as_uuid=True), Computed(TURN_TEXT_KEY_SQL, persisted=True)))
+    turns.append_column(Column("window_tsv", TSVECTOR, Computed(TURN_WINDOW_TSV_SQL, persisted=True)))
+    # a context's recent window read from its index alone (`store.postgres.turns_sql`): a context's
+    # turns lie on heap pages among everyone else's, one page visited per turn
+    context_index = next(i for i in turns.indexes if i.name == "ix_conversation_turns_context")
+    context_index.dialect_kwargs["postgresql_include"] = list(turn_window_includes(dim))
     Index("ix_memories_search_tsv", memories.c.search_tsv, postgresql_using="gin")
     Index("ix_conversation_turns_search_tsv", turns.c.search_tsv, postgresql_using="gin")
     hnsw = hnsw_expression(dim)

@@ -71,16 +71,22 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
-# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}`
+# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}`: read from
+# the context index alone (`turn_window_includes`), a context's turns being spread over the heap
+# one page each; the full text of a turn too long for the index (`window_tsv` NULL) from its row
 _RECENT_CTE = (
-    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text, {columns} "
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text_key, {columns} "
     f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
 )
-# one row per message (`same_message`) among `{rows}`, the first by `{order}`: an event sent once per
-# participant stores its messages once per event, and a copy must not take a candidate's place
+_WINDOW_TSV_SQL = (
+    "coalesce(t.window_tsv, (SELECT s.search_tsv FROM conversation_turns s WHERE s.id = t.id)) AS search_tsv"
+)
+# one row per message (`same_message`: the text by its key, `TURN_TEXT_KEY_SQL`) among `{rows}`,
+# the first by `{order}`: an event sent once per participant stores its messages once per event,
+# and a copy must not take a candidate's place
 _ONCE_SQL = (
-    'SELECT DISTINCT ON (x.channel_id, x.position, x.text COLLATE "C") x.* FROM {rows} x '
-    'ORDER BY x.channel_id, x.position, x.text COLLATE "C", {order}'
+    "SELECT DISTINCT ON (x.channel_id, x.position, x.text_key) x.* FROM {rows} x "
+    "ORDER BY x.channel_id, x.position, x.text_key, {order}"
 )
 
 
@@ -91,7 +97,7 @@ def turn_term_stats_sql() -> str:
     `store.rules.recall.term_stats`."""
     return (
         "WITH "
-        + _RECENT_CTE.format(columns="t.search_tsv, t.at")
+        + _RECENT_CTE.format(columns=f"t.at, {_WINDOW_TSV_SQL}")
         + ", w AS MATERIALIZED (SELECT * FROM ("
         + _ONCE_SQL.format(rows="recent", order="x.at DESC, x.id")
         + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s), "
@@ -113,18 +119,19 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     it), each its best `k` messages (the best `2k` rows, each message once: a message stored by
     both events of a conversation takes one place); rows of turn columns plus `source`, `rank`,
     `score`, the vector ranking's first, each ranking best first."""
-    # the window keeps each turn's distance, not its vector, and the columns of a result: its rows
-    # stay narrow (no spill past `work_mem`), and the results need no second read of the table
-    # (a lookup by primary key per result, most of them outside the buffer cache)
-    recent = ["t.event_id, t.user_id, t.persona_id, t.team_id, t.role, t.at, t.speaker, t.search_tsv"]
+    # the window keeps each turn's distance, not its vector, and what the ranking reads, all of it
+    # in the context index; a result's columns are read from its row
+    recent = [_WINDOW_TSV_SQL]
     if vector:
-        recent.append(f"t.embedding <=> CAST(CAST(%(qv)s AS real[]) AS vector({dim})) AS distance")
+        # the query vector cast once (a sub-select: an InitPlan); in the generic plan of a prepared
+        # statement a cast of the parameter would run again for every turn
+        recent.append(f"t.embedding <=> (SELECT CAST(CAST(%(qv)s AS real[]) AS vector({dim}))) AS distance")
     ctes = [_RECENT_CTE.format(columns=", ".join(recent))]
     ranked: list[str] = []
     if vector:
         # a turn without an embedding has no distance (`<=>` is strict)
         ctes.append(
-            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text, w.distance FROM recent w "
+            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text_key, w.distance FROM recent w "
             "WHERE w.distance IS NOT NULL ORDER BY w.distance, w.id LIMIT 2 * %(k)s)"
         )
         ctes.append("vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")")
@@ -141,17 +148,18 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
             "WITH ORDINALITY AS l(lex, idf, n))"
         )
         ctes.append(
-            "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text, w.search_tsv, "
+            "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text_key, w.search_tsv, "
             "ts_filter(w.search_tsv, '{a}') AS own FROM recent w, "
             f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query)"
         )
         ctes.append(
-            "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text, "
+            "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text_key, "
             # summed in the query's lexeme order, so copies of a message score exactly alike
             "sum(l.idf * CASE WHEN h.own @@ l.query THEN 1 ELSE %(context_weight)s END ORDER BY l.n) "
             "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * max(length(h.search_tsv)) / %(avglen)s)) "
             "AS relevance FROM hit h JOIN lex l ON h.search_tsv @@ l.query "
-            "GROUP BY h.id, h.channel_id, h.position, h.text ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)"
+            "GROUP BY h.id, h.channel_id, h.position, h.text_key "
+            "ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)"
         )
         ctes.append("txt AS (" + _ONCE_SQL.format(rows="txt_rows", order="x.relevance DESC, x.id") + ")")
         ranked.append(
@@ -161,5 +169,5 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
         "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
-        "JOIN recent t ON t.id = r.id ORDER BY r.source DESC, r.rank"
+        "JOIN conversation_turns t ON t.id = r.id ORDER BY r.source DESC, r.rank"
     )

@@ -321,3 +321,42 @@ def test_sqlite_migrate_adds_the_speaker_and_search_text_to_an_older_file(tmp_pa
     with sqlite3.connect(tmp_path / "old.db") as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(conversation_turns)")}
     assert {"speaker", "search_text"} <= columns
+
+
+def test_upgrading_from_0014_keys_the_turns_text_and_bounds_the_indexed_full_text(
+    new_database: NewDatabase,
+) -> None:
+    url = new_database()
+    _to_revision(url, "0014")
+    short, long = "we sailed to Madeira", " ".join(f"harbour{n}" for n in range(200))
+    with psycopg.connect(url) as conn:
+        for position, text in enumerate((short, long), start=1):
+            conn.execute(
+                "INSERT INTO conversation_turns (id, channel_id, event_id, user_id, role, text, at, "
+                "position) VALUES (%s, %s, %s, %s, 'user', %s, now(), %s)",
+                (uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), text, position),
+            )
+    migrate(url, 384)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT text_key = CAST(md5(text) AS uuid), window_tsv = search_tsv, window_tsv IS NULL "
+            "FROM conversation_turns ORDER BY position"
+        ).fetchall()
+        # the short turn's full text rides in the index; the long one's stays in its row only
+        assert rows == [(True, True, False), (True, None, True)]
+        [definition] = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_conversation_turns_context'"
+        ).fetchone() or [""]
+        assert definition.endswith(
+            'INCLUDE (id, persona_id, team_id, channel_id, "position", text_key, window_tsv, embedding)'
+        )
+    _to_revision(url, "0014", down=True)
+    with psycopg.connect(url) as conn:
+        columns = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'conversation_turns'"
+            ).fetchall()
+        }
+        assert not {"text_key", "window_tsv"} & columns
+        assert conn.execute("SELECT count(*) FROM conversation_turns").fetchone() == (2,)

@@ -427,3 +427,24 @@ async def test_the_window_statistics_count_each_message_once(store: Store) -> No
     assert stats.word_share["lighthouse"] == 0.5
     # nobody else's turns: an empty window
     assert (await store._backend.turn_term_stats(uuid.uuid4(), None, None, "lighthouse")).documents == 0  # type: ignore[attr-defined]
+
+
+async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(store: Store) -> None:
+    # on Postgres a turn this long has no full text in the context index (`window_tsv` NULL): recall
+    # reads it from the row, in the statistics and in the ranking alike
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    long_text = "the lighthouse keeper kept a log of " + " ".join(f"ship{n} sailed" for n in range(120))
+    await store.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            turn(user, 1, long_text, channel=channel),
+            turn(user, 2, "we talked about the harbour", channel=channel),
+            turn(user, 3, "the lighthouse was closed", channel=channel),
+        ],
+    )
+    stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
+    assert stats.documents == 3
+    assert stats.word_share == {"lighthouse": 2 / 3, "keeper": 1 / 3}
+    hits = await store.recall_turns(user, None, "keeper", 1)
+    assert [h.turn.text for h in hits] == [long_text]
