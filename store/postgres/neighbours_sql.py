@@ -191,19 +191,40 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     def select(i: int, similarity: str) -> str:
         return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
 
-    def recent_window(i: int, memory: NewMemory, condition: str) -> str:
+    def window_rows(i: int, memory: NewMemory, condition: str, columns: str) -> str:
         # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-        # (ix_memories_owner_reviewed / _pending), ranked exactly
-        window = (
-            f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = %(s{i})s "
+        # (ix_memories_owner_reviewed / _pending)
+        return (
+            f"SELECT {columns} FROM memories w WHERE w.scope = %(s{i})s "
             f"AND w.owner_id = %(o{i})s AND coalesce(w.user_id, {NIL_UUID_SQL}) = %(un{i})s "
             f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
             f"ORDER BY {in_owner_index_order('w')} LIMIT %(pending_window)s"
         )
-        return (
-            f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
-            f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT %(k)s)"
+
+    def recent_window(members: Sequence[int], condition: str) -> None:
+        # a large owner's window ranked exactly for each of its new memories (`members`, one
+        # owner and team context): one memory reads it as it ranks it; several share one read of
+        # the window's ids and distances (a MATERIALIZED CTE), then each takes its k nearest
+        first = members[0]
+        if len(members) == 1:
+            window = window_rows(first, memories[first], condition, _WINDOW_COLUMNS)
+            parts.append(
+                f"({select(first, f'1 - ({distance(first)})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(first)}) + 0 LIMIT %(k)s)"
+            )
+            return
+        group = f"g{len(ctes)}"
+        window = window_rows(first, memories[first], condition, "w.id, w.embedding")
+        distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+        ctes.append(
+            f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM ({window}) m "
+            "WHERE m.embedding IS NOT NULL)"
         )
+        for i in members:
+            parts.append(
+                f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
+                f"ORDER BY g.d{i} LIMIT %(k)s) n JOIN memories m ON m.id = n.id)"
+            )
 
     parts: list[str] = []
     ctes: list[str] = []
@@ -223,6 +244,8 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     # one-time filter on its size (counted once, before any scan): no rows when it is large,
     # and the caller, which counted it beside this read, reads it again.
     small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
+    # a large owner's new memories by owner and team context, for its windows (shape "hnsw": none)
+    large_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
     for i, memory in enumerate(memories):
         size = sizes.get(owner_key(memory))
         if size is None or size <= EXACT_OWNER_ROWS:
@@ -274,21 +297,8 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
         )
         if shape == "hnsw":
             continue
-        if large and shape == "locked":
-            # rows made active since the HNSW read's snapshot (a review: approve sets
-            # updated_at); that read ran in this transaction, after its start, so a review
-            # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
-            parts.append(
-                recent_window(
-                    i,
-                    memory,
-                    "w.status = 'active' AND w.updated_at >= now() - CAST(%(review_margin)s AS interval)",
-                )
-            )
-            params["review_margin"] = REVIEW_MARGIN
         if large:
-            parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
-            params["pending_window"] = PENDING_WINDOW
+            large_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
         # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
         nil = NIL_UUID_SQL
         parts.append(
@@ -298,6 +308,18 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
             f"AND coalesce(m.team_id, {nil}) IN ({nil}, %(tn{i})s) "
             f"AND m.key = %(k{i})s AND m.status IN ('active', 'pending_review'))"
         )
+    for members in large_groups.values():
+        if shape == "locked":
+            # rows made active since the HNSW read's snapshot (a review: approve sets
+            # updated_at); that read ran in this transaction, after its start, so a review
+            # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
+            recent_window(
+                members,
+                "w.status = 'active' AND w.updated_at >= now() - CAST(%(review_margin)s AS interval)",
+            )
+            params["review_margin"] = REVIEW_MARGIN
+        recent_window(members, "w.status = 'pending_review'")
+        params["pending_window"] = PENDING_WINDOW
     sql = " UNION ALL ".join(parts)
     if unknown:
         counts = " UNION ALL ".join(
