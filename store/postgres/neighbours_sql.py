@@ -68,17 +68,25 @@ def owner_lock_names(memories: Sequence[NewMemory]) -> list[str]:
     return sorted({owner_lock_key(m) for m in memories})
 
 
-def in_owner_index_order(alias: str) -> str:
-    """The ORDER BY of an owner's most recent rows read in the owner indexes' order (scope,
-    owner_id, coalesce(user_id), updated_at DESC) once the query has fixed the first three.
+def user_condition(alias: str, user_param: str | None) -> str:
+    """An owner's user on the plain column: `= %(user_param)s`, or IS NULL for an owner without one.
 
-    The coalesce column is named although the query fixes it: under row-level security (the
-    `pmem_app` role) Postgres evaluates a `coalesce(...) = $1` condition only after the policy, as
-    it is not leakproof, so it is no index condition; ordering by `updated_at` alone then read and
-    sorted every row of the owner (26 ms for a 20,000-memory user instead of 0.4), while this order
-    is still the index's, so the scan stops after the LIMIT's rows (bench/README.md, "Row-level
-    security")."""
-    return f"coalesce({alias}.user_id, {NIL_UUID_SQL}), {alias}.updated_at DESC"
+    Not `coalesce(user_id, nil) = $1`: Postgres does not count a coalesce as leakproof, so under
+    row-level security (the `pmem_app` role) it runs after the policy and is no index condition;
+    a `persona_user` owner's read then stepped over every other user's rows of the persona. These
+    two forms are leakproof and indexed (migration 0016: `ix_memories_owner_user_*`), policy or not
+    (bench/README.md, "Row-level security")."""
+    if user_param is None:
+        return f"{alias}.user_id IS NULL"
+    return f"{alias}.user_id = %({user_param})s"
+
+
+def in_owner_index_order(alias: str) -> str:
+    """ORDER BY for an owner's most recent rows, in the order of the `ix_memories_owner_user_*`
+    indexes once `user_condition` fixed the user. `user_id` is named although fixed: `IS NULL`
+    is no equality the planner can take as a constant, and without it the scan was followed by a
+    sort of every row of the owner instead of stopping after the LIMIT's."""
+    return f"{alias}.user_id, {alias}.updated_at DESC"
 
 
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
@@ -135,10 +143,11 @@ class OwnerSizes:
 
 
 def _owner_size_sql(scope: str, owner: str, user: str) -> str:
-    """An owner's row count up to `%(cap)s` (a scan that stops after that many rows, whatever its size)."""
+    """An owner's row count up to `%(cap)s` (a scan that stops after that many rows, whatever its
+    size); `user` a `user_condition` on alias `c`."""
     return (
         f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
-        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT %(cap)s) x)"
+        f"AND c.owner_id = {owner} AND {user} LIMIT %(cap)s) x)"
     )
 
 
@@ -148,7 +157,8 @@ def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, A
     parts = []
     params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
     for i, (scope, owner, user) in enumerate(missing):
-        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(u{i})s')} AS n")
+        counted_user = user_condition("c", None if user == NIL_UUID else f"u{i}")
+        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', counted_user)} AS n")
         params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
     return " UNION ALL ".join(parts), params
 
@@ -191,12 +201,15 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     def select(i: int, similarity: str) -> str:
         return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
 
+    def user_param(i: int, memory: NewMemory) -> str | None:
+        return None if memory.user_id is None else f"u{i}"
+
     def window_rows(i: int, memory: NewMemory, condition: str, columns: str) -> str:
         # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-        # (ix_memories_owner_reviewed / _pending)
+        # (ix_memories_owner_user_reviewed / _pending)
         return (
             f"SELECT {columns} FROM memories w WHERE w.scope = %(s{i})s "
-            f"AND w.owner_id = %(o{i})s AND coalesce(w.user_id, {NIL_UUID_SQL}) = %(un{i})s "
+            f"AND w.owner_id = %(o{i})s AND {user_condition('w', user_param(i, memory))} "
             f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
             f"ORDER BY {in_owner_index_order('w')} LIMIT %(pending_window)s"
         )
@@ -323,7 +336,9 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     sql = " UNION ALL ".join(parts)
     if unknown:
         counts = " UNION ALL ".join(
-            f"SELECT {j} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(un{i})s')} AS n"
+            f"SELECT {j} AS idx, "
+            f"{_owner_size_sql(f'%(s{i})s', f'%(o{i})s', user_condition('c', user_param(i, memories[i])))}"
+            " AS n"
             for j, i in unknown.values()
         )
         ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
@@ -348,19 +363,19 @@ def prompt_memories_statement(
 ) -> tuple[str, dict[str, Any]]:
     """The full-text matches of `words` first (by rank) among each owner's `PROMPT_WINDOW` most
     recent active or pending memories in the team context, then the most recent: at most `limit`."""
-    nil = NIL_UUID_SQL
     parts: list[str] = []
     params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
     for i, owner in enumerate(owners):
         team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = %(team)s)"
-        # the owner's most recent memories, read in index order (ix_memories_owner_recent)
+        # the owner's most recent memories, read in index order (ix_memories_owner_user_recent)
         parts.append(
             f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = %(s{i})s "
-            f"AND m.owner_id = %(o{i})s AND coalesce(m.user_id, {nil}) = %(u{i})s AND {team} "
-            "AND m.status IN ('active', 'pending_review') "
+            f"AND m.owner_id = %(o{i})s "
+            f"AND {user_condition('m', None if owner.user_id is None else f'u{i}')} "
+            f"AND {team} AND m.status IN ('active', 'pending_review') "
             f"ORDER BY {in_owner_index_order('m')} LIMIT %(window)s)"
         )
-        params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
+        params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id})
     params["team"] = team_id
     sql = (
         "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "

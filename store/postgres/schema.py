@@ -51,6 +51,22 @@ def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
             memories.c.updated_at.desc(),
             postgresql_where=text(f"status = '{status}'"),
         )
+    # the same on the plain user_id (migration 0016), all statuses and each one: the worker's
+    # reads of an owner's most recent rows filter on `user_id = $1` / `IS NULL`, which stay index
+    # conditions under row-level security where a coalesce does not (store.postgres.neighbours_sql)
+    for name, where in (
+        ("ix_memories_owner_user_recent", None),
+        ("ix_memories_owner_user_pending", "status = 'pending_review'"),
+        ("ix_memories_owner_user_reviewed", "status = 'active'"),
+    ):
+        Index(
+            name,
+            memories.c.scope,
+            memories.c.owner_id,
+            memories.c.user_id,
+            memories.c.updated_at.desc(),
+            postgresql_where=None if where is None else text(where),
+        )
     # no HNSW index on turns: every event writes a dozen turns, and an HNSW insert into a large
     # graph costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most
     # recent turns exactly through ix_conversation_turns_context (`store.rules.turn_recall.TURN_WINDOW`)
