@@ -74,16 +74,17 @@ def user_condition(alias: str, user_param: str | None) -> str:
     Not `coalesce(user_id, nil) = $1`: Postgres does not count a coalesce as leakproof, so under
     row-level security (the `pmem_app` role) it runs after the policy and is no index condition;
     a `persona_user` owner's read then stepped over every other user's rows of the persona. These
-    two forms are leakproof and indexed (migration 0016: `ix_memories_owner_user_*`), policy or not
-    (bench/README.md, "Row-level security")."""
+    two forms are leakproof and indexed (migration 0016: `ix_memories_owner_user_recent`,
+    `ix_memories_owner_pending`, `_reviewed`), policy or not (bench/README.md, "Row-level
+    security")."""
     if user_param is None:
         return f"{alias}.user_id IS NULL"
     return f"{alias}.user_id = %({user_param})s"
 
 
 def in_owner_index_order(alias: str) -> str:
-    """ORDER BY for an owner's most recent rows, in the order of the `ix_memories_owner_user_*`
-    indexes once `user_condition` fixed the user. `user_id` is named although fixed: `IS NULL`
+    """ORDER BY for an owner's most recent rows, in the order of migration 0016's owner indexes
+    once `user_condition` fixed the user. `user_id` is named although fixed: `IS NULL`
     is no equality the planner can take as a constant, and without it the scan was followed by a
     sort of every row of the owner instead of stopping after the LIMIT's."""
     return f"{alias}.user_id, {alias}.updated_at DESC"
@@ -206,7 +207,7 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
 
     def window_rows(i: int, memory: NewMemory, condition: str, columns: str) -> str:
         # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-        # (ix_memories_owner_user_reviewed / _pending)
+        # (ix_memories_owner_reviewed / _pending)
         return (
             f"SELECT {columns} FROM memories w WHERE w.scope = %(s{i})s "
             f"AND w.owner_id = %(o{i})s AND {user_condition('w', user_param(i, memory))} "

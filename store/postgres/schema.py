@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgvector.sqlalchemy import VECTOR
-from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, literal_column, text
+from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, text
 from sqlalchemy.dialects.postgresql import REAL, TSVECTOR
 
 from store.core.schema import SchemaDialect
@@ -36,28 +36,16 @@ def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
             postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
             postgresql_where=text("status = 'active'"),
         )
-    # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
-    # read's bounded window), and reviewed ones (the read under the owner lock: rows made
-    # active since its HNSW read, without the dead versions a rewritten pending row leaves)
-    for name, status in (
-        ("ix_memories_owner_pending", "pending_review"),
-        ("ix_memories_owner_reviewed", "active"),
-    ):
-        Index(
-            name,
-            memories.c.scope,
-            memories.c.owner_id,
-            func.coalesce(memories.c.user_id, literal_column(NIL_UUID_SQL)),
-            memories.c.updated_at.desc(),
-            postgresql_where=text(f"status = '{status}'"),
-        )
-    # the same on the plain user_id (migration 0016), all statuses and each one: the worker's
-    # reads of an owner's most recent rows filter on `user_id = $1` / `IS NULL`, which stay index
-    # conditions under row-level security where a coalesce does not (store.postgres.neighbours_sql)
+    # an owner's most recent memories by time, on the plain user_id (migration 0016): all of them
+    # (the prompt's keys), pending ones (the near-duplicate read's bounded window), and reviewed
+    # ones (the read under the owner lock: rows made active since its HNSW read, without the dead
+    # versions a rewritten pending row leaves). The reads filter on `user_id = $1` / `IS NULL`,
+    # which stay index conditions under row-level security where a coalesce does not
+    # (store.postgres.neighbours_sql.user_condition)
     for name, where in (
         ("ix_memories_owner_user_recent", None),
-        ("ix_memories_owner_user_pending", "status = 'pending_review'"),
-        ("ix_memories_owner_user_reviewed", "status = 'active'"),
+        ("ix_memories_owner_pending", "status = 'pending_review'"),
+        ("ix_memories_owner_reviewed", "status = 'active'"),
     ):
         Index(
             name,

@@ -59,14 +59,10 @@ LOCK_BY_KEYS_SQL = (
     f"SELECT {columns_sql(MEMORY_COLUMNS, 'm')} FROM {_BY_KEYS_SQL} ORDER BY m.id FOR UPDATE OF m"
 )
 # the same for the memories of `LOCK_BY_KEYS_SQL`'s identities, in the statement after it (their
-# ids not yet known to the caller: both go in one round trip). The keys' memories first, then each
-# one's open revision through its index: joined the other way round, a planner whose statistics
-# counted few revisions scanned every open revision of the table (all owners'), and under
-# row-level security the revisions' policy looked each one's memory up
+# ids not yet known to the caller: both go in one round trip)
 LOCK_OPEN_REVISIONS_BY_KEYS_SQL = (
-    f"WITH k AS MATERIALIZED (SELECT m.id FROM {_BY_KEYS_SQL}) "
-    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM k JOIN memory_revisions r ON r.memory_id = k.id "
-    "WHERE r.status = 'pending' ORDER BY r.id FOR UPDATE OF r"
+    f"SELECT {columns_sql(REVISION_COLUMNS, 'r')} FROM memory_revisions r "
+    f"JOIN ({_BY_KEYS_SQL}) ON r.memory_id = m.id WHERE r.status = 'pending' ORDER BY r.id FOR UPDATE OF r"
 )
 
 
