@@ -123,7 +123,7 @@ def real_embeddings(postgres: EmbeddedPostgres, args: argparse.Namespace) -> Non
     from extraction.embeddings import LocalEmbedder
 
     cache = load_vectors(args.embedding_cache)
-    texts = sorted(cache)
+    texts = sorted(text for text in cache if "\x00" not in text)  # COPY refuses NUL in text
     url = postgres.url_for(args.database)
     try:
         with psycopg.connect(url) as conn:

@@ -75,9 +75,11 @@ from store.postgres.write_sql import (
 from store.rules.policy import plan_upsert, storable_confidence
 
 # The HNSW candidate list of the write's read of a large owner (this transaction only; recall keeps
-# the session's): dedup needs the near duplicates (cosine >= 0.80 / 0.95), not an exact top k, and
-# with real MiniLM embeddings 40 found every one that 100 found (bench/dedup_recall.py)
-DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 40"
+# the session's): dedup needs the near duplicates (cosine >= 0.80 / 0.95), not an exact top k. With
+# real MiniLM embeddings 8 and 10 found every near duplicate that 40 and the exact ranking found
+# (bench/dedup_recall.py); 10 visits about 40 % of the graph pages 40 did, and this read was most
+# of what a populated owner's event costs more than an empty one's (bench/event_store_cost.py)
+DEDUP_EF_SEARCH = "SET LOCAL hnsw.ef_search = 10"
 
 # stored pending rows given a newer extraction (`plan_upsert`'s "update"), from column arrays; the
 # embeddings one after another in one `real[]`, `:starts` where each row's begins

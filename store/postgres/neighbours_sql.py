@@ -68,6 +68,28 @@ def owner_lock_names(memories: Sequence[NewMemory]) -> list[str]:
     return sorted({owner_lock_key(m) for m in memories})
 
 
+def user_condition(alias: str, user_param: str | None) -> str:
+    """An owner's user on the plain column: `= %(user_param)s`, or IS NULL for an owner without one.
+
+    Not `coalesce(user_id, nil) = $1`: Postgres does not count a coalesce as leakproof, so under
+    row-level security (the `pmem_app` role) it runs after the policy and is no index condition;
+    a `persona_user` owner's read then stepped over every other user's rows of the persona. These
+    two forms are leakproof and indexed (migration 0016: `ix_memories_owner_user_recent`,
+    `ix_memories_owner_pending`, `_reviewed`), policy or not (bench/README.md, "Row-level
+    security")."""
+    if user_param is None:
+        return f"{alias}.user_id IS NULL"
+    return f"{alias}.user_id = %({user_param})s"
+
+
+def in_owner_index_order(alias: str) -> str:
+    """ORDER BY for an owner's most recent rows, in the order of migration 0016's owner indexes
+    once `user_condition` fixed the user. `user_id` is named although fixed: `IS NULL`
+    is no equality the planner can take as a constant, and without it the scan was followed by a
+    sort of every row of the owner instead of stopping after the LIMIT's."""
+    return f"{alias}.user_id, {alias}.updated_at DESC"
+
+
 # How long an owner's size (capped at EXACT_OWNER_ROWS + 1) is trusted: it only chooses between
 # exact ranking and HNSW, and a few rows more or less do not change that choice
 OWNER_SIZE_TTL_S = 60.0
@@ -122,10 +144,11 @@ class OwnerSizes:
 
 
 def _owner_size_sql(scope: str, owner: str, user: str) -> str:
-    """An owner's row count up to `%(cap)s` (a scan that stops after that many rows, whatever its size)."""
+    """An owner's row count up to `%(cap)s` (a scan that stops after that many rows, whatever its
+    size); `user` a `user_condition` on alias `c`."""
     return (
         f"(SELECT count(*) FROM (SELECT 1 FROM memories c WHERE c.scope = {scope} "
-        f"AND c.owner_id = {owner} AND coalesce(c.user_id, {NIL_UUID_SQL}) = {user} LIMIT %(cap)s) x)"
+        f"AND c.owner_id = {owner} AND {user} LIMIT %(cap)s) x)"
     )
 
 
@@ -135,7 +158,8 @@ def owner_count_statement(missing: Sequence[OwnerKey]) -> tuple[str, dict[str, A
     parts = []
     params: dict[str, Any] = {"cap": EXACT_OWNER_ROWS + 1}
     for i, (scope, owner, user) in enumerate(missing):
-        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(u{i})s')} AS n")
+        counted_user = user_condition("c", None if user == NIL_UUID else f"u{i}")
+        parts.append(f"SELECT {i} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', counted_user)} AS n")
         params.update({f"s{i}": scope, f"o{i}": owner, f"u{i}": user})
     return " UNION ALL ".join(parts), params
 
@@ -178,19 +202,43 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     def select(i: int, similarity: str) -> str:
         return f"SELECT {i} AS idx, {_COLUMNS}, {similarity} AS similarity"
 
-    def recent_window(i: int, memory: NewMemory, condition: str) -> str:
+    def user_param(i: int, memory: NewMemory) -> str | None:
+        return None if memory.user_id is None else f"u{i}"
+
+    def window_rows(i: int, memory: NewMemory, condition: str, columns: str) -> str:
         # the owner's PENDING_WINDOW most recent rows meeting `condition`, in index order
-        # (ix_memories_owner_reviewed / _pending), ranked exactly
-        window = (
-            f"SELECT {_WINDOW_COLUMNS} FROM memories w WHERE w.scope = %(s{i})s "
-            f"AND w.owner_id = %(o{i})s AND coalesce(w.user_id, {NIL_UUID_SQL}) = %(un{i})s "
-            f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
-            "ORDER BY w.updated_at DESC LIMIT %(pending_window)s"
-        )
+        # (ix_memories_owner_reviewed / _pending)
         return (
-            f"({select(i, f'1 - ({distance(i)})')} FROM ({window}) m "
-            f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(i)}) + 0 LIMIT %(k)s)"
+            f"SELECT {columns} FROM memories w WHERE w.scope = %(s{i})s "
+            f"AND w.owner_id = %(o{i})s AND {user_condition('w', user_param(i, memory))} "
+            f"AND {condition} AND {team_filter(i, memory).replace('m.', 'w.')} "
+            f"ORDER BY {in_owner_index_order('w')} LIMIT %(pending_window)s"
         )
+
+    def recent_window(members: Sequence[int], condition: str) -> None:
+        # a large owner's window ranked exactly for each of its new memories (`members`, one
+        # owner and team context): one memory reads it as it ranks it; several share one read of
+        # the window's ids and distances (a MATERIALIZED CTE), then each takes its k nearest
+        first = members[0]
+        if len(members) == 1:
+            window = window_rows(first, memories[first], condition, _WINDOW_COLUMNS)
+            parts.append(
+                f"({select(first, f'1 - ({distance(first)})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(first)}) + 0 LIMIT %(k)s)"
+            )
+            return
+        group = f"g{len(ctes)}"
+        window = window_rows(first, memories[first], condition, "w.id, w.embedding")
+        distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+        ctes.append(
+            f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM ({window}) m "
+            "WHERE m.embedding IS NOT NULL)"
+        )
+        for i in members:
+            parts.append(
+                f"({select(i, f'1 - n.d{i}')} FROM (SELECT g.id, g.d{i} FROM {group} g "
+                f"ORDER BY g.d{i} LIMIT %(k)s) n JOIN memories m ON m.id = n.id)"
+            )
 
     parts: list[str] = []
     ctes: list[str] = []
@@ -210,6 +258,8 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     # one-time filter on its size (counted once, before any scan): no rows when it is large,
     # and the caller, which counted it beside this read, reads it again.
     small_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
+    # a large owner's new memories by owner and team context, for its windows (shape "hnsw": none)
+    large_groups: dict[tuple[OwnerKey, uuid.UUID | None], list[int]] = {}
     for i, memory in enumerate(memories):
         size = sizes.get(owner_key(memory))
         if size is None or size <= EXACT_OWNER_ROWS:
@@ -261,21 +311,8 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
         )
         if shape == "hnsw":
             continue
-        if large and shape == "locked":
-            # rows made active since the HNSW read's snapshot (a review: approve sets
-            # updated_at); that read ran in this transaction, after its start, so a review
-            # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
-            parts.append(
-                recent_window(
-                    i,
-                    memory,
-                    "w.status = 'active' AND w.updated_at >= now() - CAST(%(review_margin)s AS interval)",
-                )
-            )
-            params["review_margin"] = REVIEW_MARGIN
         if large:
-            parts.append(recent_window(i, memory, "w.status = 'pending_review'"))
-            params["pending_window"] = PENDING_WINDOW
+            large_groups.setdefault((owner_key(memory), memory.team_id), []).append(i)
         # the same key, through the unique index: coalesce(user_id), coalesce(team_id), key
         nil = NIL_UUID_SQL
         parts.append(
@@ -285,10 +322,24 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
             f"AND coalesce(m.team_id, {nil}) IN ({nil}, %(tn{i})s) "
             f"AND m.key = %(k{i})s AND m.status IN ('active', 'pending_review'))"
         )
+    for members in large_groups.values():
+        if shape == "locked":
+            # rows made active since the HNSW read's snapshot (a review: approve sets
+            # updated_at); that read ran in this transaction, after its start, so a review
+            # committed later began at most REVIEW_MARGIN before now() (ix_memories_owner_reviewed)
+            recent_window(
+                members,
+                "w.status = 'active' AND w.updated_at >= now() - CAST(%(review_margin)s AS interval)",
+            )
+            params["review_margin"] = REVIEW_MARGIN
+        recent_window(members, "w.status = 'pending_review'")
+        params["pending_window"] = PENDING_WINDOW
     sql = " UNION ALL ".join(parts)
     if unknown:
         counts = " UNION ALL ".join(
-            f"SELECT {j} AS idx, {_owner_size_sql(f'%(s{i})s', f'%(o{i})s', f'%(un{i})s')} AS n"
+            f"SELECT {j} AS idx, "
+            f"{_owner_size_sql(f'%(s{i})s', f'%(o{i})s', user_condition('c', user_param(i, memories[i])))}"
+            " AS n"
             for j, i in unknown.values()
         )
         ctes.insert(0, f"owner_size AS MATERIALIZED ({counts})")
@@ -313,19 +364,19 @@ def prompt_memories_statement(
 ) -> tuple[str, dict[str, Any]]:
     """The full-text matches of `words` first (by rank) among each owner's `PROMPT_WINDOW` most
     recent active or pending memories in the team context, then the most recent: at most `limit`."""
-    nil = NIL_UUID_SQL
     parts: list[str] = []
     params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
     for i, owner in enumerate(owners):
         team = "m.team_id IS NULL" if team_id is None else "(m.team_id IS NULL OR m.team_id = %(team)s)"
-        # the owner's most recent memories, read in index order (ix_memories_owner_recent)
+        # the owner's most recent memories, read in index order (ix_memories_owner_user_recent)
         parts.append(
             f"(SELECT {_COLUMNS}, m.search_tsv FROM memories m WHERE m.scope = %(s{i})s "
-            f"AND m.owner_id = %(o{i})s AND coalesce(m.user_id, {nil}) = %(u{i})s AND {team} "
-            "AND m.status IN ('active', 'pending_review') "
-            "ORDER BY m.updated_at DESC LIMIT %(window)s)"
+            f"AND m.owner_id = %(o{i})s "
+            f"AND {user_condition('m', None if owner.user_id is None else f'u{i}')} "
+            f"AND {team} AND m.status IN ('active', 'pending_review') "
+            f"ORDER BY {in_owner_index_order('m')} LIMIT %(window)s)"
         )
-        params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id or NIL_UUID})
+        params.update({f"s{i}": owner.scope, f"o{i}": owner.owner_id, f"u{i}": owner.user_id})
     params["team"] = team_id
     sql = (
         "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "

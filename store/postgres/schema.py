@@ -50,20 +50,24 @@ def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
             postgresql_ops={"embedding": opclass} if expression == "embedding" else {},
             postgresql_where=text("status = 'active'"),
         )
-    # an owner's most recent memories of one status, by time: pending ones (the near-duplicate
-    # read's bounded window), and reviewed ones (the read under the owner lock: rows made
-    # active since its HNSW read, without the dead versions a rewritten pending row leaves)
-    for name, status in (
-        ("ix_memories_owner_pending", "pending_review"),
-        ("ix_memories_owner_reviewed", "active"),
+    # an owner's most recent memories by time, on the plain user_id (migration 0016): all of them
+    # (the prompt's keys), pending ones (the near-duplicate read's bounded window), and reviewed
+    # ones (the read under the owner lock: rows made active since its HNSW read, without the dead
+    # versions a rewritten pending row leaves). The reads filter on `user_id = $1` / `IS NULL`,
+    # which stay index conditions under row-level security where a coalesce does not
+    # (store.postgres.neighbours_sql.user_condition)
+    for name, where in (
+        ("ix_memories_owner_user_recent", None),
+        ("ix_memories_owner_pending", "status = 'pending_review'"),
+        ("ix_memories_owner_reviewed", "status = 'active'"),
     ):
         Index(
             name,
             memories.c.scope,
             memories.c.owner_id,
-            func.coalesce(memories.c.user_id, literal_column(NIL_UUID_SQL)),
+            memories.c.user_id,
             memories.c.updated_at.desc(),
-            postgresql_where=text(f"status = '{status}'"),
+            postgresql_where=None if where is None else text(where),
         )
     # no HNSW index on turns: every event writes a dozen turns, and an HNSW insert into a large
     # graph costs ~20x a row's other indexes (bench/README.md); recall ranks a context's most

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,6 +17,9 @@ from sqlalchemy import text
 from extraction.embeddings import HashingEmbedder
 from store.errors import TeamBoundaryViolation
 from store.migrate import migrate
+from store.model import NewMemory, OwnerRef
+from store.postgres import neighbours_sql
+from store.postgres.params import float4_array, register_vector_dumper
 from store.postgres.store import PostgresMemoryStore
 from store.team_scope import platform_scope, team_scope, teams_scope
 from tests.store.as_the_worker import event_of, write_as_the_worker
@@ -178,3 +182,70 @@ def test_every_table_with_team_data_has_row_level_security(rls_url: str) -> None
         assert rls, f"{table} has no row-level security"
         assert table in policies, f"{table} has no policy"
         assert owner != APP_ROLE and granted, table
+
+
+def rows_read_from_memories(plan: dict[str, Any]) -> int:
+    """Rows the plan's scans of `memories` produced or filtered out (EXPLAIN ANALYZE, JSON)."""
+    own = 0
+    if plan.get("Relation Name") == "memories":
+        own = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    return own + sum(rows_read_from_memories(child) for child in plan.get("Plans", []))
+
+
+@pytest.mark.parametrize("scope", ["user", "persona_user"])
+def test_an_owners_most_recent_rows_are_read_through_the_index_under_the_policy(
+    rls_url: str, scope: str
+) -> None:
+    # an owner with more pending memories than the near-duplicate read's window (and the prompt's),
+    # beside as many of another user of the same persona (scanned first in the user's order):
+    # under the policy, the window's scans must read no more than the tables' owner's do
+    owner, team = uuid.uuid4(), uuid.uuid4()
+    user = uuid.UUID(int=2**128 - 1) if scope == "persona_user" else None
+    other = uuid.UUID(int=1)
+    stored = neighbours_sql.PENDING_WINDOW + 100
+    with psycopg.connect(rls_url, autocommit=True) as conn:
+        for of in (user, other) if user else (user,):
+            conn.execute(
+                "INSERT INTO memories (scope, owner_id, user_id, key, value, status, updated_at) "
+                "SELECT %s, %s, %s, 'key ' || i, 'value ' || i, 'pending_review', now() - i * interval '1 s' "
+                "FROM generate_series(1, %s) AS i",
+                (scope, owner, of, stored),
+            )
+        # other owners' rows: the owner's are a few of the table's, as in production
+        conn.execute(
+            "INSERT INTO memories (scope, owner_id, key, value, status) "
+            "SELECT 'user', gen_random_uuid(), 'key', 'value', 'pending_review' "
+            "FROM generate_series(1, 20000)"
+        )
+        conn.execute("ANALYZE memories")
+    memory = NewMemory(scope=scope, owner_id=owner, user_id=user, key="city", value="Lisbon", team_id=team)  # type: ignore[arg-type]
+    size_key = neighbours_sql.owner_key(memory)
+    vector = float4_array([1.0] + [0.0] * (DIM - 1))
+    statements = {
+        "prompt": neighbours_sql.prompt_memories_statement(
+            [OwnerRef(scope=scope, owner_id=owner, user_id=user)],
+            team_id=team,
+            words=["lisbon"],
+            limit=40,  # type: ignore[arg-type]
+        ),
+        "near duplicates": neighbours_sql.neighbours_statement(
+            [memory], [vector], 8, {size_key: stored}, "locked", dim=DIM
+        ),
+        "owner size": neighbours_sql.owner_count_statement([size_key]),
+    }
+    read: dict[str, dict[str, int]] = {}
+    for role in ("the tables' owner", APP_ROLE):
+        with psycopg.connect(rls_url, autocommit=True) as conn:
+            register_vector_dumper(conn)
+            if role == APP_ROLE:
+                conn.execute(f"SET ROLE {APP_ROLE}")
+            for name, (sql, params) in statements.items():
+                conn.execute("BEGIN")
+                conn.execute("SELECT set_config('pmem.teams', %s, true)", (str(team),))
+                found = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+                conn.execute("ROLLBACK")
+                assert found is not None
+                read.setdefault(name, {})[role] = rows_read_from_memories(found[0][0]["Plan"])
+    # the plans are the planner's choice; the policy must not make any of them read more
+    for name, by_role in read.items():
+        assert 0 < by_role[APP_ROLE] <= by_role["the tables' owner"], (name, by_role)

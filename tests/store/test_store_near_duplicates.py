@@ -193,6 +193,41 @@ async def test_an_owner_past_the_exact_limit_still_finds_its_restated_fact(
         assert any("pending_window" in s and "m.status = 'active'" in s for s in traffic.statements)
 
 
+async def test_a_large_owners_event_finds_each_of_its_restated_pending_facts(
+    store: Store, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several new memories of one large owner rank its pending window from one read of it (a
+    MATERIALIZED CTE on Postgres): each still finds its own restated fact."""
+    monkeypatch.setattr(neighbours, "EXACT_OWNER_ROWS", 5)
+    monkeypatch.setattr(neighbours, "PENDING_WINDOW", 4)  # the two restated facts are the most recent
+    owner = uuid.uuid4()
+    facts = [fact(owner, f"topic {i}", f"Talks about subject number {i} often") for i in range(8)]
+    await store.writes.write_event(event_id=uuid.uuid4(), memories=facts, dedup=decide_against_neighbours)
+    stored = [fact(owner, "city", "Lives in Lyon, France"), fact(owner, "pet", "Has a grey cat named Tom")]
+    first = await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=stored, dedup=decide_against_neighbours
+    )
+    writer = reopened(store) if isinstance(store, PostgresMemoryStore) else store
+    try:
+        with recorded(writer) as traffic:
+            again = await writer.write_event(
+                event_id=uuid.uuid4(),
+                memories=[
+                    fact(owner, "home city", "Lives in Lyon, France"),
+                    fact(owner, "cat", "Has a grey cat named Tom"),
+                ],
+                dedup=decide_against_neighbours,
+            )
+    finally:
+        if writer is not store:
+            await writer.close()
+    assert [r.near_duplicate for r in again.results] == [True, True]
+    assert [r.memory_id for r in again.results] == [r.memory_id for r in first.results]
+    if backend == "postgres":  # the large owner's pending window, read once for both
+        shared = [s for s in traffic.statements if "pending_window" in s and "AS MATERIALIZED" in s]
+        assert shared, traffic.statements
+
+
 def test_owner_sizes_are_capped_and_forgotten_after_their_ttl() -> None:
     now = [0.0]
     sizes = neighbours.OwnerSizes(cap=101, ttl_s=60.0, max_entries=2, clock=lambda: now[0])

@@ -434,7 +434,7 @@ async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(s
     # reads it from the row, in the statistics and in the ranking alike
     user, channel = uuid.uuid4(), uuid.uuid4()
     long_text = "the lighthouse keeper kept a log of " + " ".join(f"ship{n} sailed" for n in range(120))
-    await store.write_event(
+    await store.writes.write_event(
         event_id=uuid.uuid4(),
         memories=[],
         turns=[
@@ -446,5 +446,5 @@ async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(s
     stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
     assert stats.documents == 3
     assert stats.word_share == {"lighthouse": 2 / 3, "keeper": 1 / 3}
-    hits = await store.recall_turns(user, None, "keeper", 1)
+    hits = await store.turns.recall_turns(user, None, "keeper", 1)
     assert [h.turn.text for h in hits] == [long_text]

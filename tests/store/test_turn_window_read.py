@@ -61,7 +61,7 @@ async def test_the_statistics_and_the_ranking_read_the_window_from_the_context_i
         # the context among others', as it always is: the planner reads it through its index
         for someone in [user] + [uuid.uuid4() for _ in range(15)]:
             turns = [said(someone, i + 1, t) for i, t in enumerate(texts)]
-            await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+            await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
     finally:
         await store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -113,8 +113,8 @@ async def test_the_vector_rides_in_the_context_index_up_to_384_dimensions(
     user = uuid.uuid4()
     try:
         turns = [said(user, 1, "the lighthouse keeper waved"), said(user, 2, "we ate in the harbour")]
-        await store.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
-        hits = await store.recall_turns(user, None, "lighthouse keeper", 1)
+        await store.writes.write_event(event_id=uuid.uuid4(), memories=[], turns=turns)
+        hits = await store.turns.recall_turns(user, None, "lighthouse keeper", 1)
     finally:
         await store.close()
     assert [h.turn.text for h in hits] == ["the lighthouse keeper waved"]
