@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pgvector.sqlalchemy import VECTOR
-from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, literal_column, text
+from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, text
 from sqlalchemy.dialects.postgresql import REAL, TSVECTOR, UUID
 
 from store.core.schema import SchemaDialect

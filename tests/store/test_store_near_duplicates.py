@@ -210,7 +210,7 @@ async def test_a_large_owners_event_finds_each_of_its_restated_pending_facts(
     writer = reopened(store) if isinstance(store, PostgresMemoryStore) else store
     try:
         with recorded(writer) as traffic:
-            again = await writer.write_event(
+            again = await writer.writes.write_event(
                 event_id=uuid.uuid4(),
                 memories=[
                     fact(owner, "home city", "Lives in Lyon, France"),
