@@ -15,6 +15,7 @@ from store.rules.hint import (
     FACT_RELEVANCE_FLOOR,
     HINT_TURN_SHARE,
     KNOWN_HEADER,
+    brief_fact_line,
     build_hint,
     choose_facts,
     fact_line,
@@ -275,3 +276,22 @@ def test_every_fact_is_named_when_all_fit_only_with_the_ones_not_about_the_messa
     # in full they would fit: all in full
     roomy = plan_facts([near], budget=3000, every=[near, *others])
     assert all(whole for _, whole in roomy)
+
+
+def test_the_hint_writes_each_fact_as_planned_in_full_or_brief() -> None:
+    """The hint makes each fact's lines once for the plan and the text: the lines it writes are the
+    plan's, in its order, each in full or brief as planned."""
+    said_before = "user: I told you this long ago, in a conversation about something else entirely"
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    city = memory("lives in", "Berlin", observed_at=NOW, evidence="user: I live in Berlin")
+    moving = RecallItem(kind="memory", score=0.5, memory=city, pending_change=proposal(city, "Munich"))
+    others = [fact(f"fact {i}", f"Likes thing {i}", evidence=said_before, observed_at=NOW) for i in range(12)]
+    every = [near, moving, *others]
+    for budget in (300, 3000):
+        planned = plan_facts([near, moving], budget=budget - count_tokens(KNOWN_HEADER), every=every)
+        expected = [fact_line(item) if whole else brief_fact_line(item) for item, whole in planned]
+        hint = build_hint([near, moving], max_tokens=budget, every=every)
+        assert hint.split("\n") == [KNOWN_HEADER, *expected]
+    assert any(not whole for _, whole in plan_facts([near], budget=300, every=every))  # both kinds seen
