@@ -1,5 +1,10 @@
 """CPU of the pure parts of a hint and a recall, on the inputs real requests gave them.
 
+`hints` times `hint_in_context` itself in this process (no HTTP): process CPU and wall per
+hint, `--concurrency` at a time, with the hashing embedder or a local model (`--embedder`; the
+stored vectors' identity is not checked, only CPU is measured; `--unbatched`: one model call per
+query text, as before queries waiting for the model shared its next call).
+
 `capture` serves the data of `bench/api_load.py --data-dir D` in this process (the ASGI app through
 httpx, no sockets), sends N hints and N recalls, and records the inputs of the pure functions the
 platform's answers run through (the memory recall's row grouping and fusions, the turn fusion,
@@ -7,6 +12,9 @@ recall's list, the hint) into a pickle. `replay` times each function on them (pr
 5, µs per call) and, with `--compare`, checks that every output equals the one saved by an earlier
 `replay --save` (a speed-up must not change an answer).
 
+    python bench/hint_parts_cpu.py hints --data-dir D --requests 300
+    python bench/hint_parts_cpu.py hints --data-dir D --requests 160 --concurrency 4 \
+        --embedder all-MiniLM-L6-v2 [--unbatched]
     python bench/hint_parts_cpu.py capture --data-dir D --requests 100 --out /tmp/parts.pkl
     python bench/hint_parts_cpu.py replay /tmp/parts.pkl --save /tmp/before.pkl      # before a change
     python bench/hint_parts_cpu.py replay /tmp/parts.pkl --compare /tmp/before.pkl   # after it
@@ -92,6 +100,62 @@ async def capture(data_dir: Path, requests: int) -> dict[str, list[Call]]:
     return dict(calls)
 
 
+async def hints(data_dir: Path, requests: int, concurrency: int, embedder: str, unbatched: bool) -> None:
+    """Process CPU and wall per `hint_in_context`, `concurrency` at a time, distinct queries."""
+    import uuid
+
+    import extraction.embeddings as embeddings
+    import store.core.embedding_models as embedding_models
+    from cli.commands.store_session import opened_store
+    from config import load_settings
+    from store.services.context_recall import ContextRecall, hint_in_context
+    from store.services.settings_cache import SettingsCache
+
+    async def unchecked(self: Any) -> None:
+        return None  # the stored vectors may be another model's: only CPU is measured
+
+    embedding_models.EmbeddingModels.check_embedding_identity = unchecked  # type: ignore[method-assign]
+    if unbatched:
+        embeddings.LocalEmbedder.one_batch_at_a_time = False
+    primary = EmbeddedPostgres(data_dir=data_dir / "pg").start()
+    try:
+        os.environ.update(PMEM_DATABASE_URL=primary.url_for("bench"), PMEM_AUTH_JWT_SECRET=SECRET)
+        if embedder != "hashing":
+            os.environ.update(PMEM_EMBEDDING_PROVIDER="local", PMEM_EMBEDDING_MODEL=embedder)
+        population = population_of(100, 7)
+        async with opened_store(load_settings(), read_replicas=False, steady_pool=True) as store:
+            settings = SettingsCache(ttl_s=5.0)
+
+            def asked(body: dict[str, object], index: int) -> ContextRecall:
+                # a distinct query each: no query vector remembered from another request
+                return ContextRecall(
+                    user_id=uuid.UUID(str(body["user_id"])),
+                    persona_id=None,
+                    team_id=None,
+                    query=f"{body['query']} ({index})",
+                    limit=10,
+                )
+
+            async def hint(body: dict[str, object], index: int) -> None:
+                await hint_in_context(store, asked(body, index), max_tokens=1500, settings=settings)
+
+            for index, body in enumerate(bodies(population, 20, 99)):  # warm: pool, statements, model
+                await hint(body, -index)
+            work = bodies(population, requests, 1234)
+            cpu, wall = time.process_time(), time.perf_counter()
+            for start in range(0, requests, concurrency):
+                await asyncio.gather(
+                    *(hint(b, start + i) for i, b in enumerate(work[start : start + concurrency]))
+                )
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        primary.stop()
+    print(
+        f"{embedder}{' unbatched' if unbatched else ''}, {concurrency} at a time: "
+        f"CPU {cpu * 1000 / requests:.2f} ms a hint, wall {wall * 1000 / requests:.2f} ms a hint"
+    )
+
+
 def _comparable(name: str, output: Any) -> Any:
     if name == "recall_rows":
         return (output.memories, output.ranks, output.scores, output.pending)
@@ -130,6 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    timed = commands.add_parser("hints", help="CPU per hint_in_context, in this process")
+    timed.add_argument("--data-dir", type=Path, required=True, help="bench/api_load.py's --data-dir")
+    timed.add_argument("--requests", type=int, default=300)
+    timed.add_argument("--concurrency", type=int, default=1)
+    timed.add_argument("--embedder", default="hashing", help="hashing, or a local model (all-MiniLM-L6-v2)")
+    timed.add_argument("--unbatched", action="store_true", help="one model call per query text")
     taking = commands.add_parser("capture", help="record the parts' inputs from real requests")
     taking.add_argument("--data-dir", type=Path, required=True, help="bench/api_load.py's --data-dir")
     taking.add_argument("--requests", type=int, default=100, help="hints, then as many recalls")
@@ -139,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     timing.add_argument("--save", type=Path, help="keep the outputs here")
     timing.add_argument("--compare", type=Path, help="outputs kept by an earlier --save")
     args = parser.parse_args(argv)
+    if args.command == "hints":
+        asyncio.run(hints(args.data_dir, args.requests, args.concurrency, args.embedder, args.unbatched))
+        return 0
     if args.command == "capture":
         calls = asyncio.run(capture(args.data_dir, args.requests))
         args.out.write_bytes(pickle.dumps(calls))
