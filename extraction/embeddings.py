@@ -325,6 +325,9 @@ class LocalEmbedder:
         self._model: Any = None
         self._lock = asyncio.Lock()
 
+    # encodes one batch at a time (`SharedQueryEmbeddings` batches the queries waiting meanwhile)
+    one_batch_at_a_time = True
+
     @property
     def dim(self) -> int:
         """The vector size (384 for the bundled MiniLM)."""

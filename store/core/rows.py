@@ -51,6 +51,10 @@ def turn_columns(table: Table) -> list[Column[Any]]:
 
 
 def _mapping(row: Any) -> Mapping[Any, Any]:
+    if isinstance(row, dict):
+        # the raw statements' rows (psycopg's dict rows) first: `Row` is an ABC, and an ABC's
+        # isinstance costs four times a dict's, on every candidate a recall decodes
+        return row
     mapping: Mapping[Any, Any] = row._mapping if isinstance(row, Row) else row
     return mapping
 

@@ -84,9 +84,12 @@ class RecallRows:
 def recall_rows(rows: Sequence[Mapping[str, Any]]) -> RecallRows:
     """Group a recall statement's rows (`recall_sql`) by memory and by branch."""
     found = RecallRows(memories={}, ranks={}, scores={})
+    memories = found.memories
     for row in rows:
-        memory = memory_from_row(row)
-        found.memories[memory.id] = memory
+        # a memory several branches found comes once per branch, the same row each time: decoded once
+        memory = memories.get(row["id"])
+        if memory is None:
+            memory = memories[row["id"]] = memory_from_row(row)
         source = row["source"]
         if source is not None:
             found.ranks.setdefault(source, []).append((row["rank"], memory.id))

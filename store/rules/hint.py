@@ -120,13 +120,14 @@ def dated_bullet(memory: Memory, *, quote: bool = True) -> str:
     """`- key: value (said 8 May 2023) — "what was said"`: the date it was said, when known (what a
     question about "when" or "lately" needs), and, with `quote`, the messages it comes from
     (`quoted`: the words a question is asked in are often the speaker's, not the fact's)."""
-    line = bullet(memory)
-    if memory.observed_at:
-        line = f"{line} (said {said_on(memory.observed_at)})"
+    return bullet(memory) + _said_and_quoted(memory, quote=quote)
+
+
+def _said_and_quoted(memory: Memory, *, quote: bool = True) -> str:
+    # what `dated_bullet` adds after the bullet: ` (said 8 May 2023)` and ` — "the quote"`
+    tail = f" (said {said_on(memory.observed_at)})" if memory.observed_at else ""
     said = quoted(memory) if quote else ""
-    if said:
-        line = f'{line} — "{said}"'
-    return line
+    return f'{tail} — "{said}"' if said else tail
 
 
 def turn_line(turn: Turn) -> str:
@@ -161,24 +162,9 @@ def fact_line(item: RecallItem, *, quote: bool = True) -> str:
     `- lives in: Berlin — a change to Munich awaits review (said 8 May 2023) — "…"`."""
     if item.memory is None:
         raise ValueError("a fact line needs a memory")
-    plain = bullet(item.memory)
-    return plain + pending_note(item.pending_change) + dated_bullet(item.memory, quote=quote)[len(plain) :]
-
-
-def fact_lines(planned: Sequence[tuple[RecallItem, bool]]) -> list[str]:
-    """The lines of the planned facts (`plan_facts`: in full or brief), each message quoted once:
-    a fact from a message an earlier line already quotes keeps its date but not the quote (two
-    facts said in one sentence would repeat it)."""
-    lines: list[str] = []
-    shown: set[str] = set()
-    for item, whole in planned:
-        if not whole:
-            lines.append(brief_fact_line(item))
-            continue
-        said = quoted(item.memory) if item.memory is not None else ""
-        lines.append(fact_line(item, quote=said not in shown))
-        shown.add(said)
-    return lines
+    return (
+        bullet(item.memory) + pending_note(item.pending_change) + _said_and_quoted(item.memory, quote=quote)
+    )
 
 
 def _by_standing(items: Sequence[RecallItem]) -> list[RecallItem]:
@@ -193,6 +179,61 @@ def _by_standing(items: Sequence[RecallItem]) -> list[RecallItem]:
 
 def _line_cost(line: str, counter: TokenCounter) -> int:
     return counter(line) + 1  # the newline before it
+
+
+class _FactLines:
+    """Each fact's full (`fact_line`) and brief (`brief_fact_line`) line with its cost in tokens,
+    made once per hint: the plan weighs them and the hint then writes the same lines. Kept by the
+    item's identity, so only for items alive as long as this."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self._plain: dict[int, str] = {}
+        self._full: dict[int, tuple[str, int]] = {}
+        self._brief: dict[int, tuple[str, int]] = {}
+
+    def _brief_line(self, item: RecallItem) -> str:
+        # `brief_fact_line`: the start of the full line too
+        line = self._plain.get(id(item))
+        if line is None:
+            line = self._plain[id(item)] = brief_fact_line(item)
+        return line
+
+    def full(self, item: RecallItem) -> tuple[str, int]:
+        """`fact_line(item)` and its `_line_cost`."""
+        made = self._full.get(id(item))
+        if made is None:
+            start = self._brief_line(item)  # raises for an item without a memory
+            line = start + _said_and_quoted(item.memory) if item.memory is not None else start
+            made = self._full[id(item)] = (line, _line_cost(line, self.counter))
+        return made
+
+    def brief(self, item: RecallItem) -> tuple[str, int]:
+        """`brief_fact_line(item)` and its `_line_cost`."""
+        made = self._brief.get(id(item))
+        if made is None:
+            line = self._brief_line(item)
+            made = self._brief[id(item)] = (line, _line_cost(line, self.counter))
+        return made
+
+    def written(self, planned: Sequence[tuple[RecallItem, bool]]) -> list[tuple[str, int]]:
+        """The planned facts' lines (in full or brief) with their costs, each message quoted once:
+        a fact from a message an earlier line already quotes keeps its date but not the quote (two
+        facts said in one sentence would repeat it)."""
+        written: list[tuple[str, int]] = []
+        shown: set[str] = set()
+        for item, whole in planned:
+            if not whole or item.memory is None:
+                written.append(self.brief(item) if not whole else self.full(item))
+                continue
+            said = quoted(item.memory)
+            if said and said in shown:
+                line = self._brief_line(item) + _said_and_quoted(item.memory, quote=False)
+                written.append((line, _line_cost(line, self.counter)))
+            else:
+                written.append(self.full(item))
+            shown.add(said)
+        return written
 
 
 def _fit_lines(lines: Iterable[str], budget: int, counter: TokenCounter) -> tuple[list[str], int]:
@@ -233,6 +274,20 @@ def plan_facts(
     all of them, the relevant ones in full as far as the share allows; otherwise the relevant ones
     by relevance in full, each that fits: in the whole budget when pinned or near the message, else
     in the facts' share (facts not about the message leave the turns their room)."""
+    lines = _FactLines(counter)
+    return _planned(relevant, budget=budget, every=every, pinned=pinned, lines=lines, floor=floor)
+
+
+def _planned(
+    relevant: Sequence[RecallItem],
+    *,
+    budget: int,
+    every: Sequence[RecallItem] | None,
+    pinned: Sequence[RecallItem],
+    lines: _FactLines,
+    floor: float | None,
+) -> list[tuple[RecallItem, bool]]:
+    """`plan_facts`, its lines made by `lines`."""
     floor = FACT_RELEVANCE_FLOOR if floor is None else floor
     pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
     pinned_ids = {item.memory.id for item in pinned if item.memory is not None}
@@ -243,10 +298,10 @@ def plan_facts(
     share = int(budget * (1 - HINT_TURN_SHARE))
     if every is not None:
         complete = list(chosen.values())
-        full = [_line_cost(fact_line(item), counter) for item in complete]
+        full = [lines.full(item)[1] for item in complete]
         if sum(full) <= share:
             return [(item, True) for item in complete]
-        brief = [_line_cost(brief_fact_line(item), counter) for item in complete]
+        brief = [lines.brief(item)[1] for item in complete]
         in_full = [
             item.memory is not None and (item.memory.id in pinned_ids or is_near(item, floor))
             for item in complete
@@ -267,7 +322,7 @@ def plan_facts(
     kept: list[tuple[RecallItem, bool]] = []
     used = 0
     for memory_id, item in ranked.items():
-        cost = _line_cost(fact_line(item), counter)
+        cost = lines.full(item)[1]
         room = budget if memory_id in pinned_ids or is_near(item, floor) else share
         if used + cost <= room:
             kept.append((item, True))
@@ -312,12 +367,14 @@ def build_hint(
     relevant = [item for item in items if item.kind == "memory" and item.memory is not None]
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
     header_cost = counter(KNOWN_HEADER)
-    planned = plan_facts(
-        relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, counter=counter
+    lines = _FactLines(counter)
+    planned = _planned(
+        relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, lines=lines, floor=None
     )
     facts = [item for item, _ in planned]
-    lines = fact_lines(planned)
-    facts_cost = header_cost + sum(_line_cost(line, counter) for line in lines) if facts else 0
+    costed = lines.written(planned)
+    fact_lines = [line for line, _ in costed]
+    facts_cost = header_cost + sum(cost for _, cost in costed) if facts else 0
     shown = [item.memory for item in facts if item.memory is not None]
     fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
     turn_lines: list[str] = []
@@ -325,26 +382,26 @@ def build_hint(
         room = min(int(max_tokens * HINT_TURN_SHARE), max_tokens - facts_cost)
         room -= counter(EARLIER_HEADER) + 2  # the header and the blank line before it
         turn_lines, _ = _fit_lines([turn_bullet(turn) for turn in fresh], room, counter)
-    return _within(lines, turn_lines, max_tokens, counter)
+    return _within(fact_lines, turn_lines, max_tokens, counter)
 
 
-def _joined(known: Sequence[str], turn_lines: Sequence[str]) -> str:
+def _joined(fact_lines: Sequence[str], turn_lines: Sequence[str]) -> str:
     sections = []
-    if known:
-        sections.append("\n".join([KNOWN_HEADER, *known]))
+    if fact_lines:
+        sections.append("\n".join([KNOWN_HEADER, *fact_lines]))
     if turn_lines:
         sections.append("\n".join([EARLIER_HEADER, *turn_lines]))
     return "\n\n".join(sections)
 
 
-def _within(known: list[str], turn_lines: list[str], max_tokens: int, counter: TokenCounter) -> str:
+def _within(fact_lines: list[str], turn_lines: list[str], max_tokens: int, counter: TokenCounter) -> str:
     # lines are budgeted one by one; the joined text may count a token or two more: drop the last
     # turn, then the last fact, until the whole fits
-    text = _joined(known, turn_lines)
+    text = _joined(fact_lines, turn_lines)
     while text and counter(text) > max_tokens:
         if turn_lines:
             turn_lines = turn_lines[:-1]
         else:
-            known = known[:-1]
-        text = _joined(known, turn_lines)
+            fact_lines = fact_lines[:-1]
+        text = _joined(fact_lines, turn_lines)
     return text

@@ -201,7 +201,11 @@ def restates(text: str, message_words: frozenset[str]) -> bool:
     """True when a turn's `text` says again what the message (its `content_words`) says: at least
     `RESTATE_COVERAGE` of its content words are the message's, and they overlap at least
     `RESTATE_OVERLAP` (Jaccard)."""
-    own = content_words(text)
+    return _restates(content_words(text), message_words)
+
+
+def _restates(own: frozenset[str], message_words: frozenset[str]) -> bool:
+    # `restates` of a text whose content words are `own`
     if not own or not message_words:
         return False
     shared = len(own & message_words)
@@ -215,12 +219,17 @@ def asked_before(text: str, *, message_words: frozenset[str], message_text: str)
     `normalized` text) asks: its words open the message ("How do I use the subjunctive?" before
     "How do I use the subjunctive? Is it like in Italian?"), or it is a question whose every content
     word is the message's (a shorter form: "Should I invest in crypto?")."""
-    said = normalized(text)
+    return _asked_before(text, normalized(text), content_words(text), message_words, message_text)
+
+
+def _asked_before(
+    text: str, said: str, own: frozenset[str], message_words: frozenset[str], message_text: str
+) -> bool:
+    # `asked_before` of a text whose `normalized` form is `said` and content words are `own`
     if not said:
         return False
     if message_text == said or message_text.startswith(said + " "):
         return True
-    own = content_words(text)
     return "?" in text and bool(own) and own <= message_words
 
 
@@ -239,6 +248,8 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
     next `message`: not a restatement of it (nor the user's earlier question it repeats or grows
     from, `asked_before`), not filler, not a text already kept, not quoted by a
     shown fact."""
+    if not turns:
+        return []
     message_words = content_words(message)
     message_text = normalized(message)
     quoted = quoted_by(shown)
@@ -250,11 +261,12 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
             continue
         if (turn.channel_id, quoted_text(turn.text)) in quoted:
             continue
-        if is_filler(turn.text) or restates(turn.text, message_words):
+        if is_filler(turn.text):
             continue
-        if turn.role == "user" and asked_before(
-            turn.text, message_words=message_words, message_text=message_text
-        ):
+        own = content_words(turn.text)  # once for both checks below
+        if _restates(own, message_words):
+            continue
+        if turn.role == "user" and _asked_before(turn.text, text, own, message_words, message_text):
             continue
         seen.add(text)
         kept.append(index)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RETRIEVERS: tuple[Retriever, ...] = ("hybrid", "vector", "keyword")
 RRF_K = 60
 DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "text": 1.0, "top": 1.0}
+# a candidate's identity inside fusion: its uuid, or the uuid's 128-bit integer (`UUID.int`), which
+# orders and compares the same but hashes in C: fusion looks ids up ~30 times per candidate, and a
+# uuid's `__hash__` is a Python call each time
+CandidateKey = TypeVar("CandidateKey", uuid.UUID, int)
 
 
 def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
@@ -57,14 +61,14 @@ def candidate_count(limit: int) -> int:
 
 
 def rrf_scores(
-    rankings: Mapping[str, Sequence[uuid.UUID]],
+    rankings: Mapping[str, Sequence[CandidateKey]],
     *,
     weights: Mapping[str, float] = DEFAULT_WEIGHTS,
     k: int = RRF_K,
-) -> dict[uuid.UUID, tuple[float, tuple[str, ...]]]:
+) -> dict[CandidateKey, tuple[float, tuple[str, ...]]]:
     """Reciprocal rank fusion: id → (sum of weight/(k+rank), names of the rankings it appears in)."""
-    scores: dict[uuid.UUID, float] = {}
-    sources: dict[uuid.UUID, list[str]] = {}
+    scores: dict[CandidateKey, float] = {}
+    sources: dict[CandidateKey, list[str]] = {}
     for name, ranking in rankings.items():
         weight = weights.get(name, 1.0)
         for rank, memory_id in enumerate(ranking, start=1):
@@ -93,7 +97,8 @@ def fuse(
 
     `rows` must contain every ranked id plus any same-key rows of other scopes (for overrides);
     rows that share no key with a ranked row are ignored."""
-    return merge_by_key(rows, rrf_scores(rankings, weights=weights, k=k), limit=limit)
+    keyed = {name: [mid.int for mid in ranking] for name, ranking in rankings.items()}
+    return _merged_by_key(rows, rrf_scores(keyed, weights=weights, k=k), limit=limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,20 +141,20 @@ FEATURES: tuple[str, ...] = (
 
 
 def candidate_features(
-    by_id: Mapping[uuid.UUID, Memory],
-    branch_scores: Mapping[str, Mapping[uuid.UUID, float]],
+    by_id: Mapping[CandidateKey, Memory],
+    branch_scores: Mapping[str, Mapping[CandidateKey, float]],
     *,
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
     when: bool = False,
-) -> dict[uuid.UUID, dict[str, float]]:
+) -> dict[CandidateKey, dict[str, float]]:
     """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
     over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
     `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
     both branches found it, `time` 1 when its created_at is in the query's time window
     (± `time_slack`), `when` 1 when the query asks "When …?" (`when`) and its value names a time
     (`store.rules.cues.mentions_time`)."""
-    features: dict[uuid.UUID, dict[str, float]] = {}
+    features: dict[CandidateKey, dict[str, float]] = {}
     for name, scores in branch_scores.items():
         if not scores or name not in ("vector", "text"):
             continue
@@ -191,8 +196,8 @@ def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches:
 
 
 def conversation_scores(
-    by_id: Mapping[uuid.UUID, Memory], scores: Mapping[uuid.UUID, float], top: int
-) -> dict[uuid.UUID, float]:
+    by_id: Mapping[CandidateKey, Memory], scores: Mapping[CandidateKey, float], top: int
+) -> dict[CandidateKey, float]:
     """Per candidate, the summed score of the `top` strongest candidates from its conversation,
     relative to the best conversation's (0 when it has no conversation or none of them is there)."""
     strongest = sorted(scores, key=lambda mid: (-scores[mid], mid))[:top]
@@ -204,7 +209,7 @@ def conversation_scores(
     if not per_conversation:
         return {}
     best = max(per_conversation.values()) or 1.0
-    out: dict[uuid.UUID, float] = {}
+    out: dict[CandidateKey, float] = {}
     for memory_id in scores:
         channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
         if channel in per_conversation:
@@ -228,9 +233,10 @@ def fuse_scores(
     asks "When …?" (`when`), memories whose value names a time get `when_boost`; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
     (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
-    by_id = {m.id: m for m in rows}
-    branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
-    features = candidate_features(by_id, branch_scores, fusion=fusion, time_window=time_window, when=when)
+    by_id = {m.id.int: m for m in rows}
+    keyed = {name: {mid.int: score for mid, score in found.items()} for name, found in branch_scores.items()}
+    branches = sum(1 for name, scores in keyed.items() if scores and name in ("vector", "text"))
+    features = candidate_features(by_id, keyed, fusion=fusion, time_window=time_window, when=when)
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
     conversation_weight = fusion.conversation_boost
     if conversation_weight and combined:
@@ -242,12 +248,12 @@ def fuse_scores(
     }
     scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
     cosines = {mid: entry["cosine"] for mid, entry in features.items() if entry["vector_rank"]}
-    return merge_by_key(by_id.values(), scored, limit=limit, cosines=cosines)
+    return _merged_by_key(by_id.values(), scored, limit=limit, cosines=cosines)
 
 
 def _normalise(
-    scores: Mapping[uuid.UUID, float], *, min_max: bool, floor_rank: int | None = None
-) -> dict[uuid.UUID, float]:
+    scores: Mapping[CandidateKey, float], *, min_max: bool, floor_rank: int | None = None
+) -> dict[CandidateKey, float]:
     """Scores over the best one (`min_max` False), or min-max scaled from the best down to the
     lowest, or down to the `floor_rank`-th best when given (lower ones clip to 0)."""
     values = sorted((v for v in scores.values() if math.isfinite(v)), reverse=True)
@@ -272,6 +278,19 @@ def merge_by_key(
 ) -> list[RecallHit]:
     """One hit per key (most specific scope shown, best score of the group, and the group's best
     raw query cosine of `cosines` when the vector branch found one), best first."""
+    keyed_cosines = None if cosines is None else {mid.int: cosine for mid, cosine in cosines.items()}
+    keyed = {mid.int: entry for mid, entry in scored.items()}
+    return _merged_by_key(rows, keyed, limit=limit, cosines=keyed_cosines)
+
+
+def _merged_by_key(
+    rows: Iterable[Memory],
+    scored: Mapping[int, tuple[float, tuple[str, ...]]],
+    *,
+    limit: int,
+    cosines: Mapping[int, float] | None = None,
+) -> list[RecallHit]:
+    """`merge_by_key` with `scored` and `cosines` keyed by each id's integer (`CandidateKey`)."""
     groups: dict[str, list[Memory]] = {}
     for memory in rows:
         groups.setdefault(normalize_key(memory.key), []).append(memory)
@@ -281,12 +300,13 @@ def merge_by_key(
         names: set[str] = set()
         cosine: float | None = None
         for m in members:
-            entry = scored.get(m.id)
+            key = m.id.int
+            entry = scored.get(key)
             if entry is not None:
                 best = max(best, entry[0])
                 names.update(entry[1])
-            if cosines is not None and m.id in cosines:
-                cosine = cosines[m.id] if cosine is None else max(cosine, cosines[m.id])
+            if cosines is not None and key in cosines:
+                cosine = cosines[key] if cosine is None else max(cosine, cosines[key])
         if not names:
             continue
         winner = members[0] if len(members) == 1 else min(members, key=_winner_order)

@@ -15,6 +15,7 @@ from store.rules.hint import (
     FACT_RELEVANCE_FLOOR,
     HINT_TURN_SHARE,
     KNOWN_HEADER,
+    brief_fact_line,
     build_hint,
     choose_facts,
     fact_line,
@@ -265,7 +266,10 @@ def test_every_fact_is_named_when_all_fit_only_with_the_ones_not_about_the_messa
     near = RecallItem(
         kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
     )
-    others = [fact(f"fact {i}", f"Likes thing {i}", evidence=said_before, observed_at=NOW) for i in range(12)]
+    others = [
+        fact(f"fact {i}", f"Likes thing {i}", evidence=said_before.format(i), observed_at=NOW)
+        for i in range(12)
+    ]
     budget = 300
     planned = plan_facts([near], budget=budget, every=[near, *others])
     assert planned[0][0] is near and len(planned) == 13
@@ -290,3 +294,25 @@ def test_a_message_two_facts_come_from_is_quoted_once() -> None:
     other = fact("city", "Lives in Lyon", observed_at=NOW, evidence="user: I live in Lyon")
     lyon = '- city: Lives in Lyon (said 4 March 2026) — "I live in Lyon"'
     assert build_hint([*items, other]).endswith(lyon)
+
+
+def test_the_hint_writes_each_fact_as_planned_in_full_or_brief() -> None:
+    """The hint makes each fact's lines once for the plan and the text: the lines it writes are the
+    plan's, in its order, each in full or brief as planned."""
+    said_before = "user: I told you this long ago ({}), in a conversation about something else entirely"
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    city = memory("lives in", "Berlin", observed_at=NOW, evidence="user: I live in Berlin")
+    moving = RecallItem(kind="memory", score=0.5, memory=city, pending_change=proposal(city, "Munich"))
+    others = [
+        fact(f"fact {i}", f"Likes thing {i}", evidence=said_before.format(i), observed_at=NOW)
+        for i in range(12)
+    ]
+    every = [near, moving, *others]
+    for budget in (300, 3000):
+        planned = plan_facts([near, moving], budget=budget - count_tokens(KNOWN_HEADER), every=every)
+        expected = [fact_line(item) if whole else brief_fact_line(item) for item, whole in planned]
+        hint = build_hint([near, moving], max_tokens=budget, every=every)
+        assert hint.split("\n") == [KNOWN_HEADER, *expected]
+    assert any(not whole for _, whole in plan_facts([near], budget=300, every=every))  # both kinds seen

@@ -77,3 +77,46 @@ async def test_only_the_most_recent_texts_are_kept() -> None:
     for text in ("one", "two", "three"):
         await shared.embed_queries([text])
     assert list(shared._vectors) == ["two", "three"]
+
+
+class OneBatchAtATime(Counting):
+    """`Counting` that says it encodes one batch at a time, and records each call's texts."""
+
+    one_batch_at_a_time = True
+
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__(fail=fail)
+        self.calls: list[list[str]] = []
+
+    async def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return await super().embed_queries(texts)
+
+
+async def test_queries_waiting_for_a_one_batch_embedder_share_its_next_call() -> None:
+    inner = OneBatchAtATime()
+    shared = SharedQueryEmbeddings(inner)
+    first = asyncio.ensure_future(shared.embed_queries(["first question"]))
+    await asyncio.sleep(0)  # its call runs
+    waiting = [shared.embed_queries([f"question {i}", "first question"]) for i in range(3)]
+    results = await asyncio.gather(first, *waiting)
+    assert inner.calls == [["first question"], ["question 0", "question 1", "question 2"]]
+    alone = await Counting().inner.embed(["first question", "question 0", "question 1", "question 2"])
+    assert results == [alone[:1], *([alone[i], alone[0]] for i in (1, 2, 3))]
+    # a caller without concurrent ones is not held back
+    assert await shared.embed_queries(["later"]) == await Counting().inner.embed(["later"])
+    assert inner.calls[-1] == ["later"]
+
+
+async def test_a_failed_batch_reaches_each_of_its_callers_and_the_next_batch_runs() -> None:
+    inner = OneBatchAtATime(fail=True)
+    shared = SharedQueryEmbeddings(inner)
+    first = asyncio.ensure_future(shared.embed_queries(["one"]))
+    await asyncio.sleep(0)
+    results = await asyncio.gather(
+        first, shared.embed_queries(["two"]), shared.embed_queries(["three"]), return_exceptions=True
+    )
+    assert [type(r) for r in results] == [TimeoutError] * 3
+    assert inner.calls == [["one"], ["two", "three"]]
+    inner.fail = False
+    assert len(await shared.embed_queries(["two"])) == 1  # not remembered as failed

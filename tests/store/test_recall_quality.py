@@ -263,6 +263,25 @@ def test_candidate_features_describe_each_branch_and_cue() -> None:
     assert features[b.id]["vector_rank"] == 0.5
 
 
+def test_fusion_reads_a_candidate_the_same_by_its_uuid_or_the_uuids_integer() -> None:
+    """Fusion keys candidates by `UUID.int` inside (it hashes in C): the features are the same,
+    and equal scores still order by id."""
+    rows = [_memory(f"m{i}", channel=uuid.UUID(int=7)) for i in range(6)]
+    cosines = {m.id: c for m, c in zip(rows, (0.9, 0.5, 0.5, 0.5, 0.2, 0.1), strict=True)}
+    text = {rows[1].id: 3.0, rows[4].id: 3.0}
+    by_uuid = candidate_features(
+        {m.id: m for m in rows}, {"vector": cosines, "text": text}, fusion=ScoreFusion()
+    )
+    by_int = candidate_features(
+        {m.id.int: m for m in rows},
+        {"vector": {k.int: v for k, v in cosines.items()}, "text": {k.int: v for k, v in text.items()}},
+        fusion=ScoreFusion(),
+    )
+    assert {key.int: entry for key, entry in by_uuid.items()} == by_int
+    hits = fuse_scores(rows, {"vector": {m.id: 0.5 for m in rows}}, limit=6, fusion=ScoreFusion())
+    assert [h.memory.id for h in hits] == sorted(m.id for m in rows)
+
+
 def test_vector_floor_rank_scales_cosines_down_to_that_rank() -> None:
     rows = [_memory(f"m{i}") for i in range(5)]
     cosines = {m.id: c for m, c in zip(rows, (0.9, 0.8, 0.7, 0.6, 0.5), strict=True)}
