@@ -45,6 +45,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.api_latency import SECRET, prepare
+from bench.pipeline_throughput import setting_pair
 from bench.recall_latency import Population, emit_report, load_turns, percentile, question
 from cli.embedded import EmbeddedPostgres, free_port
 from testkit.pg_replica import StreamingReplica
@@ -250,6 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
     parser.add_argument(
         "--code", type=Path, help="run pmem serve from this source tree (`git archive REV | tar -x -C DIR`)"
     )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        type=setting_pair,
+        metavar="NAME=VALUE",
+        help="a setting for pmem serve (repeatable), e.g. PMEM_DATABASE_ROLE=pmem_app",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     population = population_of(args.owners, args.seed)
@@ -258,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
         "workers": args.workers,
         "replica": args.replica,
         "code": str(args.code) if args.code else "this checkout",
+        "server_env": dict(args.server_env),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_average_at_start": os.getloadavg(),
     }
@@ -283,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
             PMEM_API_PORT=str(port),
             PMEM_API_WORKERS=str(args.workers),
         )
+        env.update(dict(args.server_env))
         if args.embedder != "hashing":
             env.update(PMEM_EMBEDDING_PROVIDER="local", PMEM_EMBEDDING_MODEL=args.embedder)
         data_dirs = [data_dir / "pg"]
