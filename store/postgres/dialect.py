@@ -7,6 +7,17 @@ from __future__ import annotations
 from store.rules.terms import query_terms
 
 NIL_UUID_SQL = "'00000000-0000-0000-0000-000000000000'::uuid"
+
+
+def context_key_sql(column: str) -> str:
+    """`column` with NULL read as the nil uuid, as the turns' context index keys it: a CASE, not a
+    coalesce. Under row-level security Postgres applies a condition before the policy's only when it
+    cannot leak (leakproof operators, CASE, IS NULL), and it counts a coalesce as leaky: on
+    `coalesce(persona_id, nil) = $1` only the user stays an index condition, and a recall sorted all
+    of a user's turns to find a context's most recent ones (250 ms instead of 13 for 101,000 turns)."""
+    return f"(CASE WHEN {column} IS NULL THEN {NIL_UUID_SQL} ELSE {column} END)"
+
+
 # pgvector's HNSW indexes `vector` up to 2000 dimensions and `halfvec` up to 4000.
 HNSW_VECTOR_MAX_DIM = 2000
 HNSW_HALFVEC_MAX_DIM = 4000

@@ -7,7 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from pgvector.sqlalchemy import VECTOR
-from sqlalchemy import BigInteger, Column, Computed, Identity, Index, Table, Uuid, func, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Computed,
+    Identity,
+    Index,
+    Table,
+    Uuid,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import REAL, TSVECTOR, UUID
 
 from store.core.schema import SchemaDialect
@@ -24,6 +34,12 @@ from store.postgres.dialect import (
 __all__ = ["POSTGRES"]
 
 
+def _as_postgres_prints_it(column: str) -> str:
+    # `context_key_sql(column)` laid out as pg_indexes shows it, so the migrated schema compares
+    # equal to this one (the comparison does not normalise whitespace)
+    return f"\nCASE\n    WHEN {column} IS NULL THEN {NIL_UUID_SQL}\n    ELSE {column}\nEND"
+
+
 def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
     memories.append_column(Column("search_tsv", TSVECTOR, Computed(MEMORY_TSV_SQL, persisted=True)))
     turns.append_column(Column("search_tsv", TSVECTOR, Computed(TURN_TSV_SQL, persisted=True)))
@@ -31,8 +47,18 @@ def _search_and_vector_indexes(memories: Table, turns: Table, dim: int) -> None:
     turns.append_column(Column("window_tsv", TSVECTOR, Computed(TURN_WINDOW_TSV_SQL, persisted=True)))
     # a context's recent window read from its index alone (`store.postgres.turns_sql`): a context's
     # turns lie on heap pages among everyone else's, one page visited per turn
-    context_index = next(i for i in turns.indexes if i.name == "ix_conversation_turns_context")
-    context_index.dialect_kwargs["postgresql_include"] = list(turn_window_includes(dim))
+    # keyed with CASE where the shared schema coalesces (`store.postgres.dialect.context_key_sql`:
+    # an index condition under row-level security too)
+    shared = next(i for i in turns.indexes if i.name == "ix_conversation_turns_context")
+    turns.indexes.discard(shared)
+    Index(
+        "ix_conversation_turns_context",
+        turns.c.user_id,
+        text(_as_postgres_prints_it("persona_id")),
+        text(_as_postgres_prints_it("team_id")),
+        turns.c.at.desc(),
+        postgresql_include=list(turn_window_includes(dim)),
+    )
     Index("ix_memories_search_tsv", memories.c.search_tsv, postgresql_using="gin")
     Index("ix_conversation_turns_search_tsv", turns.c.search_tsv, postgresql_using="gin")
     hnsw = hnsw_expression(dim)

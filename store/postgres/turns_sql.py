@@ -12,15 +12,15 @@ import numpy as np
 
 from store.core.rows import TURN_COLUMNS, columns_sql
 from store.model import NewTurn
-from store.postgres.dialect import NIL_UUID_SQL, TEXT_SEARCH_CONFIG
+from store.postgres.dialect import TEXT_SEARCH_CONFIG, context_key_sql
 from store.postgres.params import float4_array
 
 _TURN_COLUMNS = columns_sql(TURN_COLUMNS, "t")
 # the context: same user, same persona (or none), same team (or none), through the context index
 _CONTEXT_SQL = (
     f"t.user_id = CAST(%(user_id)s AS uuid) "
-    f"AND coalesce(t.persona_id, {NIL_UUID_SQL}) = CAST(%(persona)s AS uuid) "
-    f"AND coalesce(t.team_id, {NIL_UUID_SQL}) = CAST(%(team)s AS uuid)"
+    f"AND {context_key_sql('t.persona_id')} = CAST(%(persona)s AS uuid) "
+    f"AND {context_key_sql('t.team_id')} = CAST(%(team)s AS uuid)"
 )
 
 _INSERT_TURNS_SQL = (

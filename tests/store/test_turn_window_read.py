@@ -93,6 +93,24 @@ async def test_the_statistics_and_the_ranking_read_the_window_from_the_context_i
     for statement in (stats, window):
         assert "Index Only Scan using ix_conversation_turns_context" in statement, statement
         assert "Heap Fetches: 0" in statement, statement
+        # the persona and the team bound the scan under row-level security too (a coalesce would
+        # leave only the user: every turn of the user read and sorted)
+        assert all(
+            "persona_id IS NULL" in cond and "team_id IS NULL" in cond
+            for cond in context_conditions(statement)
+        )
+
+
+def context_conditions(statement: str) -> list[str]:
+    """The Index Cond of each scan of the context index in an EXPLAIN's text (at least one)."""
+    lines = statement.splitlines()
+    found = [
+        next(line for line in lines[i + 1 :] if "Index Cond:" in line)
+        for i, line in enumerate(lines)
+        if "using ix_conversation_turns_context" in line
+    ]
+    assert found, statement
+    return found
 
 
 async def test_the_vector_rides_in_the_context_index_up_to_384_dimensions(
