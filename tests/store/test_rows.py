@@ -38,7 +38,12 @@ def test_each_table_holds_its_models_columns_and_only_the_stores_own_beside_them
             REVISION_COLUMNS,
             {"embedding", "source_channel_id", "proposed_by", "decided_by", "decided_at"},
         ),
-        (schema.turns, TURN_COLUMNS, {"search_text", "embedding", "created_at", "search_tsv"}),
+        # `text_key` and `window_tsv`: Postgres' context index reads the window from them
+        (
+            schema.turns,
+            TURN_COLUMNS,
+            {"search_text", "embedding", "created_at", "search_tsv", "text_key", "window_tsv"},
+        ),
     )
     for table, model_columns, stores_own in tables:
         names = set(table.c.keys())
