@@ -7,8 +7,8 @@ import asyncio
 import sys
 
 from cli.commands.errors import run_reporting_database_errors
-from cli.commands.store_session import opened_store
-from config import Settings, load_settings
+from cli.commands.store_session import command_settings, opened_store
+from config import Settings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +54,7 @@ async def _act(settings: Settings, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run one keys action."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     from store.errors import StoreError
 
     return run_reporting_database_errors(

@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Sequence
 
 from cli.commands.errors import run_reporting_database_errors
-from cli.commands.store_session import opened_store
-from config import Settings, load_settings
+from cli.commands.store_session import command_settings, opened_store
+from config import Settings
 from store.model import INCLUDE_ALL, RecallItem
 from store.rules.recall import RETRIEVERS
 from store.rules.turn_recall import parse_include
@@ -123,8 +123,7 @@ async def recall_hint(settings: Settings, asked: ContextRecall, max_tokens: int)
 
 def run(args: argparse.Namespace) -> int:
     """Print the recall for the given user/persona/query."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     if args.limit < 1:
         print("pmem recall: --limit must be at least 1", file=sys.stderr)
         return 2

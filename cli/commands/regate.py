@@ -9,8 +9,8 @@ import asyncio
 import sys
 
 from cli.commands.errors import run_reporting_database_errors
-from cli.commands.store_session import opened_store
-from config import Settings, load_settings
+from cli.commands.store_session import command_settings, opened_store
+from config import Settings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +38,5 @@ async def _run(settings: Settings, *, dry_run: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Pass the stored rows through the gate once."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     return run_reporting_database_errors("regate", lambda: asyncio.run(_run(settings, dry_run=args.dry_run)))

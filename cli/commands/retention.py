@@ -10,8 +10,8 @@ import sys
 from datetime import UTC, datetime
 
 from cli.commands.errors import run_reporting_database_errors
-from cli.commands.store_session import opened_store
-from config import Settings, load_settings
+from cli.commands.store_session import command_settings, opened_store
+from config import Settings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +37,5 @@ async def _run(settings: Settings) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Apply retention once."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     return run_reporting_database_errors("retention", lambda: asyncio.run(_run(settings)))

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from cli.commands.errors import run_reporting_database_errors
 from cli.commands.recall import uuid_arg
-from cli.commands.store_session import opened_store
-from config import Settings, load_settings
+from cli.commands.store_session import command_settings, opened_store
+from config import Settings
 from store.model import SCOPES, STATUSES, Memory, MemoryFilter, Revision
 from store.services.json_shapes import memory_json, revision_json
 
@@ -161,8 +161,7 @@ async def _act_on(store: Store, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run one review action."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     return run_reporting_database_errors(
         "review", lambda: asyncio.run(_act(settings, args)), usage_errors=(ValueError,)
     )

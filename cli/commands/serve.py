@@ -19,7 +19,7 @@ from uvicorn.supervisors import Multiprocess
 from api.auth import AuthConfig
 from api.metrics import MULTIPROCESS_ENV
 from cli.commands.errors import collapse_whitespace, redact, run_reporting_database_errors, secrets_in
-from cli.commands.store_session import opened_store
+from cli.commands.store_session import command_settings, opened_store
 from config import Settings, load_settings
 from worker.connection_budget import warn_if_over_budget
 
@@ -223,8 +223,7 @@ class _Server(uvicorn.Server):
 
 def run(args: argparse.Namespace) -> int:
     """Serve the control plane."""
-    overrides: dict[str, object] = {"database_url": args.database_url} if args.database_url else {}
-    settings = load_settings(**overrides)
+    settings = command_settings(args.database_url)
     configured = bool(settings.auth_jwt_secret or settings.auth_jwt_public_key)
     if not configured and not args.insecure_dev:
         print(

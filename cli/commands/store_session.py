@@ -7,11 +7,18 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from config import Settings
+from config import Settings, load_settings
 from store.factory import open_store
 
 if TYPE_CHECKING:
     from store.factory import Store
+
+
+def command_settings(database_url: str | None) -> Settings:
+    """The settings from the environment, the database at `database_url` when a command's
+    `--database-url` gives one."""
+    overrides: dict[str, object] = {"database_url": database_url} if database_url else {}
+    return load_settings(**overrides)
 
 
 @asynccontextmanager
