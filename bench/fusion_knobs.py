@@ -118,11 +118,12 @@ def knob_features(
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
     when: bool = False,
+    personal: bool = False,
     entities: Sequence[str] = (),
 ) -> dict[uuid.UUID, dict[str, float]]:
     """The product's candidate features plus `entity`, the share of the query's names it names."""
     features = recall.candidate_features(
-        by_id, branch_scores, fusion=fusion, time_window=time_window, when=when
+        by_id, branch_scores, fusion=fusion, time_window=time_window, when=when, personal=personal
     )
     for memory_id, entry in features.items():
         memory = by_id.get(memory_id)
@@ -149,13 +150,20 @@ def knob_fuse_scores(
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
     when: bool = False,
+    personal: bool = False,
     entities: Sequence[str] = (),
 ) -> list[RecallHit]:
     """`store.rules.recall.fuse_scores` with the knobs applied."""
     by_id = {m.id: m for m in rows}
     branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
     features = knob_features(
-        by_id, branch_scores, fusion=fusion, time_window=time_window, when=when, entities=entities
+        by_id,
+        branch_scores,
+        fusion=fusion,
+        time_window=time_window,
+        when=when,
+        personal=personal,
+        entities=entities,
     )
     combined = {mid: knob_first_stage(entry, fusion, knobs, branches) for mid, entry in features.items()}
     weight = (

@@ -109,6 +109,7 @@ class RecallPlan:
     params: dict[str, Any]
     time_window: TimeWindow | None
     when: bool = False  # the query asks "When …?"
+    personal: bool = False  # the query speaks for the person (`store.rules.cues.speaks_for_self`)
 
 
 class PgRecall:
@@ -202,7 +203,13 @@ class PgRecall:
         """The query branches' scores fused (`fuse_scores`) over `rows`."""
         scores = {source: found.scores[source] for source in RELEVANCE if source in found.scores}
         return fuse_scores(
-            rows, scores, limit=limit, fusion=self._fusion, time_window=plan.time_window, when=plan.when
+            rows,
+            scores,
+            limit=limit,
+            fusion=self._fusion,
+            time_window=plan.time_window,
+            when=plan.when,
+            personal=plan.personal,
         )
 
     async def explain(self, asked: RecallQuery) -> str:
@@ -274,7 +281,9 @@ class PgRecall:
             value_weighted=value_weighted,
             with_pending=with_pending,
         )
-        return RecallPlan(sql=sql, params=params, time_window=cues.time_window, when=cues.when)
+        return RecallPlan(
+            sql=sql, params=params, time_window=cues.time_window, when=cues.when, personal=cues.personal
+        )
 
     async def _term_stats(
         self, owners: Sequence[OwnerRef], params: Mapping[str, Any], text: str

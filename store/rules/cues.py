@@ -1,7 +1,9 @@
 """Pure query cues for recall (no I/O): explicit or relative time expressions in a query
 ("on 7 July, 2023", "in August 2023", "last week"), whether a query asks "When …?" and whether a
-memory's text names a time (`asks_when`, `mentions_time`), and which query words carry no signal for
-one owner's memories (words most of them contain, like the user's own name).
+memory's text names a time (`asks_when`, `mentions_time`), whether a message speaks for the person
+and a memory limits what may be suggested to them (`speaks_for_self`, `states_constraint`), and which
+query words carry no signal for one owner's memories (words most of them contain, like the user's
+own name).
 
 Memories carry `created_at` = when the conversation they came from happened, so a query naming a
 time can prefer memories from around that time; the words naming the time are removed from the
@@ -64,6 +66,40 @@ _TIME_MENTION = re.compile(
     re.I,
 )
 _ASKS_WHEN = re.compile(r"^\W*when\b", re.I)
+# words that speak for oneself or to the assistant; "us" apart, case-sensitive, so "the US" is not
+# fmt: off
+_FIRST_OR_SECOND_PERSON = frozenset((
+    "i", "me", "my", "mine", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself",
+))
+_US = re.compile(r"\b[Uu]s\b")
+# the start of a word naming a limit on what may be suggested, keyed by its first four letters, so
+# a word costs one lookup; and the phrases (words joined by one space) that name one
+_CONSTRAINT_STARTS = (
+    "allerg", "intoleran", "anaphyla", "vegan", "vegetarian", "pescatarian", "pescetarian", "halal",
+    "kosher", "gluten", "lactose", "coeliac", "celiac", "diabet", "diet", "pregnan", "asthma", "injur",
+    "hurt", "epilep", "migraine", "dyslex", "adhd", "autis", "deaf", "blind", "seasick", "vertigo",
+    "phobi", "anxi", "panic", "disab", "wheelchair", "arthritis", "doctor", "midwife", "medicat",
+    "avoid", "teetotal",
+)
+# fmt: on
+_CONSTRAINT_BY_FOUR: dict[str, tuple[str, ...]] = {}
+for _start in _CONSTRAINT_STARTS:
+    _CONSTRAINT_BY_FOUR[_start[:4]] = (*_CONSTRAINT_BY_FOUR.get(_start[:4], ()), _start)
+_CONSTRAINT_WORDS = frozenset({"sore", "pain", "sober"})
+_CONSTRAINT_PHRASES = (
+    " hard of hearing ",
+    " afraid of ",
+    " motion sick",
+    " dairy free ",
+    " does not eat",
+    " does not drink",
+    " doesn t eat",
+    " doesn t drink",
+    " can t eat",
+    " cannot eat",
+    " won t eat",
+    " never eat",
+)
 _SMALL_NUMBERS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -181,6 +217,30 @@ def parse_time_cue(query: str, *, now: datetime) -> TimeCue | None:
 def asks_when(query: str) -> bool:
     """True when the query is a "When …?" question (its first word is "when")."""
     return _ASKS_WHEN.match(query) is not None
+
+
+def speaks_for_self(query: str) -> bool:
+    """True when the message is worded in the first or second person ("What can I cook…", "Can you
+    recommend…"): the person asks for themselves, so what limits them applies. A third-person
+    question ("What did Caroline research?") is not."""
+    if _US.search(query) is not None:
+        return True
+    return not _FIRST_OR_SECOND_PERSON.isdisjoint(_WORD.findall(query.lower()))
+
+
+def states_constraint(key: str, value: str) -> bool:
+    """True when a memory names something that limits what may be suggested to the person or those
+    they care for: an allergy or intolerance, a diet, a health condition or injury, a fear, or food
+    or drink they avoid (`_CONSTRAINT_STARTS`, `_CONSTRAINT_PHRASES`, in its key or its value)."""
+    words = _WORD.findall(f"{key} {value}".replace("_", " ").lower())
+    for word in words:
+        if word in _CONSTRAINT_WORDS:
+            return True
+        starts = _CONSTRAINT_BY_FOUR.get(word[:4])
+        if starts is not None and any(word.startswith(start) for start in starts):
+            return True
+    joined = f" {' '.join(words)} "
+    return any(phrase in joined for phrase in _CONSTRAINT_PHRASES)
 
 
 def mentions_time(text: str) -> bool:

@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 import numpy as np
 
 from store.model import SCOPE_PRIORITY, Memory, OwnerRef, RecallHit, Retriever
-from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
+from store.rules.cues import (
+    TimeWindow,
+    asks_when,
+    informative_query,
+    mentions_time,
+    parse_time_cue,
+    speaks_for_self,
+    states_constraint,
+)
 from store.rules.keys import embedding_text as embedding_text  # re-exported; store.rules.keys is the one home
 from store.rules.keys import normalize_key as normalize_key
 from store.rules.terms import is_empty_query
@@ -126,6 +134,10 @@ class ScoreFusion:
     # week", a month, a year: `store.rules.cues.mentions_time`); the answer to a when-question is a time,
     # and a memory telling when something happened says so in words like these
     when_boost: float = 0.2
+    # added when the message speaks for the person ("What should I cook tonight?") and the memory
+    # limits what may be suggested (an allergy, a diet, an injury: `store.rules.cues.states_constraint`):
+    # such a fact answers every request it constrains, though its words are far from the message's
+    constraint_boost: float = 0.25
 
 
 FEATURES: tuple[str, ...] = (
@@ -137,6 +149,7 @@ FEATURES: tuple[str, ...] = (
     "both",
     "time",
     "when",
+    "constraint",
 )
 
 
@@ -147,13 +160,15 @@ def candidate_features(
     fusion: ScoreFusion,
     time_window: TimeWindow | None = None,
     when: bool = False,
+    personal: bool = False,
 ) -> dict[CandidateKey, dict[str, float]]:
     """What fusion knows about each candidate (`FEATURES`): `vector` the cosine min-max normalised
     over the candidates (down to the `vector_floor_rank`-th), `text` BM25 over the best one,
     `cosine` the raw cosine, `vector_rank` and `text_rank` 1/rank in each branch, `both` 1 when
     both branches found it, `time` 1 when its created_at is in the query's time window
     (± `time_slack`), `when` 1 when the query asks "When …?" (`when`) and its value names a time
-    (`store.rules.cues.mentions_time`)."""
+    (`store.rules.cues.mentions_time`), `constraint` 1 when the message speaks for the person
+    (`personal`) and the memory states a constraint (`store.rules.cues.states_constraint`)."""
     features: dict[CandidateKey, dict[str, float]] = {}
     for name, scores in branch_scores.items():
         if not scores or name not in ("vector", "text"):
@@ -179,12 +194,14 @@ def candidate_features(
             entry["time"] = 1.0
         if when and mentions_time(memory.value):
             entry["when"] = 1.0
+        if personal and states_constraint(memory.key, memory.value):
+            entry["constraint"] = 1.0
     return features
 
 
 def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches: int) -> float:
-    """A candidate's score before the conversation cue: `vector_weight` mixing plus the time and
-    when boosts."""
+    """A candidate's score before the conversation cue: `vector_weight` mixing plus the time, when and
+    constraint boosts."""
     vector_weight = 1.0 if branches == 1 else fusion.vector_weight
     text_weight = 1.0 if branches == 1 else 1.0 - fusion.vector_weight
     return (
@@ -192,6 +209,7 @@ def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches:
         + text_weight * entry["text"]
         + fusion.time_boost * entry["time"]
         + fusion.when_boost * entry["when"]
+        + fusion.constraint_boost * entry["constraint"]
     )
 
 
@@ -225,18 +243,22 @@ def fuse_scores(
     fusion: ScoreFusion = ScoreFusion(),
     time_window: TimeWindow | None = None,
     when: bool = False,
+    personal: bool = False,
 ) -> list[RecallHit]:
     """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
 
     Vector scores are min-max normalised over the candidates, text scores divided by the best one,
     then mixed by `vector_weight`. Memories from the query's time window get `time_boost`; when the query
-    asks "When …?" (`when`), memories whose value names a time get `when_boost`; then
+    asks "When …?" (`when`), memories whose value names a time get `when_boost`; when it speaks for
+    the person (`personal`), memories stating a constraint get `constraint_boost`; then
     memories from the same conversation as the strongest hits get up to `conversation_boost`
     (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
     by_id = {m.id.int: m for m in rows}
     keyed = {name: {mid.int: score for mid, score in found.items()} for name, found in branch_scores.items()}
     branches = sum(1 for name, scores in keyed.items() if scores and name in ("vector", "text"))
-    features = candidate_features(by_id, keyed, fusion=fusion, time_window=time_window, when=when)
+    features = candidate_features(
+        by_id, keyed, fusion=fusion, time_window=time_window, when=when, personal=personal
+    )
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
     conversation_weight = fusion.conversation_boost
     if conversation_weight and combined:
@@ -339,22 +361,24 @@ def top_order(memories: Iterable[Memory]) -> list[Memory]:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QueryCues:
     """What recall matches for a query: its text without the words naming a time, and that time;
-    whether it asks "When …?"."""
+    whether it asks "When …?"; whether it speaks for the person (`store.rules.cues.speaks_for_self`)."""
 
     text: str
     time_window: TimeWindow | None
     when: bool = False
+    personal: bool = False
 
 
 def query_cues(query: str, *, now: datetime) -> QueryCues:
     """The query's time cue (if any), the text left to match (the whole query when the time words
-    were all it had) and whether it asks "When …?"."""
+    were all it had), whether it asks "When …?" and whether it speaks for the person."""
     cue = parse_time_cue(query, now=now)
     when = asks_when(query)
+    personal = speaks_for_self(query)
     if cue is None or is_empty_query(cue.remaining_query):
         window = cue.window if cue is not None else None
-        return QueryCues(text=query, time_window=window, when=when)
-    return QueryCues(text=cue.remaining_query, time_window=cue.window, when=when)
+        return QueryCues(text=query, time_window=window, when=when, personal=personal)
+    return QueryCues(text=cue.remaining_query, time_window=cue.window, when=when, personal=personal)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -267,6 +267,7 @@ class SqliteBackend:
             fusion=self._fusion,
             time_window=cues.time_window,
             when=cues.when,
+            personal=cues.personal,
         )
 
     async def _vector_scores(

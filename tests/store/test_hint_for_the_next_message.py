@@ -183,3 +183,49 @@ async def test_among_200_approved_facts_the_one_the_message_needs_is_hinted_with
         assert count_tokens(hint) <= budget
     items = await items_in_context(store, asked(user, "What can I cook with shrimp?", limit=10))
     assert ALLERGY in [item.memory.value for item in items[:10] if item.memory is not None]
+
+
+# a cook's everyday facts, all nearer "What should I cook for dinner tonight?" than a diet is
+KITCHEN_LIFE = (
+    ("weeknight time", "Has about 30 minutes to cook on weeknights"),
+    ("hosting", "Hosts a dinner for neighbours every second Saturday"),
+    ("meal prep", "Meal preps on Sunday afternoons"),
+    ("pasta", "Learning to make fresh pasta"),
+    ("kitchen", "Has a tiny kitchen with two burners"),
+    ("oven", "Oven only goes up to 200 degrees"),
+    ("pressure cooker", "Has a pressure cooker and a cast iron pan"),
+    ("cuisine", "Favourite cuisine is Ethiopian"),
+    ("spice", "Loves really spicy food"),
+    ("bread", "Bakes sourdough every Sunday"),
+    ("lunch", "Takes lunch to work in a bento box"),
+    ("garden", "Grows tomatoes and peppers on the balcony"),
+    ("budget", "Grocery budget is 60 euros a week"),
+    ("blender", "Has a high-speed blender"),
+    ("mushrooms", "Likes mushrooms only in a sauce"),
+    ("leftovers", "Hates wasting leftovers"),
+    ("market", "Shops at the farmers market on Saturdays"),
+    ("soup", "Makes a big pot of soup every Monday"),
+    ("herbs", "Grows basil and mint on the windowsill"),
+    ("cookbook", "Cooks from Ottolenghi's books"),
+    ("home city", "Lives in Lisbon"),
+    ("work", "Works as a nurse with night shifts"),
+)
+
+
+@pytest.mark.parametrize("boost", [None, 0.0])
+async def test_a_diet_far_from_a_dinner_question_is_recalled_among_many_kitchen_facts(
+    make_store: MakeStore, minilm: Embedder, boost: float | None
+) -> None:
+    """ "What should I cook for dinner tonight?" is nearer every kitchen fact than "Is vegan", yet the
+    diet limits every answer: a message speaking for the person lifts the facts that limit what may be
+    suggested (`ScoreFusion.constraint_boost`) into recall's first 10. Without the boost it is not
+    there, so this test shows the rule at work."""
+    from store.rules.recall import ScoreFusion
+
+    store = await make_store(minilm, fusion=None if boost is None else ScoreFusion(constraint_boost=boost))
+    user = uuid.uuid4()
+    for key, value in (*KITCHEN_LIFE, ("diet", "Is vegan")):
+        await store.writes.upsert(user_fact(user, key, value, status="active"))
+    items = await items_in_context(store, asked(user, "What should I cook for dinner tonight?", limit=10))
+    first = [item.memory.value for item in items[:10] if item.memory is not None]
+    assert ("Is vegan" in first) is (boost is None), first

@@ -12,7 +12,15 @@ import pytest
 
 from extraction.embeddings import HashingEmbedder
 from store.model import Memory
-from store.rules.cues import TimeWindow, asks_when, informative_query, mentions_time, parse_time_cue
+from store.rules.cues import (
+    TimeWindow,
+    asks_when,
+    informative_query,
+    mentions_time,
+    parse_time_cue,
+    speaks_for_self,
+    states_constraint,
+)
 from store.rules.recall import (
     ScoreFusion,
     bm25_idf,
@@ -257,7 +265,7 @@ def test_candidate_features_describe_each_branch_and_cue() -> None:
     )
     assert features[a.id] == {
         "vector": 1.0, "text": 0.0, "cosine": 0.9, "vector_rank": 1.0, "text_rank": 0.0, "both": 0.0,
-        "time": 1.0, "when": 0.0,
+        "time": 1.0, "when": 0.0, "constraint": 0.0,
     }  # fmt: skip
     assert features[b.id]["both"] == 1.0 and features[b.id]["text"] == 1.0
     assert features[b.id]["vector_rank"] == 0.5
@@ -452,3 +460,74 @@ def test_when_boost_by_default_lifts_dated_memories_for_when_questions() -> None
     assert fuse_scores([dated, undated], scores, limit=2)[0].memory.id == undated.id
     assert fuse_scores([dated, undated], scores, limit=2, when=True)[0].memory.id == dated.id
     assert ScoreFusion().when_boost > 0.0
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What should I cook for dinner tonight?", True),
+        ("Can you recommend a Spanish podcast?", True),
+        ("Where should we go for a weekend getaway?", True),
+        ("Can you find us flights to Osaka?", True),
+        ("i want something quick", True),
+        ("What did Caroline research?", False),
+        ("Which US state did Jolene visit during her internship?", False),
+        ("Is it safe to do sit-ups on the floor?", False),
+    ],
+)
+def test_speaks_for_self_reads_first_and_second_person(query: str, expected: bool) -> None:
+    assert speaks_for_self(query) is expected
+    assert query_cues(query, now=NOW).personal is expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("diet", "Is vegan", True),
+        ("allergy", "Is allergic to shellfish", True),
+        ("son_allergy", "Rui is allergic to sesame", True),
+        ("wife_diet", "Wife Inês is gluten intolerant", True),
+        ("alcohol", "Doesn\u2019t drink alcohol", True),
+        ("daughter_spice", "Sofia won't eat anything spicy", True),
+        ("injury", "Right wrist hurt in a fall", True),
+        ("hearing", "Hard of hearing in the left ear", True),
+        ("pregnancy", "Is 34 weeks pregnant", True),
+        ("home_city", "Lives in Lisbon", False),
+        ("favourite_cuisine", "Favourite cuisine is Ethiopian", False),
+        ("painting", "Painted a sunset by the lake", False),
+    ],
+)
+def test_states_constraint_finds_allergies_diets_and_conditions(key: str, value: str, expected: bool) -> None:
+    assert states_constraint(key, value) is expected
+
+
+def test_speaks_for_self_is_linear_on_hostile_text() -> None:
+    """A message is a stranger's text: 100,000 characters of any shape cost milliseconds."""
+    import time
+
+    for text in ("a" * 100_000, "x " * 50_000, "U" * 100_000, "Us" * 50_000, "you" * 33_000):
+        started = time.perf_counter()
+        speaks_for_self(text)
+        assert time.perf_counter() - started < 0.1
+
+
+def test_constraint_boost_lifts_a_far_constraint_for_a_personal_message_only() -> None:
+    """A diet far from "What should I cook tonight?" in vector space rises above nearer facts that
+    limit nothing when the message speaks for the person; a third-person question keeps the order."""
+    near = [_memory(f"cooks dish {n}") for n in range(6)]
+    far = [_memory(f"unrelated {n}") for n in range(4)]
+    vegan = stored_fact("diet", "Is vegan", at=NOW, owner_id=uuid.UUID(int=1), confidence=1.0)
+    scores = {
+        "vector": {
+            **{m.id: 0.40 - 0.01 * n for n, m in enumerate(near)},
+            vegan.id: 0.30,
+            **{m.id: 0.20 - 0.01 * n for n, m in enumerate(far)},
+        }
+    }
+    rows = [*near, vegan, *far]
+    plain = [hit.memory.id for hit in fuse_scores(rows, scores, limit=11)]
+    personal = [hit.memory.id for hit in fuse_scores(rows, scores, limit=11, personal=True)]
+    assert plain.index(vegan.id) == len(near)
+    assert personal.index(vegan.id) < plain.index(vegan.id)
+    unboosted = fuse_scores(rows, scores, limit=11, personal=True, fusion=ScoreFusion(constraint_boost=0.0))
+    assert [hit.memory.id for hit in unboosted] == plain
