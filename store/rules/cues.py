@@ -82,9 +82,10 @@ _CONSTRAINT_STARTS = (
     "avoid", "teetotal",
 )
 # fmt: on
-_CONSTRAINT_BY_FOUR: dict[str, tuple[str, ...]] = {}
-for _start in _CONSTRAINT_STARTS:
-    _CONSTRAINT_BY_FOUR[_start[:4]] = (*_CONSTRAINT_BY_FOUR.get(_start[:4], ()), _start)
+_CONSTRAINT_BY_FOUR = {
+    four: tuple(start for start in _CONSTRAINT_STARTS if start[:4] == four)
+    for four in {start[:4] for start in _CONSTRAINT_STARTS}
+}
 _CONSTRAINT_WORDS = frozenset({"sore", "pain", "sober"})
 _CONSTRAINT_PHRASES = (
     " hard of hearing ",
