@@ -280,8 +280,9 @@ def main() -> None:
             conn.execute("VACUUM (ANALYZE) memories")
     if not args.seed_only:
         asyncio.run(measure(url, args))
-    # the server keeps running for the next attempt? no: stop it, the data directory stays
-    postgres.stop_server()
+    # stopped (the data directory stays for the next run) through the library's handle, so its own
+    # cleanup at exit has nothing left to stop
+    postgres.stop()
 
 
 if __name__ == "__main__":
