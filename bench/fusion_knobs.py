@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import store.postgres.store
-import store.sqlite.store
-from store.core import recall
+import store.core.base
+import store.postgres.recall
+import store.sqlite.backend
 from store.model import Memory, RecallHit
+from store.rules import recall
 from store.rules.cues import TimeWindow
 from store.rules.recall import QueryCues, ScoreFusion
 from store.rules.terms import STOPWORDS, query_terms
@@ -214,11 +215,19 @@ def knobs_applied(knobs: FusionKnobs, *, observe: Observer | None = None) -> Ite
             out.append(statement_form(out[-1]))
         return list(dict.fromkeys(t for t in out if t.strip()))
 
-    modules = (store.postgres.store, store.sqlite.store)
-    swapped = {"query_cues": cues, "fuse_scores": fuse, "embedding_queries": texts}
-    saved = [(module, name, getattr(module, name)) for module in modules for name in swapped]
+    # where the stores call them: each backend's ranking (Postgres: `PgRecall`), and the query
+    # vector both share
+    rankers = (store.postgres.recall, store.sqlite.backend)
+    swapped = {
+        "query_cues": (cues, rankers),
+        "fuse_scores": (fuse, rankers),
+        "embedding_queries": (texts, (store.core.base,)),
+    }
+    saved = [
+        (module, name, getattr(module, name)) for name, (_, modules) in swapped.items() for module in modules
+    ]
     for module, name, _ in saved:
-        setattr(module, name, swapped[name])
+        setattr(module, name, swapped[name][0])
     try:
         yield
     finally:

@@ -7,11 +7,14 @@ it exactly like `pipeline_throughput.py --populated` (a persona with 100,000 mem
 with 2,000 each, 384-dim unit vectors; ~200-250 s); later runs migrate it to head (so a new
 migration is applied to the populated rows) and measure at once.
 
-For each scenario it captures the SQL the store sends (`_neighbours_in` inside a transaction, as in
-`write_event`, and `prompt_memories`), runs it `--repeat` times under `EXPLAIN (ANALYZE, BUFFERS)`
-and prints the median planning + execution time (server side: what Postgres CPU per event is made
-of); `--explain` prints one plan per statement; `--check` compares the neighbours found with an
-exact numpy ranking of the owner's rows (recall@k).
+For each scenario it captures the SQL the store sends (the near-duplicate read whole,
+`PgBackend.neighbours` inside a transaction: the statement the worker's event write sends in two
+parts, before and under the owner locks; and `prompt_memories`, taken where `PgConnections.fetch`
+hands it to the driver), runs it `--repeat` times under `EXPLAIN (ANALYZE, BUFFERS)` and prints
+the median planning + execution time (server side: what Postgres CPU per event is made of);
+`--explain` prints one plan per statement; `--check` compares the neighbours found with an exact
+numpy ranking of the owner's rows (recall@k); `--old FILE` builds the near-duplicate statement with
+the `neighbours_statement` of another `neighbours_sql.py` (A/B).
 """
 
 from __future__ import annotations
@@ -177,14 +180,14 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         async with store.engine.begin() as conn:
             capture.on = True
             started = time.perf_counter()
-            found = await store._neighbours_in(conn, memories, embeddings, K)
+            found = await store.backend.neighbours(conn, memories, embeddings, K)
             wall = 1000 * (time.perf_counter() - started)
             capture.on = False
             await conn.rollback()
         statement, params = capture.statements[-1]
         plan_ms, exec_ms = await explain(store, statement, params, args.repeat, args.explain)
         print(
-            f"_neighbours_in, {title}: planning {plan_ms:.2f} ms + execution {exec_ms:.2f} ms "
+            f"neighbours, {title}: planning {plan_ms:.2f} ms + execution {exec_ms:.2f} ms "
             f"(first call wall {wall:.1f} ms); found {[len(f) for f in found]}",
             flush=True,
         )
@@ -196,19 +199,20 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         "user only": [user],
     }.items():
         # the prompt read goes through the psycopg driver, not SQLAlchemy: its statement is taken
-        # where the store hands it over
-        read_rows = store._read_rows
+        # where the store's connections hand it over
+        connections = store.connections
+        fetch = connections.fetch
         sent: list[tuple[str, Any]] = []
 
-        async def recording(sql: str, params: Any, read_rows: Any = read_rows, sent: Any = sent) -> Any:
+        async def recording(sql: str, params: Any = None, fetch: Any = fetch, sent: Any = sent) -> Any:
             sent.append((sql, params))
-            return await read_rows(sql, params)
+            return await fetch(sql, params)
 
-        store._read_rows = recording  # type: ignore[method-assign]
+        connections.fetch = recording  # type: ignore[method-assign]
         try:
             found_prompt = await store.listing.prompt_memories(group, team_id=None, words=words, limit=40)
         finally:
-            del store._read_rows
+            del connections.fetch
         statement, params = sent[-1]
         plan_ms, exec_ms = await explain(store, statement, params, args.repeat, args.explain)
         print(
@@ -253,7 +257,9 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="print one plan per statement")
     parser.add_argument("--check", action="store_true", help="recall@k against an exact ranking")
     parser.add_argument("--seed-only", action="store_true")
-    parser.add_argument("--old", type=Path, help="a neighbours.py to take _neighbours_in from (A/B)")
+    parser.add_argument(
+        "--old", type=Path, help="a neighbours_sql.py to take neighbours_statement from (A/B)"
+    )
     parser.add_argument("--vacuum", action="store_true", help="VACUUM (ANALYZE) memories first")
     args = parser.parse_args()
     postgres = EmbeddedPostgres(data_dir=args.data_dir / "pg" / "data").start()
@@ -261,18 +267,22 @@ def main() -> None:
     if args.old:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("old_neighbours", args.old)
+        import store.postgres.backend
+
+        spec = importlib.util.spec_from_file_location("old_neighbours_sql", args.old)
         assert spec is not None and spec.loader is not None
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
-        PostgresMemoryStore._neighbours_in = old.NearDuplicates._neighbours_in  # type: ignore[method-assign]
+        # `PgBackend.neighbours` builds its statement with the name its module imported
+        store.postgres.backend.neighbours_statement = old.neighbours_statement
     if args.vacuum:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM (ANALYZE) memories")
     if not args.seed_only:
         asyncio.run(measure(url, args))
-    # the server keeps running for the next attempt? no: stop it, the data directory stays
-    postgres.stop_server()
+    # stopped (the data directory stays for the next run) through the library's handle, so its own
+    # cleanup at exit has nothing left to stop
+    postgres.stop()
 
 
 if __name__ == "__main__":

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+# testkit is not installed with the package: run from a checkout, found beside bench/
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from config import Settings
 from extraction.embeddings import HashingEmbedder

@@ -47,6 +47,7 @@ from evaluation.options import (
 )
 from evaluation.stores import evaluation_store
 from evaluation.units import unit_key_contexts, unit_memories, unit_vectors
+from store.postgres.backend import PgBackend
 from store.rules.recall import ScoreFusion
 
 _FIELDS = {f.name for f in fields(ScoreFusion)}
@@ -64,6 +65,17 @@ def parse_variant(spec: str) -> tuple[str, ScoreFusion]:
             raise SystemExit(f"unknown ScoreFusion field {key!r}")
         values[key] = ast.literal_eval(raw)
     return name.strip(), replace(ScoreFusion(), **values)
+
+
+def rank_with(store: Any, fusion: ScoreFusion) -> None:
+    """Make `store` rank its next recalls with `fusion`: the Postgres store's backend ranks through
+    its `PgRecall`, the SQLite store's backend itself; either keeps the fusion it was opened with."""
+    backend = store.backend
+    ranker = backend.recall if isinstance(backend, PgBackend) else backend
+    if not isinstance(getattr(ranker, "_fusion", None), ScoreFusion):
+        kind = type(ranker).__name__
+        raise SystemExit(f"{kind} keeps no ScoreFusion in _fusion: the variants would not apply")
+    ranker._fusion = fusion
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -122,8 +134,7 @@ async def main(argv: list[str] | None = None) -> int:
             loaded.append((owner, conversation, dia_ids))
         embedder.save(cached)
         for name, fusion in variants:
-            # the Postgres store ranks through its `PgRecall`, the SQLite store itself
-            getattr(store, "_recall", store)._fusion = fusion
+            rank_with(store, fusion)
             started = time.monotonic()
             items: list[QuestionResult] = []
             for owner, conversation, dia_ids in loaded:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -263,6 +264,11 @@ class EmbeddedPostgres:
         self.restart_server()
 
     def stop(self) -> None:
+        """Let go of the server: stopped when this process held its last handle (the library counts
+        handles by pid); the data directory stays."""
         if self._server is not None:
             self._server.cleanup()
+            # done now: the library's own cleanup at exit would take its lock again, which makes
+            # the lock file's directory anew after its owner removed it
+            atexit.unregister(self._server._cleanup)
             self._server = None

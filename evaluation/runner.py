@@ -23,7 +23,6 @@ from evaluation.checkpoint import checkpoint_file, load_checkpoint, save_checkpo
 from evaluation.extracted import session_events, usage_summary, without_evidence_recall
 from evaluation.locomo import (
     Conversation,
-    Question,
     QuestionResult,
     load_locomo,
     select_split,
@@ -78,13 +77,8 @@ async def evaluate_units(
         conversation,
         options,
         progress,
-        lambda q, hits: QuestionResult(
-            category=q.category,
-            evidence=q.evidence,
-            ranked=tuple(dia_ids.get(hit.memory.id, ()) for hit in hits),
-            answer=q.answer,
-            texts=tuple(hit.memory.value for hit in hits),
-        ),
+        text_of=lambda hit: hit.memory.value,
+        units_of=lambda hit: dia_ids.get(hit.memory.id, ()),
     )
 
     if not options.keep and options.database_url is not None:
@@ -366,13 +360,7 @@ async def evaluate_extracted(
         conversation,
         options,
         progress,
-        lambda q, hits: QuestionResult(
-            category=q.category,
-            evidence=q.evidence,
-            ranked=(),
-            answer=q.answer,
-            texts=tuple(f"{hit.memory.key}: {hit.memory.value}" for hit in hits),
-        ),
+        text_of=lambda hit: f"{hit.memory.key}: {hit.memory.value}",
     )
     if not options.keep and options.database_url is not None:
         for memory in memories:
@@ -386,10 +374,13 @@ async def ask_questions(
     conversation: Conversation,
     options: EvalOptions,
     progress: Progress,
-    scored: Callable[[Question, list[Any]], QuestionResult],
+    *,
+    text_of: Callable[[Any], str],
+    units_of: Callable[[Any], tuple[str, ...]] | None = None,
 ) -> dict[str, list[QuestionResult]]:
     """Every question of `conversation` through each of `options.retrievers` (at most
-    `options.concurrency` in flight), each answer scored by `scored` from its hits."""
+    `options.concurrency` in flight), each answer kept as its hits' texts (`text_of`) and, where
+    the memories are units of the conversation (`units_of`: a hit's dia_ids), the units ranked."""
     limit = max(options.ks)
     semaphore = asyncio.Semaphore(options.concurrency)
     label = f"{conversation.sample_id}: querying"
@@ -404,6 +395,13 @@ async def ask_questions(
     for retriever in options.retrievers:
         answers = await asyncio.gather(*(ask(q.question, retriever) for q in conversation.questions))
         results[retriever] = [
-            scored(q, hits) for q, hits in zip(conversation.questions, answers, strict=True)
+            QuestionResult(
+                category=q.category,
+                evidence=q.evidence,
+                ranked=tuple(units_of(hit) for hit in hits) if units_of is not None else (),
+                answer=q.answer,
+                texts=tuple(text_of(hit) for hit in hits),
+            )
+            for q, hits in zip(conversation.questions, answers, strict=True)
         ]
     return results

@@ -169,13 +169,22 @@ class _Rule:
     pattern: re.Pattern[str]
     build: Callable[[re.Match[str]], list[tuple[str, str]]]  # -> [(key, value)]
     confidence: float
+    # a fact about the person — name, home, work, diet, allergies, health, family and household —
+    # is true whichever assistant hears it: filed in `user` scope so every persona of the team
+    # sees it; preferences, routines and notes stay in the conversation's own scope
+    about_the_person: bool = False
 
 
 def _rule(
-    pattern: str, confidence: float
+    pattern: str, confidence: float, *, about_the_person: bool = False
 ) -> Callable[[Callable[[re.Match[str]], list[tuple[str, str]]]], _Rule]:
     def wrap(build: Callable[[re.Match[str]], list[tuple[str, str]]]) -> _Rule:
-        return _Rule(pattern=re.compile(pattern, re.IGNORECASE), build=build, confidence=confidence)
+        return _Rule(
+            pattern=re.compile(pattern, re.IGNORECASE),
+            build=build,
+            confidence=confidence,
+            about_the_person=about_the_person,
+        )
 
     return wrap
 
@@ -183,7 +192,7 @@ def _rule(
 _I_AM = r"\bi(?:'m| am)"
 
 
-@_rule(r"\b(?:my name is|my name's|i'm called|i am called)\s+(.+)", 0.9)
+@_rule(r"\b(?:my name is|my name's|i'm called|i am called)\s+(.+)", 0.9, about_the_person=True)
 def _name(m: re.Match[str]) -> list[tuple[str, str]]:
     name = _phrase(m.group(1), 3, extra_stop=frozenset({"not", "and", "by"}))
     if not name or name.lower() in _ARTICLES or _a_letter_in_lowercase(name):
@@ -217,7 +226,9 @@ def _given_name(text: str) -> str | None:
     return " ".join(words)
 
 
-@_rule(r"^(?:(?:hi|hello|hey|helo|hiya|ok|lol|so)\b[\W_]*)*(?:i'm|i am)\s+(\S.*)", 0.85)
+@_rule(
+    r"^(?:(?:hi|hello|hey|helo|hiya|ok|lol|so)\b[\W_]*)*(?:i'm|i am)\s+(\S.*)", 0.85, about_the_person=True
+)
 def _i_am_name(m: re.Match[str]) -> list[tuple[str, str]]:
     # Only at the start of a sentence and only a capitalised word that ends the clause: "I'm
     # Priya." or "I'm Kenji, I live…" name the user; "I'm Italian" and "I'm so tired" do not.
@@ -228,7 +239,7 @@ def _i_am_name(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("user name", f"Name is {name}")]
 
 
-@_rule(r"^(?:(?:hi|hello|hey|hiya)\b[\W_]*)*(?:the )?name's\s+(\S.*)", 0.85)
+@_rule(r"^(?:(?:hi|hello|hey|hiya)\b[\W_]*)*(?:the )?name's\s+(\S.*)", 0.85, about_the_person=True)
 def _names(m: re.Match[str]) -> list[tuple[str, str]]:
     name = _phrase(m.group(1), 2, extra_stop=frozenset({"not", "by", "btw", "here"}))
     if not name or name.split()[0].lower() in _NOT_A_NAME:
@@ -236,7 +247,7 @@ def _names(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("user name", f"Name is {_titled(name)}")]
 
 
-@_rule(r"^(?:(?:hi|hello|hey|hiya)\b[\W_]*)*([A-Z][\w'-]*) here[.!]*$", 0.8)
+@_rule(r"^(?:(?:hi|hello|hey|hiya)\b[\W_]*)*([A-Z][\w'-]*) here[.!]*$", 0.8, about_the_person=True)
 def _here(m: re.Match[str]) -> list[tuple[str, str]]:
     # "Maya here." introduces the writer; the capital letter is checked as typed
     name = _given_name(m.group(1))
@@ -249,7 +260,7 @@ _CALL_ME_NOT_A_NAME = _words(
 )
 
 
-@_rule(r"(?:^|\b(?:please|just|you can|you may)\s+)call me\s+(.+)", 0.9)
+@_rule(r"(?:^|\b(?:please|just|you can|you may)\s+)call me\s+(.+)", 0.9, about_the_person=True)
 def _call_me(m: re.Match[str]) -> list[tuple[str, str]]:
     name = _phrase(m.group(1), 2, extra_stop=frozenset({"from", "instead", "please"}))
     if not name or name.split()[0].lower() in _CALL_ME_NOT_A_NAME or _a_letter_in_lowercase(name):
@@ -260,19 +271,21 @@ def _call_me(m: re.Match[str]) -> list[tuple[str, str]]:
 _PLACE_STOP = frozenset({"for", "now", "since", "at", "in", "anymore", "too", "with", "near"})
 
 
-@_rule(r"\b(?:i|we) (?:currently |now |still )?live in\s+(.+)", 0.85)
+@_rule(r"\b(?:i|we) (?:currently |now |still )?live in\s+(.+)", 0.85, about_the_person=True)
 def _live(m: re.Match[str]) -> list[tuple[str, str]]:
     place = _phrase(m.group(1), 4, extra_stop=_PLACE_STOP)
     return [("home location", f"Lives in {place}")] if place else []
 
 
-@_rule(r"\b(?:i'm|i am|we're|we are) (?:currently |now )?(?:based|living) in\s+(.+)", 0.85)
+@_rule(
+    r"\b(?:i'm|i am|we're|we are) (?:currently |now )?(?:based|living) in\s+(.+)", 0.85, about_the_person=True
+)
 def _based(m: re.Match[str]) -> list[tuple[str, str]]:
     place = _phrase(m.group(1), 4, extra_stop=_PLACE_STOP)
     return [("home location", f"Based in {place}")] if place else []
 
 
-@_rule(r"\b(?:i|we)(?:'ve| have)? (?:just |recently )?moved to\s+(.+)", 0.85)
+@_rule(r"\b(?:i|we)(?:'ve| have)? (?:just |recently )?moved to\s+(.+)", 0.85, about_the_person=True)
 def _moved(m: re.Match[str]) -> list[tuple[str, str]]:
     place = _phrase(
         m.group(1), 4, extra_stop=frozenset({"for", "last", "in", "a", "this", "from", "two", "with"})
@@ -280,7 +293,7 @@ def _moved(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("home location", f"Moved to {place}")] if place else []
 
 
-@_rule(_I_AM + r" (?:originally )?from\s+(.+)", 0.8)
+@_rule(_I_AM + r" (?:originally )?from\s+(.+)", 0.8, about_the_person=True)
 def _from(m: re.Match[str]) -> list[tuple[str, str]]:
     place = _phrase(m.group(1), 4, extra_stop=frozenset({"but", "originally", "in", "the"}))
     return [("place of origin", f"Is from {place}")] if place else []
@@ -295,7 +308,7 @@ def _employer(text: str) -> list[tuple[str, str]]:
     return [("current employer", f"Works at {employer}")] if employer and _strip_articles(employer) else []
 
 
-@_rule(r"\bi (?:currently )?work as\s+(.+)", 0.8)
+@_rule(r"\bi (?:currently )?work as\s+(.+)", 0.8, about_the_person=True)
 def _work_as(m: re.Match[str]) -> list[tuple[str, str]]:
     job = _phrase(m.group(1), 5, extra_stop=frozenset({"at", "for", "in"}))
     if not job or not _strip_articles(job):
@@ -304,13 +317,13 @@ def _work_as(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("job title", f"Works as {job}"), *_employer(after)]
 
 
-@_rule(r"\bi (?:currently )?work (?:at|for)\s+(.+)", 0.8)
+@_rule(r"\bi (?:currently )?work (?:at|for)\s+(.+)", 0.8, about_the_person=True)
 def _work_at(m: re.Match[str]) -> list[tuple[str, str]]:
     employer = _phrase(m.group(1), 4, extra_stop=frozenset({"as", "in", "since", "for"}))
     return [("current employer", f"Works at {employer}")] if employer else []
 
 
-@_rule(_I_AM + r" (?:actually |currently |now |also |still )?(\S.*)", 0.75)
+@_rule(_I_AM + r" (?:actually |currently |now |also |still )?(\S.*)", 0.75, about_the_person=True)
 def _i_am_a(m: re.Match[str]) -> list[tuple[str, str]]:
     # the article may be missing ("I am engineer at Siemens"): the job noun decides
     phrase = _phrase(m.group(1), 4, extra_stop=frozenset({"at", "for", "in", "from", "by", "who", "with"}))
@@ -322,7 +335,7 @@ def _i_am_a(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("job title", f"Is {phrase}"), *_employer(after)]
 
 
-@_rule(_I_AM + r" (?:an? )?(?:strict |fully |mostly )?(" + _DIETS + r")\b", 0.85)
+@_rule(_I_AM + r" (?:an? )?(?:strict |fully |mostly )?(" + _DIETS + r")\b", 0.85, about_the_person=True)
 def _diet(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("diet preference", f"Is {m.group(1).lower().replace(' ', '-')}")]
 
@@ -355,12 +368,12 @@ def _avoided(text: str, verb: str) -> list[tuple[str, str]]:
 _NEVER = r"(?:don't|do not|never|can't|cannot|won't|no longer)"
 
 
-@_rule(r"\bi " + _NEVER + r" eat\s+(.+)", 0.8)
+@_rule(r"\bi " + _NEVER + r" eat\s+(.+)", 0.8, about_the_person=True)
 def _avoids(m: re.Match[str]) -> list[tuple[str, str]]:
     return _avoided(m.group(1), "Does not eat")
 
 
-@_rule(r"\bi " + _NEVER + r" drink\s+(.+)", 0.8)
+@_rule(r"\bi " + _NEVER + r" drink\s+(.+)", 0.8, about_the_person=True)
 def _avoids_drink(m: re.Match[str]) -> list[tuple[str, str]]:
     return _avoided(m.group(1), "Does not drink")
 
@@ -369,6 +382,7 @@ def _avoids_drink(m: re.Match[str]) -> list[tuple[str, str]]:
     r"\bi (?:can't|cannot|can not) (?:have|tolerate|digest)\s+"
     r"(?!an?\b|the\b|my\b|any\b|it\b|that\b|this\b)(.+)",
     0.75,
+    about_the_person=True,
 )
 def _cannot_have(m: re.Match[str]) -> list[tuple[str, str]]:
     return _avoided(m.group(1), "Can't have")
@@ -381,7 +395,11 @@ _CONSUMABLES = _words(
 )
 
 
-@_rule(r"\bi (?:quit|stopped|gave up|have given up|'ve given up)\s+(eating |drinking )?(.+)", 0.75)
+@_rule(
+    r"\bi (?:quit|stopped|gave up|have given up|'ve given up)\s+(eating |drinking )?(.+)",
+    0.75,
+    about_the_person=True,
+)
 def _quit(m: re.Match[str]) -> list[tuple[str, str]]:
     # "I quit my job" is no diet: without "eating"/"drinking" only food and drink count
     verb = m.group(1)
@@ -399,6 +417,7 @@ _DRINKS = _words("coffee tea decaf espresso water juice milk soda wine beer alco
     r"^(?:(?:and|also|but|oh|so|pls|please)\b[\W_]*)*no ([a-z][\w-]*(?: [a-z][\w-]*)?)"
     r"(?=\s*(?:for me|please|pls|in anything|at all|[,.!;]|$))(.*)",
     0.75,
+    about_the_person=True,
 )
 def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
     # "No coffee, green tea only." / "No sugar in anything please". Only food and drink: a
@@ -419,7 +438,7 @@ def _no_thing(m: re.Match[str]) -> list[tuple[str, str]]:
     return facts
 
 
-@_rule(r"\bi (only |mostly |usually |just )?drink\s+(.+)", 0.7)
+@_rule(r"\bi (only |mostly |usually |just )?drink\s+(.+)", 0.7, about_the_person=True)
 def _drink(m: re.Match[str]) -> list[tuple[str, str]]:
     drink = _phrase(
         m.group(2), 5, extra_stop=frozenset({"at", "in", "on", "every", "before", "after", "when"})
@@ -430,18 +449,28 @@ def _drink(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("drinks", f"{adverb} {drink}")]
 
 
-@_rule(_I_AM + r" (?:very |severely |highly |quite |extremely )?allergic to\s+(.+)", 0.9)
+@_rule(
+    _I_AM + r" (?:very |severely |highly |quite |extremely )?allergic to\s+(.+)", 0.9, about_the_person=True
+)
 def _allergic(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_key("allergy", item), f"Is allergic to {item}") for item in _items(m.group(1), 4)]
 
 
-@_rule(_I_AM + r"\b[^,;]*?\band (?:also )?(?:very |severely |highly )?allergic to\s+(.+)", 0.85)
+@_rule(
+    _I_AM + r"\b[^,;]*?\band (?:also )?(?:very |severely |highly )?allergic to\s+(.+)",
+    0.85,
+    about_the_person=True,
+)
 def _and_allergic(m: re.Match[str]) -> list[tuple[str, str]]:
     # "I'm lactose intolerant and allergic to peanuts": the subject is still the user
     return [(_key("allergy", item), f"Is allergic to {item}") for item in _items(m.group(1), 4)]
 
 
-@_rule(r"\bi have an? (?:severe |serious |mild |bad )?([a-z][\w-]*(?: [a-z][\w-]*)?) allergy\b", 0.9)
+@_rule(
+    r"\bi have an? (?:severe |serious |mild |bad )?([a-z][\w-]*(?: [a-z][\w-]*)?) allergy\b",
+    0.9,
+    about_the_person=True,
+)
 def _allergy_noun(m: re.Match[str]) -> list[tuple[str, str]]:
     item = _strip_articles(m.group(1))
     return [(_key("allergy", item), f"Is allergic to {item}")] if item else []
@@ -458,6 +487,7 @@ _CONDITIONS = (
     r"\bi(?: have|'ve got| have got| suffer from| was diagnosed with| live with| am recovering from"
     r"|'m recovering from) (?:an? )?(?:bad |mild |severe |chronic |serious )?(" + _CONDITIONS + r")\b",
     0.85,
+    about_the_person=True,
 )
 def _health(m: re.Match[str]) -> list[tuple[str, str]]:
     # a known condition only: "I have a meeting" is no health fact
@@ -466,7 +496,7 @@ def _health(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_key("health", condition), f"Has {article}{condition}")]
 
 
-@_rule(_I_AM + r" (?:currently )?(pregnant)\b", 0.85)
+@_rule(_I_AM + r" (?:currently )?(pregnant)\b", 0.85, about_the_person=True)
 def _pregnant(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("health pregnancy", "Is pregnant")]
 
@@ -590,7 +620,7 @@ def _day_off(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_routine_key(m.group(1)), f"Is off {m.group(1)}")]
 
 
-@_rule(r"\bmy (?:work(?:ing)? |office |shift )?hours are\s+(.+)", 0.75)
+@_rule(r"\bmy (?:work(?:ing)? |office |shift )?hours are\s+(.+)", 0.75, about_the_person=True)
 def _hours(m: re.Match[str]) -> list[tuple[str, str]]:
     hours = _activity(m.group(1))
     return [("working hours", f"Hours are {hours}")] if hours else []
@@ -630,6 +660,7 @@ def _pet_facts(pet: str, names: list[str]) -> list[tuple[str, str]]:
     r"\b(?:my|our)\s+((?:[a-z]+\s+)?(?:" + _PET_WORDS + r"))"
     r"((?:'s name is|\s+is called|\s+is named|\s+named|\s+called)\s+|,?\s+)(\S.*)",
     0.85,
+    about_the_person=True,
 )
 def _my_pet(m: re.Match[str]) -> list[tuple[str, str]]:
     # "my dog Biscuit", "our cat is called Miso", "my dog's name is taco", "our parrot, Kiwi"
@@ -643,6 +674,7 @@ def _my_pet(m: re.Match[str]) -> list[tuple[str, str]]:
     r"\b(?:i|we)(?:'ve| have)?\s+(?:just\s+)?(?:got|have|adopted|rescued|own)\s+(?:an?|one|two|three|\d+)\s+"
     r"(?:[a-z]+\s+){0,2}?(" + _PET_WORDS + r")s?\b((?:\s*,)?\s+(?:named|called)\s+|\s*[,:]\s*)(\S.*)",
     0.85,
+    about_the_person=True,
 )
 def _have_pet(m: re.Match[str]) -> list[tuple[str, str]]:
     # "We adopted a rescue dog named Luna", "I have two cats, Miso and Tofu"
@@ -661,7 +693,7 @@ def _whose(relation: str) -> str:
     return f"{relation}'" if relation.endswith("s") else f"{relation}'s"
 
 
-@_rule(r"\bmy (" + _RELATIONS + r") ([A-Z][\w'-]*)", 0.8)
+@_rule(r"\bmy (" + _RELATIONS + r") ([A-Z][\w'-]*)", 0.8, about_the_person=True)
 def _relative_name(m: re.Match[str]) -> list[tuple[str, str]]:
     # "my wife Anna prefers rosé": the name as typed, capitalised
     name = m.group(2).removesuffix("'s")  # "my daughter Sara's birthday"
@@ -671,7 +703,11 @@ def _relative_name(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_key(_whose(relation), "name"), f"{relation.capitalize()} is {name}")]
 
 
-@_rule(r"\bmy (" + _RELATIONS + r") (?:still |now |currently )?(?:lives?|is based|are based) in\s+(.+)", 0.8)
+@_rule(
+    r"\bmy (" + _RELATIONS + r") (?:still |now |currently )?(?:lives?|is based|are based) in\s+(.+)",
+    0.8,
+    about_the_person=True,
+)
 def _relative_home(m: re.Match[str]) -> list[tuple[str, str]]:
     # a relative's home is a family fact, never the user's home
     place = _phrase(m.group(2), 4, extra_stop=_PLACE_STOP)
@@ -683,6 +719,7 @@ def _relative_home(m: re.Match[str]) -> list[tuple[str, str]]:
 @_rule(
     r"\bmy (" + _RELATIONS + r")\b(?:[^,.;]*?\band (?:she|he)(?:'s| is)| is) (?:an? )(.+)",
     0.75,
+    about_the_person=True,
 )
 def _relative_job(m: re.Match[str]) -> list[tuple[str, str]]:
     job = _phrase(m.group(2), 3, extra_stop=frozenset({"at", "for", "in"}))
@@ -693,7 +730,7 @@ def _relative_job(m: re.Match[str]) -> list[tuple[str, str]]:
     return [(_key(_whose(relation), "job"), f"{relation.capitalize()} is {article} {job}")]
 
 
-@_rule(r"\bi live with (?:my|our) (" + _RELATIONS + r"|roommates?|flatmates?)\b", 0.8)
+@_rule(r"\bi live with (?:my|our) (" + _RELATIONS + r"|roommates?|flatmates?)\b", 0.8, about_the_person=True)
 def _live_with(m: re.Match[str]) -> list[tuple[str, str]]:
     relation = m.group(1).lower()
     return [(_key("lives with", relation), f"Lives with {relation}")]
@@ -703,6 +740,7 @@ def _live_with(m: re.Match[str]) -> list[tuple[str, str]]:
     r"\b(?:i|we) (?:have|'ve got|have got) (a|an|one|two|three|four|five|\d) "
     r"(sons?|daughters?|kids?|children|child|boys?|girls?|twins)\b",
     0.8,
+    about_the_person=True,
 )
 def _children(m: re.Match[str]) -> list[tuple[str, str]]:
     return [("children", f"Has {m.group(1).lower()} {m.group(2).lower()}")]
@@ -861,45 +899,8 @@ _RULES: tuple[_Rule, ...] = (
     _favourite,
     _remember,
 )
-# facts about the person — name, home, work, diet, allergies, health, family and household — are
-# true whichever assistant hears them: filed in `user` scope so every persona of the team sees them;
-# preferences, routines and notes stay in the conversation's own scope
-ABOUT_THE_PERSON: frozenset[_Rule] = frozenset(
-    {
-        _name,
-        _i_am_name,
-        _names,
-        _here,
-        _call_me,
-        _live,
-        _based,
-        _moved,
-        _from,
-        _work_as,
-        _work_at,
-        _i_am_a,
-        _hours,
-        _diet,
-        _avoids,
-        _avoids_drink,
-        _cannot_have,
-        _quit,
-        _no_thing,
-        _drink,
-        _allergic,
-        _and_allergic,
-        _allergy_noun,
-        _health,
-        _pregnant,
-        _my_pet,
-        _have_pet,
-        _relative_name,
-        _relative_home,
-        _relative_job,
-        _live_with,
-        _children,
-    }
-)
+# the rules stating a fact about the person (`_rule(…, about_the_person=True)`)
+ABOUT_THE_PERSON: frozenset[_Rule] = frozenset(rule for rule in _RULES if rule.about_the_person)
 
 
 def _contracted(text: str) -> str:

@@ -30,7 +30,7 @@ def headers(credential: str) -> dict[str, str]:
     }
 
 
-def request_kwargs(call: Call) -> dict[str, Any]:
+def request_kwargs(call: Call[Any]) -> dict[str, Any]:
     """httpx's arguments for a call."""
     kwargs: dict[str, Any] = {"params": dict(call.params)}
     if call.body is not None:
@@ -38,7 +38,7 @@ def request_kwargs(call: Call) -> dict[str, Any]:
     return kwargs
 
 
-def error_of(call: Call, response: httpx.Response) -> MemoryApiError:
+def error_of(call: Call[Any], response: httpx.Response) -> MemoryApiError:
     """The error an unsuccessful answer stands for, with the server's message."""
     message = response.reason_phrase or "error"
     try:
@@ -59,7 +59,7 @@ def error_of(call: Call, response: httpx.Response) -> MemoryApiError:
     )
 
 
-def decoded(call: Call, response: httpx.Response) -> Any:
+def decoded(call: Call[Any], response: httpx.Response) -> Any:
     """A successful answer's JSON (None for 204); MemoryApiError for any other status."""
     if response.status_code == 204:
         return None
@@ -69,7 +69,7 @@ def decoded(call: Call, response: httpx.Response) -> Any:
 
 
 def wait_before_retry(
-    call: Call, response: httpx.Response, attempt: int, policy: RetryPolicy
+    call: Call[Any], response: httpx.Response, attempt: int, policy: RetryPolicy
 ) -> float | None:
     """Seconds to wait before trying `call` again after `response` on attempt `attempt`; None: no
     retry."""

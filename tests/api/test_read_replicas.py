@@ -7,7 +7,6 @@ is the only one with a `vec` CTE over `memories m`)."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from store.postgres.store import PostgresMemoryStore
 from testkit.pg_replica import StreamingReplica
 from tests.database_role import DATABASE_ROLE
 from tests.factories import user_fact
+from tests.server_directory import server_directory
 
 SECRET = "test-secret-that-is-at-least-32-bytes-long"
 AUTH = AuthConfig(jwt_secret=SECRET)
@@ -67,10 +67,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # not under pytest's base temp: a pytest starting meanwhile (another checkout's) makes
-    # /tmp/pytest-of-<user> private again, and the servers run as their own system user
-    with tempfile.TemporaryDirectory(prefix="pmem-replicated-") as root:
-        made = Cluster(Path(root))
+    # the servers run as their own OS user: not under pytest's base directory
+    with server_directory("pmem-test-replicated-") as root:
+        made = Cluster(root)
         try:
             yield made
         finally:

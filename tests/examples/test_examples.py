@@ -22,6 +22,7 @@ from cli.commands.demo_integration import parse_export_line
 from cli.embedded import free_port
 from store.services.tools import TOOL_NAMES
 from tests.database_role import clean_environment
+from tests.server_directory import server_directory
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -70,38 +71,39 @@ def printed_commands(printed: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    home = tmp_path_factory.mktemp("demo")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "demo", "--keep-running"],
-        cwd=home,  # the default data directory, .pmem/demo, under it
-        env={
-            **clean_env(),
-            "PMEM_EMBEDDING_PROVIDER": "hashing",
-            "PMEM_API_PORT": str(free_port()),
-            "PMEM_DEMO_NATS_PORT": str(free_port()),
-            "PYTHONPATH": str(REPO),
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        printed = read_until_ready(process, timeout_s=240)
-        env = clean_env()
-        for line in printed.splitlines():
-            if line.strip().startswith("export "):
-                env.update(parse_export_line(line.strip()))
-        yield Demo(printed=printed, env=env, commands=printed_commands(printed))
-    finally:
-        process.send_signal(signal.SIGTERM)
+def demo() -> Iterator[Demo]:
+    # its Postgres runs as its own OS user: a home outside pytest's base directory
+    with server_directory("pmem-test-demo-") as home:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "demo", "--keep-running"],
+            cwd=home,  # the default data directory, .pmem/demo, under it
+            env={
+                **clean_env(),
+                "PMEM_EMBEDDING_PROVIDER": "hashing",
+                "PMEM_API_PORT": str(free_port()),
+                "PMEM_DEMO_NATS_PORT": str(free_port()),
+                "PYTHONPATH": str(REPO),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
-            rest, errors = process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    assert process.returncode == 0, errors
-    assert rest.strip().endswith("stopped"), rest
+            printed = read_until_ready(process, timeout_s=240)
+            env = clean_env()
+            for line in printed.splitlines():
+                if line.strip().startswith("export "):
+                    env.update(parse_export_line(line.strip()))
+            yield Demo(printed=printed, env=env, commands=printed_commands(printed))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                rest, errors = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+        assert process.returncode == 0, errors
+        assert rest.strip().endswith("stopped"), rest
 
 
 def run_printed(demo: Demo, name: str, **extra: str) -> str:

@@ -39,7 +39,7 @@ def read_links(process: subprocess.Popen[str], timeout_s: float) -> tuple[dict[s
     return links, "".join(seen)
 
 
-def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path, chromium: Any) -> None:
+def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(server_dir: Path, chromium: Any) -> None:
     port = free_port()
     env = clean_environment()
     env["PMEM_EMBEDDING_PROVIDER"] = "hashing"
@@ -50,7 +50,7 @@ def test_demo_serves_the_ui_with_every_scope_waiting_until_ctrl_c(tmp_path: Path
             "cli.main",
             "demo",
             "--data-dir",
-            str(tmp_path / "demo"),
+            str(server_dir / "demo"),
             "--keep-running",
             "--port",
             str(port),

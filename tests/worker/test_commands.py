@@ -28,9 +28,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_demo_runs_offline_and_exits_zero(tmp_path: Path) -> None:
+def test_demo_runs_offline_and_exits_zero(server_dir: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(server_dir / "demo")],
         cwd=REPO,
         env=clean_env(PMEM_EMBEDDING_PROVIDER="hashing"),
         capture_output=True,

@@ -50,8 +50,8 @@ def ctrl_c(demo: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow
-def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(tmp_path: Path) -> None:
-    data_dir = tmp_path / "demo"
+def test_demo_keeps_its_services_reachable_and_refuses_a_second_demo(server_dir: Path) -> None:
+    data_dir = server_dir / "demo"
     command = [sys.executable, "-m", "cli.main", "demo", "--data-dir", str(data_dir)]
     ports = ("--port", str(free_port()), "--nats-port", str(free_port()))
     first = start_demo(data_dir, "--keep-running", *ports)
@@ -144,8 +144,8 @@ def _processes_using(path: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(tmp_path: Path) -> None:
-    data_dir = tmp_path / "demo"
+def test_ctrl_c_while_the_demo_processes_its_samples_ends_it_promptly(server_dir: Path) -> None:
+    data_dir = server_dir / "demo"
     demo = start_demo(data_dir)
     try:
         assert demo.stdout is not None

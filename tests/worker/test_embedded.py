@@ -100,8 +100,8 @@ def _postgres_on(data_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_postgres_left_by_a_killed_owner_is_stopped_by_the_next_owner(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pg" / "data"
+def test_a_postgres_left_by_a_killed_owner_is_stopped_by_the_next_owner(server_dir: Path) -> None:
+    data_dir = server_dir / "pg" / "data"
     # an owner that starts the server and is killed before it can stop it
     killed = subprocess.run(
         [

@@ -126,10 +126,10 @@ async def test_sigkill_mid_run_then_restart_loses_nothing_and_duplicates_nothing
 
 
 async def test_postgres_stopped_and_restarted_mid_run(
-    nats_server: EmbeddedNats, fake_openai: FakeOpenAI, tmp_path: Path
+    nats_server: EmbeddedNats, fake_openai: FakeOpenAI, server_dir: Path
 ) -> None:
     # its own Postgres, so stopping it does not disturb the shared one
-    postgres = EmbeddedPostgres(data_dir=tmp_path / "pg" / "data").start()
+    postgres = EmbeddedPostgres(data_dir=server_dir / "pg" / "data").start()
     try:
         database_url = postgres.create_database("outage")
         await migrate_async(database_url, 384)
