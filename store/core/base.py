@@ -152,6 +152,16 @@ async def query_vector(
     return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
 
+async def focused_query_vector(
+    embedder: Embedder, text: str, word_share: Mapping[str, float], fusion: ScoreFusion, dim: int
+) -> list[float] | None:
+    """`query_vector` when the word shares drop some of the query's words, else None (the query's
+    own embedding stands)."""
+    if len(embedding_queries(text, word_share, fusion)) == 1:
+        return None
+    return await query_vector(embedder, text, word_share, fusion, dim)
+
+
 def owner_clause(table: Any, owners: Sequence[OwnerRef]) -> ColumnElement[bool]:
     """SQL for "a row of `table` belongs to one of these owners"; an empty list matches nothing."""
     clauses: list[ColumnElement[bool]] = []

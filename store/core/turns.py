@@ -14,13 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.backend import Backend, TurnRecall
-from store.core.base import StoreBase, query_vector, replica_read
+from store.core.backend import Backend, FocusedVector, TurnRecall
+from store.core.base import StoreBase, embed_queries, focused_query_vector, replica_read
 from store.core.rows import turn_columns, turn_from_row
 from store.core.settings import effective_settings
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
@@ -156,12 +157,15 @@ class ConversationTurns(StoreBase):
         # query is embedded also without the words most of the context's turns hold (the speakers'
         # names), so what the question is about steers the vector
         text = query_cues(query, now=datetime.now(UTC)).text
-        stats = await self._backend.turn_term_stats(user_id, persona_id, team_id, text)
+        focus: FocusedVector | None = None
         if query_embedding is not None:
             vector = self._check_dim(query_embedding, "query embedding")
         else:
-            vector = await query_vector(
-                self._embedder, text, stats.word_share, TURN_FUSION, self._schema.embedding_dim
+            # the text's own embedding ranks with the words' shares, counted in the same read of
+            # the window; the backend asks for the focused vector only when the shares change it
+            [vector] = await embed_queries(self._embedder, [text], self._schema.embedding_dim)
+            focus = partial(
+                focused_query_vector, self._embedder, text, fusion=TURN_FUSION, dim=self._schema.embedding_dim
             )
         asked = TurnRecall(
             user_id=user_id,
@@ -169,8 +173,8 @@ class ConversationTurns(StoreBase):
             team_id=team_id,
             query=query,
             text=text,
-            stats=stats,
             vector=vector,
+            focus=focus,
             k=candidate_count(limit),
             limit=limit,
         )
