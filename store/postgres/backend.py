@@ -295,12 +295,14 @@ class PgBackend:
         if tq is not None:
             params.update(tq=tq, k1=_BM25.k1, b=_BM25.b, context_weight=CONTEXT_WORD_WEIGHT)
         sql = turn_recall_sql(dim=dim, text=tq is not None)
-        found = window_rows(await self._connections.fetch(sql, params))
+        found = window_rows(await self._connections.fetch(sql, params, one_plan=True))
         focused = None if asked.focus is None else await asked.focus(found.word_share)
         if focused is not None:
             context = {name: params[name] for name in ("user_id", "persona", "team", "window", "k")}
             again = await self._connections.fetch(
-                turn_window_sql(dim=dim, vector=True, text=False), {**context, "qv": float4_array(focused)}
+                turn_window_sql(dim=dim, vector=True, text=False),
+                {**context, "qv": float4_array(focused)},
+                one_plan=True,
             )
             found = found.with_vector_ranking(window_rows(again))
         return fuse_turn_scores(
