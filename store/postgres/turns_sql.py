@@ -73,11 +73,12 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
-# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}`: read from
+# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}` (each after
+# a comma): read from
 # the context index alone (`turn_window_includes`), a context's turns being spread over the heap
 # one page each; the full text of a turn too long for the index (`window_tsv` NULL) from its row
 _RECENT_CTE = (
-    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text_key, {columns} "
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text_key{columns} "
     f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
 )
 _WINDOW_TSV_SQL = (
@@ -171,10 +172,10 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     `score`, the vector ranking's first, each ranking best first."""
     # the window keeps each turn's distance, not its vector, and what the ranking reads, all of it
     # in the context index; a result's columns are read from its row
-    recent = [_WINDOW_TSV_SQL]
+    recent = [_WINDOW_TSV_SQL] if text else []
     if vector:
         recent.append(_DISTANCE_SQL.format(dim=dim))
-    ctes = [_RECENT_CTE.format(columns=", ".join(recent))]
+    ctes = [_RECENT_CTE.format(columns="".join(f", {column}" for column in recent))]
     ranked: list[str] = []
     if vector:
         vec_ctes, vec_ranked = _vector_ctes()
@@ -205,7 +206,7 @@ def turn_recall_sql(*, dim: int, text: bool) -> str:
     one row per query word (`source` 'stats', turn columns NULL) with `word` and `share`, the largest
     fraction of the sample holding one of its lexemes."""
     ctes = [
-        _RECENT_CTE.format(columns=f"t.at, {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
+        _RECENT_CTE.format(columns=f", t.at, {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
         # the statistics' turns are the window's first (its rows in the order the index gave them)
         *_stats_ctes("(SELECT * FROM recent LIMIT %(stats_window)s)"),
     ]
