@@ -51,8 +51,8 @@ class EventBatch:
     body_sha256: str | None = None
 
 
-# the query vector for the query words' shares of a context's recent turns, when they change it
-# (some words dropped: `store.rules.recall.embedding_queries`), else None
+# the query vector for the query words' shares of a context's recent turns, when it is not the
+# recall's `vector` (other words dropped: `store.rules.recall.embedding_queries`), else None
 FocusedVector = Callable[[Mapping[str, float]], Awaitable[list[float] | None]]
 
 
@@ -60,9 +60,10 @@ FocusedVector = Callable[[Mapping[str, float]], Awaitable[list[float] | None]]
 class TurnRecall:
     """A checked turn recall as a backend ranks it: the context (user, persona or none, team or
     none), the query (its cues lift turns as the memory recall's do), its words to match (`text`)
-    and its vector (`vector`: the text's own embedding, or the caller's); `focus` (None: the vector
-    stands) gives the vector for the words' shares of the context's recent turns, which the backend
-    counts with the ranking; `k` candidates per ranking, `limit` results."""
+    and its vector (`vector`: the one the context's last counted word shares choose, or the
+    caller's); `focus` (None: the vector stands) gives the vector for the words' shares of the
+    context's recent turns, which the backend counts with the ranking, where it differs; `k`
+    candidates per ranking, `limit` results."""
 
     user_id: uuid.UUID
     persona_id: uuid.UUID | None

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
@@ -509,3 +510,50 @@ async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(s
     assert await window_shares(store, user, "lighthouse keeper") == {"lighthouse": 2 / 3, "keeper": 1 / 3}
     hits = await store.turns.recall_turns(user, None, "keeper", 1)
     assert [h.turn.text for h in hits] == [long_text]
+
+
+async def test_a_recall_guesses_the_words_shares_from_the_last_and_a_wrong_guess_changes_nothing(
+    store: Store,
+) -> None:
+    # every turn names the lighthouse, one the harbour: the query is embedded without "lighthouse"
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    said = [f"the lighthouse log, entry {n}" for n in range(11)] + ["the lighthouse by the harbour"]
+    await store.writes.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            dataclasses.replace(turn(user, i + 1, text, channel=channel), embedding=hashing_vector(text, DIM))
+            for i, text in enumerate(said)
+        ],
+    )
+
+    async def recalled() -> list[tuple[str, float]]:
+        hits = await store.turns.recall_turns(user, None, "lighthouse harbour", 3)
+        return [(h.turn.text, h.score) for h in hits]
+
+    first = await recalled()  # nothing known: the query's own vector, then the focused one
+    statements = count_statements(store)
+    again = await recalled()  # the shares the first counted guess right
+    if statements is not None:
+        assert statements() == 1
+    # a wrong guess (harbour everywhere, lighthouse nowhere) is corrected by the recall's own count
+    store.turns._known_shares.remember((user, None, None), {"lighthouse": 0.0, "harbour": 1.0})
+    wrong = await recalled()
+    assert first[0][0] == "the lighthouse by the harbour"
+    assert first == again == wrong
+
+
+def count_statements(store: Store) -> Callable[[], int] | None:
+    """On Postgres, how many statements the store's recalls run from now on (None on SQLite)."""
+    connections = getattr(store._backend, "_connections", None)  # type: ignore[attr-defined]
+    if connections is None:
+        return None
+    fetch = connections.fetch
+    calls: list[str] = []
+
+    async def counted(sql: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(sql)
+        return await fetch(sql, *args, **kwargs)
+
+    connections.fetch = counted
+    return lambda: len(calls)

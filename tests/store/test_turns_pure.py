@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
+from store.core.turns import KnownShares
 from store.model import Memory, Turn, TurnHit, TurnRole
 from store.postgres.turns_sql import window_rows
 from store.rules.hint import said_on, turn_bullet, turn_line
@@ -168,3 +169,18 @@ def test_the_recall_rows_give_each_ranking_in_order_and_the_words_shares() -> No
     assert again.word_share == found.word_share
     # a focused vector that ranks nothing leaves no vector scores
     assert window_rows([stats]).with_vector_ranking(window_rows([])).scores == {}
+
+
+def test_the_known_shares_keep_the_newest_count_within_their_bounds() -> None:
+    known = KnownShares(max_contexts=2, max_words=2)
+    a, b, c = ((uuid.uuid4(), None, None) for _ in range(3))
+    known.remember(a, {"lighthouse": 0.9, "harbour": 0.1})
+    known.remember(a, {"lighthouse": 0.5, "quay": 0.2})
+    # the newest count of a word wins; past two words the least recently counted goes
+    assert known.guess(a) == {"lighthouse": 0.5, "quay": 0.2}
+    known.remember(b, {"quay": 0.3})
+    known.guess(a)  # a guess does not make a context recent: a recall's count does
+    known.remember(c, {"dock": 0.4})
+    assert known.guess(a) == {}
+    assert known.guess(b) == {"quay": 0.3}
+    assert known.guess(c) == {"dock": 0.4}
