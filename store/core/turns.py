@@ -137,7 +137,7 @@ class KnownShares:
     for the most recently recalled `max_contexts` contexts, `max_words` words each: a guess of the
     words a recall's query vector leaves out, which the recall's own count confirms or corrects."""
 
-    def __init__(self, *, max_contexts: int = 4096, max_words: int = 256) -> None:
+    def __init__(self, *, max_contexts: int = 1024, max_words: int = 64) -> None:
         self.max_contexts = max_contexts
         self.max_words = max_words
         self._contexts: OrderedDict[TurnContext, dict[str, float]] = OrderedDict()
