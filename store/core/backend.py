@@ -10,7 +10,7 @@ event's write when it has a faster one, the schema check and closing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -32,7 +32,6 @@ from store.model import (
     Revision,
     TurnHit,
 )
-from store.rules.recall import TermStats
 
 T = TypeVar("T")
 
@@ -52,11 +51,18 @@ class EventBatch:
     body_sha256: str | None = None
 
 
+# the query vector for the query words' shares of a context's recent turns, when it is not the
+# recall's `vector` (other words dropped: `store.rules.recall.embedding_queries`), else None
+FocusedVector = Callable[[Mapping[str, float]], Awaitable[list[float] | None]]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnRecall:
     """A checked turn recall as a backend ranks it: the context (user, persona or none, team or
-    none), the query (its cues lift turns as the memory recall's do), its words to match (`text`,
-    `stats` their document frequencies from `Backend.turn_term_stats`) and its vector; `k`
+    none), the query (its cues lift turns as the memory recall's do), its words to match (`text`)
+    and its vector (`vector`: the one the context's last counted word shares choose, or the
+    caller's); `focus` (None: the vector stands) gives the vector for the words' shares of the
+    context's recent turns, which the backend counts with the ranking, where it differs; `k`
     candidates per ranking, `limit` results."""
 
     user_id: uuid.UUID
@@ -64,8 +70,8 @@ class TurnRecall:
     team_id: uuid.UUID | None
     query: str
     text: str
-    stats: TermStats
     vector: Sequence[float]
+    focus: FocusedVector | None
     k: int
     limit: int
 
@@ -159,12 +165,6 @@ class Backend(Protocol):
         self, conn: AsyncConnection, event_id: uuid.UUID, turns: Sequence[NewTurn]
     ) -> None:
         """Store an event's turns in the caller's transaction; a turn already stored is kept."""
-        ...
-
-    async def turn_term_stats(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
-    ) -> TermStats:
-        """How many of the context's recent turns (each message once) hold each word of `text`."""
         ...
 
     async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:

@@ -148,7 +148,13 @@ async def query_vector(
 ) -> list[float]:
     """A recall's query vector: the mean direction of the query's embedding texts (the query, and
     the query without the words most of the rows hold: `store.rules.recall.embedding_queries`)."""
-    vectors = await embed_queries(embedder, embedding_queries(text, word_share, fusion), dim)
+    return await texts_vector(embedder, embedding_queries(text, word_share, fusion), dim)
+
+
+async def texts_vector(embedder: Embedder, texts: Sequence[str], dim: int) -> list[float]:
+    """The mean direction of these texts' query embeddings, embedded together (one text: its
+    embedding)."""
+    vectors = await embed_queries(embedder, texts, dim)
     return vectors[0] if len(vectors) == 1 else mean_direction(vectors)
 
 

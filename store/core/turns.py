@@ -12,20 +12,22 @@ one for a user with a few thousand reads.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.core.backend import Backend, TurnRecall
-from store.core.base import StoreBase, query_vector, replica_read
+from store.core.backend import Backend, FocusedVector, TurnRecall
+from store.core.base import StoreBase, replica_read, texts_vector
 from store.core.rows import turn_columns, turn_from_row
 from store.core.settings import effective_settings
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
 from store.rules.pagination import newest_first_page
-from store.rules.recall import candidate_count, query_cues
+from store.rules.recall import candidate_count, embedding_queries, query_cues
 from store.rules.terms import query_terms
 from store.rules.turn_recall import TURN_FUSION
 
@@ -127,8 +129,43 @@ async def expire_old_turns(store: StoreBase, *, now: datetime, batch: int = 5000
     return erased
 
 
+TurnContext = tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]  # user, persona, team
+
+
+class KnownShares:
+    """The query words' shares of each context's recent turns as its last recalls counted them,
+    for the most recently recalled `max_contexts` contexts, `max_words` words each: a guess of the
+    words a recall's query vector leaves out, which the recall's own count confirms or corrects."""
+
+    def __init__(self, *, max_contexts: int = 1024, max_words: int = 64) -> None:
+        self.max_contexts = max_contexts
+        self.max_words = max_words
+        self._contexts: OrderedDict[TurnContext, dict[str, float]] = OrderedDict()
+
+    def guess(self, context: TurnContext) -> Mapping[str, float]:
+        """The shares last counted in this context (empty: none known)."""
+        return self._contexts.get(context, {})
+
+    def remember(self, context: TurnContext, word_share: Mapping[str, float]) -> None:
+        """Keep these counted shares (the newest of a word wins); the context becomes the most
+        recent, the least recent context and words go past the bounds."""
+        known = self._contexts.pop(context, {})
+        for word, share in word_share.items():
+            known.pop(word, None)
+            known[word] = share
+        while len(known) > self.max_words:
+            del known[next(iter(known))]
+        self._contexts[context] = known
+        while len(self._contexts) > self.max_contexts:
+            self._contexts.popitem(last=False)
+
+
 class ConversationTurns(StoreBase):
     """Writing, recalling, listing, deleting and erasing conversation turns (both backends)."""
+
+    def __init__(self, **parts: Any) -> None:
+        super().__init__(**parts)
+        self._known_shares = KnownShares()
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -156,25 +193,40 @@ class ConversationTurns(StoreBase):
         # query is embedded also without the words most of the context's turns hold (the speakers'
         # names), so what the question is about steers the vector
         text = query_cues(query, now=datetime.now(UTC)).text
-        stats = await self._backend.turn_term_stats(user_id, persona_id, team_id, text)
+        focus: FocusedVector | None = None
         if query_embedding is not None:
             vector = self._check_dim(query_embedding, "query embedding")
         else:
-            vector = await query_vector(
-                self._embedder, text, stats.word_share, TURN_FUSION, self._schema.embedding_dim
-            )
+            # the words' shares are counted in the statement that ranks the turns, after the
+            # vector is chosen: the vector is the context's last known shares' guess, and the
+            # backend asks again (`_refocused`) only when the counted shares choose other texts
+            context = (user_id, persona_id, team_id)
+            guessed = embedding_queries(text, self._known_shares.guess(context), TURN_FUSION)
+            vector = await texts_vector(self._embedder, guessed, self._schema.embedding_dim)
+            focus = partial(self._refocused, context, text, guessed)
         asked = TurnRecall(
             user_id=user_id,
             persona_id=persona_id,
             team_id=team_id,
             query=query,
             text=text,
-            stats=stats,
             vector=vector,
+            focus=focus,
             k=candidate_count(limit),
             limit=limit,
         )
         return await self._backend.recall_turns(asked)
+
+    async def _refocused(
+        self, context: TurnContext, text: str, guessed: Sequence[str], word_share: Mapping[str, float]
+    ) -> list[float] | None:
+        """The query vector for the words' shares a backend counted in the context's recent turns,
+        when they choose other embedding texts than `guessed`; None when they choose the same."""
+        self._known_shares.remember(context, word_share)
+        texts = embedding_queries(text, word_share, TURN_FUSION)
+        if texts == list(guessed):
+            return None
+        return await texts_vector(self._embedder, texts, self._schema.embedding_dim)
 
     @replica_read
     async def conversation(self, user_id: uuid.UUID, event_id: uuid.UUID) -> list[Turn]:

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.core.backend import EventBatch, TurnRecall
-from store.core.rows import memory_from_row, revision_from_row, turn_from_row
+from store.core.rows import memory_from_row, revision_from_row
 from store.core.schema import Schema
 from store.errors import StoreConflict, StoreUnavailable, translating_errors
 from store.migrate import (
@@ -55,7 +55,6 @@ from store.model import (
     RecallHit,
     RecallQuery,
     Revision,
-    Turn,
     TurnHit,
 )
 from store.postgres.connections import PgConnections, reads_on, reads_routed
@@ -76,9 +75,9 @@ from store.postgres.params import float4_array
 from store.postgres.recall import PgRecall
 from store.postgres.recall_sql import PENDING_CHANGES_SQL, pinned_sql
 from store.postgres.replicas import ReadReplicas
-from store.postgres.turns_sql import turn_term_stats_sql, turn_window_sql, turns_insert_statement
+from store.postgres.turns_sql import turn_recall_sql, turn_window_sql, turns_insert_statement, window_rows
 from store.read_scope import note_write, reads_need_primary
-from store.rules.recall import Bm25, TermStats, resolve_scopes, term_stats
+from store.rules.recall import Bm25, resolve_scopes
 from store.rules.terms import query_terms
 from store.rules.turn_recall import CONTEXT_WORD_WEIGHT, TURN_STATS_SAMPLE, TURN_WINDOW, fuse_turn_scores
 
@@ -276,52 +275,39 @@ class PgBackend:
         )
         await conn.exec_driver_sql(sql, params)
 
-    async def turn_term_stats(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
-    ) -> TermStats:
-        """The query words' document frequencies among the context's window (one round trip)."""
-        words = query_terms(text)
-        if not words:
-            return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
-        params = {
-            **_context_params(user_id, persona_id, team_id),
-            # a message is stored at most once per participant's event: twice the sample holds it
-            "window": 2 * TURN_STATS_SAMPLE,
-            "sample": TURN_STATS_SAMPLE,
-            "words": words,
-        }
-        rows = await self._connections.fetch(turn_term_stats_sql(), params)
-        return term_stats([tuple(row.values()) for row in rows])
-
     async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
-        """The context's recent turns ranked by vector distance and full text in one statement
-        (`turn_window_sql`), fused in Python."""
+        """The context's recent turns ranked by vector distance and full text, with the query words'
+        shares of them, in one statement (`turn_recall_sql`); the vector ranking once more
+        (`turn_window_sql`) when those shares change the query vector (`TurnRecall.focus`); fused
+        in Python."""
         tq = websearch_or_query(asked.text)
-        full_text = tq is not None and bool(asked.stats.idf)
-        sql = turn_window_sql(dim=self._schema.embedding_dim, vector=True, text=full_text)
+        dim = self._schema.embedding_dim
         params: dict[str, Any] = {
             **_context_params(asked.user_id, asked.persona_id, asked.team_id),
             "window": TURN_WINDOW,
+            # a message is stored at most once per participant's event: twice the sample holds it
+            "stats_window": 2 * TURN_STATS_SAMPLE,
+            "sample": TURN_STATS_SAMPLE,
+            "words": query_terms(asked.text),
             "k": asked.k,
             "qv": float4_array(asked.vector),
         }
-        if full_text:
-            params.update(
-                tq=tq,
-                lexemes=list(asked.stats.idf),
-                idfs=list(asked.stats.idf.values()),
-                k1=_BM25.k1,
-                b=_BM25.b,
-                avglen=max(asked.stats.mean_length, 1.0),
-                context_weight=CONTEXT_WORD_WEIGHT,
+        if tq is not None:
+            params.update(tq=tq, k1=_BM25.k1, b=_BM25.b, context_weight=CONTEXT_WORD_WEIGHT)
+        sql = turn_recall_sql(dim=dim, text=tq is not None)
+        found = window_rows(await self._connections.fetch(sql, params, one_plan=True))
+        focused = None if asked.focus is None else await asked.focus(found.word_share)
+        if focused is not None:
+            context = {name: params[name] for name in ("user_id", "persona", "team", "window", "k")}
+            again = await self._connections.fetch(
+                turn_window_sql(dim=dim, vector=True, text=False),
+                {**context, "qv": float4_array(focused)},
+                one_plan=True,
             )
-        turns: dict[uuid.UUID, Turn] = {}
-        scores: dict[str, dict[uuid.UUID, float]] = {}
-        for row in await self._connections.fetch(sql, params):
-            turn = turn_from_row(row)
-            turns[turn.id] = turn
-            scores.setdefault(row["source"], {})[turn.id] = float(row["score"])
-        return fuse_turn_scores(turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))
+            found = found.with_vector_ranking(window_rows(again))
+        return fuse_turn_scores(
+            found.turns, found.scores, asked.limit, query=asked.query, now=datetime.now(UTC)
+        )
 
 
 _BM25 = Bm25()

@@ -43,6 +43,9 @@ from store.team_scope import current_setting
 
 # the team scope of one transaction (`store.team_scope`); `true`: it ends with the transaction
 SCOPE_SQL = "SELECT set_config('pmem.teams', %(pmem_teams)s, true)"
+# a statement whose plan no parameter changes keeps one plan (the connections' own setting plans
+# each execution anew: `RecallTuning.plan_cache_mode`); for one transaction
+GENERIC_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 
 # whether no table of the database has row-level security in force for the session's role: then
@@ -244,24 +247,33 @@ class PgConnections:
         results come back in one round trip (the first fetch, or the end of the block)."""
         return driver.pipeline()
 
-    async def fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    async def fetch(
+        self, sql: str, params: Mapping[str, Any] | None = None, *, one_plan: bool = False
+    ) -> list[dict[str, Any]]:
         """Run one statement (`%(name)s` parameters) on a driver connection, in autocommit, with
-        the team scope where row-level security applies; its rows by column name.
+        the team scope where row-level security applies; its rows by column name. `one_plan`: a
+        statement whose plan no parameter value changes is planned once per connection (a
+        generic plan), not at each execution.
 
         This skips SQLAlchemy's statement and row processing (about a millisecond per call) and
         the BEGIN/COMMIT round trips; psycopg prepares the few statement shapes server-side
         after their fifth use. On a replica's connections inside `reads_on`."""
         target = _READS_ON.get() or self
         async with target.driver() as driver, driver.cursor(row_factory=dict_row) as cursor:
-            if target.bypasses_row_security(driver):
+            scoped = not target.bypasses_row_security(driver)
+            if not scoped and not one_plan:
                 await cursor.execute(sql, params)
                 return await cursor.fetchall()
-            # one round trip: the team scope and the statement travel before one Sync, which the
-            # server runs as one implicit transaction: the transaction-local scope holds for the
-            # statement and ends with it, without BEGIN and COMMIT (were they ever split by a Sync,
-            # the statement would run unscoped: rows of no team only, never more)
+            # one round trip: the team scope (or the plan setting) and the statement travel before
+            # one Sync, which the server runs as one implicit transaction: the transaction-local
+            # settings hold for the statement and end with it, without BEGIN and COMMIT (were they
+            # ever split by a Sync, the statement would run unscoped: rows of no team only, never
+            # more)
             async with driver.pipeline():
-                await driver.execute(SCOPE_SQL, scope_params())
+                if scoped:
+                    await driver.execute(SCOPE_SQL, scope_params())
+                if one_plan:
+                    await driver.execute(GENERIC_PLAN_SQL)
                 await cursor.execute(sql, params)
             return await cursor.fetchall()
 

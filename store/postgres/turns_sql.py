@@ -1,17 +1,19 @@
 """The Postgres statements of conversation turns: an event's turns inserted in one statement of
 fixed text (columns as arrays), and a context's recent window ranked by vector distance and by full
-text (BM25 over its lexemes), with the query words' document frequencies read first."""
+text (BM25 over its lexemes) in one statement that counts the query words' document frequencies
+too; the vector ranking alone again when those frequencies change the query vector."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from store.core.rows import TURN_COLUMNS, columns_sql
-from store.model import NewTurn
+from store.core.rows import TURN_COLUMNS, columns_sql, turn_from_row
+from store.model import NewTurn, Turn
 from store.postgres.dialect import TEXT_SEARCH_CONFIG, context_key_sql
 from store.postgres.params import float4_array
 
@@ -71,11 +73,12 @@ def turns_insert_statement(
     return _INSERT_TURNS_SQL.format(turns=table, dim=dim), params
 
 
-# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}`: read from
+# the context's most recent turns (`%(window)s` of them), newest first, with `{columns}` (each after
+# a comma): read from
 # the context index alone (`turn_window_includes`), a context's turns being spread over the heap
 # one page each; the full text of a turn too long for the index (`window_tsv` NULL) from its row
 _RECENT_CTE = (
-    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text_key, {columns} "
+    "recent AS MATERIALIZED (SELECT t.id, t.channel_id, t.position, t.text_key{columns} "
     f"FROM conversation_turns t WHERE {_CONTEXT_SQL} ORDER BY t.at DESC LIMIT %(window)s)"
 )
 _WINDOW_TSV_SQL = (
@@ -88,28 +91,76 @@ _ONCE_SQL = (
     "SELECT DISTINCT ON (x.channel_id, x.position, x.text_key) x.* FROM {rows} x "
     "ORDER BY x.channel_id, x.position, x.text_key, {order}"
 )
+# the query vector cast once (a sub-select: an InitPlan); in the generic plan of a prepared
+# statement a cast of the parameter would run again for every turn
+_DISTANCE_SQL = "t.embedding <=> (SELECT CAST(CAST(%(qv)s AS real[]) AS vector({dim}))) AS distance"
 
 
-def turn_term_stats_sql() -> str:
-    """Postgres: per query word (`%(words)s`), its lexemes and how many of the context's `%(sample)s`
-    most recent messages (`TURN_STATS_SAMPLE`; each message once among its `%(window)s` most recent
-    turns) hold each in their full text, plus the number of those turns and their mean lexeme count: rows for
-    `store.rules.recall.term_stats`."""
-    return (
-        "WITH "
-        + _RECENT_CTE.format(columns=f"t.at, {_WINDOW_TSV_SQL}")
-        + ", w AS MATERIALIZED (SELECT * FROM ("
-        + _ONCE_SQL.format(rows="recent", order="x.at DESC, x.id")
-        + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s), "
-        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)b AS text[])) AS u(word), "
-        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
-        "lexes AS MATERIALIZED (SELECT x.lex, plainto_tsquery('simple', x.lex) AS query "
-        "FROM (SELECT DISTINCT lex FROM words) AS x), "
-        "df AS (SELECT x.lex, count(w.search_tsv) AS containing FROM lexes x "
-        "LEFT JOIN w ON w.search_tsv @@ x.query GROUP BY x.lex) "
-        "SELECT u.word, u.lex, df.containing, (SELECT count(*) FROM w), "
-        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM w) FROM words u JOIN df ON df.lex = u.lex"
+def _stats_ctes(first: str) -> list[str]:
+    """The CTEs of the query words' document frequencies among the context's `%(sample)s` most
+    recent messages, drawn from `first` (its most recent turns, newest first): `sample` them,
+    `words` each word's lexemes (`i`, `j`: their order in the query), `lexes` each lexeme once
+    with its tsquery and its order `n` (where the query first has it), `df` how many of the sample
+    hold each, `docs` the sample's size and mean lexeme count."""
+    return [
+        "sample AS MATERIALIZED (SELECT * FROM ("
+        + _ONCE_SQL.format(rows=first, order="x.at DESC, x.id")
+        + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s)",
+        "words AS (SELECT u.word, u.i, l.lex, l.j "
+        "FROM unnest(CAST(%(words)b AS text[])) WITH ORDINALITY AS u(word, i), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) "
+        "WITH ORDINALITY AS l(lex, j))",
+        "lexes AS MATERIALIZED (SELECT f.lex, row_number() OVER (ORDER BY f.i, f.j) AS n, "
+        "plainto_tsquery('simple', f.lex) AS query "
+        "FROM (SELECT DISTINCT ON (lex) lex, i, j FROM words ORDER BY lex, i, j) AS f)",
+        "df AS MATERIALIZED (SELECT x.lex, x.n, x.query, "
+        "(SELECT count(*) FROM sample s WHERE s.search_tsv @@ x.query) AS containing FROM lexes x)",
+        "docs AS MATERIALIZED (SELECT count(*) AS documents, "
+        "coalesce(avg(length(search_tsv)), 0) AS mean_length FROM sample)",
+    ]
+
+
+def _vector_ctes() -> tuple[list[str], str]:
+    """The vector ranking over `recent` (each turn's `distance`): its CTEs and its ranked rows
+    (`id`, `source`, `rank`, `score`), the best `%(k)s` messages."""
+    # a turn without an embedding has no distance (`<=>` is strict)
+    ctes = [
+        "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text_key, w.distance FROM recent w "
+        "WHERE w.distance IS NOT NULL ORDER BY w.distance, w.id LIMIT 2 * %(k)s)",
+        "vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")",
+    ]
+    ranked = (
+        "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
+        "1 - distance AS score FROM (SELECT * FROM vec ORDER BY distance, id LIMIT %(k)s) AS v"
     )
+    return ctes, ranked
+
+
+def _text_ctes(lexemes: str, avglen: str) -> tuple[list[str], str]:
+    """The full-text ranking over `recent` (BM25, binary term frequency): its CTEs and its ranked
+    rows, the best `%(k)s` messages; `lexemes` the CTE `lex` (each query lexeme's `idf`, order `n`
+    and tsquery), `avglen` the mean lexeme count it normalizes by."""
+    ctes = [
+        lexemes,
+        # the rows matching any query lexeme, each with its own words (the full text's weight-A
+        # lexemes, `TURN_TSV_SQL`) filtered once
+        "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text_key, w.search_tsv, "
+        "ts_filter(w.search_tsv, '{a}') AS own FROM recent w, "
+        f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query)",
+        "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text_key, "
+        # summed in the query's lexeme order, so copies of a message score exactly alike
+        "sum(l.idf * CASE WHEN h.own @@ l.query THEN 1 ELSE %(context_weight)s END ORDER BY l.n) "
+        f"* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * max(length(h.search_tsv)) / {avglen})) "
+        "AS relevance FROM hit h JOIN lex l ON h.search_tsv @@ l.query "
+        "GROUP BY h.id, h.channel_id, h.position, h.text_key "
+        "ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)",
+        "txt AS (" + _ONCE_SQL.format(rows="txt_rows", order="x.relevance DESC, x.id") + ")",
+    ]
+    ranked = (
+        "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
+        "relevance AS score FROM (SELECT * FROM txt ORDER BY relevance DESC, id LIMIT %(k)s) AS x"
+    )
+    return ctes, ranked
 
 
 def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
@@ -121,53 +172,107 @@ def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
     `score`, the vector ranking's first, each ranking best first."""
     # the window keeps each turn's distance, not its vector, and what the ranking reads, all of it
     # in the context index; a result's columns are read from its row
-    recent = [_WINDOW_TSV_SQL]
+    recent = [_WINDOW_TSV_SQL] if text else []
     if vector:
-        # the query vector cast once (a sub-select: an InitPlan); in the generic plan of a prepared
-        # statement a cast of the parameter would run again for every turn
-        recent.append(f"t.embedding <=> (SELECT CAST(CAST(%(qv)s AS real[]) AS vector({dim}))) AS distance")
-    ctes = [_RECENT_CTE.format(columns=", ".join(recent))]
+        recent.append(_DISTANCE_SQL.format(dim=dim))
+    ctes = [_RECENT_CTE.format(columns="".join(f", {column}" for column in recent))]
     ranked: list[str] = []
     if vector:
-        # a turn without an embedding has no distance (`<=>` is strict)
-        ctes.append(
-            "vec_rows AS (SELECT w.id, w.channel_id, w.position, w.text_key, w.distance FROM recent w "
-            "WHERE w.distance IS NOT NULL ORDER BY w.distance, w.id LIMIT 2 * %(k)s)"
-        )
-        ctes.append("vec AS (" + _ONCE_SQL.format(rows="vec_rows", order="x.distance, x.id") + ")")
-        ranked.append(
-            "SELECT id, 'vector' AS source, row_number() OVER (ORDER BY distance, id) AS rank, "
-            "1 - distance AS score FROM (SELECT * FROM vec ORDER BY distance, id LIMIT %(k)s) AS v"
-        )
+        vec_ctes, vec_ranked = _vector_ctes()
+        ctes += vec_ctes
+        ranked.append(vec_ranked)
     if text:
-        # each query lexeme's tsquery built once; the rows matching any of them, each with its own
-        # words (the full text's weight-A lexemes, `TURN_TSV_SQL`) filtered once
-        ctes.append(
+        lexemes = (
             "lex AS MATERIALIZED (SELECT l.idf, l.n, plainto_tsquery('simple', l.lex) AS query "
             "FROM unnest(CAST(%(lexemes)b AS text[]), CAST(%(idfs)b AS float8[])) "
             "WITH ORDINALITY AS l(lex, idf, n))"
         )
-        ctes.append(
-            "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text_key, w.search_tsv, "
-            "ts_filter(w.search_tsv, '{a}') AS own FROM recent w, "
-            f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS q(query) WHERE w.search_tsv @@ q.query)"
-        )
-        ctes.append(
-            "txt_rows AS (SELECT h.id, h.channel_id, h.position, h.text_key, "
-            # summed in the query's lexeme order, so copies of a message score exactly alike
-            "sum(l.idf * CASE WHEN h.own @@ l.query THEN 1 ELSE %(context_weight)s END ORDER BY l.n) "
-            "* (%(k1)s + 1) / (1 + %(k1)s * (1 - %(b)s + %(b)s * max(length(h.search_tsv)) / %(avglen)s)) "
-            "AS relevance FROM hit h JOIN lex l ON h.search_tsv @@ l.query "
-            "GROUP BY h.id, h.channel_id, h.position, h.text_key "
-            "ORDER BY relevance DESC, h.id LIMIT 2 * %(k)s)"
-        )
-        ctes.append("txt AS (" + _ONCE_SQL.format(rows="txt_rows", order="x.relevance DESC, x.id") + ")")
-        ranked.append(
-            "SELECT id, 'text' AS source, row_number() OVER (ORDER BY relevance DESC, id) AS rank, "
-            "relevance AS score FROM (SELECT * FROM txt ORDER BY relevance DESC, id LIMIT %(k)s) AS x"
-        )
+        txt_ctes, txt_ranked = _text_ctes(lexemes, "%(avglen)s")
+        ctes += txt_ctes
+        ranked.append(txt_ranked)
     ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
     return (
         "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
         "JOIN conversation_turns t ON t.id = r.id ORDER BY r.source DESC, r.rank"
     )
+
+
+def turn_recall_sql(*, dim: int, text: bool) -> str:
+    """Postgres: a turn recall in one statement reading the context's window once: the query words'
+    document frequencies (among the `%(sample)s` most recent messages of the window's first
+    `%(stats_window)s` turns, each message once: `TURN_STATS_SAMPLE`), the window ranked by vector
+    distance and, with `text`, by BM25 with those frequencies' idf (as `turn_window_sql`); rows of
+    turn columns plus `source`, `rank`, `score` (the vector ranking's first, each best first), then
+    one row per query word (`source` 'stats', turn columns NULL) with `word` and `share`, the largest
+    fraction of the sample holding one of its lexemes."""
+    ctes = [
+        _RECENT_CTE.format(columns=f", t.at, {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
+        # the statistics' turns are the window's first (its rows in the order the index gave them)
+        *_stats_ctes("(SELECT * FROM recent LIMIT %(stats_window)s)"),
+    ]
+    vec_ctes, vec_ranked = _vector_ctes()
+    ctes += vec_ctes
+    ranked = [vec_ranked]
+    if text:
+        # `store.rules.recall.bm25_idf` in SQL, in its operations' order (the same float)
+        lexemes = (
+            "lex AS MATERIALIZED (SELECT ln(1.0 + (CAST(d.documents - df.containing AS float8) + 0.5) "
+            "/ (CAST(df.containing AS float8) + 0.5)) AS idf, df.n, df.query FROM df CROSS JOIN docs d)"
+        )
+        txt_ctes, txt_ranked = _text_ctes(
+            lexemes, "(SELECT greatest(CAST(d.mean_length AS float8), 1.0) FROM docs d)"
+        )
+        ctes += txt_ctes
+        ranked.append(txt_ranked)
+    ctes.append(
+        "ranked AS (SELECT id, source, rank, score, CAST(NULL AS text) AS word, "
+        "CAST(NULL AS float8) AS share FROM (" + " UNION ALL ".join(ranked) + ") AS b "
+        # a word's share as `store.rules.recall.term_stats` has it (0 in an empty window)
+        "UNION ALL SELECT NULL, 'stats', NULL, NULL, u.word, max(CASE WHEN d.documents > 0 "
+        "THEN CAST(df.containing AS float8) / d.documents ELSE 0 END) "
+        "FROM words u JOIN df ON df.lex = u.lex CROSS JOIN docs d GROUP BY u.word)"
+    )
+    return (
+        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score, r.word, r.share "
+        "FROM ranked r LEFT JOIN conversation_turns t ON t.id = r.id ORDER BY r.source DESC, r.rank"
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WindowRows:
+    """A turn recall statement's rows decoded: each ranking's turns and scores (`source` ->
+    best first) in the order the rows came, and the query words' shares of the window."""
+
+    ranked: Mapping[str, Sequence[tuple[Turn, float]]]
+    word_share: Mapping[str, float]
+
+    def with_vector_ranking(self, other: WindowRows) -> WindowRows:
+        """These rows with `other`'s vector ranking in place of their own (still first)."""
+        rest = {source: hits for source, hits in self.ranked.items() if source != "vector"}
+        vector = other.ranked.get("vector", ())
+        return WindowRows(ranked={"vector": vector, **rest}, word_share=self.word_share)
+
+    @property
+    def turns(self) -> dict[uuid.UUID, Turn]:
+        """Every ranked turn by id, in the order the rankings list them."""
+        return {turn.id: turn for hits in self.ranked.values() for turn, _ in hits}
+
+    @property
+    def scores(self) -> dict[str, dict[uuid.UUID, float]]:
+        """Each ranking's score per turn id (a ranking without rows left out)."""
+        ranked = self.ranked.items()
+        return {source: {turn.id: score for turn, score in hits} for source, hits in ranked if hits}
+
+
+def window_rows(rows: Sequence[Mapping[str, Any]]) -> WindowRows:
+    """`WindowRows` from the rows of `turn_recall_sql` or `turn_window_sql` (no `stats` rows: no
+    shares)."""
+    ranked: dict[str, list[tuple[Turn, float]]] = {}
+    share: dict[str, float] = {}
+    for row in rows:
+        source = row["source"]
+        if source == "stats":
+            share[row["word"]] = float(row["share"])
+        else:
+            ranked.setdefault(source, []).append((turn_from_row(row), float(row["score"])))
+    return WindowRows(ranked=ranked, word_share=share)

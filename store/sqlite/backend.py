@@ -57,7 +57,6 @@ from store.rules.cues import informative_query
 from store.rules.recall import (
     DEFAULT_WEIGHTS,
     ScoreFusion,
-    TermStats,
     candidate_count,
     fuse,
     fuse_scores,
@@ -473,14 +472,13 @@ class SqliteBackend:
         )
         await conn.execute(insert)
 
-    async def turn_term_stats(
-        self, user_id: uuid.UUID, persona_id: uuid.UUID | None, team_id: uuid.UUID | None, text: str
-    ) -> TermStats:
-        """The query words' shares of the context's cached window."""
-        return window_term_stats(await self._turn_window(user_id, persona_id, team_id), text)
-
     async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
-        """The context's recent turns (the store's cached window) ranked with numpy and BM25."""
+        """The context's recent turns (the store's cached window) ranked with numpy and BM25, by
+        the query vector the words' shares of the window make (`TurnRecall.focus`)."""
         window = await self._turn_window(asked.user_id, asked.persona_id, asked.team_id)
-        scores = await asyncio.to_thread(window_scores, window, asked.text, asked.vector, asked.k)
+        vector = asked.vector
+        if asked.focus is not None:
+            focused = await asked.focus(window_term_stats(window, asked.text).word_share)
+            vector = vector if focused is None else focused
+        scores = await asyncio.to_thread(window_scores, window, asked.text, vector, asked.k)
         return fuse_turn_scores(window.turns, scores, asked.limit, query=asked.query, now=datetime.now(UTC))

@@ -74,3 +74,21 @@ async def test_a_read_carries_the_team_scope_only_where_row_level_security_appli
         assert read == expected
     finally:
         await connections.close()
+
+
+PLAN_SEEN = "SELECT current_setting('plan_cache_mode') AS mode"
+
+
+@pytest.mark.parametrize("role", [None, APP_ROLE])
+async def test_a_read_planned_once_keeps_its_plan_setting_to_itself(pg_url: str, role: str | None) -> None:
+    session = [*role_sql(role), "SET plan_cache_mode = force_custom_plan"]
+    connections = PgConnections(pg_url, session_sql=session, pool_size=1, max_overflow=0)
+    try:
+        with team_scope(teams_scope([uuid.uuid4()])):
+            # more uses than psycopg's threshold for preparing a statement server-side
+            planned_once = [await connections.fetch(PLAN_SEEN, one_plan=True) for _ in range(7)]
+            after = await connections.fetch(PLAN_SEEN)
+        assert planned_once == [[{"mode": "force_generic_plan"}]] * 7
+        assert after == [{"mode": "force_custom_plan"}]
+    finally:
+        await connections.close()

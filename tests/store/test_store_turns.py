@@ -4,16 +4,22 @@ expired and erased."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extraction.embeddings import hashing_vector
+from store.core.backend import FocusedVector, TurnRecall
 from store.model import ConversationQuery, NewMemory, NewTurn, ReviewQuery, SettingsRow, UserMemoryQuery
 from store.services.context_recall import ContextRecall, items_in_context
 from tests.factories import user_fact
+from tests.store.conftest import DIM
 from tests.store.store_testkit import Store
 
 TEAM_A = uuid.UUID("aaaaaaaa-0000-4000-8000-000000000001")
@@ -420,13 +426,71 @@ async def test_a_message_stored_by_two_events_of_one_conversation_is_recalled_on
     ]
 
 
+async def window_shares(store: Store, user: uuid.UUID, text: str) -> dict[str, float]:
+    """The query words' shares of the context's recent turns as the backend hands them to the
+    recall's `focus` (which keeps the query's own vector)."""
+    shares: list[dict[str, float]] = []
+
+    async def focus(word_share: Mapping[str, float]) -> list[float] | None:
+        shares.append(dict(word_share))
+        return None
+
+    asked = TurnRecall(
+        user_id=user,
+        persona_id=None,
+        team_id=None,
+        query=text,
+        text=text,
+        vector=hashing_vector(text, DIM),
+        focus=focus,
+        k=10,
+        limit=10,
+    )
+    await store._backend.recall_turns(asked)  # type: ignore[attr-defined]
+    [share] = shares
+    return share
+
+
 async def test_the_window_statistics_count_each_message_once(store: Store) -> None:
     user = await stored_twice(store, "the harbour at dusk")
-    stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
-    assert stats.documents == 2
-    assert stats.word_share["lighthouse"] == 0.5
+    # two messages (each stored twice), one with each word
+    assert await window_shares(store, user, "lighthouse keeper") == {"lighthouse": 0.5, "keeper": 0.5}
     # nobody else's turns: an empty window
-    assert (await store._backend.turn_term_stats(uuid.uuid4(), None, None, "lighthouse")).documents == 0  # type: ignore[attr-defined]
+    assert not any((await window_shares(store, uuid.uuid4(), "lighthouse")).values())
+
+
+async def test_the_backend_ranks_by_the_vector_its_focus_gives(store: Store) -> None:
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    said = ["the lighthouse keeper waved", "we ate in the harbour"]
+    await store.writes.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            dataclasses.replace(turn(user, i + 1, text, channel=channel), embedding=hashing_vector(text, DIM))
+            for i, text in enumerate(said)
+        ],
+    )
+
+    async def harbour(word_share: Mapping[str, float]) -> list[float] | None:
+        return hashing_vector("we ate in the harbour", DIM)
+
+    def asked(focus: FocusedVector | None) -> TurnRecall:
+        # no turn holds the query's word: the vector alone ranks
+        return TurnRecall(
+            user_id=user,
+            persona_id=None,
+            team_id=None,
+            query="quasar",
+            text="quasar",
+            vector=hashing_vector("the lighthouse keeper waved", DIM),
+            focus=focus,
+            k=10,
+            limit=1,
+        )
+
+    for focus, first in ((None, said[0]), (harbour, said[1])):
+        hits = await store._backend.recall_turns(asked(focus))  # type: ignore[attr-defined]
+        assert [h.turn.text for h in hits] == [first]
 
 
 async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(store: Store) -> None:
@@ -443,8 +507,53 @@ async def test_a_long_turn_is_found_by_its_words_and_counted_in_the_statistics(s
             turn(user, 3, "the lighthouse was closed", channel=channel),
         ],
     )
-    stats = await store._backend.turn_term_stats(user, None, None, "lighthouse keeper")  # type: ignore[attr-defined]
-    assert stats.documents == 3
-    assert stats.word_share == {"lighthouse": 2 / 3, "keeper": 1 / 3}
+    assert await window_shares(store, user, "lighthouse keeper") == {"lighthouse": 2 / 3, "keeper": 1 / 3}
     hits = await store.turns.recall_turns(user, None, "keeper", 1)
     assert [h.turn.text for h in hits] == [long_text]
+
+
+async def test_a_recall_guesses_the_words_shares_from_the_last_and_a_wrong_guess_changes_nothing(
+    store: Store,
+) -> None:
+    # every turn names the lighthouse, one the harbour: the query is embedded without "lighthouse"
+    user, channel = uuid.uuid4(), uuid.uuid4()
+    said = [f"the lighthouse log, entry {n}" for n in range(11)] + ["the lighthouse by the harbour"]
+    await store.writes.write_event(
+        event_id=uuid.uuid4(),
+        memories=[],
+        turns=[
+            dataclasses.replace(turn(user, i + 1, text, channel=channel), embedding=hashing_vector(text, DIM))
+            for i, text in enumerate(said)
+        ],
+    )
+
+    async def recalled() -> list[tuple[str, float]]:
+        hits = await store.turns.recall_turns(user, None, "lighthouse harbour", 3)
+        return [(h.turn.text, h.score) for h in hits]
+
+    first = await recalled()  # nothing known: the query's own vector, then the focused one
+    statements = count_statements(store)
+    again = await recalled()  # the shares the first counted guess right
+    if statements is not None:
+        assert statements() == 1
+    # a wrong guess (harbour everywhere, lighthouse nowhere) is corrected by the recall's own count
+    store.turns._known_shares.remember((user, None, None), {"lighthouse": 0.0, "harbour": 1.0})
+    wrong = await recalled()
+    assert first[0][0] == "the lighthouse by the harbour"
+    assert first == again == wrong
+
+
+def count_statements(store: Store) -> Callable[[], int] | None:
+    """On Postgres, how many statements the store's recalls run from now on (None on SQLite)."""
+    connections = getattr(store._backend, "_connections", None)  # type: ignore[attr-defined]
+    if connections is None:
+        return None
+    fetch = connections.fetch
+    calls: list[str] = []
+
+    async def counted(sql: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(sql)
+        return await fetch(sql, *args, **kwargs)
+
+    connections.fetch = counted
+    return lambda: len(calls)

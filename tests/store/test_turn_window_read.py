@@ -16,7 +16,7 @@ from store.migrate import migrate
 from store.model import NewTurn
 from store.postgres.dialect import turn_window_includes
 from store.postgres.params import float4_array, register_vector_dumper
-from store.postgres.turns_sql import turn_term_stats_sql, turn_window_sql
+from store.postgres.turns_sql import turn_recall_sql, turn_window_sql
 from store.rules.turn_recall import TURN_STATS_SAMPLE, TURN_WINDOW
 from tests.database_role import DATABASE_ROLE
 from tests.store.conftest import DIM, truncate
@@ -52,7 +52,7 @@ def plan(url: str, sql: str, params: dict[str, Any]) -> str:
     return "\n".join(str(row[0]) for row in rows)
 
 
-async def test_the_statistics_and_the_ranking_read_the_window_from_the_context_index(pg_url: str) -> None:
+async def test_the_recall_reads_the_window_once_from_the_context_index(pg_url: str) -> None:
     truncate(pg_url)
     store = postgres_store(pg_url, HashingEmbedder(dim=DIM))
     user = uuid.uuid4()
@@ -67,30 +67,28 @@ async def test_the_statistics_and_the_ranking_read_the_window_from_the_context_i
     with psycopg.connect(pg_url, autocommit=True) as conn:
         # an index-only scan skips the heap only for pages the visibility map marks all-visible
         conn.execute("VACUUM ANALYZE conversation_turns")
-    context = {"user_id": user, "persona": NIL, "team": NIL}
-    stats = plan(
+    context = {"user_id": user, "persona": NIL, "team": NIL, "window": TURN_WINDOW, "k": 10}
+    vector = float4_array(hashing_vector("keeper", DIM))
+    recall = plan(
         pg_url,
-        turn_term_stats_sql(),
-        {**context, "window": 2 * TURN_STATS_SAMPLE, "sample": TURN_STATS_SAMPLE, "words": ["keeper"]},
-    )
-    window = plan(
-        pg_url,
-        turn_window_sql(dim=DIM, vector=True, text=True),
+        turn_recall_sql(dim=DIM, text=True),
         {
             **context,
-            "window": TURN_WINDOW,
-            "k": 10,
-            "qv": float4_array(hashing_vector("keeper", DIM)),
+            "stats_window": 2 * TURN_STATS_SAMPLE,
+            "sample": TURN_STATS_SAMPLE,
+            "words": ["keeper"],
+            "qv": vector,
             "tq": "keeper",
-            "lexemes": ["keeper"],
-            "idfs": [1.0],
             "k1": 1.2,
             "b": 0.75,
-            "avglen": 8.0,
             "context_weight": 0.75,
         },
     )
-    for statement in (stats, window):
+    # the vector ranking alone, when the words' shares change the query vector
+    window = plan(pg_url, turn_window_sql(dim=DIM, vector=True, text=False), {**context, "qv": vector})
+    # one read of the window per statement
+    assert recall.count("using ix_conversation_turns_context") == 1, recall
+    for statement in (recall, window):
         assert "Index Only Scan using ix_conversation_turns_context" in statement, statement
         assert "Heap Fetches: 0" in statement, statement
         # the persona and the team bound the scan under row-level security too (a coalesce would

@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 import pytest
 
 from extraction.validate import evidence_numbers, parse_output
+from store.core.turns import KnownShares
 from store.model import Memory, Turn, TurnHit, TurnRole
+from store.postgres.turns_sql import window_rows
 from store.rules.hint import said_on, turn_bullet, turn_line
 from store.rules.turn_recall import distinct_turns, fuse_turn_scores, parse_include
 from store.sqlite.turn_ranking import (
@@ -141,3 +143,44 @@ def test_a_window_holds_each_message_once_and_counts_word_shares_over_them() -> 
     assert stats.word_share["ada"] == 1.0 and stats.word_share["madeira"] == 0.5
     assert stats.word_share["see"] == 0.0
     assert window_term_stats(turn_window([], [], 2), "Ada").documents == 0
+
+
+def turn_row(turn: Turn, source: str, score: float) -> dict[str, object]:
+    """A row of the Postgres turn recall statement for `turn` in one ranking."""
+    fields = {name: getattr(turn, name) for name in ("id", "channel_id", "event_id", "user_id")}
+    fields |= {name: getattr(turn, name) for name in ("persona_id", "team_id", "role", "text", "at")}
+    fields |= {"position": turn.position, "speaker": turn.speaker}
+    return fields | {"source": source, "rank": 1, "score": score, "word": None, "share": None}
+
+
+def test_the_recall_rows_give_each_ranking_in_order_and_the_words_shares() -> None:
+    a, b, c = turn("the lighthouse"), turn("the harbour"), turn("the quay")
+    stats = {"source": "stats", "word": "lighthouse", "share": 0.25}
+    found = window_rows(
+        [turn_row(a, "vector", 0.9), turn_row(b, "vector", 0.5), turn_row(b, "text", 2.0), stats]
+    )
+    assert found.word_share == {"lighthouse": 0.25}
+    assert list(found.turns) == [a.id, b.id]
+    assert found.scores == {"vector": {a.id: 0.9, b.id: 0.5}, "text": {b.id: 2.0}}
+    # the focused vector's ranking replaces the first one, still first; the text ranking stays
+    again = found.with_vector_ranking(window_rows([turn_row(c, "vector", 0.7)]))
+    assert list(again.turns) == [c.id, b.id]
+    assert again.scores == {"vector": {c.id: 0.7}, "text": {b.id: 2.0}}
+    assert again.word_share == found.word_share
+    # a focused vector that ranks nothing leaves no vector scores
+    assert window_rows([stats]).with_vector_ranking(window_rows([])).scores == {}
+
+
+def test_the_known_shares_keep_the_newest_count_within_their_bounds() -> None:
+    known = KnownShares(max_contexts=2, max_words=2)
+    a, b, c = ((uuid.uuid4(), None, None) for _ in range(3))
+    known.remember(a, {"lighthouse": 0.9, "harbour": 0.1})
+    known.remember(a, {"lighthouse": 0.5, "quay": 0.2})
+    # the newest count of a word wins; past two words the least recently counted goes
+    assert known.guess(a) == {"lighthouse": 0.5, "quay": 0.2}
+    known.remember(b, {"quay": 0.3})
+    known.guess(a)  # a guess does not make a context recent: a recall's count does
+    known.remember(c, {"dock": 0.4})
+    assert known.guess(a) == {}
+    assert known.guess(b) == {"quay": 0.3}
+    assert known.guess(c) == {"dock": 0.4}
