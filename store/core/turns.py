@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -26,6 +26,7 @@ from store.core.base import StoreBase, replica_read, texts_vector
 from store.core.rows import turn_columns, turn_from_row
 from store.core.settings import effective_settings
 from store.model import NIL_UUID, Conversation, ConversationQuery, NewTurn, Page, Turn, TurnHit
+from store.rules.cues import query_words
 from store.rules.pagination import newest_first_page
 from store.rules.recall import candidate_count, embedding_queries, query_cues
 from store.rules.terms import query_terms
@@ -135,24 +136,29 @@ TurnContext = tuple[uuid.UUID, uuid.UUID | None, uuid.UUID | None]  # user, pers
 class KnownShares:
     """The query words' shares of each context's recent turns as its last recalls counted them,
     for the most recently recalled `max_contexts` contexts, `max_words` words each: a guess of the
-    words a recall's query vector leaves out, which the recall's own count confirms or corrects."""
+    words a recall's query vector leaves out, which the recall's own count confirms or corrects.
+    A word is kept as its hash (salted per process), so the cache holds no text of anyone's."""
 
     def __init__(self, *, max_contexts: int = 1024, max_words: int = 64) -> None:
         self.max_contexts = max_contexts
         self.max_words = max_words
-        self._contexts: OrderedDict[TurnContext, dict[str, float]] = OrderedDict()
+        self._contexts: OrderedDict[TurnContext, dict[int, float]] = OrderedDict()
 
-    def guess(self, context: TurnContext) -> Mapping[str, float]:
-        """The shares last counted in this context (empty: none known)."""
-        return self._contexts.get(context, {})
+    def guess(self, context: TurnContext, words: Iterable[str]) -> dict[str, float]:
+        """The shares last counted in this context of these words (empty: none known)."""
+        known = self._contexts.get(context)
+        if not known:
+            return {}
+        return {word: known[hash(word)] for word in words if hash(word) in known}
 
     def remember(self, context: TurnContext, word_share: Mapping[str, float]) -> None:
         """Keep these counted shares (the newest of a word wins); the context becomes the most
         recent, the least recent context and words go past the bounds."""
         known = self._contexts.pop(context, {})
         for word, share in word_share.items():
-            known.pop(word, None)
-            known[word] = share
+            key = hash(word)
+            known.pop(key, None)
+            known[key] = share
         while len(known) > self.max_words:
             del known[next(iter(known))]
         self._contexts[context] = known
@@ -201,7 +207,8 @@ class ConversationTurns(StoreBase):
             # vector is chosen: the vector is the context's last known shares' guess, and the
             # backend asks again (`_refocused`) only when the counted shares choose other texts
             context = (user_id, persona_id, team_id)
-            guessed = embedding_queries(text, self._known_shares.guess(context), TURN_FUSION)
+            shares = self._known_shares.guess(context, query_words(text))
+            guessed = embedding_queries(text, shares, TURN_FUSION)
             vector = await texts_vector(self._embedder, guessed, self._schema.embedding_dim)
             focus = partial(self._refocused, context, text, guessed)
         asked = TurnRecall(

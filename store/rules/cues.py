@@ -259,6 +259,11 @@ def informative_query(query: str, word_share: Mapping[str, float], *, max_share:
     return " ".join(kept) if kept else query
 
 
+def query_words(query: str) -> list[str]:
+    """The lower-cased words `informative_query` looks up in `word_share`, one per token."""
+    return [_first_word(token) for token in query.split()]
+
+
 def _first_word(token: str) -> str:
     found = _WORD.findall(token.lower())
     return found[0] if found else ""

@@ -174,13 +174,21 @@ def test_the_recall_rows_give_each_ranking_in_order_and_the_words_shares() -> No
 def test_the_known_shares_keep_the_newest_count_within_their_bounds() -> None:
     known = KnownShares(max_contexts=2, max_words=2)
     a, b, c = ((uuid.uuid4(), None, None) for _ in range(3))
+    words = ["lighthouse", "harbour", "quay", "dock"]
     known.remember(a, {"lighthouse": 0.9, "harbour": 0.1})
     known.remember(a, {"lighthouse": 0.5, "quay": 0.2})
     # the newest count of a word wins; past two words the least recently counted goes
-    assert known.guess(a) == {"lighthouse": 0.5, "quay": 0.2}
+    assert known.guess(a, words) == {"lighthouse": 0.5, "quay": 0.2}
+    assert known.guess(a, ["quay"]) == {"quay": 0.2}
     known.remember(b, {"quay": 0.3})
-    known.guess(a)  # a guess does not make a context recent: a recall's count does
+    known.guess(a, words)  # a guess does not make a context recent: a recall's count does
     known.remember(c, {"dock": 0.4})
-    assert known.guess(a) == {}
-    assert known.guess(b) == {"quay": 0.3}
-    assert known.guess(c) == {"dock": 0.4}
+    assert known.guess(a, words) == {}
+    assert known.guess(b, words) == {"quay": 0.3}
+    assert known.guess(c, words) == {"dock": 0.4}
+
+
+def test_the_known_shares_hold_no_word_of_anyones() -> None:
+    known = KnownShares()
+    known.remember((uuid.uuid4(), None, None), {"lighthouse": 0.9})
+    assert "lighthouse" not in repr(vars(known))
