@@ -125,8 +125,12 @@ def dated_bullet(memory: Memory, *, quote: bool = True) -> str:
 
 def _said_and_quoted(memory: Memory, *, quote: bool = True) -> str:
     # what `dated_bullet` adds after the bullet: ` (said 8 May 2023)` and ` — "the quote"`
+    return _said_and(memory, quoted(memory) if quote else "")
+
+
+def _said_and(memory: Memory, said: str) -> str:
+    # `_said_and_quoted` with the quote made (`quoted`, "": none)
     tail = f" (said {said_on(memory.observed_at)})" if memory.observed_at else ""
-    said = quoted(memory) if quote else ""
     return f'{tail} — "{said}"' if said else tail
 
 
@@ -189,6 +193,7 @@ class _FactLines:
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
         self._plain: dict[int, str] = {}
+        self._quote: dict[int, str] = {}
         self._full: dict[int, tuple[str, int]] = {}
         self._brief: dict[int, tuple[str, int]] = {}
 
@@ -199,13 +204,22 @@ class _FactLines:
             line = self._plain[id(item)] = brief_fact_line(item)
         return line
 
+    def quote(self, item: RecallItem) -> str:
+        """`quoted(item.memory)` ("" without a memory)."""
+        said = self._quote.get(id(item))
+        if said is None:
+            said = self._quote[id(item)] = quoted(item.memory) if item.memory is not None else ""
+        return said
+
     def full(self, item: RecallItem) -> tuple[str, int]:
         """`fact_line(item)` and its `_line_cost`."""
         made = self._full.get(id(item))
         if made is None:
             start = self._brief_line(item)  # raises for an item without a memory
-            line = start + _said_and_quoted(item.memory) if item.memory is not None else start
-            made = self._full[id(item)] = (line, _line_cost(line, self.counter))
+            tail = _said_and(item.memory, self.quote(item)) if item.memory is not None else ""
+            # a fact without a date or a quote: its full line is its brief one, counted once
+            made = (start + tail, _line_cost(start + tail, self.counter)) if tail else self.brief(item)
+            self._full[id(item)] = made
         return made
 
     def brief(self, item: RecallItem) -> tuple[str, int]:
@@ -226,14 +240,25 @@ class _FactLines:
             if not whole or item.memory is None:
                 written.append(self.brief(item) if not whole else self.full(item))
                 continue
-            said = quoted(item.memory)
+            said = self.quote(item)
             if said and said in shown:
-                line = self._brief_line(item) + _said_and_quoted(item.memory, quote=False)
+                line = self._brief_line(item) + _said_and(item.memory, "")
                 written.append((line, _line_cost(line, self.counter)))
             else:
                 written.append(self.full(item))
             shown.add(said)
         return written
+
+
+def _fits(costs: Iterable[int], budget: int) -> bool:
+    """Whether the costs (each positive) sum to at most `budget`, reading them only until they
+    pass it."""
+    used = 0
+    for cost in costs:
+        used += cost
+        if used > budget:
+            return False
+    return True
 
 
 def _fit_lines(lines: Iterable[str], budget: int, counter: TokenCounter) -> tuple[list[str], int]:
@@ -298,16 +323,22 @@ def _planned(
     share = int(budget * (1 - HINT_TURN_SHARE))
     if every is not None:
         complete = list(chosen.values())
-        full = [lines.full(item)[1] for item in complete]
-        if sum(full) <= share:
+        # lines are made only until their sum passes the share: with a crowd of facts, the test
+        # fails after a few of them, and most lines would be made for nothing
+        if _fits((lines.full(item)[1] for item in complete), share):
             return [(item, True) for item in complete]
-        brief = [lines.brief(item)[1] for item in complete]
         in_full = [
             item.memory is not None and (item.memory.id in pinned_ids or is_near(item, floor))
             for item in complete
         ]
-        cost = sum(f if whole else b for f, b, whole in zip(full, brief, in_full, strict=True))
-        if cost <= share:
+        mixed = (
+            lines.full(item)[1] if whole else lines.brief(item)[1]
+            for item, whole in zip(complete, in_full, strict=True)
+        )
+        if _fits(mixed, share):
+            full = [lines.full(item)[1] for item in complete]
+            brief = [lines.brief(item)[1] for item in complete]
+            cost = sum(f if whole else b for f, b, whole in zip(full, brief, in_full, strict=True))
             relevant_ids = {item.memory.id for item in relevant if item.memory is not None}
             for index, item in enumerate(complete):
                 grown = cost + full[index] - brief[index]

@@ -316,3 +316,18 @@ def test_the_hint_writes_each_fact_as_planned_in_full_or_brief() -> None:
         hint = build_hint([near, moving], max_tokens=budget, every=every)
         assert hint.split("\n") == [KNOWN_HEADER, *expected]
     assert any(not whole for _, whole in plan_facts([near], budget=300, every=every))  # both kinds seen
+
+
+def test_a_crowd_of_facts_that_cannot_fit_is_weighed_only_until_it_passes_the_share() -> None:
+    """The plan stops making and counting lines once their sum passes the facts' share: a context
+    of 200 facts where 20 fit costs about 20 lines per test, not 200, and plans the same."""
+    crowd = [fact(f"fact {i}", f"Likes thing number {i} a great deal") for i in range(200)]
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return count_tokens(text)
+
+    planned = plan_facts(crowd[:3], budget=200, every=crowd, counter=counting)
+    assert [item for item, _ in planned] == crowd[:3]
+    assert 0 < len(counted) < 60
