@@ -110,6 +110,8 @@ FILLER_STEMS = frozenset(stem(word) for word in _FILLER.split())
 FOREIGN_FILLER = frozenset(_FOREIGN_FILLER.split())
 FILLER_PHRASES = frozenset(tuple(phrase.split()) for phrase in _FILLER_PHRASES.split("|"))
 _LONGEST_PHRASE = max(len(phrase) for phrase in FILLER_PHRASES)
+# the words a sign-off phrase opens with: a position holding none of them opens no phrase
+_PHRASE_OPENERS = frozenset(phrase[0] for phrase in FILLER_PHRASES)
 
 
 def words(text: str) -> list[str]:
@@ -149,6 +151,8 @@ def _phrase_words(said: list[str]) -> set[int]:
     """The positions of `said` (lower-cased words) inside a sign-off phrase ("hasta luego")."""
     covered: set[int] = set()
     for start in range(len(said)):
+        if said[start] not in _PHRASE_OPENERS:
+            continue
         for size in range(2, _LONGEST_PHRASE + 1):
             if tuple(said[start : start + size]) in FILLER_PHRASES:
                 covered.update(range(start, start + size))
