@@ -331,3 +331,28 @@ def test_a_crowd_of_facts_that_cannot_fit_is_weighed_only_until_it_passes_the_sh
     planned = plan_facts(crowd[:3], budget=200, every=crowd, counter=counting)
     assert [item for item, _ in planned] == crowd[:3]
     assert 0 < len(counted) < 60
+
+
+def test_facts_by_standing_given_as_hits_hint_as_the_items_they_stand_for() -> None:
+    """The context's facts by standing may reach the hint as the store's hits with their changes
+    awaiting review beside them: the hint and the plan are those of the same facts as items."""
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    city = memory("lives in", "Berlin", observed_at=NOW, evidence="user: I live in Berlin")
+    change = proposal(city, "Munich")
+    others = [memory(f"fact {i}", f"Likes thing {i}", observed_at=NOW) for i in range(12)]
+    hits = [RecallHit(memory=m, score=0.5, cosine=0.95) for m in [near.memory, city, *others]]
+    pending = {city.id: change}
+    items = [
+        RecallItem(kind="memory", score=h.score, memory=h.memory, pending_change=pending.get(h.memory.id))
+        for h in hits
+    ]
+    for budget in (120, 300, 3000):
+        as_items = build_hint([near], max_tokens=budget, every=items)
+        assert build_hint([near], max_tokens=budget, every=hits, pending=pending) == as_items
+        planned = plan_facts([near], budget=budget, every=hits, pending=pending)
+        assert planned == plan_facts([near], budget=budget, every=items)
+    assert "a change to Munich awaits review" in build_hint(
+        [near], max_tokens=3000, every=hits, pending=pending
+    )
