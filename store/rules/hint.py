@@ -11,7 +11,7 @@ from datetime import datetime
 
 from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Revision, Turn
 from store.rules.evidence import evidence_lines
-from store.rules.novelty import new_turn_indexes
+from store.rules.novelty import new_turn_indexes, unquoted_indexes
 from store.rules.tokens import TokenCounter, count_tokens
 
 DEFAULT_MAX_CHARS = 6000
@@ -424,13 +424,16 @@ def build_hint(
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
     pending: Mapping[uuid.UUID, Revision] | None = None,
+    turns_new: bool = False,
 ) -> str:
     """The prompt hint within `max_tokens` (`counter`): "What is known" (`choose_facts` of the
     recall's memories, `every` and `pinned`), then "From earlier conversations": the recall's turns
     that add something new beside the facts shown for the next `message` (`store.rules.novelty`),
     dated, within what the facts leave of at most `HINT_TURN_SHARE` of the budget. A line that does
     not fit is skipped whole; "" when there is nothing to show. `every` may hold the recall's hits
-    by standing, their changes awaiting review in `pending` (`plan_facts`)."""
+    by standing, their changes awaiting review in `pending` (`plan_facts`). `turns_new`: the items'
+    turns are already those new for `message` (`store.rules.turn_recall.facts_then_turns`), so
+    only the quotes of the facts shown are checked against them (`unquoted_indexes`)."""
     relevant = [item for item in items if item.kind == "memory" and item.memory is not None]
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
     header_cost = counter(KNOWN_HEADER)
@@ -443,7 +446,10 @@ def build_hint(
     fact_lines = [line for line, _ in costed]
     facts_cost = header_cost + sum(cost for _, cost in costed) if facts else 0
     shown = [item.memory for item in facts if item.memory is not None]
-    fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
+    if turns_new:
+        fresh = [turns[i] for i in unquoted_indexes(turns, shown=shown)]
+    else:
+        fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
     turn_lines: list[str] = []
     if fresh:
         room = min(int(max_tokens * HINT_TURN_SHARE), max_tokens - facts_cost)

@@ -275,3 +275,13 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
         seen.add(text)
         kept.append(index)
     return kept
+
+
+def unquoted_indexes(turns: Sequence[Turn], *, shown: Iterable[Memory] = ()) -> list[int]:
+    """The indexes, in order, of the turns no `shown` fact quotes: of turns `new_turn_indexes`
+    already kept for a message, the ones it keeps beside more facts (its other checks read only
+    the turns and the message)."""
+    if not turns:
+        return []
+    quoted = quoted_by(shown)
+    return [i for i, turn in enumerate(turns) if (turn.channel_id, quoted_text(turn.text)) not in quoted]

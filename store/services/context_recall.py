@@ -182,5 +182,11 @@ async def hint_in_context(
         for memory in found.pinned
     ]
     return build_hint(
-        items, max_tokens=max_tokens, message=asked.query, every=every, pinned=pinned, pending=found.pending
+        items,
+        max_tokens=max_tokens,
+        message=asked.query,
+        every=every,
+        pinned=pinned,
+        pending=found.pending,
+        turns_new=True,  # `_listed` kept them for this message
     )

@@ -356,3 +356,36 @@ def test_facts_by_standing_given_as_hits_hint_as_the_items_they_stand_for() -> N
     assert "a change to Munich awaits review" in build_hint(
         [near], max_tokens=3000, every=hits, pending=pending
     )
+
+
+def test_turns_recall_kept_for_the_message_hint_as_when_checked_again() -> None:
+    """The hint of recall's list (`facts_then_turns`) with `turns_new` checks only the shown facts'
+    quotes against its turns: the same hint as checking every rule again, a turn a fact shown by
+    standing quotes left out either way."""
+    channel = uuid.uuid4()
+    message = "What should I cook for dinner tonight?"
+    candidates = [
+        turn("What should I cook tonight?"),  # restates the message
+        turn("Thanks, coach!"),  # filler
+        turn("I live in Lyon now", channel_id=channel),  # quoted by a fact by standing
+        turn("My sister is visiting on Friday"),
+        turn("my sister is visiting on friday"),  # a repeat
+        turn("I bought a cast iron pan", role="assistant"),
+    ]
+    hits = [TurnHit(turn=t, score=1.0 - i / 10) for i, t in enumerate(candidates)]
+    relevant = [RecallHit(memory=memory("diet", "Is vegetarian"), score=1.0)]
+    lyon = memory("city", "Lives in Lyon", evidence="user: I live in Lyon now", source_channel_id=channel)
+    every = [RecallHit(memory=lyon, score=0.5)]
+    items = facts_then_turns(relevant, hits, limit=5, turn_limit=5, message=message)
+    assert [item.turn.text for item in items if item.turn is not None] == [
+        "I live in Lyon now",
+        "My sister is visiting on Friday",
+        "I bought a cast iron pan",
+    ]
+    for budget in (200, 1500):
+        checked = build_hint(items, max_tokens=budget, message=message, every=every)
+        assert build_hint(items, max_tokens=budget, message=message, every=every, turns_new=True) == checked
+    assert (
+        "Lyon now"
+        not in build_hint(items, message=message, every=every, turns_new=True).split(EARLIER_HEADER)[1]
+    )
