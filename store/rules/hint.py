@@ -6,12 +6,12 @@ leave). Pure."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Revision, Turn
 from store.rules.evidence import evidence_lines
-from store.rules.novelty import new_turn_indexes
+from store.rules.novelty import new_turn_indexes, unquoted_indexes
 from store.rules.tokens import TokenCounter, count_tokens
 
 DEFAULT_MAX_CHARS = 6000
@@ -125,8 +125,12 @@ def dated_bullet(memory: Memory, *, quote: bool = True) -> str:
 
 def _said_and_quoted(memory: Memory, *, quote: bool = True) -> str:
     # what `dated_bullet` adds after the bullet: ` (said 8 May 2023)` and ` — "the quote"`
+    return _said_and(memory, quoted(memory) if quote else "")
+
+
+def _said_and(memory: Memory, said: str) -> str:
+    # `_said_and_quoted` with the quote made (`quoted`, "": none)
     tail = f" (said {said_on(memory.observed_at)})" if memory.observed_at else ""
-    said = quoted(memory) if quote else ""
     return f'{tail} — "{said}"' if said else tail
 
 
@@ -167,9 +171,24 @@ def fact_line(item: RecallItem, *, quote: bool = True) -> str:
     )
 
 
-def _by_standing(items: Sequence[RecallItem]) -> list[RecallItem]:
+# a fact as the plan reads it: a recall item, or a hit of the context's facts by standing (`every`)
+# read as the memory item it stands for, its change awaiting review looked up in `pending`
+_Fact = RecallItem | RecallHit
+
+
+def as_item(fact: _Fact, pending: Mapping[uuid.UUID, Revision]) -> RecallItem:
+    """The recall item a fact of the plan stands for: a hit by standing is a memory item with its
+    score and its change awaiting review (`pending`), without sources or cosine (nothing ranked it
+    near the message)."""
+    if isinstance(fact, RecallItem):
+        return fact
+    change = pending.get(fact.memory.id)
+    return RecallItem(kind="memory", score=fact.score, memory=fact.memory, pending_change=change)
+
+
+def _by_standing(items: Sequence[_Fact]) -> list[_Fact]:
     # facts no recall ranked: the user's own first, then the most certain, then the newest
-    def standing(item: RecallItem) -> tuple[int, float, float]:
+    def standing(item: _Fact) -> tuple[int, float, float]:
         m = item.memory
         assert m is not None
         return (SCOPE_PRIORITY[m.scope], -m.confidence, -m.updated_at.timestamp())
@@ -184,31 +203,47 @@ def _line_cost(line: str, counter: TokenCounter) -> int:
 class _FactLines:
     """Each fact's full (`fact_line`) and brief (`brief_fact_line`) line with its cost in tokens,
     made once per hint: the plan weighs them and the hint then writes the same lines. Kept by the
-    item's identity, so only for items alive as long as this."""
+    item's identity, so only for items alive as long as this. A hit's change awaiting review is
+    looked up in `pending` (`as_item`)."""
 
-    def __init__(self, counter: TokenCounter) -> None:
+    def __init__(self, counter: TokenCounter, pending: Mapping[uuid.UUID, Revision]) -> None:
         self.counter = counter
+        self.pending = pending
         self._plain: dict[int, str] = {}
+        self._quote: dict[int, str] = {}
         self._full: dict[int, tuple[str, int]] = {}
         self._brief: dict[int, tuple[str, int]] = {}
 
-    def _brief_line(self, item: RecallItem) -> str:
+    def _brief_line(self, item: _Fact) -> str:
         # `brief_fact_line`: the start of the full line too
         line = self._plain.get(id(item))
         if line is None:
-            line = self._plain[id(item)] = brief_fact_line(item)
+            if isinstance(item, RecallItem):
+                line = brief_fact_line(item)
+            else:
+                line = bullet(item.memory) + pending_note(self.pending.get(item.memory.id))
+            self._plain[id(item)] = line
         return line
 
-    def full(self, item: RecallItem) -> tuple[str, int]:
+    def quote(self, item: _Fact) -> str:
+        """`quoted(item.memory)` ("" without a memory)."""
+        said = self._quote.get(id(item))
+        if said is None:
+            said = self._quote[id(item)] = quoted(item.memory) if item.memory is not None else ""
+        return said
+
+    def full(self, item: _Fact) -> tuple[str, int]:
         """`fact_line(item)` and its `_line_cost`."""
         made = self._full.get(id(item))
         if made is None:
             start = self._brief_line(item)  # raises for an item without a memory
-            line = start + _said_and_quoted(item.memory) if item.memory is not None else start
-            made = self._full[id(item)] = (line, _line_cost(line, self.counter))
+            tail = _said_and(item.memory, self.quote(item)) if item.memory is not None else ""
+            # a fact without a date or a quote: its full line is its brief one, counted once
+            made = (start + tail, _line_cost(start + tail, self.counter)) if tail else self.brief(item)
+            self._full[id(item)] = made
         return made
 
-    def brief(self, item: RecallItem) -> tuple[str, int]:
+    def brief(self, item: _Fact) -> tuple[str, int]:
         """`brief_fact_line(item)` and its `_line_cost`."""
         made = self._brief.get(id(item))
         if made is None:
@@ -216,7 +251,7 @@ class _FactLines:
             made = self._brief[id(item)] = (line, _line_cost(line, self.counter))
         return made
 
-    def written(self, planned: Sequence[tuple[RecallItem, bool]]) -> list[tuple[str, int]]:
+    def written(self, planned: Sequence[tuple[_Fact, bool]]) -> list[tuple[str, int]]:
         """The planned facts' lines (in full or brief) with their costs, each message quoted once:
         a fact from a message an earlier line already quotes keeps its date but not the quote (two
         facts said in one sentence would repeat it)."""
@@ -226,14 +261,25 @@ class _FactLines:
             if not whole or item.memory is None:
                 written.append(self.brief(item) if not whole else self.full(item))
                 continue
-            said = quoted(item.memory)
+            said = self.quote(item)
             if said and said in shown:
-                line = self._brief_line(item) + _said_and_quoted(item.memory, quote=False)
+                line = self._brief_line(item) + _said_and(item.memory, "")
                 written.append((line, _line_cost(line, self.counter)))
             else:
                 written.append(self.full(item))
             shown.add(said)
         return written
+
+
+def _fits(costs: Iterable[int], budget: int) -> bool:
+    """Whether the costs (each positive) sum to at most `budget`, reading them only until they
+    pass it."""
+    used = 0
+    for cost in costs:
+        used += cost
+        if used > budget:
+            return False
+    return True
 
 
 def _fit_lines(lines: Iterable[str], budget: int, counter: TokenCounter) -> tuple[list[str], int]:
@@ -261,10 +307,11 @@ def plan_facts(
     relevant: Sequence[RecallItem],
     *,
     budget: int,
-    every: Sequence[RecallItem] | None = None,
+    every: Sequence[RecallItem | RecallHit] | None = None,
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
     floor: float | None = None,
+    pending: Mapping[uuid.UUID, Revision] | None = None,
 ) -> list[tuple[RecallItem, bool]]:
     """The facts the hint shows within `budget` tokens, each with whether its line is in full
     (`fact_line`) or brief (`brief_fact_line`): the active `pinned` ones first (pinning never shows
@@ -273,41 +320,51 @@ def plan_facts(
     when they fit there with the pinned and the near ones (`is_near`) in full and the others brief,
     all of them, the relevant ones in full as far as the share allows; otherwise the relevant ones
     by relevance in full, each that fits: in the whole budget when pinned or near the message, else
-    in the facts' share (facts not about the message leave the turns their room)."""
-    lines = _FactLines(counter)
-    return _planned(relevant, budget=budget, every=every, pinned=pinned, lines=lines, floor=floor)
+    in the facts' share (facts not about the message leave the turns their room). `every` may hold
+    the recall's hits by standing, read as `as_item` with `pending`: only the facts shown are made
+    items."""
+    changes = pending or {}
+    lines = _FactLines(counter, changes)
+    planned = _planned(relevant, budget=budget, every=every, pinned=pinned, lines=lines, floor=floor)
+    return [(as_item(fact, changes), whole) for fact, whole in planned]
 
 
 def _planned(
     relevant: Sequence[RecallItem],
     *,
     budget: int,
-    every: Sequence[RecallItem] | None,
+    every: Sequence[_Fact] | None,
     pinned: Sequence[RecallItem],
     lines: _FactLines,
     floor: float | None,
-) -> list[tuple[RecallItem, bool]]:
+) -> list[tuple[_Fact, bool]]:
     """`plan_facts`, its lines made by `lines`."""
     floor = FACT_RELEVANCE_FLOOR if floor is None else floor
     pinned = [item for item in pinned if item.memory is not None and item.memory.status == "active"]
     pinned_ids = {item.memory.id for item in pinned if item.memory is not None}
-    chosen: dict[uuid.UUID, RecallItem] = {}
+    chosen: dict[uuid.UUID, _Fact] = {}
     for item in [*pinned, *relevant, *_by_standing(every or ())]:
         if item.memory is not None and item.memory.id not in chosen:
             chosen[item.memory.id] = item
     share = int(budget * (1 - HINT_TURN_SHARE))
     if every is not None:
         complete = list(chosen.values())
-        full = [lines.full(item)[1] for item in complete]
-        if sum(full) <= share:
+        # lines are made only until their sum passes the share: with a crowd of facts, the test
+        # fails after a few of them, and most lines would be made for nothing
+        if _fits((lines.full(item)[1] for item in complete), share):
             return [(item, True) for item in complete]
-        brief = [lines.brief(item)[1] for item in complete]
         in_full = [
-            item.memory is not None and (item.memory.id in pinned_ids or is_near(item, floor))
+            item.memory is not None and (item.memory.id in pinned_ids or _near(item, floor))
             for item in complete
         ]
-        cost = sum(f if whole else b for f, b, whole in zip(full, brief, in_full, strict=True))
-        if cost <= share:
+        mixed = (
+            lines.full(item)[1] if whole else lines.brief(item)[1]
+            for item, whole in zip(complete, in_full, strict=True)
+        )
+        if _fits(mixed, share):
+            full = [lines.full(item)[1] for item in complete]
+            brief = [lines.brief(item)[1] for item in complete]
+            cost = sum(f if whole else b for f, b, whole in zip(full, brief, in_full, strict=True))
             relevant_ids = {item.memory.id for item in relevant if item.memory is not None}
             for index, item in enumerate(complete):
                 grown = cost + full[index] - brief[index]
@@ -319,11 +376,11 @@ def _planned(
     for item in [*pinned, *relevant]:
         if item.memory is not None:
             ranked.setdefault(item.memory.id, item)
-    kept: list[tuple[RecallItem, bool]] = []
+    kept: list[tuple[_Fact, bool]] = []
     used = 0
     for memory_id, item in ranked.items():
         cost = lines.full(item)[1]
-        room = budget if memory_id in pinned_ids or is_near(item, floor) else share
+        room = budget if memory_id in pinned_ids or _near(item, floor) else share
         if used + cost <= room:
             kept.append((item, True))
             used += cost
@@ -334,13 +391,16 @@ def choose_facts(
     relevant: Sequence[RecallItem],
     *,
     budget: int,
-    every: Sequence[RecallItem] | None = None,
+    every: Sequence[RecallItem | RecallHit] | None = None,
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
     floor: float | None = None,
+    pending: Mapping[uuid.UUID, Revision] | None = None,
 ) -> list[RecallItem]:
     """The facts the hint shows within `budget` tokens, in order (`plan_facts`)."""
-    planned = plan_facts(relevant, budget=budget, every=every, pinned=pinned, counter=counter, floor=floor)
+    planned = plan_facts(
+        relevant, budget=budget, every=every, pinned=pinned, counter=counter, floor=floor, pending=pending
+    )
     return [item for item, _ in planned]
 
 
@@ -350,24 +410,34 @@ def is_near(item: RecallItem, floor: float) -> bool:
     return item.cosine is not None and item.cosine >= floor
 
 
+def _near(fact: _Fact, floor: float) -> bool:
+    # `is_near` of a fact of the plan: a hit by standing never is (`as_item`)
+    return isinstance(fact, RecallItem) and is_near(fact, floor)
+
+
 def build_hint(
     items: Sequence[RecallItem],
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     message: str = "",
-    every: Sequence[RecallItem] | None = None,
+    every: Sequence[RecallItem | RecallHit] | None = None,
     pinned: Sequence[RecallItem] = (),
     counter: TokenCounter = count_tokens,
+    pending: Mapping[uuid.UUID, Revision] | None = None,
+    turns_new: bool = False,
 ) -> str:
     """The prompt hint within `max_tokens` (`counter`): "What is known" (`choose_facts` of the
     recall's memories, `every` and `pinned`), then "From earlier conversations": the recall's turns
     that add something new beside the facts shown for the next `message` (`store.rules.novelty`),
     dated, within what the facts leave of at most `HINT_TURN_SHARE` of the budget. A line that does
-    not fit is skipped whole; "" when there is nothing to show."""
+    not fit is skipped whole; "" when there is nothing to show. `every` may hold the recall's hits
+    by standing, their changes awaiting review in `pending` (`plan_facts`). `turns_new`: the items'
+    turns are already those new for `message` (`store.rules.turn_recall.facts_then_turns`), so
+    only the quotes of the facts shown are checked against them (`unquoted_indexes`)."""
     relevant = [item for item in items if item.kind == "memory" and item.memory is not None]
     turns = [item.turn for item in items if item.kind == "turn" and item.turn is not None]
     header_cost = counter(KNOWN_HEADER)
-    lines = _FactLines(counter)
+    lines = _FactLines(counter, pending or {})
     planned = _planned(
         relevant, budget=max_tokens - header_cost, every=every, pinned=pinned, lines=lines, floor=None
     )
@@ -376,7 +446,10 @@ def build_hint(
     fact_lines = [line for line, _ in costed]
     facts_cost = header_cost + sum(cost for _, cost in costed) if facts else 0
     shown = [item.memory for item in facts if item.memory is not None]
-    fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
+    if turns_new:
+        fresh = [turns[i] for i in unquoted_indexes(turns, shown=shown)]
+    else:
+        fresh = [turns[i] for i in new_turn_indexes(turns, message=message, shown=shown)]
     turn_lines: list[str] = []
     if fresh:
         room = min(int(max_tokens * HINT_TURN_SHARE), max_tokens - facts_cost)

@@ -110,6 +110,8 @@ FILLER_STEMS = frozenset(stem(word) for word in _FILLER.split())
 FOREIGN_FILLER = frozenset(_FOREIGN_FILLER.split())
 FILLER_PHRASES = frozenset(tuple(phrase.split()) for phrase in _FILLER_PHRASES.split("|"))
 _LONGEST_PHRASE = max(len(phrase) for phrase in FILLER_PHRASES)
+# the words a sign-off phrase opens with: a position holding none of them opens no phrase
+_PHRASE_OPENERS = frozenset(phrase[0] for phrase in FILLER_PHRASES)
 
 
 def words(text: str) -> list[str]:
@@ -149,6 +151,8 @@ def _phrase_words(said: list[str]) -> set[int]:
     """The positions of `said` (lower-cased words) inside a sign-off phrase ("hasta luego")."""
     covered: set[int] = set()
     for start in range(len(said)):
+        if said[start] not in _PHRASE_OPENERS:
+            continue
         for size in range(2, _LONGEST_PHRASE + 1):
             if tuple(said[start : start + size]) in FILLER_PHRASES:
                 covered.update(range(start, start + size))
@@ -271,3 +275,13 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
         seen.add(text)
         kept.append(index)
     return kept
+
+
+def unquoted_indexes(turns: Sequence[Turn], *, shown: Iterable[Memory] = ()) -> list[int]:
+    """The indexes, in order, of the turns no `shown` fact quotes: of turns `new_turn_indexes`
+    already kept for a message, the ones it keeps beside more facts (its other checks read only
+    the turns and the message)."""
+    if not turns:
+        return []
+    quoted = quoted_by(shown)
+    return [i for i, turn in enumerate(turns) if (turn.channel_id, quoted_text(turn.text)) not in quoted]

@@ -58,7 +58,9 @@ def turn_document(turn: Turn) -> Memory:
         scope="user",
         owner_id=turn.user_id,
         user_id=None,
-        key=f"{turn.channel_id} {turn.position} {turn.text}",
+        # the conversation as its 32 hex digits: one key per message as its hyphenated form would
+        # be, at a third of the cost (`str` of a UUID formats its `hex`, then slices and joins it)
+        key=f"{turn.channel_id.hex} {turn.position} {turn.text}",
         value=turn.text,
         source_channel_id=turn.channel_id,
         confidence=1.0,

@@ -174,19 +174,19 @@ async def hint_in_context(
     if found is None:
         return ""
     items = _listed(found, asked)
-    every = None
-    if found.every is not None and len(found.every) < every_limit:
-        every = [
-            RecallItem(
-                kind="memory",
-                score=hit.score,
-                memory=hit.memory,
-                pending_change=found.pending.get(hit.memory.id),
-            )
-            for hit in found.every
-        ]
+    # the facts by standing go to the hint as the store's hits: it makes items only of the ones it
+    # shows (with a crowd of facts, few or none)
+    every = found.every if found.every is not None and len(found.every) < every_limit else None
     pinned = [
         RecallItem(kind="memory", score=1.0, memory=memory, pending_change=found.pending.get(memory.id))
         for memory in found.pinned
     ]
-    return build_hint(items, max_tokens=max_tokens, message=asked.query, every=every, pinned=pinned)
+    return build_hint(
+        items,
+        max_tokens=max_tokens,
+        message=asked.query,
+        every=every,
+        pinned=pinned,
+        pending=found.pending,
+        turns_new=True,  # `_listed` kept them for this message
+    )

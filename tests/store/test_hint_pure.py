@@ -316,3 +316,76 @@ def test_the_hint_writes_each_fact_as_planned_in_full_or_brief() -> None:
         hint = build_hint([near, moving], max_tokens=budget, every=every)
         assert hint.split("\n") == [KNOWN_HEADER, *expected]
     assert any(not whole for _, whole in plan_facts([near], budget=300, every=every))  # both kinds seen
+
+
+def test_a_crowd_of_facts_that_cannot_fit_is_weighed_only_until_it_passes_the_share() -> None:
+    """The plan stops making and counting lines once their sum passes the facts' share: a context
+    of 200 facts where 20 fit costs about 20 lines per test, not 200, and plans the same."""
+    crowd = [fact(f"fact {i}", f"Likes thing number {i} a great deal") for i in range(200)]
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return count_tokens(text)
+
+    planned = plan_facts(crowd[:3], budget=200, every=crowd, counter=counting)
+    assert [item for item, _ in planned] == crowd[:3]
+    assert 0 < len(counted) < 60
+
+
+def test_facts_by_standing_given_as_hits_hint_as_the_items_they_stand_for() -> None:
+    """The context's facts by standing may reach the hint as the store's hits with their changes
+    awaiting review beside them: the hint and the plan are those of the same facts as items."""
+    near = RecallItem(
+        kind="memory", score=1.0, memory=memory("allergy", "Is allergic to shellfish"), cosine=0.9
+    )
+    city = memory("lives in", "Berlin", observed_at=NOW, evidence="user: I live in Berlin")
+    change = proposal(city, "Munich")
+    others = [memory(f"fact {i}", f"Likes thing {i}", observed_at=NOW) for i in range(12)]
+    hits = [RecallHit(memory=m, score=0.5, cosine=0.95) for m in [near.memory, city, *others]]
+    pending = {city.id: change}
+    items = [
+        RecallItem(kind="memory", score=h.score, memory=h.memory, pending_change=pending.get(h.memory.id))
+        for h in hits
+    ]
+    for budget in (120, 300, 3000):
+        as_items = build_hint([near], max_tokens=budget, every=items)
+        assert build_hint([near], max_tokens=budget, every=hits, pending=pending) == as_items
+        planned = plan_facts([near], budget=budget, every=hits, pending=pending)
+        assert planned == plan_facts([near], budget=budget, every=items)
+    assert "a change to Munich awaits review" in build_hint(
+        [near], max_tokens=3000, every=hits, pending=pending
+    )
+
+
+def test_turns_recall_kept_for_the_message_hint_as_when_checked_again() -> None:
+    """The hint of recall's list (`facts_then_turns`) with `turns_new` checks only the shown facts'
+    quotes against its turns: the same hint as checking every rule again, a turn a fact shown by
+    standing quotes left out either way."""
+    channel = uuid.uuid4()
+    message = "What should I cook for dinner tonight?"
+    candidates = [
+        turn("What should I cook tonight?"),  # restates the message
+        turn("Thanks, coach!"),  # filler
+        turn("I live in Lyon now", channel_id=channel),  # quoted by a fact by standing
+        turn("My sister is visiting on Friday"),
+        turn("my sister is visiting on friday"),  # a repeat
+        turn("I bought a cast iron pan", role="assistant"),
+    ]
+    hits = [TurnHit(turn=t, score=1.0 - i / 10) for i, t in enumerate(candidates)]
+    relevant = [RecallHit(memory=memory("diet", "Is vegetarian"), score=1.0)]
+    lyon = memory("city", "Lives in Lyon", evidence="user: I live in Lyon now", source_channel_id=channel)
+    every = [RecallHit(memory=lyon, score=0.5)]
+    items = facts_then_turns(relevant, hits, limit=5, turn_limit=5, message=message)
+    assert [item.turn.text for item in items if item.turn is not None] == [
+        "I live in Lyon now",
+        "My sister is visiting on Friday",
+        "I bought a cast iron pan",
+    ]
+    for budget in (200, 1500):
+        checked = build_hint(items, max_tokens=budget, message=message, every=every)
+        assert build_hint(items, max_tokens=budget, message=message, every=every, turns_new=True) == checked
+    assert (
+        "Lyon now"
+        not in build_hint(items, message=message, every=every, turns_new=True).split(EARLIER_HEADER)[1]
+    )
