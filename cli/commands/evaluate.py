@@ -276,12 +276,18 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of `pmem eval locomo`: 0 on success, 2 on bad input or an unusable setup, 130
     when interrupted (Ctrl-C or SIGTERM), after the embedded Postgres it started is stopped."""
     # SIGTERM unwinds the run as Ctrl-C does, so the context managers stop the embedded Postgres
-    # instead of leaving it running on the data directory.
+    # instead of leaving it running on the data directory. Inside `asyncio.run` Ctrl-C's handler
+    # cancels the main task, which unwinds at an await; raising KeyboardInterrupt at any bytecode
+    # instead could land inside a connection's lock and leave the run hanging on it.
     interrupted: list[int] = []
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         interrupted.append(signum)
-        signal.default_int_handler(signum, frame)
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if callable(on_ctrl_c):
+            on_ctrl_c(signal.SIGINT, frame)
+        else:
+            signal.default_int_handler(signum, frame)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
