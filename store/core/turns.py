@@ -149,7 +149,7 @@ class KnownShares:
         known = self._contexts.get(context)
         if not known:
             return {}
-        return {word: known[hash(word)] for word in words if hash(word) in known}
+        return {word: share for word in words if (share := known.get(hash(word))) is not None}
 
     def remember(self, context: TurnContext, word_share: Mapping[str, float]) -> None:
         """Keep these counted shares (the newest of a word wins); the context becomes the most

@@ -75,7 +75,7 @@ from store.postgres.params import float4_array
 from store.postgres.recall import PgRecall
 from store.postgres.recall_sql import PENDING_CHANGES_SQL, pinned_sql
 from store.postgres.replicas import ReadReplicas
-from store.postgres.turns_sql import turn_recall_sql, turn_window_sql, turns_insert_statement, window_rows
+from store.postgres.turns_sql import turn_recall_sql, turn_vector_sql, turns_insert_statement, window_rows
 from store.read_scope import note_write, reads_need_primary
 from store.rules.recall import Bm25, resolve_scopes
 from store.rules.terms import query_terms
@@ -278,7 +278,7 @@ class PgBackend:
     async def recall_turns(self, asked: TurnRecall) -> list[TurnHit]:
         """The context's recent turns ranked by vector distance and full text, with the query words'
         shares of them, in one statement (`turn_recall_sql`); the vector ranking once more
-        (`turn_window_sql`) when those shares change the query vector (`TurnRecall.focus`); fused
+        (`turn_vector_sql`) when those shares change the query vector (`TurnRecall.focus`); fused
         in Python."""
         tq = websearch_or_query(asked.text)
         dim = self._schema.embedding_dim
@@ -300,7 +300,7 @@ class PgBackend:
         if focused is not None:
             context = {name: params[name] for name in ("user_id", "persona", "team", "window", "k")}
             again = await self._connections.fetch(
-                turn_window_sql(dim=dim, vector=True, text=False),
+                turn_vector_sql(dim=dim),
                 {**context, "qv": float4_array(focused)},
                 one_plan=True,
             )

@@ -136,12 +136,14 @@ def _vector_ctes() -> tuple[list[str], str]:
     return ctes, ranked
 
 
-def _text_ctes(lexemes: str, avglen: str) -> tuple[list[str], str]:
-    """The full-text ranking over `recent` (BM25, binary term frequency): its CTEs and its ranked
-    rows, the best `%(k)s` messages; `lexemes` the CTE `lex` (each query lexeme's `idf`, order `n`
-    and tsquery), `avglen` the mean lexeme count it normalizes by."""
+def _text_ctes() -> tuple[list[str], str]:
+    """The full-text ranking over `recent` (BM25, binary term frequency, each query lexeme's idf from
+    `df` and `docs`, `_stats_ctes`): its CTEs and its ranked rows, the best `%(k)s` messages."""
+    avglen = "(SELECT greatest(CAST(d.mean_length AS float8), 1.0) FROM docs d)"
     ctes = [
-        lexemes,
+        # `store.rules.recall.bm25_idf` in SQL, in its operations' order (the same float)
+        "lex AS MATERIALIZED (SELECT ln(1.0 + (CAST(d.documents - df.containing AS float8) + 0.5) "
+        "/ (CAST(df.containing AS float8) + 0.5)) AS idf, df.n, df.query FROM df CROSS JOIN docs d)",
         # the rows matching any query lexeme, each with its own words (the full text's weight-A
         # lexemes, `TURN_TSV_SQL`) filtered once
         "hit AS MATERIALIZED (SELECT w.id, w.channel_id, w.position, w.text_key, w.search_tsv, "
@@ -163,37 +165,17 @@ def _text_ctes(lexemes: str, avglen: str) -> tuple[list[str], str]:
     return ctes, ranked
 
 
-def turn_window_sql(*, dim: int, vector: bool, text: bool) -> str:
-    """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) and by
-    full text (`tq`: BM25 with binary term frequency, each query lexeme its idf from
-    `lexemes`/`idfs`, one found only among the turns around a turn weighing `context_weight` of
-    it), each its best `k` messages (the best `2k` rows, each message once: a message stored by
-    both events of a conversation takes one place); rows of turn columns plus `source`, `rank`,
-    `score`, the vector ranking's first, each ranking best first."""
-    # the window keeps each turn's distance, not its vector, and what the ranking reads, all of it
-    # in the context index; a result's columns are read from its row
-    recent = [_WINDOW_TSV_SQL] if text else []
-    if vector:
-        recent.append(_DISTANCE_SQL.format(dim=dim))
-    ctes = [_RECENT_CTE.format(columns="".join(f", {column}" for column in recent))]
-    ranked: list[str] = []
-    if vector:
-        vec_ctes, vec_ranked = _vector_ctes()
-        ctes += vec_ctes
-        ranked.append(vec_ranked)
-    if text:
-        lexemes = (
-            "lex AS MATERIALIZED (SELECT l.idf, l.n, plainto_tsquery('simple', l.lex) AS query "
-            "FROM unnest(CAST(%(lexemes)b AS text[]), CAST(%(idfs)b AS float8[])) "
-            "WITH ORDINALITY AS l(lex, idf, n))"
-        )
-        txt_ctes, txt_ranked = _text_ctes(lexemes, "%(avglen)s")
-        ctes += txt_ctes
-        ranked.append(txt_ranked)
-    ctes.append("ranked AS (" + " UNION ALL ".join(ranked) + ")")
+def turn_vector_sql(*, dim: int) -> str:
+    """Postgres: the context's most recent `window` turns ranked by vector distance (`qv`) alone,
+    its best `k` messages (the best `2k` rows, each message once); rows of turn columns plus
+    `source`, `rank`, `score` — `turn_recall_sql`'s vector ranking, for another query vector."""
+    # the window keeps each turn's distance, not its vector, all of it in the context index; a
+    # result's columns are read from its row
+    vec_ctes, vec_ranked = _vector_ctes()
+    ctes = [_RECENT_CTE.format(columns=f", {_DISTANCE_SQL.format(dim=dim)}"), *vec_ctes]
     return (
-        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score FROM ranked r "
-        "JOIN conversation_turns t ON t.id = r.id ORDER BY r.source DESC, r.rank"
+        "WITH " + ", ".join(ctes) + f" SELECT {_TURN_COLUMNS}, r.source, r.rank, r.score "
+        f"FROM ({vec_ranked}) AS r JOIN conversation_turns t ON t.id = r.id ORDER BY r.rank"
     )
 
 
@@ -201,7 +183,8 @@ def turn_recall_sql(*, dim: int, text: bool) -> str:
     """Postgres: a turn recall in one statement reading the context's window once: the query words'
     document frequencies (among the `%(sample)s` most recent messages of the window's first
     `%(stats_window)s` turns, each message once: `TURN_STATS_SAMPLE`), the window ranked by vector
-    distance and, with `text`, by BM25 with those frequencies' idf (as `turn_window_sql`); rows of
+    distance and, with `text`, by BM25 with those frequencies' idf (binary term frequency, a
+    lexeme found only among the turns around a turn weighing `context_weight`); rows of
     turn columns plus `source`, `rank`, `score` (the vector ranking's first, each best first), then
     one row per query word (`source` 'stats', turn columns NULL) with `word` and `share`, the largest
     fraction of the sample holding one of its lexemes."""
@@ -214,14 +197,7 @@ def turn_recall_sql(*, dim: int, text: bool) -> str:
     ctes += vec_ctes
     ranked = [vec_ranked]
     if text:
-        # `store.rules.recall.bm25_idf` in SQL, in its operations' order (the same float)
-        lexemes = (
-            "lex AS MATERIALIZED (SELECT ln(1.0 + (CAST(d.documents - df.containing AS float8) + 0.5) "
-            "/ (CAST(df.containing AS float8) + 0.5)) AS idf, df.n, df.query FROM df CROSS JOIN docs d)"
-        )
-        txt_ctes, txt_ranked = _text_ctes(
-            lexemes, "(SELECT greatest(CAST(d.mean_length AS float8), 1.0) FROM docs d)"
-        )
+        txt_ctes, txt_ranked = _text_ctes()
         ctes += txt_ctes
         ranked.append(txt_ranked)
     ctes.append(
@@ -265,7 +241,7 @@ class WindowRows:
 
 
 def window_rows(rows: Sequence[Mapping[str, Any]]) -> WindowRows:
-    """`WindowRows` from the rows of `turn_recall_sql` or `turn_window_sql` (no `stats` rows: no
+    """`WindowRows` from the rows of `turn_recall_sql` or `turn_vector_sql` (no `stats` rows: no
     shares)."""
     ranked: dict[str, list[tuple[Turn, float]]] = {}
     share: dict[str, float] = {}

@@ -16,7 +16,7 @@ from store.migrate import migrate
 from store.model import NewTurn
 from store.postgres.dialect import turn_window_includes
 from store.postgres.params import float4_array, register_vector_dumper
-from store.postgres.turns_sql import turn_recall_sql, turn_window_sql
+from store.postgres.turns_sql import turn_recall_sql, turn_vector_sql
 from store.rules.turn_recall import TURN_STATS_SAMPLE, TURN_WINDOW
 from tests.database_role import DATABASE_ROLE
 from tests.store.conftest import DIM, truncate
@@ -85,7 +85,7 @@ async def test_the_recall_reads_the_window_once_from_the_context_index(pg_url: s
         },
     )
     # the vector ranking alone, when the words' shares change the query vector
-    window = plan(pg_url, turn_window_sql(dim=DIM, vector=True, text=False), {**context, "qv": vector})
+    window = plan(pg_url, turn_vector_sql(dim=DIM), {**context, "qv": vector})
     # one read of the window per statement
     assert recall.count("using ix_conversation_turns_context") == 1, recall
     for statement in (recall, window):
