@@ -24,7 +24,7 @@ from store.model import ContextFacts, Memory, OwnerRef, RecallHit, RecallQuery, 
 from store.postgres.connections import PgConnections
 from store.postgres.dialect import websearch_or_query
 from store.postgres.params import float4_array
-from store.postgres.recall_sql import PENDING_CHANGES_SQL, recall_sql, term_stats_sql
+from store.postgres.recall_sql import PENDING_CHANGES_SQL, owned_first_fits, recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
 from store.rules.keys import normalize_key
@@ -108,6 +108,7 @@ class RecallPlan:
     sql: str
     params: dict[str, Any]
     time_window: TimeWindow | None
+    one_plan: bool = False  # its text is planned once per connection (`owned_first` in `recall_sql`)
     when: bool = False  # the query asks "When …?"
     personal: bool = False  # the query speaks for the person (`store.rules.cues.speaks_for_self`)
 
@@ -138,7 +139,7 @@ class PgRecall:
         plan = await self._plan(asked)
         if plan is None:
             return []
-        found = recall_rows(await self._connections.fetch(plan.sql, plan.params))
+        found = recall_rows(await self._connections.fetch(plan.sql, plan.params, one_plan=plan.one_plan))
         if "top" in found.ranks:
             rankings = {source: found.ranking(source) for source in found.ranks}
             return fuse(found.memories.values(), rankings, limit=asked.limit, weights=self._weights)
@@ -165,7 +166,7 @@ class PgRecall:
         plan = await self._plan(asked, **extra, with_pending=True)
         if plan is None:
             return await self._context_only(asked, owners, **extra)
-        found = recall_rows(await self._connections.fetch(plan.sql, plan.params))
+        found = recall_rows(await self._connections.fetch(plan.sql, plan.params, one_plan=plan.one_plan))
         overrides = len(owners) > 1
         relevant = self._relevant(found, found.rows_for(RELEVANCE, overrides=overrides), asked.limit, plan)
         return self._context_of(found, relevant, standing=standing, overrides=overrides)
@@ -274,15 +275,23 @@ class PgRecall:
             params["key_weight"] = float(self._fusion.key_weight)
         branches += [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
         params.update(_context_limits(standing, pinned))
+        # owners the term statistics counted in full, and few: their rows read first, one plan
+        owned_first = stats is not None and owned_first_fits(stats.documents, sample=self._bm25.stats_sample)
         sql = recall_sql(
             owners=owners,
             branches=branches,
             embedding_dim=self._dim,
             value_weighted=value_weighted,
             with_pending=with_pending,
+            owned_first=owned_first,
         )
         return RecallPlan(
-            sql=sql, params=params, time_window=cues.time_window, when=cues.when, personal=cues.personal
+            sql=sql,
+            params=params,
+            time_window=cues.time_window,
+            when=cues.when,
+            personal=cues.personal,
+            one_plan=owned_first,
         )
 
     async def _term_stats(
@@ -292,9 +301,11 @@ class PgRecall:
         words = query_terms(text)
         if not words:
             return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
+        # one plan for every owner: the owner index up to `sample` rows, whatever the owner's size
         rows = await self._connections.fetch(
             term_stats_sql(owners),
             {**params, "words": words, "sample": self._bm25.stats_sample},
+            one_plan=True,
         )
         return term_stats([tuple(row.values()) for row in rows])
 

@@ -255,6 +255,24 @@ def test_recall_sql_casts_to_halfvec_above_2000_dimensions() -> None:
     assert "hits AS (SELECT DISTINCT id FROM ranked)" in sql
 
 
+def test_owners_read_first_are_read_once_and_every_branch_ranks_their_rows() -> None:
+    owners = resolve_scopes(USER, PERSONA)
+    branches = ["vector", "text", "standing", "pinned"]
+    sql = recall_sql(
+        owners=owners, branches=branches, embedding_dim=384, value_weighted=True, owned_first=True
+    )
+    assert (
+        sql.count(owner_sql(owners, "m")) == 1
+        and "owned AS MATERIALIZED (SELECT m.id, m.embedding <=>" in sql
+    )
+    assert sql.count("FROM memories m") == 1 and sql.count("FROM owned m") == 4
+    owned, branches_sql = sql.split("vec AS", 1)
+    # the columns the branches rank by come from `owned`: the value (value-weighted), the key
+    # (standing), and no branch reads the table itself (the HNSW or GIN paths)
+    assert "m.value" in owned and "m.key" in owned and "m.pinned" in owned
+    assert "memories m WHERE" not in branches_sql
+
+
 # -- write policy -----------------------------------------------------------------------------------
 
 
