@@ -28,6 +28,7 @@ from tests.factories import stored_fact, user_fact
 from tests.store.store_testkit import Store
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
+TEAM = uuid.UUID(int=0xC)
 MAX_TOKENS = 404
 
 
@@ -123,3 +124,24 @@ async def test_the_store_reads_the_facts_by_standing_that_may_fit_and_none_beyon
             assert within == read
             beyond = await store.context_facts(asked, standing=100, pinned=True, standing_budget=total - 1)
             assert beyond == replace(read, standing=None), (persona_id, query)
+
+
+async def test_an_override_beyond_the_rows_read_still_counts_at_its_own_weight(store: Store) -> None:
+    """Seven facts, each held by the user and the persona in no team and in the team (long values,
+    certain) and overridden by the persona with the user (short, least certain): the 30 rows the
+    standing branch reads (`candidate_count(10)`) leave out five overrides, yet those are the
+    facts the hint lists, at their own weight."""
+    user, persona = uuid.uuid4(), uuid.uuid4()
+    keys = [f"fact {i}" for i in range(7)]
+    for key in keys:
+        for team in (None, TEAM):
+            for scope, owner, with_user in (("user", user, None), ("persona", persona, None)):
+                long = NewMemory(scope=scope, owner_id=owner, user_id=with_user, key=key, value="v" * 400)
+                await store.writes.upsert(replace(long, team_id=team, confidence=0.9, status="active"))
+        short = NewMemory(scope="persona_user", owner_id=persona, user_id=user, key=key, value="vegan")
+        await store.writes.upsert(replace(short, confidence=0.1, status="active"))
+    asked = RecallQuery(user_id=user, persona_id=persona, team_id=TEAM, text="fact", limit=3)
+    budget = sum(listing_weight(key, "vegan") for key in keys)
+    facts = await store.context_facts(asked, standing=10, pinned=False, standing_budget=budget)
+    assert facts.standing is not None
+    assert sorted(hit.memory.value for hit in facts.standing) == ["vegan"] * 7
