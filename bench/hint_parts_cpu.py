@@ -12,7 +12,7 @@ recall's list, the hint) into a pickle. `replay` times each function on them (pr
 5, µs per call) and, with `--compare`, checks that every output equals the one saved by an earlier
 `replay --save` (a speed-up must not change an answer).
 
-    python bench/hint_parts_cpu.py hints --data-dir D --requests 300
+    python bench/hint_parts_cpu.py hints --data-dir D --requests 300 [--texts T]     # T: the hints' texts
     python bench/hint_parts_cpu.py hints --data-dir D --requests 160 --concurrency 4 \
         --embedder all-MiniLM-L6-v2 [--unbatched]
     python bench/hint_parts_cpu.py capture --data-dir D --requests 100 --out /tmp/parts.pkl
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import pickle
 import sys
@@ -100,8 +101,17 @@ async def capture(data_dir: Path, requests: int) -> dict[str, list[Call]]:
     return dict(calls)
 
 
-async def hints(data_dir: Path, requests: int, concurrency: int, embedder: str, unbatched: bool) -> None:
-    """Process CPU and wall per `hint_in_context`, `concurrency` at a time, distinct queries."""
+# the budgets `hints --texts` writes each hint at: around the default 1,500 and where a context's
+# facts by standing begin to fit
+TEXT_BUDGETS = (300, 700, 1000, 1500, 2000, 3000, 4000, 6000, 9000)
+
+
+async def hints(
+    data_dir: Path, requests: int, concurrency: int, embedder: str, unbatched: bool, texts: Path | None
+) -> None:
+    """Process CPU and wall per `hint_in_context`, `concurrency` at a time, distinct queries;
+    with `texts`, then every timed hint's text at each of `TEXT_BUDGETS` into that file (one JSON
+    string a line), to compare two codes' hints."""
     import uuid
 
     import extraction.embeddings as embeddings
@@ -148,6 +158,14 @@ async def hints(data_dir: Path, requests: int, concurrency: int, embedder: str, 
                     *(hint(b, start + i) for i, b in enumerate(work[start : start + concurrency]))
                 )
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            if texts is not None:
+                with texts.open("w") as out:
+                    for index, body in enumerate(work):
+                        for budget in TEXT_BUDGETS:
+                            text = await hint_in_context(
+                                store, asked(body, index), max_tokens=budget, settings=settings
+                            )
+                            out.write(json.dumps(text) + "\n")
     finally:
         primary.stop()
     print(
@@ -200,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     timed.add_argument("--concurrency", type=int, default=1)
     timed.add_argument("--embedder", default="hashing", help="hashing, or a local model (all-MiniLM-L6-v2)")
     timed.add_argument("--unbatched", action="store_true", help="one model call per query text")
+    timed.add_argument("--texts", type=Path, help="then write each hint's text at several budgets here")
     taking = commands.add_parser("capture", help="record the parts' inputs from real requests")
     taking.add_argument("--data-dir", type=Path, required=True, help="bench/api_load.py's --data-dir")
     taking.add_argument("--requests", type=int, default=100, help="hints, then as many recalls")
@@ -210,7 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     timing.add_argument("--compare", type=Path, help="outputs kept by an earlier --save")
     args = parser.parse_args(argv)
     if args.command == "hints":
-        asyncio.run(hints(args.data_dir, args.requests, args.concurrency, args.embedder, args.unbatched))
+        asyncio.run(
+            hints(args.data_dir, args.requests, args.concurrency, args.embedder, args.unbatched, args.texts)
+        )
         return 0
     if args.command == "capture":
         calls = asyncio.run(capture(args.data_dir, args.requests))

@@ -101,7 +101,9 @@ class Backend(Protocol):
         """The ranked memories of a checked recall (`limit` above 0)."""
         ...
 
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts | None:
+    async def context_facts(
+        self, asked: RecallQuery, *, standing: int, pinned: int, standing_budget: int | None
+    ) -> ContextFacts | None:
         """A hint's facts of the context in one statement (`CoreStore.context_facts`), or None where
         the database has no such statement: the shared store then reads them apart."""
         ...

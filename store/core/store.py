@@ -52,6 +52,7 @@ from store.core.ui_sessions import UiSessions
 from store.core.writes import MemoryWrites
 from store.model import ContextFacts, Memory, MemorySettings, RecallHit, RecallQuery, Retriever
 from store.protocols import Embedder
+from store.rules.hint import listing_weight, may_list_standing
 
 Role = TypeVar("Role", bound=StoreBase)
 
@@ -142,15 +143,24 @@ class CoreStore:
         return await self._backend.recall_memories(asked)
 
     @replica_read
-    async def _facts_in_one(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts | None:
-        return await self._backend.context_facts(asked, standing=standing, pinned=MAX_PINNED if pinned else 0)
+    async def _facts_in_one(
+        self, asked: RecallQuery, *, standing: int, pinned: bool, standing_budget: int | None
+    ) -> ContextFacts | None:
+        return await self._backend.context_facts(
+            asked, standing=standing, pinned=MAX_PINNED if pinned else 0, standing_budget=standing_budget
+        )
 
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: bool) -> ContextFacts:
+    async def context_facts(
+        self, asked: RecallQuery, *, standing: int, pinned: bool, standing_budget: int | None = None
+    ) -> ContextFacts:
         """A hint's facts of the context (`ContextFacts`): the `asked.limit` most relevant to its
-        text, all of them by standing when they are fewer than `standing` (else, and for 0, None)
-        and, with `pinned`, the pinned ones; three reads side by side, then their open proposed
-        changes — or the backend's one statement where it has one (Postgres)."""
-        in_one = await self._facts_in_one(asked, standing=standing, pinned=pinned)
+        text, all of them by standing when they are fewer than `standing` and their listing weights
+        sum to at most `standing_budget` (`store.rules.hint.may_list_standing`; else, and for
+        `standing` 0, None) and, with `pinned`, the pinned ones; three reads side by side, then
+        their open proposed changes — or the backend's one statement where it has one (Postgres)."""
+        in_one = await self._facts_in_one(
+            asked, standing=standing, pinned=pinned, standing_budget=standing_budget
+        )
         if in_one is not None:
             return in_one
 
@@ -169,7 +179,8 @@ class CoreStore:
             if standing <= 0:
                 return None
             hits = await self.recall(asked.user_id, asked.persona_id, "", standing, team_id=asked.team_id)
-            return hits if len(hits) < standing else None
+            weights = (listing_weight(hit.memory.key, hit.memory.value) for hit in hits)
+            return hits if len(hits) < standing and may_list_standing(weights, standing_budget) else None
 
         async def pinned_ones() -> list[Memory]:
             if not pinned:

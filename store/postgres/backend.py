@@ -246,10 +246,14 @@ class PgBackend:
         sql, params = prompt_memories_statement(owners, team_id=team_id, words=words, limit=limit)
         return [memory_from_row(row) for row in await self._connections.fetch(sql, params)]
 
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts:
+    async def context_facts(
+        self, asked: RecallQuery, *, standing: int, pinned: int, standing_budget: int | None
+    ) -> ContextFacts:
         """A hint's facts of the context in the recall's own statement (`PgRecall.context_facts`):
         the standing and pinned facts and the open proposals cost no read of their own."""
-        return await self.recall.context_facts(asked, standing=standing, pinned=pinned)
+        return await self.recall.context_facts(
+            asked, standing=standing, pinned=pinned, standing_budget=standing_budget
+        )
 
     async def pinned_memories(
         self, user_id: uuid.UUID, persona_id: uuid.UUID | None, *, team_id: uuid.UUID | None, limit: int

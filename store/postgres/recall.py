@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from store.core.base import checked_vector, query_vector
@@ -27,6 +28,7 @@ from store.postgres.params import float4_array
 from store.postgres.recall_sql import PENDING_CHANGES_SQL, owned_first_fits, recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
+from store.rules.hint import WHITESPACE
 from store.rules.keys import normalize_key
 from store.rules.recall import (
     Bm25,
@@ -145,41 +147,55 @@ class PgRecall:
             return fuse(found.memories.values(), rankings, limit=asked.limit, weights=self._weights)
         return self._relevant(found, found.memories.values(), asked.limit, plan)
 
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts:
+    async def context_facts(
+        self, asked: RecallQuery, *, standing: int, pinned: int, standing_budget: int | None = None
+    ) -> ContextFacts:
         """The hint's facts (`ContextFacts`) in the statement of the recall: its relevant ones
-        (`asked.limit`), all of them by standing when they are fewer than `standing` (else, and
-        for 0, None; when the statement's count shows they are not, none are sent) and the
+        (`asked.limit`), all of them by standing when they are fewer than `standing` and may fit
+        `standing_budget` (`store.rules.hint.may_list_standing`; else, and for 0, None; when the
+        statement's count or weight shows they do not, none are sent) and the
         `pinned` pinned ones most recently changed first (0: none), each exactly as its own
         statement would rank it. An empty query reads its relevant ones apart."""
         owners = resolve_scopes(asked.user_id, persona_id=asked.persona_id)
-        extra = {"standing": standing, "pinned": pinned}
+        limits = {"standing": standing, "pinned": pinned}
+        context_only = partial(self._context_only, asked, owners, **limits, standing_budget=standing_budget)
         if asked.limit <= 0:
-            return await self._context_only(asked, owners, **extra)
+            return await context_only()
         if is_empty_query(asked.text):
-            relevant, facts = await asyncio.gather(
-                self.recall(asked), self._context_only(asked, owners, **extra)
-            )
+            relevant, facts = await asyncio.gather(self.recall(asked), context_only())
             ids = [hit.memory.id for hit in relevant]
             rows = await self._connections.fetch(PENDING_CHANGES_SQL, {"ids": ids}) if ids else []
             pending = {**facts.pending, **{r.memory_id: r for r in map(revision_from_row, rows)}}
             return replace(facts, relevant=relevant, pending=pending)
-        plan = await self._plan(asked, **extra, with_pending=True)
+        plan = await self._plan(asked, **limits, standing_budget=standing_budget, with_pending=True)
         if plan is None:
-            return await self._context_only(asked, owners, **extra)
+            return await context_only()
         found = recall_rows(await self._connections.fetch(plan.sql, plan.params, one_plan=plan.one_plan))
         overrides = len(owners) > 1
         relevant = self._relevant(found, found.rows_for(RELEVANCE, overrides=overrides), asked.limit, plan)
         return self._context_of(found, relevant, standing=standing, overrides=overrides)
 
     async def _context_only(
-        self, asked: RecallQuery, owners: Sequence[OwnerRef], *, standing: int, pinned: int
+        self,
+        asked: RecallQuery,
+        owners: Sequence[OwnerRef],
+        *,
+        standing: int,
+        pinned: int,
+        standing_budget: int | None,
     ) -> ContextFacts:
         """`context_facts` without relevant ones: the standing and pinned branches alone."""
         branches = [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
         if not branches:
             return ContextFacts(relevant=[], standing=None, pinned=[], pending={})
-        params = {**_owner_params(asked), **_context_limits(standing, pinned)}
-        sql = recall_sql(owners=owners, branches=branches, embedding_dim=self._dim, with_pending=True)
+        params = {**_owner_params(asked), **_context_limits(standing, pinned, standing_budget)}
+        sql = recall_sql(
+            owners=owners,
+            branches=branches,
+            embedding_dim=self._dim,
+            with_pending=True,
+            standing_weighed="standing_budget" in params,
+        )
         found = recall_rows(await self._connections.fetch(sql, params))
         return self._context_of(found, [], standing=standing, overrides=len(owners) > 1)
 
@@ -232,11 +248,17 @@ class PgRecall:
         return settings
 
     async def _plan(
-        self, asked: RecallQuery, *, standing: int = 0, pinned: int = 0, with_pending: bool = False
+        self,
+        asked: RecallQuery,
+        *,
+        standing: int = 0,
+        pinned: int = 0,
+        standing_budget: int | None = None,
+        with_pending: bool = False,
     ) -> RecallPlan | None:
         """The recall SQL, its parameters and the query's time window; None when no branch can run.
-        `standing`, `pinned`: the statement also ranks that many first by standing and pinned ones
-        (`context_facts`; not for an empty query)."""
+        `standing`, `pinned`: the statement also ranks that many first by standing and pinned ones,
+        the first weighed against `standing_budget` (`context_facts`; not for an empty query)."""
         owners = resolve_scopes(asked.user_id, asked.persona_id)
         params: dict[str, Any] = {"k": candidate_count(asked.limit), **_owner_params(asked)}
         if is_empty_query(asked.text):
@@ -274,7 +296,7 @@ class PgRecall:
         if value_weighted:
             params["key_weight"] = float(self._fusion.key_weight)
         branches += [name for name, n in (("standing", standing), ("pinned", pinned)) if n > 0]
-        params.update(_context_limits(standing, pinned))
+        params.update(_context_limits(standing, pinned, standing_budget))
         # owners the term statistics counted in full, and few: their rows read first, one plan
         owned_first = stats is not None and owned_first_fits(stats.documents, sample=self._bm25.stats_sample)
         sql = recall_sql(
@@ -284,6 +306,7 @@ class PgRecall:
             value_weighted=value_weighted,
             with_pending=with_pending,
             owned_first=owned_first,
+            standing_weighed="standing_budget" in params,
         )
         return RecallPlan(
             sql=sql,
@@ -315,11 +338,14 @@ def _owner_params(asked: RecallQuery) -> dict[str, Any]:
     return {"user_id": asked.user_id, "persona_id": asked.persona_id, "team_id": asked.team_id}
 
 
-def _context_limits(standing: int, pinned: int) -> dict[str, int]:
-    """The `top` and `pinned` branches' row limits (`recall_sql`) for the facts asked for."""
-    limits: dict[str, int] = {}
+def _context_limits(standing: int, pinned: int, standing_budget: int | None) -> dict[str, int | str]:
+    """The `standing` and `pinned` branches' parameters (`recall_sql`) for the facts asked for:
+    their row limits, and the standing facts' budget (`standing_weighed`) when there is one."""
+    limits: dict[str, int | str] = {}
     if standing > 0:
         limits.update(k_top=candidate_count(standing), standing=standing)
+        if standing_budget is not None:
+            limits.update(standing_budget=standing_budget, blank=WHITESPACE)
     if pinned > 0:
         limits["k_pinned"] = pinned
     return limits

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from store.core.rows import MEMORY_COLUMNS, REVISION_COLUMNS, columns_sql
 from store.model import OwnerRef
 from store.postgres.dialect import TEXT_SEARCH_CONFIG, hnsw_expression
+from store.rules.hint import LISTED_FACT_EXTRA
 
 _MEMORY_COLUMNS = columns_sql(MEMORY_COLUMNS, "m")
 # the same normalisation as store.rules.recall.normalize_key: lower case, whitespace runs collapsed
@@ -25,6 +26,19 @@ _NORMALIZED_KEY = r"btrim(regexp_replace(lower({t}.key), '\s+', ' ', 'g'))"
 _COARSE_KEY = (
     "CASE WHEN m.key ~ '[^\\x01-\\x7f]' THEN '' ELSE regexp_replace(lower(m.key), '[^a-z0-9]+', '', 'g') END"
 )
+
+# `store.rules.hint.listing_weight` of a row without its constant part: its key's and value's
+# characters that are not whitespace (`%(blank)s`: `WHITESPACE`, as a parameter so that the
+# statement's text stays ASCII)
+STANDING_WEIGHT_SQL = "length(translate(m.key, %(blank)s, '')) + length(translate(m.value, %(blank)s, ''))"
+# per coarse key (at least one fact each, `_COARSE_KEY`) the least listing weight of its rows: their
+# sum bounds the facts' from below. It binds only when `std` holds every row of the context (fewer
+# than `%(k_top)s`): then a persona's override of one of its keys is among them too
+_STANDING_GROUPS = (
+    f"(SELECT count(*) AS n, sum(c.rows) AS rows, sum(c.least) AS weight FROM (SELECT count(*) AS rows, "
+    f"min(weight) + {LISTED_FACT_EXTRA} AS least FROM std GROUP BY coarse) c) g"
+)
+_STANDING_LISTED = "(g.n < %(standing)s AND (g.rows >= %(k_top)s OR g.weight <= %(standing_budget)s))"
 
 
 # the most active rows owners may hold for `recall_sql(owned_first=True)`: its execution grows with
@@ -95,6 +109,7 @@ def recall_sql(
     value_weighted: bool = False,
     with_pending: bool = False,
     owned_first: bool = False,
+    standing_weighed: bool = False,
 ) -> str:
     """The single recall statement for the given branches (`vector` and `text`: the query's
     `%(k)s` best each; `top`: the `%(k_top)s` first by standing; `standing`: the same for a hint
@@ -106,6 +121,9 @@ def recall_sql(
     query time, for the rows that match). Returns rows of memory columns plus `source` and `rank`
     (NULL for override-only rows): one row per branch that ranked the memory. `with_pending`: and
     the memory's open proposal (a memory has at most one), its columns named `pending_…`.
+    `standing_weighed`: the `standing` branch also returns only the first, as `more`, when the
+    rows it read are all of the context's (fewer than `%(k_top)s`) and their listing weight
+    exceeds `%(standing_budget)s` (`STANDING_WEIGHT_SQL`, `%(blank)s`).
 
     `owned_first`: the owners' active rows are read once, by the owner index, into a materialised
     CTE the branches rank (`owned_first_sql`): no plan of this text can use the HNSW or GIN index,
@@ -166,17 +184,22 @@ def recall_sql(
         )
     if "standing" in branches:
         # `top`'s rows for a hint, which lists them only when they are fewer than `%(standing)s`
-        # facts: when they certainly are not, only the first is returned, as `more`
+        # facts (and, weighed, fit its budget): when they certainly are not, only the first is
+        # returned, as `more`
+        weight, listed = "", "g.n < %(standing)s"
+        if standing_weighed:
+            weight, listed = f", {STANDING_WEIGHT_SQL} AS weight", _STANDING_LISTED
         ctes.append(
-            f"std AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at, {_COARSE_KEY} AS coarse "
+            f"std AS MATERIALIZED (SELECT m.id, m.confidence, m.updated_at, {_COARSE_KEY} AS coarse{weight} "
             f"FROM {source} WHERE {where} "
             "ORDER BY m.confidence DESC, m.updated_at DESC, m.id LIMIT %(k_top)s)"
         )
+        groups = _STANDING_GROUPS if standing_weighed else "(SELECT count(DISTINCT coarse) AS n FROM std) g"
         ranked.append(
-            "SELECT s.id, CASE WHEN g.n < %(standing)s THEN 'top' ELSE 'more' END AS source, s.rank, "
+            f"SELECT s.id, CASE WHEN {listed} THEN 'top' ELSE 'more' END AS source, s.rank, "
             "s.confidence AS score FROM (SELECT id, confidence, row_number() OVER "
             "(ORDER BY confidence DESC, updated_at DESC, id) AS rank FROM std) s, "
-            "(SELECT count(DISTINCT coarse) AS n FROM std) g WHERE g.n < %(standing)s OR s.rank = 1"
+            f"{groups} WHERE {listed} OR s.rank = 1"
         )
     if "pinned" in branches:
         ctes.append(
@@ -239,12 +262,12 @@ def owned_first_sql(branches: Sequence[str], *, where: str, distance: str, value
         columns.append(f"{distance} AS distance")  # NULL without an embedding
     if "text" in branches:
         columns.append("m.search_tsv")
-        if value_weighted:
-            columns.append("m.value")
     if "top" in branches or "standing" in branches or "pinned" in branches:
         columns += ["m.confidence", "m.updated_at"]
     if "standing" in branches:
-        columns.append("m.key")
+        columns.append("m.key")  # its value too: the standing branch may weigh its rows
+    if ("text" in branches and value_weighted) or "standing" in branches:
+        columns.append("m.value")
     if "pinned" in branches:
         columns.append("m.pinned")
     return f"owned AS MATERIALIZED (SELECT {', '.join(columns)} FROM memories m WHERE {where})"

@@ -12,7 +12,7 @@ from datetime import datetime
 from store.model import SCOPE_PRIORITY, Memory, RecallHit, RecallItem, Revision, Turn
 from store.rules.evidence import evidence_lines
 from store.rules.novelty import new_turn_indexes, unquoted_indexes
-from store.rules.tokens import TokenCounter, count_tokens
+from store.rules.tokens import ESTIMATE, TokenCounter, count_tokens, estimate_tokens
 
 DEFAULT_MAX_CHARS = 6000
 
@@ -346,7 +346,7 @@ def _planned(
     for item in [*pinned, *relevant, *_by_standing(every or ())]:
         if item.memory is not None and item.memory.id not in chosen:
             chosen[item.memory.id] = item
-    share = int(budget * (1 - HINT_TURN_SHARE))
+    share = facts_share(budget)
     if every is not None:
         complete = list(chosen.values())
         # lines are made only until their sum passes the share: with a crowd of facts, the test
@@ -385,6 +385,47 @@ def _planned(
             kept.append((item, True))
             used += cost
     return kept
+
+
+def facts_share(budget: int) -> int:
+    """The tokens of a facts' `budget` that facts not about the message may fill (`plan_facts`):
+    all but the turns' share (`HINT_TURN_SHARE`)."""
+    return int(budget * (1 - HINT_TURN_SHARE))
+
+
+# the characters `str.split` (so `_one_line`) takes for whitespace; a fact's line keeps its key's
+# and value's other characters, each at least one UTF-8 byte
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+# a fact's listing weight beyond its key's and value's characters that are not whitespace: its
+# line's `- ` and `: ` (4 bytes) and its newline's token (4 quarter tokens, `_line_cost`)
+LISTED_FACT_EXTRA = 8
+
+
+def listing_weight(key: str, value: str) -> int:
+    """At most 4 × the tokens the line of a fact with this key and value costs the hint, in full
+    or brief, under the estimate counter (`estimate_tokens`): a line of b bytes costs
+    (b + 3) // 4 + 1 ≥ (b + 4) / 4 tokens, and b ≥ 4 + the key's and value's characters that are
+    not whitespace."""
+    return len("".join(key.split())) + len("".join(value.split())) + LISTED_FACT_EXTRA
+
+
+def standing_budget(max_tokens: int, *, counter: str) -> int | None:
+    """The listing weight (`listing_weight`, summed over the context's facts by standing) above
+    which a hint of `max_tokens` lists none of them in full or brief (`plan_facts` then shows the
+    relevant ones alone, as without them); None for a counter other than the estimate (`ESTIMATE`):
+    a cl100k token may span many characters, so characters bound its count from below by little."""
+    if counter != ESTIMATE:
+        return None
+    return 4 * facts_share(max_tokens - estimate_tokens(KNOWN_HEADER))
+
+
+def may_list_standing(weights: Iterable[int], budget: int | None) -> bool:
+    """Whether facts by standing of these listing weights (`listing_weight`) may be listed in a
+    hint of the standing `budget` (`standing_budget`; None: no bound, they may)."""
+    return budget is None or sum(weights) <= budget
 
 
 def choose_facts(

@@ -179,7 +179,9 @@ def candidate_features(
             normalised = _normalise(scores, min_max=False)
         ranked = sorted(normalised, key=lambda mid: (-normalised[mid], mid))
         for rank, memory_id in enumerate(ranked, start=1):
-            entry = features.setdefault(memory_id, dict.fromkeys(FEATURES, 0.0))
+            entry = features.get(memory_id)
+            if entry is None:  # not `setdefault`: it would make a dict for every candidate
+                entry = features[memory_id] = dict.fromkeys(FEATURES, 0.0)
             entry[name] = normalised[memory_id]
             entry[f"{name}_rank"] = 1.0 / rank
             if name == "vector":

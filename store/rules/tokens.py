@@ -29,9 +29,17 @@ def count_tokens(text: str) -> int:
     encode = _tiktoken_encode()
     if encode is not None:
         return len(encode(text))
+    return estimate_tokens(text)
+
+
+def estimate_tokens(text: str) -> int:
+    """The estimate `count_tokens` falls back to: UTF-8 bytes / 4, rounded up."""
     return (len(text.encode("utf-8")) + 3) // 4
 
 
+ESTIMATE = "utf8_bytes_div_4"
+
+
 def counter_name() -> str:
-    """Which counter `count_tokens` is: `cl100k` (exact) or `utf8_bytes_div_4` (the estimate)."""
-    return "cl100k" if _tiktoken_encode() is not None else "utf8_bytes_div_4"
+    """Which counter `count_tokens` is: `cl100k` (exact) or `utf8_bytes_div_4` (`ESTIMATE`)."""
+    return "cl100k" if _tiktoken_encode() is not None else ESTIMATE

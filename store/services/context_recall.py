@@ -24,7 +24,8 @@ from store.model import (
     Revision,
     TurnHit,
 )
-from store.rules.hint import build_hint
+from store.rules.hint import build_hint, standing_budget
+from store.rules.tokens import counter_name
 from store.rules.turn_recall import facts_then_turns
 from store.services.settings_cache import SettingsCache
 
@@ -90,10 +91,12 @@ async def _found(
     settings: SettingsCache | None,
     *,
     every_limit: int = 0,
+    every_budget: int | None = None,
     with_pinned: bool = False,
 ) -> _Found | None:
     """The reads of one recall, side by side; None when memory is disabled in the context.
-    `every_limit`: also read up to this many of the context's facts by standing; `with_pinned`:
+    `every_limit`: also read up to this many of the context's facts by standing, none when their
+    listing weight exceeds `every_budget` (`store.rules.hint.standing_budget`); `with_pinned`:
     also its pinned facts."""
     key = (asked.team_id, asked.persona_id)
     load = partial(store.settings.settings_for, *key)
@@ -116,7 +119,9 @@ async def _found(
             limit=max(asked.limit, 0),
             retriever=asked.retriever,
         )
-        return await store.context_facts(recalled, standing=every_limit, pinned=with_pinned)
+        return await store.context_facts(
+            recalled, standing=every_limit, pinned=with_pinned, standing_budget=every_budget
+        )
 
     async def turns() -> list[TurnHit]:
         if "turns" not in asked.include or not policy.history or asked.turn_limit <= 0:
@@ -170,7 +175,12 @@ async def hint_in_context(
     else the `limit` most relevant that fit; then the new turns (`turn_limit`) in what is left.
     "" when memory is disabled in the context or nothing is known."""
     every_limit = max(1, max_tokens // TOKENS_PER_LISTED_FACT)
-    found = await _found(store, asked, settings, every_limit=every_limit, with_pinned=True)
+    # facts by standing too long to be listed are not read (with the estimate counter, the one
+    # `build_hint` uses by default here, when tiktoken is not installed)
+    every_budget = standing_budget(max_tokens, counter=counter_name())
+    found = await _found(
+        store, asked, settings, every_limit=every_limit, every_budget=every_budget, with_pinned=True
+    )
     if found is None:
         return ""
     items = _listed(found, asked)

@@ -212,7 +212,9 @@ class SqliteBackend:
         async with translating_errors(), self._engine.connect() as conn:
             yield conn
 
-    async def context_facts(self, asked: RecallQuery, *, standing: int, pinned: int) -> ContextFacts | None:
+    async def context_facts(
+        self, asked: RecallQuery, *, standing: int, pinned: int, standing_budget: int | None
+    ) -> ContextFacts | None:
         """None: the shared store reads a hint's facts apart (SQLite has no round trips to save)."""
         return None
 
