@@ -363,7 +363,8 @@ def prompt_memories_statement(
     owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None, words: Sequence[str], limit: int
 ) -> tuple[str, dict[str, Any]]:
     """The full-text matches of `words` first (by rank) among each owner's `PROMPT_WINDOW` most
-    recent active or pending memories in the team context, then the most recent: at most `limit`."""
+    recent active or pending memories in the team context, then the most recent: at most `limit`.
+    One plan whatever the owner (each window an owner-index scan): fit for a generic plan."""
     parts: list[str] = []
     params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
     for i, owner in enumerate(owners):
@@ -380,7 +381,8 @@ def prompt_memories_statement(
     params["team"] = team_id
     sql = (
         "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
-        f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
+        # parsed once: a generic plan would otherwise parse the query again for every row
+        f"q AS MATERIALIZED (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
         f"SELECT {columns_sql(MEMORY_COLUMNS, 'r')} FROM recent r, q "
         "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
         "r.updated_at DESC LIMIT %(limit)s"
