@@ -19,11 +19,13 @@ explicit BEGIN ... COMMIT on an autocommit connection:
    fails the insert; the transaction is rolled back and the write runs again, its locks now
    finding that row.
 
-Statements are planned once per connection (generic plans, `plan_cache_mode` for the transaction)
-except the two whose plan depends on an owner's size: the HNSW read of a large owner and the exact
-ranking of small ones. The rest (a large owner's recent windows, in owner-index order, the key
-lookups, the locks, the inserts) has one plan whatever the owner: planning them for every event
-cost more than running them (bench/README.md, "The store's part of an event").
+The read under the locks of a large owner (its recent windows in owner-index order, the key
+lookups) is planned once per connection (a generic plan: `plan_cache_mode` for that statement):
+its plan is the same whatever the owner, and planning it for every event cost about as much as
+running it. Not the reads whose plan an owner's size decides (its HNSW read, a small owner's exact
+ranking), nor the lock of open revisions, whose generic plan reads every pending revision; the rest
+of the transaction runs with `auto`, which keeps the inserts' generic plans (bench/README.md, "The
+store's part of an event").
 
 Writes without dedup, or with an explicit status, take the shared path of `store.core.writes`.
 
@@ -60,21 +62,20 @@ from store.errors import StoreConflict
 from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
 from store.postgres import neighbours_sql
 from store.postgres.connections import (
-    CUSTOM_PLAN_SQL,
+    AUTO_PLAN_SQL,
     GENERIC_PLAN_SQL,
     SCOPE_SQL,
     PgConnections,
     scope_params,
 )
 from store.postgres.neighbours_sql import (
-    OwnerKey,
     OwnerSizes,
     neighbours_from_rows,
     neighbours_statement,
     owner_count_statement,
     owner_key,
 )
-from store.postgres.params import Float4Array, float4_array
+from store.postgres.params import float4_array
 from store.postgres.turns_sql import turns_insert_statement
 from store.postgres.write_sql import (
     LOCK_BY_KEYS_SQL,
@@ -194,14 +195,8 @@ class PgEventWriter:
                 await early.execute((early_sql), early_params)
             claim = await driver.execute((claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
-            # every statement from here on keeps one plan whatever its values (a generic plan,
-            # planned once per connection): all but the reads whose plan an owner's size decides,
-            # the HNSW read and the small owners' exact ranking ("whole"), which run before
-            if early_sql:
-                await driver.execute(GENERIC_PLAN_SQL)
-            await near.execute((near_sql), near_params)
-            if not early_sql:
-                await driver.execute(GENERIC_PLAN_SQL)
+            # a large owner's windows and key reads have one plan whatever the owner
+            await _send_read(driver, near, near_sql, near_params, one_plan=bool(early_sql))
             if missing:
                 count_sql, count_params = owner_count_statement(missing)
                 counts = await driver.execute((count_sql), count_params)
@@ -227,7 +222,11 @@ class PgEventWriter:
             return EventWrite(duplicate=True, earlier_body_sha256=earlier_hash)
         if any(size > neighbours_sql.EXACT_OWNER_ROWS for size in counted.values()):
             # an owner new to the size cache is large: read everything again, under the locks
-            near_rows = await self._read_again(driver, batch, vectors, sizes | counted)
+            near_sql, near_params = neighbours_statement(
+                batch.memories, vectors, batch.neighbours, sizes | counted, dim=dim
+            )
+            await near.execute((near_sql), near_params)
+            near_rows = await near.fetchall()
 
         rows = list(batch.memories)
         results, stored_key = apply_dedup(rows, neighbours_from_rows(near_rows, len(rows)), dedup)
@@ -259,26 +258,6 @@ class PgEventWriter:
                 return None
             locked = next_locked
         return EventWrite(duplicate=False, results=tuple(results[i] for i in range(len(rows))))
-
-    async def _read_again(
-        self,
-        driver: DriverConnection[Any],
-        batch: EventBatch,
-        vectors: Sequence[Float4Array],
-        sizes: Mapping[OwnerKey, int],
-    ) -> list[dict[str, Any]]:
-        """The whole near-duplicate read of the batch for these owner sizes, in the open
-        transaction, planned for its values (a large owner's HNSW scan is no generic plan's
-        choice): one round trip."""
-        sql, params = neighbours_statement(
-            batch.memories, vectors, batch.neighbours, sizes, dim=self._schema.embedding_dim
-        )
-        near = driver.cursor(row_factory=dict_row)
-        async with self._connections.round_trip(driver):
-            await driver.execute(CUSTOM_PLAN_SQL)
-            await near.execute(sql, params)
-            await driver.execute(GENERIC_PLAN_SQL)
-            return await near.fetchall()
 
     async def _write_round(
         self,
@@ -422,6 +401,23 @@ def locked_rows(
         {key_identity(memory): memory for memory in map(memory_from_row, stored_rows)},
         {revision.memory_id: revision for revision in map(revision_from_row, revision_rows)},
     )
+
+
+async def _send_read(
+    driver: DriverConnection[Any],
+    cursor: AsyncCursor[dict[str, Any]],
+    sql: str,
+    params: Mapping[str, Any],
+    *,
+    one_plan: bool,
+) -> None:
+    """Send (in the open pipeline) a read on `cursor`; `one_plan`: planned once per connection (a
+    generic plan), the transaction's later statements back to `auto`."""
+    if one_plan:
+        await driver.execute(GENERIC_PLAN_SQL)
+    await cursor.execute(sql, params)
+    if one_plan:
+        await driver.execute(AUTO_PLAN_SQL)
 
 
 async def _send_key_locks(

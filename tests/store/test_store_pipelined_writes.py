@@ -18,7 +18,7 @@ from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
 from store.postgres import neighbours_sql as neighbours
-from store.postgres.connections import CUSTOM_PLAN_SQL, GENERIC_PLAN_SQL, SCOPE_SQL
+from store.postgres.connections import AUTO_PLAN_SQL, GENERIC_PLAN_SQL, SCOPE_SQL
 from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
@@ -199,11 +199,8 @@ async def test_an_owner_of_unknown_size_is_counted_in_the_same_round_trip_and_re
     # the owner's count goes in the round trip of the read; a large owner is then read again, alone
     assert any(s.sql.startswith("SELECT 0 AS idx") for s in first.sent)
     assert first.round_trips == 2 + (1 if large else 0)
-    # the read whose shape an owner's size picks is planned for its values, before and again
-    reads = [n for n, s in enumerate(first.sent) if "similarity" in s.sql]
-    modes = planned_generic([s.sql for s in first.sent])
-    assert [modes[n] for n in reads] == [False] * (2 if large else 1)
-    assert all(generic for n, generic in modes.items() if n > reads[0] and n not in reads)
+    # an owner of unknown size is read in the shape of small ones: planned for its values
+    assert not any(planned_generic([s.sql for s in first.sent]).values())
     # and remembered: the next event of the owner counts nothing and is read in its shape at once
     assert not any("owner_size" in s.sql or s.sql.startswith("SELECT 0 AS idx") for s in later.sent)
     assert later.round_trips == 2
@@ -302,11 +299,10 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     assert sent[:3] == ["BEGIN", SCOPE_SQL, event_write.DEDUP_EF_SEARCH]
     assert "m.status = 'active'" in sent[3] and "pending_window" not in sent[3]
     assert sent[4].startswith("WITH claim") and "pending_window" in sent[6]
-    # the HNSW read planned for its values (the owner's size picks HNSW); the windows, key reads
-    # and writes after it in one plan per connection
+    # the read under the locks planned once per connection, nothing else (the HNSW read's plan is
+    # its values', the open revisions' lock reads every pending revision in a generic plan)
     modes = planned_generic(sent)
-    assert modes[3] is False and modes[6] is True
-    assert all(generic for n, generic in modes.items() if n > 3)
+    assert [n for n, generic in modes.items() if generic] == [6]
 
 
 def planned_generic(sent: list[str]) -> dict[int, bool]:
@@ -315,7 +311,7 @@ def planned_generic(sent: list[str]) -> dict[int, bool]:
     generic = False
     modes: dict[int, bool] = {}
     for n, sql in enumerate(sent):
-        if sql in (GENERIC_PLAN_SQL, CUSTOM_PLAN_SQL):
+        if sql in (GENERIC_PLAN_SQL, AUTO_PLAN_SQL):
             generic = sql == GENERIC_PLAN_SQL
         elif sql not in ("BEGIN", "COMMIT", SCOPE_SQL, event_write.DEDUP_EF_SEARCH) and not sql.startswith(
             "WITH claim"
@@ -399,8 +395,7 @@ async def test_an_event_over_stored_keys_costs_two_round_trips_and_nothing_throu
     assert traffic.round_trips == 2
     assert traffic.through_sqlalchemy == []
     assert all(s.pipelined for s in traffic.sent)
-    # BEGIN, the team scope, the plan mode, the reads and writes, COMMIT
-    assert len(traffic.sent) == 12
+    assert len(traffic.sent) == 11  # BEGIN, the team scope, the reads and writes, COMMIT
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
