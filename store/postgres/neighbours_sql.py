@@ -183,8 +183,12 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     hnsw = hnsw_expression(dim)
     halfvec = hnsw is not None and hnsw[0] != "embedding"
 
-    def distance(i: int) -> str:
+    def distance(i: int, *, cast_once: bool = False) -> str:
         query_vector = f"CAST(CAST(%(v{i})s AS real[]) AS vector({dim}))"
+        if cast_once:
+            # a sub-select (an InitPlan): in a generic plan, a cast of the parameter would run
+            # again for every row ranked
+            query_vector = f"(SELECT {query_vector})"
         if halfvec:
             return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
         return f"m.embedding <=> {query_vector}"
@@ -222,14 +226,15 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
         first = members[0]
         if len(members) == 1:
             window = window_rows(first, memories[first], condition, _WINDOW_COLUMNS)
+            ranked = distance(first, cast_once=True)
             parts.append(
-                f"({select(first, f'1 - ({distance(first)})')} FROM ({window}) m "
-                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(first)}) + 0 LIMIT %(k)s)"
+                f"({select(first, f'1 - ({ranked})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({ranked}) + 0 LIMIT %(k)s)"
             )
             return
         group = f"g{len(ctes)}"
         window = window_rows(first, memories[first], condition, "w.id, w.embedding")
-        distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+        distances = ", ".join(f"{distance(i, cast_once=True)} AS d{i}" for i in members)
         ctes.append(
             f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM ({window}) m "
             "WHERE m.embedding IS NOT NULL)"
