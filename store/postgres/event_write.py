@@ -21,11 +21,10 @@ explicit BEGIN ... COMMIT on an autocommit connection:
 
 The read under the locks of a large owner (its recent windows in owner-index order, the key
 lookups) is planned once per connection (a generic plan: `plan_cache_mode` for that statement):
-its plan is the same whatever the owner, and planning it for every event cost about as much as
-running it. Not the reads whose plan an owner's size decides (its HNSW read, a small owner's exact
-ranking), nor the lock of open revisions, whose generic plan reads every pending revision; the rest
-of the transaction runs with `auto`, which keeps the inserts' generic plans (bench/README.md, "The
-store's part of an event").
+its plan is the same whatever the owner, and planning it for every event cost more than running
+it. Not the reads whose plan an owner's size decides (its HNSW read, a small owner's exact
+ranking); the rest of the transaction runs with `auto`, as before (bench/README.md, "The store's
+part of an event").
 
 Writes without dedup, or with an explicit status, take the shared path of `store.core.writes`.
 

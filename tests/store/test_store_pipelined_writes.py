@@ -299,8 +299,8 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     assert sent[:3] == ["BEGIN", SCOPE_SQL, event_write.DEDUP_EF_SEARCH]
     assert "m.status = 'active'" in sent[3] and "pending_window" not in sent[3]
     assert sent[4].startswith("WITH claim") and "pending_window" in sent[6]
-    # the read under the locks planned once per connection, nothing else (the HNSW read's plan is
-    # its values', the open revisions' lock reads every pending revision in a generic plan)
+    # the read under the locks planned once per connection; the HNSW read's plan stays its
+    # values' (the owner's size picks HNSW), and the rest is left to `auto`
     modes = planned_generic(sent)
     assert [n for n, generic in modes.items() if generic] == [6]
 
