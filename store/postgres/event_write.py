@@ -23,8 +23,8 @@ The read under the locks of a large owner (its recent windows in owner-index ord
 lookups) is planned once per connection (a generic plan: `plan_cache_mode` for that statement):
 its plan is the same whatever the owner, and planning it for every event cost more than running
 it. Not the reads whose plan an owner's size decides (its HNSW read, a small owner's exact
-ranking); the rest of the transaction runs with `auto`, as before (bench/README.md, "The store's
-part of an event").
+ranking), nor the lock of open revisions, whose generic plan reads every pending revision; the
+rest runs with `auto`, as before (bench/README.md, "The store's part of an event").
 
 Writes without dedup, or with an explicit status, take the shared path of `store.core.writes`.
 
@@ -62,6 +62,7 @@ from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revis
 from store.postgres import neighbours_sql
 from store.postgres.connections import (
     AUTO_PLAN_SQL,
+    CUSTOM_PLAN_SQL,
     GENERIC_PLAN_SQL,
     SCOPE_SQL,
     PgConnections,
@@ -428,7 +429,11 @@ async def _send_key_locks(
     stored = driver.cursor(row_factory=dict_row)
     await stored.execute((LOCK_BY_KEYS_SQL), keys)
     revisions = driver.cursor(row_factory=dict_row)
+    # planned for its values: the generic plan `auto` settles on after a few hundred events joins
+    # every pending revision of the database (a hash join), not the few of these keys
+    await driver.execute(CUSTOM_PLAN_SQL)
     await revisions.execute((LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+    await driver.execute(AUTO_PLAN_SQL)
     return stored, revisions
 
 

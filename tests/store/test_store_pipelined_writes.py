@@ -18,10 +18,11 @@ from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
 from store.postgres import neighbours_sql as neighbours
-from store.postgres.connections import AUTO_PLAN_SQL, GENERIC_PLAN_SQL, SCOPE_SQL
+from store.postgres.connections import AUTO_PLAN_SQL, CUSTOM_PLAN_SQL, GENERIC_PLAN_SQL, SCOPE_SQL
 from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
+from store.postgres.write_sql import LOCK_OPEN_REVISIONS_BY_KEYS_SQL
 from tests.store.conftest import truncate
 from tests.store.store_testkit import fact, postgres_store, recorded, reopened
 
@@ -311,7 +312,7 @@ def planned_generic(sent: list[str]) -> dict[int, bool]:
     generic = False
     modes: dict[int, bool] = {}
     for n, sql in enumerate(sent):
-        if sql in (GENERIC_PLAN_SQL, AUTO_PLAN_SQL):
+        if sql in (GENERIC_PLAN_SQL, AUTO_PLAN_SQL, CUSTOM_PLAN_SQL):
             generic = sql == GENERIC_PLAN_SQL
         elif sql not in ("BEGIN", "COMMIT", SCOPE_SQL, event_write.DEDUP_EF_SEARCH) and not sql.startswith(
             "WITH claim"
@@ -395,7 +396,10 @@ async def test_an_event_over_stored_keys_costs_two_round_trips_and_nothing_throu
     assert traffic.round_trips == 2
     assert traffic.through_sqlalchemy == []
     assert all(s.pipelined for s in traffic.sent)
-    assert len(traffic.sent) == 11  # BEGIN, the team scope, the reads and writes, COMMIT
+    # BEGIN, the team scope, the reads and writes, the revisions' lock in a plan of its values, COMMIT
+    assert len(traffic.sent) == 13
+    revisions_lock = [n for n, s in enumerate(traffic.sent) if s.sql == LOCK_OPEN_REVISIONS_BY_KEYS_SQL]
+    assert revisions_lock and all(traffic.sent[n - 1].sql == CUSTOM_PLAN_SQL for n in revisions_lock)
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
