@@ -244,7 +244,8 @@ class PgBackend:
         """The full-text matches first among each owner's most recent memories, then the most
         recent (`prompt_memories_statement`), on the driver: the worker reads these for every event."""
         sql, params = prompt_memories_statement(owners, team_id=team_id, words=words, limit=limit)
-        return [memory_from_row(row) for row in await self._connections.fetch(sql, params)]
+        rows = await self._connections.fetch(sql, params, one_plan=True)
+        return [memory_from_row(row) for row in rows]
 
     async def context_facts(
         self, asked: RecallQuery, *, standing: int, pinned: int, standing_budget: int | None

@@ -46,6 +46,11 @@ SCOPE_SQL = "SELECT set_config('pmem.teams', %(pmem_teams)s, true)"
 # a statement whose plan no parameter changes keeps one plan (the connections' own setting plans
 # each execution anew: `RecallTuning.plan_cache_mode`); for one transaction
 GENERIC_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+# each execution planned for its values (for one transaction)
+CUSTOM_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
+# Postgres's own choice between the two (for one transaction): a custom plan for a statement whose
+# generic plan it judges costlier, such as one that joins a few keys given as arrays
+AUTO_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'auto', true)"
 
 
 # whether no table of the database has row-level security in force for the session's role: then

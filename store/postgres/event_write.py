@@ -19,6 +19,13 @@ explicit BEGIN ... COMMIT on an autocommit connection:
    fails the insert; the transaction is rolled back and the write runs again, its locks now
    finding that row.
 
+The read under the locks of a large owner (its recent windows in owner-index order, the key
+lookups) is planned once per connection (a generic plan: `plan_cache_mode` for that statement):
+its plan is the same whatever the owner, and planning it for every event cost more than running
+it. Not the reads whose plan an owner's size decides (its HNSW read, a small owner's exact
+ranking), nor the lock of open revisions, whose generic plan reads every pending revision; the
+rest runs with `auto`, as before (bench/README.md, "The store's part of an event").
+
 Writes without dedup, or with an explicit status, take the shared path of `store.core.writes`.
 
 A typical event costs two round trips instead of five, and skips SQLAlchemy's statement and row
@@ -53,7 +60,14 @@ from store.core.writes import (
 from store.errors import StoreConflict
 from store.model import DedupRule, EventWrite, Memory, NewMemory, NewTurn, Revision, UpsertResult
 from store.postgres import neighbours_sql
-from store.postgres.connections import SCOPE_SQL, PgConnections, scope_params
+from store.postgres.connections import (
+    AUTO_PLAN_SQL,
+    CUSTOM_PLAN_SQL,
+    GENERIC_PLAN_SQL,
+    SCOPE_SQL,
+    PgConnections,
+    scope_params,
+)
 from store.postgres.neighbours_sql import (
     OwnerSizes,
     neighbours_from_rows,
@@ -181,7 +195,8 @@ class PgEventWriter:
                 await early.execute((early_sql), early_params)
             claim = await driver.execute((claim_sql), claim_params)
             near = driver.cursor(row_factory=dict_row)
-            await near.execute((near_sql), near_params)
+            # a large owner's windows and key reads have one plan whatever the owner
+            await _send_read(driver, near, near_sql, near_params, one_plan=bool(early_sql))
             if missing:
                 count_sql, count_params = owner_count_statement(missing)
                 counts = await driver.execute((count_sql), count_params)
@@ -388,6 +403,23 @@ def locked_rows(
     )
 
 
+async def _send_read(
+    driver: DriverConnection[Any],
+    cursor: AsyncCursor[dict[str, Any]],
+    sql: str,
+    params: Mapping[str, Any],
+    *,
+    one_plan: bool,
+) -> None:
+    """Send (in the open pipeline) a read on `cursor`; `one_plan`: planned once per connection (a
+    generic plan), the transaction's later statements back to `auto`."""
+    if one_plan:
+        await driver.execute(GENERIC_PLAN_SQL)
+    await cursor.execute(sql, params)
+    if one_plan:
+        await driver.execute(AUTO_PLAN_SQL)
+
+
 async def _send_key_locks(
     driver: DriverConnection[Any], identities: Sequence[tuple[Any, ...]]
 ) -> tuple[AsyncCursor[dict[str, Any]], AsyncCursor[dict[str, Any]]]:
@@ -397,7 +429,11 @@ async def _send_key_locks(
     stored = driver.cursor(row_factory=dict_row)
     await stored.execute((LOCK_BY_KEYS_SQL), keys)
     revisions = driver.cursor(row_factory=dict_row)
+    # planned for its values: the generic plan `auto` settles on after a few hundred events joins
+    # every pending revision of the database (a hash join), not the few of these keys
+    await driver.execute(CUSTOM_PLAN_SQL)
     await revisions.execute((LOCK_OPEN_REVISIONS_BY_KEYS_SQL), keys)
+    await driver.execute(AUTO_PLAN_SQL)
     return stored, revisions
 
 

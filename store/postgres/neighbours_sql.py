@@ -183,8 +183,12 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
     hnsw = hnsw_expression(dim)
     halfvec = hnsw is not None and hnsw[0] != "embedding"
 
-    def distance(i: int) -> str:
+    def distance(i: int, *, cast_once: bool = False) -> str:
         query_vector = f"CAST(CAST(%(v{i})s AS real[]) AS vector({dim}))"
+        if cast_once:
+            # a sub-select (an InitPlan): in a generic plan, a cast of the parameter would run
+            # again for every row ranked
+            query_vector = f"(SELECT {query_vector})"
         if halfvec:
             return f"CAST(m.embedding AS halfvec({dim})) <=> CAST({query_vector} AS halfvec({dim}))"
         return f"m.embedding <=> {query_vector}"
@@ -222,14 +226,15 @@ def neighbours_statement(  # noqa: PLR0915 - one SQL statement built clause by c
         first = members[0]
         if len(members) == 1:
             window = window_rows(first, memories[first], condition, _WINDOW_COLUMNS)
+            ranked = distance(first, cast_once=True)
             parts.append(
-                f"({select(first, f'1 - ({distance(first)})')} FROM ({window}) m "
-                f"WHERE m.embedding IS NOT NULL ORDER BY ({distance(first)}) + 0 LIMIT %(k)s)"
+                f"({select(first, f'1 - ({ranked})')} FROM ({window}) m "
+                f"WHERE m.embedding IS NOT NULL ORDER BY ({ranked}) + 0 LIMIT %(k)s)"
             )
             return
         group = f"g{len(ctes)}"
         window = window_rows(first, memories[first], condition, "w.id, w.embedding")
-        distances = ", ".join(f"{distance(i)} AS d{i}" for i in members)
+        distances = ", ".join(f"{distance(i, cast_once=True)} AS d{i}" for i in members)
         ctes.append(
             f"{group} AS MATERIALIZED (SELECT m.id, {distances} FROM ({window}) m "
             "WHERE m.embedding IS NOT NULL)"
@@ -363,7 +368,8 @@ def prompt_memories_statement(
     owners: Sequence[OwnerRef], *, team_id: uuid.UUID | None, words: Sequence[str], limit: int
 ) -> tuple[str, dict[str, Any]]:
     """The full-text matches of `words` first (by rank) among each owner's `PROMPT_WINDOW` most
-    recent active or pending memories in the team context, then the most recent: at most `limit`."""
+    recent active or pending memories in the team context, then the most recent: at most `limit`.
+    One plan whatever the owner (each window an owner-index scan): fit for a generic plan."""
     parts: list[str] = []
     params: dict[str, Any] = {"window": PROMPT_WINDOW, "limit": limit, "tq": " or ".join(words)}
     for i, owner in enumerate(owners):
@@ -380,7 +386,8 @@ def prompt_memories_statement(
     params["team"] = team_id
     sql = (
         "WITH recent AS MATERIALIZED (" + " UNION ALL ".join(parts) + "), "
-        f"q AS (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
+        # parsed once: a generic plan would otherwise parse the query again for every row
+        f"q AS MATERIALIZED (SELECT websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %(tq)s) AS query) "
         f"SELECT {columns_sql(MEMORY_COLUMNS, 'r')} FROM recent r, q "
         "ORDER BY (r.search_tsv @@ q.query) DESC, ts_rank(r.search_tsv, q.query) DESC, "
         "r.updated_at DESC LIMIT %(limit)s"

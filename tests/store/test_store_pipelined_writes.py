@@ -18,10 +18,11 @@ from store.errors import StoreTimeout
 from store.model import EventWrite, MemoryFilter, NewMemory
 from store.postgres import event_write
 from store.postgres import neighbours_sql as neighbours
-from store.postgres.connections import SCOPE_SQL
+from store.postgres.connections import AUTO_PLAN_SQL, CUSTOM_PLAN_SQL, GENERIC_PLAN_SQL, SCOPE_SQL
 from store.postgres.neighbours_sql import neighbours_statement, owner_lock_key
 from store.postgres.params import float4_array
 from store.postgres.store import PostgresMemoryStore
+from store.postgres.write_sql import LOCK_OPEN_REVISIONS_BY_KEYS_SQL
 from tests.store.conftest import truncate
 from tests.store.store_testkit import fact, postgres_store, recorded, reopened
 
@@ -199,6 +200,8 @@ async def test_an_owner_of_unknown_size_is_counted_in_the_same_round_trip_and_re
     # the owner's count goes in the round trip of the read; a large owner is then read again, alone
     assert any(s.sql.startswith("SELECT 0 AS idx") for s in first.sent)
     assert first.round_trips == 2 + (1 if large else 0)
+    # an owner of unknown size is read in the shape of small ones: planned for its values
+    assert not any(planned_generic([s.sql for s in first.sent]).values())
     # and remembered: the next event of the owner counts nothing and is read in its shape at once
     assert not any("owner_size" in s.sql or s.sql.startswith("SELECT 0 AS idx") for s in later.sent)
     assert later.round_trips == 2
@@ -296,7 +299,26 @@ async def test_a_large_owners_reviewed_rows_are_read_before_its_lock_and_dedup_s
     # the locks, then the rest
     assert sent[:3] == ["BEGIN", SCOPE_SQL, event_write.DEDUP_EF_SEARCH]
     assert "m.status = 'active'" in sent[3] and "pending_window" not in sent[3]
-    assert sent[4].startswith("WITH claim") and "pending_window" in sent[5]
+    assert sent[4].startswith("WITH claim") and "pending_window" in sent[6]
+    # the read under the locks planned once per connection; the HNSW read's plan stays its
+    # values' (the owner's size picks HNSW), and the rest is left to `auto`
+    modes = planned_generic(sent)
+    assert [n for n, generic in modes.items() if generic] == [6]
+
+
+def planned_generic(sent: list[str]) -> dict[int, bool]:
+    """For each statement sent after the transaction's start that reads or writes memories, by
+    position, whether the plan mode in force for it is a generic plan."""
+    generic = False
+    modes: dict[int, bool] = {}
+    for n, sql in enumerate(sent):
+        if sql in (GENERIC_PLAN_SQL, AUTO_PLAN_SQL, CUSTOM_PLAN_SQL):
+            generic = sql == GENERIC_PLAN_SQL
+        elif sql not in ("BEGIN", "COMMIT", SCOPE_SQL, event_write.DEDUP_EF_SEARCH) and not sql.startswith(
+            "WITH claim"
+        ):
+            modes[n] = generic
+    return modes
 
 
 async def test_the_locked_read_of_a_large_owner_finds_a_row_approved_after_the_hnsw_read(
@@ -374,7 +396,10 @@ async def test_an_event_over_stored_keys_costs_two_round_trips_and_nothing_throu
     assert traffic.round_trips == 2
     assert traffic.through_sqlalchemy == []
     assert all(s.pipelined for s in traffic.sent)
-    assert len(traffic.sent) == 11  # BEGIN, the team scope, the reads and writes, COMMIT
+    # BEGIN, the team scope, the reads and writes, the revisions' lock in a plan of its values, COMMIT
+    assert len(traffic.sent) == 13
+    revisions_lock = [n for n, s in enumerate(traffic.sent) if s.sql == LOCK_OPEN_REVISIONS_BY_KEYS_SQL]
+    assert revisions_lock and all(traffic.sent[n - 1].sql == CUSTOM_PLAN_SQL for n in revisions_lock)
 
 
 def stored_embeddings(url: str, owner: uuid.UUID) -> list[tuple[str, str, str | None]]:
