@@ -17,7 +17,9 @@ not twice it) and VACUUM ANALYZE (the visibility map index-only reads need; the 
 
     python bench/reembed.py --data-dir /var/tmp/D [--model all-MiniLM-L6-v2] [--batch 512]
 
-Progress on stderr. Not part of the test suite. Use: bench/README.md, "Platform load".
+Progress on stderr: a turn is two texts, ~4 times a memory's cost (all-MiniLM-L6-v2, 100,000
+turns: ~1.5 h on two cores shared with other work). Not part of the test suite.
+Use: bench/README.md, "Platform load".
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ async def fact_vectors(conn: psycopg.Connection[Any], embedder: Embedder, table:
     progress, found = Progress(f"{table} embedded", len(rows)), Vectors()
     for part in batches(rows, batch):
         facts = [embedding_text(key, value) for _, key, value, _ in part]
+        # a candidate only for its key and value: the text the worker embeds beside the fact's
         cited = [
             evidence_embedding_text(Candidate(key=key, value=value, confidence=1.0, scope="user"), said)
             for _, key, value, said in part
