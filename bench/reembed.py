@@ -18,7 +18,7 @@ not twice it) and VACUUM ANALYZE (the visibility map index-only reads need; the 
     python bench/reembed.py --data-dir /var/tmp/D [--model all-MiniLM-L6-v2] [--batch 512]
 
 Progress on stderr: a turn is two texts, ~4 times a memory's cost (all-MiniLM-L6-v2, 100,000
-turns: ~1.5 h on two cores shared with other work). Not part of the test suite.
+turns: ~1 h on two cores shared with other work). Not part of the test suite.
 Use: bench/README.md, "Platform load".
 """
 
