@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 import httpx
 import psutil
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -85,6 +86,14 @@ def postmasters(data_dirs: Sequence[Path]) -> list[psutil.Process]:
         psutil.Process(int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0]))
         for data_dir in data_dirs
     ]
+
+
+def stored_vectors(url: str) -> str:
+    """Which embedder made the data's vectors: the one `pmem_embedding` records (`pmem migrate`,
+    bench/reembed.py), else the loader's hashing."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT provider, model FROM pmem_embedding WHERE id = 1").fetchone()
+    return "hashing (loaded)" if row is None else f"{row[0]} {row[1]}"
 
 
 def serve(env: dict[str, str], port: int, workers: int, code: Path | None) -> subprocess.Popen[bytes]:
@@ -285,6 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
             (data_dir / "key").write_text(key)
             report["load"] = {**timings, **load_turns(url, population, args.turns, 0, args.seed)}
         key = (data_dir / "key").read_text()
+        report["stored_vectors"] = stored_vectors(url)
+        if args.embedder not in report["stored_vectors"]:
+            print(
+                f"queries embedded with {args.embedder}, stored vectors by {report['stored_vectors']}",
+                file=sys.stderr,
+            )
         env = {k: v for k, v in os.environ.items() if not k.startswith("PMEM_")}
         port = free_port()
         env.update(
