@@ -290,8 +290,6 @@ class PgBackend:
         params: dict[str, Any] = {
             **_context_params(asked.user_id, asked.persona_id, asked.team_id),
             "window": TURN_WINDOW,
-            # a message is stored at most once per participant's event: twice the sample holds it
-            "stats_window": 2 * TURN_STATS_SAMPLE,
             "sample": TURN_STATS_SAMPLE,
             "words": query_terms(asked.text),
             "k": asked.k,

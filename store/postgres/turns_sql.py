@@ -96,16 +96,15 @@ _ONCE_SQL = (
 _DISTANCE_SQL = "t.embedding <=> (SELECT CAST(CAST(%(qv)s AS real[]) AS vector({dim}))) AS distance"
 
 
-def _stats_ctes(first: str) -> list[str]:
+def _stats_ctes() -> list[str]:
     """The CTEs of the query words' document frequencies among the context's `%(sample)s` most
-    recent messages, drawn from `first` (its most recent turns, newest first): `sample` them,
-    `words` each word's lexemes (`i`, `j`: their order in the query), `lexes` each lexeme once
-    with its tsquery and its order `n` (where the query first has it), `df` how many of the sample
-    hold each, `docs` the sample's size and mean lexeme count."""
+    recent turns (the window's first, in the order the index gave them): `sample` their full
+    text, `words` each word's lexemes (`i`, `j`: their order in the query), `lexes` each lexeme
+    once with its tsquery and its order `n` (where the query first has it), `holding` the sample's
+    turns that hold any of them, `df` how many hold each, `docs` the sample's size and mean lexeme
+    count."""
     return [
-        "sample AS MATERIALIZED (SELECT * FROM ("
-        + _ONCE_SQL.format(rows=first, order="x.at DESC, x.id")
-        + ") AS o ORDER BY o.at DESC, o.id LIMIT %(sample)s)",
+        "sample AS MATERIALIZED (SELECT w.search_tsv FROM recent w LIMIT %(sample)s)",
         "words AS (SELECT u.word, u.i, l.lex, l.j "
         "FROM unnest(CAST(%(words)b AS text[])) WITH ORDINALITY AS u(word, i), "
         f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) "
@@ -113,8 +112,13 @@ def _stats_ctes(first: str) -> list[str]:
         "lexes AS MATERIALIZED (SELECT f.lex, row_number() OVER (ORDER BY f.i, f.j) AS n, "
         "plainto_tsquery('simple', f.lex) AS query "
         "FROM (SELECT DISTINCT ON (lex) lex, i, j FROM words ORDER BY lex, i, j) AS f)",
+        # one match per sample turn against all the lexemes at once, then each lexeme counted
+        # among the few that hold one: not a pass over the whole sample per lexeme
+        "holding AS MATERIALIZED (SELECT s.search_tsv FROM sample s WHERE s.search_tsv @@ "
+        "(SELECT CAST(string_agg(CAST(x.query AS text), ' | ') AS tsquery) FROM lexes x "
+        "WHERE numnode(x.query) > 0))",
         "df AS MATERIALIZED (SELECT x.lex, x.n, x.query, "
-        "(SELECT count(*) FROM sample s WHERE s.search_tsv @@ x.query) AS containing FROM lexes x)",
+        "(SELECT count(*) FROM holding s WHERE s.search_tsv @@ x.query) AS containing FROM lexes x)",
         "docs AS MATERIALIZED (SELECT count(*) AS documents, "
         "coalesce(avg(length(search_tsv)), 0) AS mean_length FROM sample)",
     ]
@@ -181,17 +185,16 @@ def turn_vector_sql(*, dim: int) -> str:
 
 def turn_recall_sql(*, dim: int, text: bool) -> str:
     """Postgres: a turn recall in one statement reading the context's window once: the query words'
-    document frequencies (among the `%(sample)s` most recent messages of the window's first
-    `%(stats_window)s` turns, each message once: `TURN_STATS_SAMPLE`), the window ranked by vector
+    document frequencies (among the window's `%(sample)s` most recent turns: `TURN_STATS_SAMPLE`),
+    the window ranked by vector
     distance and, with `text`, by BM25 with those frequencies' idf (binary term frequency, a
     lexeme found only among the turns around a turn weighing `context_weight`); rows of
     turn columns plus `source`, `rank`, `score` (the vector ranking's first, each best first), then
     one row per query word (`source` 'stats', turn columns NULL) with `word` and `share`, the largest
     fraction of the sample holding one of its lexemes."""
     ctes = [
-        _RECENT_CTE.format(columns=f", t.at, {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
-        # the statistics' turns are the window's first (its rows in the order the index gave them)
-        *_stats_ctes("(SELECT * FROM recent LIMIT %(stats_window)s)"),
+        _RECENT_CTE.format(columns=f", {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
+        *_stats_ctes(),
     ]
     vec_ctes, vec_ranked = _vector_ctes()
     ctes += vec_ctes

@@ -16,8 +16,10 @@ from store.rules.recall import ScoreFusion, fuse_scores, query_cues
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
 TURN_WINDOW = 4000
-# how many of a context's most recent turns (each message once) estimate the query words'
-# document frequencies (idf, and the words most turns hold): as the memory recall samples its own
+# how many of a context's most recent stored turns estimate the query words' document frequencies
+# (idf, and the words most turns hold), as the memory recall samples its own: each stored turn
+# counts, so a message an event sent again counts twice (both numbers grow alike, and counting it
+# once would cost a sort of the whole sample per recall)
 TURN_STATS_SAMPLE = 1000
 # a turn's text as stored (after redaction): a message longer than this keeps its beginning
 TURN_MAX_CHARS = 4000

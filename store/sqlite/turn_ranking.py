@@ -28,7 +28,9 @@ _BM25_B = 0.75
 class TurnWindow:
     """A context's most recent turns prepared for ranking: the turns, each one's own words, the
     words only the turns around it have (`search_text`), its word count, and their embeddings as
-    unit rows (zero rows for turns without one)."""
+    unit rows (zero rows for turns without one); `sample`: the full-text words and word count of
+    the `TURN_STATS_SAMPLE` most recent stored turns, a message's copies included, which the
+    query words' shares count over."""
 
     turns: dict[uuid.UUID, Turn]
     words: dict[uuid.UUID, frozenset[str]]
@@ -37,6 +39,7 @@ class TurnWindow:
     matrix: np.ndarray[Any, np.dtype[np.float32]]
     stamp: tuple[int, int] = (0, 0)
     context_words: Mapping[uuid.UUID, frozenset[str]] | None = None
+    sample: tuple[tuple[frozenset[str], int], ...] = ()
 
 
 def turn_window(
@@ -46,15 +49,26 @@ def turn_window(
     stamp: tuple[int, int] = (0, 0),
     search_texts: Sequence[str | None] | None = None,
 ) -> TurnWindow:
-    """`TurnWindow` of turns and their embeddings as JSON text (parsed in one go), each message
-    once (`once_each`: the first of its copies is kept); a missing or wrong-sized embedding is a
-    zero row, which matches nothing. `search_texts` (one per turn, None for none): the words of the
-    turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    """`TurnWindow` of turns (newest first) and their embeddings as JSON text (parsed in one go),
+    each message ranked once (`once_each`: the first of its copies is kept); a missing or
+    wrong-sized embedding is a zero row, which matches nothing. `search_texts` (one per turn, None
+    for none): the words of the turns around each turn, matched at `CONTEXT_WORD_WEIGHT`."""
+    around_texts = [None] * len(turns) if search_texts is None else list(search_texts)
+    own = [tuple(query_terms(t.text)) for t in turns]
+    around = [
+        frozenset(query_terms(text)) - frozenset(found) if text else frozenset()
+        for found, text in zip(own, around_texts, strict=True)
+    ]
+    full = list(map(_full_text, own, around))
+    sample = tuple(full[:TURN_STATS_SAMPLE])
     kept = once_each(turns)
     if len(kept) < len(turns):
         turns = [turns[i] for i in kept]
         embeddings = [embeddings[i] for i in kept]
-        search_texts = None if search_texts is None else [search_texts[i] for i in kept]
+        own = [own[i] for i in kept]
+        around = [around[i] for i in kept]
+        around_texts = [around_texts[i] for i in kept]
+        full = [full[i] for i in kept]
     present = [i for i, raw in enumerate(embeddings) if raw is not None]
     matrix = np.zeros((len(turns), dim), dtype=np.float32)
     if present:
@@ -62,22 +76,23 @@ def turn_window(
         for i, vector in zip(present, parsed, strict=True):
             if len(vector) == dim:
                 matrix[i] = vector
-    words = {t.id: tuple(query_terms(t.text)) for t in turns}
-    around = [None] * len(turns) if search_texts is None else list(search_texts)
-    context_words = {
-        t.id: frozenset(query_terms(text)) - frozenset(words[t.id])
-        for t, text in zip(turns, around, strict=True)
-        if text
-    }
     return TurnWindow(
         turns={t.id: t for t in turns},
-        words={tid: frozenset(found) for tid, found in words.items()},
-        lengths={tid: max(1, len(found) + len(context_words.get(tid, ()))) for tid, found in words.items()},
+        words={t.id: frozenset(found) for t, found in zip(turns, own, strict=True)},
+        lengths={t.id: length for t, (_, length) in zip(turns, full, strict=True)},
         ids=tuple(t.id for t in turns),
         matrix=unit_rows(matrix),
         stamp=stamp,
-        context_words=context_words,
+        context_words={
+            t.id: beside for t, beside, text in zip(turns, around, around_texts, strict=True) if text
+        },
+        sample=sample,
     )
+
+
+def _full_text(own: Sequence[str], around: frozenset[str]) -> tuple[frozenset[str], int]:
+    """A turn's full-text words (its own and those only around it) and its word count."""
+    return frozenset(own) | around, max(1, len(own) + len(around))
 
 
 def once_each(turns: Sequence[Turn]) -> list[int]:
@@ -93,21 +108,16 @@ def once_each(turns: Sequence[Turn]) -> list[int]:
 
 
 def window_term_stats(window: TurnWindow, text: str) -> TermStats:
-    """How many of the window's `TURN_STATS_SAMPLE` most recent turns hold each query word in their
-    full text (their own words or the turns' around them), as `store.rules.recall.TermStats` (word
-    shares; the window's BM25 computes its own idf)."""
-    sample = window.ids[:TURN_STATS_SAMPLE]
-    documents = len(sample)
+    """How many of the window's `TURN_STATS_SAMPLE` most recent stored turns (`TurnWindow.sample`)
+    hold each query word in their full text (their own words or the turns' around them), as
+    `store.rules.recall.TermStats` (word shares; the window's BM25 computes its own idf)."""
+    documents = len(window.sample)
     if not documents:
         return TermStats(documents=0, mean_length=0.0, idf={}, word_share={})
-    around = window.context_words or {}
-    empty: frozenset[str] = frozenset()
     share = {
-        word: sum(1 for tid in sample if word in window.words[tid] or word in around.get(tid, empty))
-        / documents
-        for word in query_terms(text)
+        word: sum(1 for words, _ in window.sample if word in words) / documents for word in query_terms(text)
     }
-    mean_length = sum(window.lengths[tid] for tid in sample) / documents
+    mean_length = sum(length for _, length in window.sample) / documents
     return TermStats(documents=documents, mean_length=mean_length, idf={}, word_share=share)
 
 

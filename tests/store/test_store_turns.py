@@ -451,10 +451,15 @@ async def window_shares(store: Store, user: uuid.UUID, text: str) -> dict[str, f
     return share
 
 
-async def test_the_window_statistics_count_each_message_once(store: Store) -> None:
+async def test_the_window_statistics_count_the_stored_turns(store: Store) -> None:
     user = await stored_twice(store, "the harbour at dusk")
-    # two messages (each stored twice), one with each word
+    # two messages, each stored twice, one with each word
     assert await window_shares(store, user, "lighthouse keeper") == {"lighthouse": 0.5, "keeper": 0.5}
+    # and one stored once: five stored turns, a copy counting as its message again (both stores)
+    await store.writes.write_event(
+        event_id=uuid.uuid4(), memories=[], turns=[turn(user, 1, "the keeper slept", channel=uuid.uuid4())]
+    )
+    assert await window_shares(store, user, "lighthouse keeper") == {"lighthouse": 0.4, "keeper": 0.6}
     # nobody else's turns: an empty window
     assert not any((await window_shares(store, uuid.uuid4(), "lighthouse")).values())
 

@@ -74,7 +74,6 @@ async def test_the_recall_reads_the_window_once_from_the_context_index(pg_url: s
         turn_recall_sql(dim=DIM, text=True),
         {
             **context,
-            "stats_window": 2 * TURN_STATS_SAMPLE,
             "sample": TURN_STATS_SAMPLE,
             "words": ["keeper"],
             "qv": vector,

@@ -119,7 +119,7 @@ def test_turn_scores_fuse_as_memory_scores_do_and_a_repeated_message_counts_once
     assert hits[0].sources == ("vector", "text")
 
 
-def test_a_window_holds_each_message_once_and_counts_word_shares_over_them() -> None:
+def test_a_window_ranks_each_message_once_and_counts_word_shares_over_the_stored_turns() -> None:
     session = uuid.uuid4()
     sailed = replace(turn("we sailed to Madeira"), channel_id=session, position=2, speaker="Ada")
     copy = replace(sailed, id=uuid.uuid4(), event_id=uuid.uuid4())  # the other event's copy
@@ -138,10 +138,12 @@ def test_a_window_holds_each_message_once_and_counts_word_shares_over_them() -> 
     assert window.ids == (sailed.id, rained.id)
     assert window.matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]
     stats = window_term_stats(window, "Did Ada see Madeira?")
-    assert stats.documents == 2
-    # a word said around a turn counts for it: the name is in both turns' full text
-    assert stats.word_share["ada"] == 1.0 and stats.word_share["madeira"] == 0.5
+    # the shares count stored turns, as Postgres does without sorting its sample: the copy too
+    assert stats.documents == 3
+    # a word said around a turn counts for it: the name is in every turn's full text
+    assert stats.word_share["ada"] == 1.0 and stats.word_share["madeira"] == 2 / 3
     assert stats.word_share["see"] == 0.0
+    assert stats.mean_length == (5 + 5 + 7) / 3
     assert window_term_stats(turn_window([], [], 2), "Ada").documents == 0
 
 
