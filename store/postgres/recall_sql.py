@@ -280,13 +280,22 @@ def term_stats_sql(owners: Sequence[OwnerRef]) -> str:
     where = f"m.status = 'active' AND {owner_sql(owners, 'm')}"
     return (
         f"WITH owned AS MATERIALIZED (SELECT m.search_tsv FROM memories m WHERE {where} LIMIT %(sample)s), "
-        "words AS (SELECT u.word, l.lex FROM unnest(CAST(%(words)b AS text[])) AS u(word), "
-        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) AS l(lex)), "
-        "lexes AS (SELECT DISTINCT lex FROM words), "
+        "words AS (SELECT u.word, u.i, l.lex, l.j FROM unnest(CAST(%(words)b AS text[])) "
+        "WITH ORDINALITY AS u(word, i), "
+        f"unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', u.word))) "
+        "WITH ORDINALITY AS l(lex, j)), "
+        "lexes AS MATERIALIZED (SELECT DISTINCT lex, plainto_tsquery('simple', lex) AS query FROM words), "
+        # one match per row against all the lexemes at once, then each lexeme counted among the
+        # few rows that hold one: not a pass over the whole sample per lexeme
+        "holding AS MATERIALIZED (SELECT o.search_tsv FROM owned o WHERE o.search_tsv @@ "
+        "(SELECT CAST(string_agg(CAST(x.query AS text), ' | ') AS tsquery) FROM lexes x "
+        "WHERE numnode(x.query) > 0)), "
         "df AS (SELECT x.lex, count(o.search_tsv) AS containing FROM lexes x "
-        "LEFT JOIN owned o ON o.search_tsv @@ plainto_tsquery('simple', x.lex) GROUP BY x.lex) "
+        "LEFT JOIN holding o ON o.search_tsv @@ x.query GROUP BY x.lex) "
         "SELECT w.word, w.lex, df.containing, (SELECT count(*) FROM owned), "
-        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex"
+        "(SELECT coalesce(avg(length(search_tsv)), 0) FROM owned) FROM words w JOIN df ON df.lex = w.lex "
+        # in the query's order: the BM25 sums run over the lexemes in this order
+        "ORDER BY w.i, w.j"
     )
 
 

@@ -1,12 +1,15 @@
-"""The turn recall statement alone, replayed: `capture` runs N recalls of random questions for the
-light users of a data directory (`turn_recall_cpu.py`'s cases) through a code's product path and
-keeps each turn-recall statement with its parameters; `replay` runs two or more captures on one
-connection, alternately for R rounds (the order swapped each round), and prints the backend's CPU
-per statement (/proc) and whether each capture's rows equal the first's.
+"""One statement of the recall path alone, replayed: `capture` runs N recalls of random questions
+through a code's product path and keeps each statement of one kind with its parameters — `turns`:
+the turn recall's (`turn_recall_cpu.py`'s cases: the light users of a data directory
+`recall_latency.py --turns` or `api_load.py` loaded), `term-stats`: the memory recall's term
+statistics (hybrid recalls of `recall_latency.py`'s users, `--persona`: with their persona, three
+scopes); `replay` runs two or more captures on one connection, alternately for R rounds (the order
+swapped each round), and prints the backend's CPU per statement (/proc) and whether each capture's
+rows equal the first's (in order).
 
-    PYTHONPATH=BASE python bench/turn_statement_replay.py capture --data-dir D --out base.pkl
-    python bench/turn_statement_replay.py capture --data-dir D --out new.pkl
-    python bench/turn_statement_replay.py replay --data-dir D base.pkl new.pkl --rounds 8
+    PYTHONPATH=BASE python bench/statement_replay.py capture --data-dir D --out base.pkl [--kind K]
+    python bench/statement_replay.py capture --data-dir D --out new.pkl [--kind K] [--persona]
+    python bench/statement_replay.py replay --data-dir D base.pkl new.pkl --rounds 8
 
 Each capture is of its own code (another source tree with `PYTHONPATH=DIR`); the replay is plain
 psycopg, so the statements run as `PgConnections.fetch(one_plan=True)` sends them (one generic
@@ -23,6 +26,7 @@ import os
 import pickle
 import random
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -49,26 +53,43 @@ def backend_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def capture(url: str, recalls: int, seed: int) -> Captured:
-    """The turn-recall statements (with parameters) of `recalls` product-path recalls."""
-    cases_of = importlib.import_module("turn_recall_cpu")
-    question = importlib.import_module("recall_latency").question
-    users = cases_of.context_users(url, False)
-    rng = random.Random(seed)
-    cases = [(users[rng.randrange(len(users))], question(rng)) for _ in range(recalls)]
+# how each kind of statement begins
+KINDS = {
+    "turns": "WITH recent AS MATERIALIZED",
+    "term-stats": "WITH owned AS MATERIALIZED (SELECT m.search_tsv",
+}
+
+
+async def capture(url: str, args: argparse.Namespace) -> Captured:
+    """The statements of `args.kind` (with parameters) of `args.recalls` product-path recalls."""
+    latency = importlib.import_module("recall_latency")
+    rng = random.Random(args.seed)
     kept: Captured = []
     fetch = connections.PgConnections.fetch
 
     async def recording(self: Any, sql: str, params: Any = None, *, one_plan: bool = False) -> Any:
-        if "recent AS MATERIALIZED" in sql and "sample AS" in sql:
+        if sql.startswith(KINDS[args.kind]):
             kept.append((sql, dict(params)))
         return await fetch(self, sql, params, one_plan=one_plan)
 
     connections.PgConnections.fetch = recording  # type: ignore[method-assign]
     store = PostgresMemoryStore(url, HashingEmbedder(dim=384), pool_size=1)
     try:
-        for user, text in cases:
-            await store.turns.recall_turns(user, None, text, 10)
+        if args.kind == "turns":
+            users = importlib.import_module("turn_recall_cpu").context_users(url, False)
+            for _ in range(args.recalls):
+                user = users[rng.randrange(len(users))]
+                await store.turns.recall_turns(user, None, latency.question(rng), 10)
+        else:
+            # recall_latency.py's owners (--owners 1000, its default, with --personas 10 --seed 7)
+            ids = random.Random(7)
+            owners = [uuid.UUID(int=ids.getrandbits(128)) for _ in range(1000)]
+            personas = [uuid.UUID(int=ids.getrandbits(128)) for _ in range(10)]
+            for _ in range(args.recalls):
+                index = rng.randrange(len(owners))
+                persona = personas[index % len(personas)] if args.persona else None
+                text = latency.question(rng)
+                await store.recall(owners[index], persona, text, limit=10, retriever="hybrid")
     finally:
         await store.close()
         connections.PgConnections.fetch = fetch  # type: ignore[method-assign]
@@ -116,6 +137,8 @@ def main() -> int:
     parser.add_argument("captures", nargs="*", type=Path, help="replay: captures, the first the reference")
     parser.add_argument("--data-dir", type=Path, required=True, help="holds the server's pg/ directory")
     parser.add_argument("--out", type=Path, help="capture: the file to write")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="turns", help="capture: which statements")
+    parser.add_argument("--persona", action="store_true", help="capture term-stats: recall with the persona")
     parser.add_argument("--recalls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=11)
@@ -126,7 +149,7 @@ def main() -> int:
         if args.mode == "capture":
             if args.out is None:
                 parser.error("capture writes to --out FILE")
-            kept = asyncio.run(capture(url, args.recalls, args.seed))
+            kept = asyncio.run(capture(url, args))
             args.out.write_bytes(pickle.dumps(kept))
             print(f"{len(kept)} statements → {args.out}", file=sys.stderr)
             return 0
