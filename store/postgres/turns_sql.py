@@ -186,12 +186,11 @@ def turn_vector_sql(*, dim: int) -> str:
 def turn_recall_sql(*, dim: int, text: bool) -> str:
     """Postgres: a turn recall in one statement reading the context's window once: the query words'
     document frequencies (among the window's `%(sample)s` most recent turns: `TURN_STATS_SAMPLE`),
-    the window ranked by vector
-    distance and, with `text`, by BM25 with those frequencies' idf (binary term frequency, a
-    lexeme found only among the turns around a turn weighing `context_weight`); rows of
-    turn columns plus `source`, `rank`, `score` (the vector ranking's first, each best first), then
-    one row per query word (`source` 'stats', turn columns NULL) with `word` and `share`, the largest
-    fraction of the sample holding one of its lexemes."""
+    the window ranked by vector distance and, with `text`, by BM25 with those frequencies' idf
+    (binary term frequency, a lexeme found only among the turns around a turn weighing
+    `context_weight`); rows of turn columns plus `source`, `rank`, `score` (the vector ranking's
+    first, each best first), then one row per query word (`source` 'stats', turn columns NULL) with
+    `word` and `share`, the largest fraction of the sample holding one of its lexemes."""
     ctes = [
         _RECENT_CTE.format(columns=f", {_WINDOW_TSV_SQL}, {_DISTANCE_SQL.format(dim=dim)}"),
         *_stats_ctes(),
