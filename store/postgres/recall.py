@@ -28,7 +28,6 @@ from store.postgres.params import float4_array
 from store.postgres.recall_sql import PENDING_CHANGES_SQL, owned_first_fits, recall_sql, term_stats_sql
 from store.protocols import Embedder
 from store.rules.cues import TimeWindow
-from store.rules.hint import WHITESPACE
 from store.rules.keys import normalize_key
 from store.rules.recall import (
     Bm25,
@@ -345,7 +344,7 @@ def _context_limits(standing: int, pinned: int, standing_budget: int | None) -> 
     if standing > 0:
         limits.update(k_top=candidate_count(standing), standing=standing)
         if standing_budget is not None:
-            limits.update(standing_budget=standing_budget, blank=WHITESPACE)
+            limits["standing_budget"] = standing_budget
     if pinned > 0:
         limits["k_pinned"] = pinned
     return limits

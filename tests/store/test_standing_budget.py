@@ -5,12 +5,16 @@ still read and listed; one a character over it is not, on both stores."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import psycopg
+
 from store.model import NewMemory, RecallHit, RecallItem, RecallQuery, Revision
+from store.postgres.recall_sql import STANDING_WEIGHT_SQL
 from store.rules.hint import (
     KNOWN_HEADER,
     LISTED_FACT_EXTRA,
@@ -30,6 +34,28 @@ from tests.store.store_testkit import Store
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 TEAM = uuid.UUID(int=0xC)
 MAX_TOKENS = 404
+
+
+def test_postgres_weighs_a_row_as_listing_weight_does(pg_url: str) -> None:
+    """`STANDING_WEIGHT_SQL` (`recall_sql`'s standing branch) is `listing_weight` without its
+    constant: every whitespace character left out, every other one counted (a zero-width space
+    and other format characters are not whitespace), in one pass over a long text."""
+    texts = [
+        "",
+        "plain words here",
+        *(f"a{c}b" for c in WHITESPACE),
+        WHITESPACE * 3,
+        "zero\u200bwidth\u2060joiner\ufeffmark é ü ß 漢字 🙂",
+        ("word " + WHITESPACE[10:]) * 2000,
+    ]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for key, value in itertools.product(texts[:4], texts):
+            row = conn.execute(
+                f"SELECT {STANDING_WEIGHT_SQL} FROM (SELECT %(k)s AS key, %(v)s AS value) AS m",
+                {"k": key, "v": value},
+            ).fetchone()
+            assert row is not None
+            assert row[0] == listing_weight(key, value) - LISTED_FACT_EXTRA, (key, value)
 
 
 def test_the_whitespace_is_what_str_split_takes() -> None:
