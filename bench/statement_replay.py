@@ -3,11 +3,13 @@ through a code's product path and keeps each statement of one kind with its para
 the turn recall's (`turn_recall_cpu.py`'s cases: the light users of a data directory
 `recall_latency.py --turns` or `api_load.py` loaded), `term-stats`: the memory recall's term
 statistics (hybrid recalls of `recall_latency.py`'s users, `--persona`: with their persona, three
-scopes); `replay` runs two or more captures on one connection, alternately for R rounds (the order
-swapped each round), and prints the backend's CPU per statement (/proc) and whether each capture's
-rows equal the first's (in order).
+scopes), `hint-memory`: every memory statement of hints (`hint_in_context`, 1,500 tokens) for the
+users of `api_load.py --owners N` (`--owners`); `replay` runs two or more captures on one
+connection, alternately for R rounds (the order swapped each round), and prints the backend's CPU
+per statement (/proc) and whether each capture's rows equal the first's (in order).
 
     PYTHONPATH=BASE python bench/statement_replay.py capture --data-dir D --out base.pkl [--kind K]
+    python bench/statement_replay.py capture --data-dir D --out new.pkl --kind hint-memory  # api_load.py's D
     python bench/statement_replay.py capture --data-dir D --out new.pkl [--kind K] [--persona]
     python bench/statement_replay.py replay --data-dir D base.pkl new.pkl --rounds 8
 
@@ -53,11 +55,19 @@ def backend_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# how each kind of statement begins
+# how each kind of statement begins (`hint-memory`: every statement but the turn recall's)
 KINDS = {
     "turns": "WITH recent AS MATERIALIZED",
     "term-stats": "WITH owned AS MATERIALIZED (SELECT m.search_tsv",
+    "hint-memory": "",
 }
+
+
+def of_kind(kind: str, sql: str) -> bool:
+    """Whether `sql` is a statement of `kind`."""
+    if kind == "hint-memory":
+        return not sql.startswith(KINDS["turns"])
+    return sql.startswith(KINDS[kind])
 
 
 async def capture(url: str, args: argparse.Namespace) -> Captured:
@@ -68,7 +78,7 @@ async def capture(url: str, args: argparse.Namespace) -> Captured:
     fetch = connections.PgConnections.fetch
 
     async def recording(self: Any, sql: str, params: Any = None, *, one_plan: bool = False) -> Any:
-        if sql.startswith(KINDS[args.kind]):
+        if of_kind(args.kind, sql):
             kept.append((sql, dict(params)))
         return await fetch(self, sql, params, one_plan=one_plan)
 
@@ -80,6 +90,8 @@ async def capture(url: str, args: argparse.Namespace) -> Captured:
             for _ in range(args.recalls):
                 user = users[rng.randrange(len(users))]
                 await store.turns.recall_turns(user, None, latency.question(rng), 10)
+        elif args.kind == "hint-memory":
+            await hints(store, args)
         else:
             # recall_latency.py's owners (--owners 1000, its default, with --personas 10 --seed 7)
             ids = random.Random(7)
@@ -94,6 +106,22 @@ async def capture(url: str, args: argparse.Namespace) -> Captured:
         await store.close()
         connections.PgConnections.fetch = fetch  # type: ignore[method-assign]
     return kept
+
+
+async def hints(store: PostgresMemoryStore, args: argparse.Namespace) -> None:
+    """`args.recalls` hints for `api_load.py`'s users, as `hint_parts_cpu.py hints` asks them."""
+    from bench.api_load import bodies, population_of
+    from store.services.context_recall import ContextRecall, hint_in_context
+
+    for index, body in enumerate(bodies(population_of(args.owners, 7), args.recalls, args.seed)):
+        asked = ContextRecall(
+            user_id=uuid.UUID(str(body["user_id"])),
+            persona_id=None,
+            team_id=None,
+            query=f"{body['query']} ({index})",
+            limit=10,
+        )
+        await hint_in_context(store, asked, max_tokens=1500)
 
 
 def replay(url: str, captures: dict[str, Captured], rounds: int) -> dict[str, list[float]]:
@@ -140,6 +168,7 @@ def main() -> int:
     parser.add_argument("--kind", choices=sorted(KINDS), default="turns", help="capture: which statements")
     parser.add_argument("--persona", action="store_true", help="capture term-stats: recall with the persona")
     parser.add_argument("--recalls", type=int, default=200)
+    parser.add_argument("--owners", type=int, default=100, help="capture hint-memory: api_load.py's --owners")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_intermixed_args()
