@@ -19,10 +19,18 @@ from store.rules.secrets import redact
 from testkit.hostile_text import HOSTILE_SHAPES, benign_text, hostile_text
 from tests.factories import user_fact
 
-# ordinary chat text of this size costs a few ms; the slowest hostile shape about 40 ms on a busy
-# two-core machine (CPU time, the best of three: other processes' load is not the scanner's cost)
+# ordinary chat text of this size costs a few ms; the slowest hostile shape about ten times that,
+# 30-60 ms on a busy two-core machine (CPU time, the best of three: other processes' load is not the
+# scanner's cost, though it slows the machine). The budget is 50 ms, or 25 times what ordinary text
+# of the same size costs measured just before (a slower or busier machine slows both alike): text
+# that made the scanner restart or backtrack would cost hundreds of times more
 BUDGET_S = 0.050
+BENIGN_RATIO = 25
 LENGTH = 100_000
+
+
+def _budget_s(length: int) -> float:
+    return max(BUDGET_S, BENIGN_RATIO * _cpu_cost(benign_text(length)))
 
 
 def _cpu_cost(text: str) -> float:
@@ -39,18 +47,18 @@ def _cpu_cost(text: str) -> float:
     shapes=st.lists(st.sampled_from(sorted(HOSTILE_SHAPES)), min_size=1, max_size=3),
     benign_share=st.sampled_from([0.0, 0.1, 0.5]),
 )
-def test_100000_characters_of_any_hostile_shape_cost_at_most_50_ms(
+def test_100000_characters_of_any_hostile_shape_cost_at_most_50_ms_or_25_times_ordinary_text(
     shapes: list[str], benign_share: float
 ) -> None:
     benign = int(LENGTH * benign_share)
     each = (LENGTH - benign) // len(shapes)
     text = benign_text(benign) + "".join(hostile_text(shape, each) for shape in shapes)
-    assert _cpu_cost(text) <= BUDGET_S
+    assert _cpu_cost(text) <= _budget_s(LENGTH)
 
 
 @pytest.mark.parametrize("shape", sorted(HOSTILE_SHAPES))
-def test_each_hostile_shape_alone_costs_at_most_50_ms(shape: str) -> None:
-    assert _cpu_cost(hostile_text(shape, LENGTH)) <= BUDGET_S
+def test_each_hostile_shape_alone_costs_at_most_50_ms_or_25_times_ordinary_text(shape: str) -> None:
+    assert _cpu_cost(hostile_text(shape, LENGTH)) <= _budget_s(LENGTH)
 
 
 def test_secrets_inside_hostile_text_are_still_found() -> None:
