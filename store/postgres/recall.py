@@ -337,10 +337,10 @@ def _owner_params(asked: RecallQuery) -> dict[str, Any]:
     return {"user_id": asked.user_id, "persona_id": asked.persona_id, "team_id": asked.team_id}
 
 
-def _context_limits(standing: int, pinned: int, standing_budget: int | None) -> dict[str, int | str]:
+def _context_limits(standing: int, pinned: int, standing_budget: int | None) -> dict[str, int]:
     """The `standing` and `pinned` branches' parameters (`recall_sql`) for the facts asked for:
     their row limits, and the standing facts' budget (`standing_weighed`) when there is one."""
-    limits: dict[str, int | str] = {}
+    limits: dict[str, int] = {}
     if standing > 0:
         limits.update(k_top=candidate_count(standing), standing=standing)
         if standing_budget is not None:
