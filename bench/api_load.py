@@ -96,6 +96,32 @@ def stored_vectors(url: str) -> str:
     return "hashing (loaded)" if row is None else f"{row[0]} {row[1]}"
 
 
+# what a hint and a recall read: the turns' context index (a context's window), the turns' primary
+# key (the ranked turns' rows) and the memories, with all their indexes
+PREWARMED = ("ix_conversation_turns_context", "conversation_turns_pkey", "memories")
+
+
+def buffers_of(url: str, prewarm: bool) -> dict[str, Any]:
+    """The server's shared_buffers and the sizes of `PREWARMED`'s relations; with `prewarm`, those
+    read into shared buffers first (pg_prewarm), as a server that has served a while holds them
+    when they fit."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if prewarm:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        rows = conn.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = ANY(%s) "
+            "UNION ALL SELECT i.relname, pg_relation_size(i.oid) FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
+            "WHERE t.relname = 'memories'",
+            (list(PREWARMED),),
+        ).fetchall()
+        for relname, _ in rows if prewarm else ():
+            conn.execute("SELECT pg_prewarm(%s)", (relname,))
+        row = conn.execute("SHOW shared_buffers").fetchone()
+    sizes = {relname: round(size / 2**20, 1) for relname, size in rows}
+    return {"shared_buffers": row[0] if row else None, "prewarmed": prewarm, "relations_mb": sizes}
+
+
 def serve(env: dict[str, str], port: int, workers: int, code: Path | None) -> subprocess.Popen[bytes]:
     """Start `pmem serve` (`workers` processes; from the source tree `code`, default this one) and
     wait until every process answers."""
@@ -268,6 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
         metavar="NAME=VALUE",
         help="a setting for pmem serve (repeatable), e.g. PMEM_DATABASE_ROLE=pmem_app",
     )
+    parser.add_argument(
+        "--shared-buffers",
+        help="set the server's shared_buffers (e.g. 4GB; ALTER SYSTEM, kept in the data dir; default 128MB)",
+    )
+    parser.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="read what hints read (the turns' context index, the memories) into shared buffers first",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     population = population_of(args.owners, args.seed)
@@ -282,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
     }
     data_dir: Path = args.data_dir
     primary = EmbeddedPostgres(data_dir=data_dir / "pg").start()
+    if args.shared_buffers:
+        primary.configure({"shared_buffers": args.shared_buffers})
     replica: StreamingReplica | None = None
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -295,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0915 - a benchma
             report["load"] = {**timings, **load_turns(url, population, args.turns, 0, args.seed)}
         key = (data_dir / "key").read_text()
         report["stored_vectors"] = stored_vectors(url)
+        report["buffers"] = buffers_of(url, args.prewarm)
         if args.embedder not in report["stored_vectors"]:
             print(
                 f"queries embedded with {args.embedder}, stored vectors by {report['stored_vectors']}",

@@ -3,15 +3,19 @@ through a code's product path and keeps each statement of one kind with its para
 the turn recall's (`turn_recall_cpu.py`'s cases: the light users of a data directory
 `recall_latency.py --turns` or `api_load.py` loaded), `term-stats`: the memory recall's term
 statistics (hybrid recalls of `recall_latency.py`'s users, `--persona`: with their persona, three
-scopes), `hint-memory`: every memory statement of hints (`hint_in_context`, 1,500 tokens) for the
-users of `api_load.py --owners N` (`--owners`); `replay` runs two or more captures on one
-connection, alternately for R rounds (the order swapped each round), and prints the backend's CPU
-per statement (/proc) and whether each capture's rows equal the first's (in order).
+scopes), `hint`: every statement of hints (`hint_in_context`, 1,500 tokens) for the users of
+`api_load.py --owners N` (`--owners`), `hint-memory`: those but the turn recall's; `replay` runs two
+or more captures on one connection, alternately for R rounds (the order swapped each round), and
+prints the backend's CPU per statement (/proc) and whether each capture's rows equal the first's
+(in order). Given two data directories or more (copies of one, each server configured its own way,
+e.g. `shared_buffers`), it replays each capture on each server, alternately; `--prewarm` first
+reads what a hint reads into each server's shared buffers (`api_load.buffers_of`).
 
     PYTHONPATH=BASE python bench/statement_replay.py capture --data-dir D --out base.pkl [--kind K]
     python bench/statement_replay.py capture --data-dir D --out new.pkl --kind hint-memory  # api_load.py's D
     python bench/statement_replay.py capture --data-dir D --out new.pkl [--kind K] [--persona]
     python bench/statement_replay.py replay --data-dir D base.pkl new.pkl --rounds 8
+    python bench/statement_replay.py replay --data-dir D --data-dir D4G hints.pkl --prewarm  # D4G: a copy
 
 Each capture is of its own code (another source tree with `PYTHONPATH=DIR`); the replay is plain
 psycopg, so the statements run as `PgConnections.fetch(one_plan=True)` sends them (one generic
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import os
 import pickle
@@ -55,16 +60,20 @@ def backend_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# how each kind of statement begins (`hint-memory`: every statement but the turn recall's)
+# how each kind of statement begins (`hint`: every statement of a hint; `hint-memory`: all but the
+# turn recall's)
 KINDS = {
     "turns": "WITH recent AS MATERIALIZED",
     "term-stats": "WITH owned AS MATERIALIZED (SELECT m.search_tsv",
     "hint-memory": "",
+    "hint": "",
 }
 
 
 def of_kind(kind: str, sql: str) -> bool:
     """Whether `sql` is a statement of `kind`."""
+    if kind == "hint":
+        return True
     if kind == "hint-memory":
         return not sql.startswith(KINDS["turns"])
     return sql.startswith(KINDS[kind])
@@ -90,7 +99,7 @@ async def capture(url: str, args: argparse.Namespace) -> Captured:
             for _ in range(args.recalls):
                 user = users[rng.randrange(len(users))]
                 await store.turns.recall_turns(user, None, latency.question(rng), 10)
-        elif args.kind == "hint-memory":
+        elif args.kind in ("hint", "hint-memory"):
             await hints(store, args)
         else:
             # recall_latency.py's owners (--owners 1000, its default, with --personas 10 --seed 7)
@@ -124,16 +133,28 @@ async def hints(store: PostgresMemoryStore, args: argparse.Namespace) -> None:
         await hint_in_context(store, asked, max_tokens=1500)
 
 
-def replay(url: str, captures: dict[str, Captured], rounds: int) -> dict[str, list[float]]:
-    """Backend CPU ms per statement of each capture, per round; prints rows' equality first."""
-    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        register_vector_dumper(conn)
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-        row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
-        assert row is not None
-        pid = int(row["pid"])
+def replay(
+    urls: dict[str, str], captures: dict[str, Captured], rounds: int, *, prewarm: bool
+) -> dict[str, list[float]]:
+    """Backend CPU ms per statement of each capture on each server (`urls`: a name each), per
+    round, the pairs alternating; prints rows' equality first."""
+    from bench.api_load import buffers_of
 
-        def run(statements: Captured) -> tuple[float, list[list[dict[str, Any]]]]:
+    with contextlib.ExitStack() as stack:
+        backends: dict[str, tuple[psycopg.Connection[dict[str, Any]], int]] = {}
+        for server, url in urls.items():
+            buffers = buffers_of(url, prewarm)
+            print(f"{server}: {buffers}", file=sys.stderr)
+            conn = stack.enter_context(psycopg.connect(url, autocommit=True, row_factory=dict_row))
+            register_vector_dumper(conn)
+            conn.execute("SET plan_cache_mode = force_custom_plan")
+            row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+            assert row is not None
+            backends[server] = (conn, int(row["pid"]))
+
+        def run(target: tuple[str, str]) -> tuple[float, list[list[dict[str, Any]]]]:
+            conn, pid = backends[target[1]]
+            statements = captures[target[0]]
             rows = []
             started = backend_cpu_s(pid)
             for sql, params in statements:
@@ -143,16 +164,20 @@ def replay(url: str, captures: dict[str, Captured], rounds: int) -> dict[str, li
                 rows.append(cursor.fetchall())
             return (backend_cpu_s(pid) - started) * 1000 / len(statements), rows
 
-        names = list(captures)
-        first = run(captures[names[0]])[1]
-        for name in names:
-            rows = run(captures[name])[1]
+        targets = [(capture, server) for capture in captures for server in urls]
+        names = {target: target[0] if len(urls) == 1 else f"{target[0]}@{target[1]}" for target in targets}
+        first = run(targets[0])[1]
+        for target in targets:
+            rows = run(target)[1]
             same = sum(a == b for a, b in zip(first, rows, strict=True))
-            print(f"{name}: rows equal to {names[0]}'s in {same} of {len(rows)}", file=sys.stderr)
-        times: dict[str, list[float]] = {name: [] for name in names}
+            print(
+                f"{names[target]}: rows equal to {names[targets[0]]}'s in {same} of {len(rows)}",
+                file=sys.stderr,
+            )
+        times: dict[str, list[float]] = {names[target]: [] for target in targets}
         for round_ in range(rounds):
-            for name in names if round_ % 2 == 0 else names[::-1]:
-                times[name].append(run(captures[name])[0])
+            for target in targets if round_ % 2 == 0 else targets[::-1]:
+                times[names[target]].append(run(target)[0])
     return times
 
 
@@ -163,31 +188,52 @@ def main() -> int:
     )
     parser.add_argument("mode", choices=("capture", "replay"))
     parser.add_argument("captures", nargs="*", type=Path, help="replay: captures, the first the reference")
-    parser.add_argument("--data-dir", type=Path, required=True, help="holds the server's pg/ directory")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        action="append",
+        required=True,
+        help="holds the server's pg/ directory; replay: give two or more to replay on each, alternately",
+    )
+    parser.add_argument(
+        "--prewarm", action="store_true", help="replay: read what a hint reads into shared buffers"
+    )
     parser.add_argument("--out", type=Path, help="capture: the file to write")
     parser.add_argument("--kind", choices=sorted(KINDS), default="turns", help="capture: which statements")
     parser.add_argument("--persona", action="store_true", help="capture term-stats: recall with the persona")
     parser.add_argument("--recalls", type=int, default=200)
-    parser.add_argument("--owners", type=int, default=100, help="capture hint-memory: api_load.py's --owners")
+    parser.add_argument(
+        "--owners", type=int, default=100, help="capture hint, hint-memory: api_load.py's --owners"
+    )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_intermixed_args()
-    primary = EmbeddedPostgres(data_dir=args.data_dir / "pg").start()
+    if args.mode == "capture":
+        if args.out is None:
+            parser.error("capture writes to --out FILE")
+        if len(args.data_dir) != 1:
+            parser.error("capture reads one --data-dir")
+        primary = EmbeddedPostgres(data_dir=args.data_dir[0] / "pg").start()
+        try:
+            kept = asyncio.run(capture(primary.url_for("bench"), args))
+        finally:
+            primary.stop()
+        args.out.write_bytes(pickle.dumps(kept))
+        print(f"{len(kept)} statements → {args.out}", file=sys.stderr)
+        return 0
+    if len(args.captures) * len(args.data_dir) < 2:
+        parser.error("replay compares two captures or more, or one on two servers or more")
+    captures = {path.stem: pickle.loads(path.read_bytes()) for path in args.captures}
+    servers = [EmbeddedPostgres(data_dir=data_dir / "pg") for data_dir in args.data_dir]
     try:
-        url = primary.url_for("bench")
-        if args.mode == "capture":
-            if args.out is None:
-                parser.error("capture writes to --out FILE")
-            kept = asyncio.run(capture(url, args))
-            args.out.write_bytes(pickle.dumps(kept))
-            print(f"{len(kept)} statements → {args.out}", file=sys.stderr)
-            return 0
-        if len(args.captures) < 2:
-            parser.error("replay compares two captures or more")
-        captures = {path.stem: pickle.loads(path.read_bytes()) for path in args.captures}
-        times = replay(url, captures, args.rounds)
+        urls = {
+            str(data_dir): server.start().url_for("bench")
+            for data_dir, server in zip(args.data_dir, servers, strict=True)
+        }
+        times = replay(urls, captures, args.rounds, prewarm=args.prewarm)
     finally:
-        primary.stop()
+        for server in servers:
+            server.stop()
     for name, values in times.items():
         median = sorted(values)[len(values) // 2]
         print(f"{name}: " + " ".join(f"{v:.2f}" for v in values) + f"  median {median:.2f} ms")

@@ -21,6 +21,7 @@ from api.metrics import MULTIPROCESS_ENV
 from cli.commands.errors import collapse_whitespace, redact, run_reporting_database_errors, secrets_in
 from cli.commands.store_session import command_settings, opened_store
 from config import Settings, load_settings
+from store.postgres.buffer_budget import warn_if_buffers_too_small
 from worker.connection_budget import warn_if_over_budget
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
     """Open the store, then serve until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
     async with opened_store(settings, read_replicas=True, steady_pool=True) as store:
         await warn_if_over_budget(store, process="pmem serve", replicas=settings.expected_replicas)
+        await warn_if_buffers_too_small(store, process="pmem serve")
         app = build_app(store, settings, insecure_dev=insecure_dev)
         config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))
         server = _Server(config)
@@ -171,11 +173,12 @@ def served_app() -> ServedApp:
 
 async def _check_before_forking(settings: Settings, workers: int) -> None:
     """Once, in the parent: the schema and embedding checks (a clear error before any process
-    starts) and the connection budget of all `workers` processes."""
+    starts), the connection budget of all `workers` processes and the shared buffers."""
     async with opened_store(settings, read_replicas=False, steady_pool=True) as store:
         await warn_if_over_budget(
             store, process="pmem serve", replicas=settings.expected_replicas, processes=workers
         )
+        await warn_if_buffers_too_small(store, process="pmem serve")
 
 
 def serve_processes(settings: Settings, *, host: str, port: int, insecure_dev: bool, workers: int) -> None:
