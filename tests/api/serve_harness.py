@@ -105,6 +105,17 @@ class ServeProcess:
                 self.log.unlink(missing_ok=True)
 
 
+def logged_at_start_up(env: dict[str, str], holding: str) -> list[str]:
+    """The lines holding `holding` that `pmem serve` logged by the time it was ready (it is then
+    stopped, and must exit cleanly)."""
+    process = ServeProcess(env)
+    process.start()
+    try:
+        return [line for line in process.logged().splitlines() if holding in line]
+    finally:
+        assert process.stop() == 0
+
+
 def served_process(new_database: Callable[[], str]) -> Iterator[Served]:
     """A fresh database, a service key from `pmem keys create`, and `pmem serve` on it."""
     url = new_database()

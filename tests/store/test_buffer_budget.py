@@ -21,7 +21,7 @@ from store.postgres.buffer_budget import (
     warn_if_buffers_too_small,
 )
 from store.postgres.store import PostgresMemoryStore
-from tests.api.serve_harness import ServeProcess, serve_environment
+from tests.api.serve_harness import logged_at_start_up, serve_environment
 from tests.server_directory import server_directory
 
 DIM = 384
@@ -107,10 +107,6 @@ def fill_turns(url: str, count: int) -> None:
         )
 
 
-def budget_lines(log: str) -> list[str]:
-    return [line for line in log.splitlines() if "shared_buffers" in line]
-
-
 def test_pmem_serve_warns_once_at_start_up(
     small_buffers_server: EmbeddedPostgres, new_database: Callable[[], str]
 ) -> None:
@@ -124,12 +120,7 @@ def test_pmem_serve_warns_once_at_start_up(
     migrate(roomy, DIM)
     # two API processes: the parent checks once, before it starts them
     for url, workers, expected in ((small, "1", 1), (small, "2", 1), (roomy, "1", 0)):
-        process = ServeProcess({**serve_environment(url), "PMEM_API_WORKERS": workers})
-        process.start()
-        try:
-            lines = budget_lines(process.logged())
-        finally:
-            assert process.stop() == 0
+        lines = logged_at_start_up({**serve_environment(url), "PMEM_API_WORKERS": workers}, "shared_buffers")
         assert len(lines) == expected, lines
         if expected:
             assert "pmem serve: Postgres's shared_buffers (1.0 MB) is smaller than" in lines[0]

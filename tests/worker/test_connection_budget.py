@@ -15,7 +15,7 @@ from sqlalchemy import text
 from extraction.embeddings import HashingEmbedder
 from store.migrate import migrate
 from store.postgres.store import PostgresMemoryStore
-from tests.api.serve_harness import ServeProcess, serve_environment
+from tests.api.serve_harness import logged_at_start_up, serve_environment
 from tests.database_role import clean_environment
 from worker.connection_budget import (
     PoolClaim,
@@ -87,12 +87,8 @@ def test_pmem_serve_warns_once_at_start_up(new_database: Callable[[], str]) -> N
     url = new_database()
     migrate(url, DIM)
     for replicas, expected in (("1000", 1), ("1", 0)):
-        process = ServeProcess({**serve_environment(url), "PMEM_EXPECTED_REPLICAS": replicas})
-        process.start()
-        try:
-            lines = budget_lines(process.logged())
-        finally:
-            assert process.stop() == 0
+        env = {**serve_environment(url), "PMEM_EXPECTED_REPLICAS": replicas}
+        lines = logged_at_start_up(env, "connection budget")
         assert len(lines) == expected, lines
         if expected:
             assert lines[0].startswith("pmem serve: connection budget exceeded: 1000 replicas")
