@@ -60,14 +60,13 @@ def backend_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# how each kind of statement begins (`hint`: every statement of a hint; `hint-memory`: all but the
-# turn recall's)
-KINDS = {
+# how each kind of statement begins; `hint` is every statement of a hint, `hint-memory` all but the
+# turn recall's
+PREFIXES = {
     "turns": "WITH recent AS MATERIALIZED",
     "term-stats": "WITH owned AS MATERIALIZED (SELECT m.search_tsv",
-    "hint-memory": "",
-    "hint": "",
 }
+KINDS = (*PREFIXES, "hint", "hint-memory")
 
 
 def of_kind(kind: str, sql: str) -> bool:
@@ -75,8 +74,8 @@ def of_kind(kind: str, sql: str) -> bool:
     if kind == "hint":
         return True
     if kind == "hint-memory":
-        return not sql.startswith(KINDS["turns"])
-    return sql.startswith(KINDS[kind])
+        return not sql.startswith(PREFIXES["turns"])
+    return sql.startswith(PREFIXES[kind])
 
 
 async def capture(url: str, args: argparse.Namespace) -> Captured:

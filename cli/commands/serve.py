@@ -101,11 +101,19 @@ def listening(host: str, port: int, workers: int) -> None:
     )
 
 
+async def warn_at_start_up(store: object, settings: Settings, *, processes: int) -> None:
+    """The start-up checks of the Postgres server (each logs one WARNING, none stops the start):
+    the connection budget of `processes` API processes and the shared buffers."""
+    await warn_if_over_budget(
+        store, process="pmem serve", replicas=settings.expected_replicas, processes=processes
+    )
+    await warn_if_buffers_too_small(store, process="pmem serve")
+
+
 async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool) -> None:
     """Open the store, then serve until SIGTERM/SIGINT (uvicorn's graceful shutdown)."""
     async with opened_store(settings, read_replicas=True, steady_pool=True) as store:
-        await warn_if_over_budget(store, process="pmem serve", replicas=settings.expected_replicas)
-        await warn_if_buffers_too_small(store, process="pmem serve")
+        await warn_at_start_up(store, settings, processes=1)
         app = build_app(store, settings, insecure_dev=insecure_dev)
         config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))
         server = _Server(config)
@@ -175,10 +183,7 @@ async def _check_before_forking(settings: Settings, workers: int) -> None:
     """Once, in the parent: the schema and embedding checks (a clear error before any process
     starts), the connection budget of all `workers` processes and the shared buffers."""
     async with opened_store(settings, read_replicas=False, steady_pool=True) as store:
-        await warn_if_over_budget(
-            store, process="pmem serve", replicas=settings.expected_replicas, processes=workers
-        )
-        await warn_if_buffers_too_small(store, process="pmem serve")
+        await warn_at_start_up(store, settings, processes=workers)
 
 
 def serve_processes(settings: Settings, *, host: str, port: int, insecure_dev: bool, workers: int) -> None:
