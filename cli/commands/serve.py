@@ -20,6 +20,7 @@ from api.auth import AuthConfig
 from api.metrics import MULTIPROCESS_ENV
 from cli.commands.errors import collapse_whitespace, redact, run_reporting_database_errors, secrets_in
 from cli.commands.store_session import command_settings, opened_store
+from cli.runtime import event_loop_factory, tune_gc
 from config import Settings, load_settings
 from store.postgres.buffer_budget import warn_if_buffers_too_small
 from worker.connection_budget import warn_if_over_budget
@@ -118,6 +119,7 @@ async def serve(settings: Settings, *, host: str, port: int, insecure_dev: bool)
         config = uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))
         server = _Server(config)
         listening(host, port, 1)
+        tune_gc()
         await server.serve()
 
 
@@ -152,6 +154,7 @@ class ServedApp:
                     opened_store(self._settings, read_replicas=True, steady_pool=True)
                 )
                 app = self._app = build_app(store, self._settings, insecure_dev=self._insecure_dev)
+                tune_gc()
             except Exception as exc:
                 message = redact(collapse_whitespace(f"{type(exc).__name__}: {exc}"), secrets_in(os.environ))
                 await send({"type": "lifespan.startup.failed", "message": f"pmem serve: {message}"})
@@ -252,7 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
     def start() -> int:
         if workers == 1:
-            asyncio.run(serve(settings, host=host, port=port, insecure_dev=args.insecure_dev))
+            # the processes of `--workers N` run on the same loop (uvicorn's `auto`)
+            with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+                runner.run(serve(settings, host=host, port=port, insecure_dev=args.insecure_dev))
         else:
             serve_processes(settings, host=host, port=port, insecure_dev=args.insecure_dev, workers=workers)
         return 0

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
-from collections.abc import Callable
 
+from cli.runtime import event_loop_factory, tune_gc
 from config import Settings, load_settings
 from worker.logs import configure_logging
 
@@ -42,31 +41,6 @@ async def serve(settings: Settings, *, migrate_first: bool = False) -> None:
         if worker is not None:
             tune_gc()
             await worker.run_until(stop)
-
-
-# Python's default (700) runs a young-generation collection every few events; each one also walks
-# everything the worker keeps. Objects of an event die by reference counting, so fewer, larger
-# collections cost little memory and about 1 ms of CPU less per event (bench/README.md).
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def tune_gc() -> None:
-    """Once started: move what start-up created (modules, schema, clients) out of the cyclic
-    collector's sight for good, and collect the young generation less often."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-
-
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop where it is installed (a fifth less worker CPU per event; bench/README.md),
-    else None: the standard loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,22 +86,6 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert "usage: pmem " + command in capsys.readouterr().out
 
 
-def test_a_started_worker_freezes_start_up_objects_and_collects_young_ones_less_often() -> None:
-    import gc
-
-    from cli.commands.worker import GC_YOUNG_THRESHOLD, tune_gc
-
-    before = gc.get_threshold()
-    try:
-        tune_gc()
-        assert gc.get_freeze_count() > 0
-        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
-        assert before[0] < GC_YOUNG_THRESHOLD
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
-
-
 async def test_publish_prints_its_summary_once_where_nothing_rewrites_a_line(
     harness: Harness, tmp_path: Path
 ) -> None:
