@@ -7,10 +7,11 @@ import asyncio
 import gc
 from collections.abc import Callable
 
-# Python's default (700) runs a young-generation collection every few requests or events; each one
-# also walks everything the process keeps. The objects of a request or an event die by reference
-# counting, so fewer, larger collections cost little memory and CPU less per event and per request
-# (bench/README.md).
+# Python's default (700) runs a young-generation collection every few requests or events, and now
+# and then a full one, which walks everything the process keeps (~200,000 objects in `pmem serve`:
+# 50 ms or more, the requests queued behind it too). Frozen, start-up's objects are never walked
+# again; the objects of a request or an event die by reference counting, so fewer, larger young
+# collections cost little memory and less CPU (bench/README.md).
 GC_YOUNG_THRESHOLD = 50_000
 
 
