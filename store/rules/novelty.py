@@ -247,12 +247,14 @@ def quoted_by(facts: Iterable[Memory]) -> set[tuple[uuid.UUID, str]]:
     return quoted
 
 
-def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Memory] = ()) -> list[int]:
+def new_turn_indexes(
+    turns: Sequence[Turn], *, message: str, shown: Iterable[Memory] = (), limit: int | None = None
+) -> list[int]:
     """The indexes, in order, of the turns that add something new beside the `shown` facts for the
     next `message`: not a restatement of it (nor the user's earlier question it repeats or grows
     from, `asked_before`), not filler, not a text already kept, not quoted by a
-    shown fact."""
-    if not turns:
+    shown fact. `limit`: only the first that many (the turns after them are not read)."""
+    if not turns or (limit is not None and limit <= 0):
         return []
     message_words = content_words(message)
     message_text = normalized(message)
@@ -274,6 +276,8 @@ def new_turn_indexes(turns: Sequence[Turn], *, message: str, shown: Iterable[Mem
             continue
         seen.add(text)
         kept.append(index)
+        if len(kept) == limit:
+            break
     return kept
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,23 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {"vector": 1.0, "text": 1.0, "top": 1.0}
 # orders and compares the same but hashes in C: fusion looks ids up ~30 times per candidate, and a
 # uuid's `__hash__` is a Python call each time
 CandidateKey = TypeVar("CandidateKey", uuid.UUID, int)
+
+
+class Candidate(Protocol):
+    """What score fusion reads of a candidate (a `Memory`, or a turn as `TurnCandidate` has it):
+    its key and value (the cues' words), its conversation and when it was said."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    @property
+    def source_channel_id(self) -> Hashable | None: ...
+
+    @property
+    def created_at(self) -> datetime: ...
 
 
 def resolve_scopes(user_id: uuid.UUID, persona_id: uuid.UUID | None) -> tuple[OwnerRef, ...]:
@@ -154,7 +171,7 @@ FEATURES: tuple[str, ...] = (
 
 
 def candidate_features(
-    by_id: Mapping[CandidateKey, Memory],
+    by_id: Mapping[CandidateKey, Candidate],
     branch_scores: Mapping[str, Mapping[CandidateKey, float]],
     *,
     fusion: ScoreFusion,
@@ -216,12 +233,12 @@ def first_stage_score(entry: Mapping[str, float], fusion: ScoreFusion, branches:
 
 
 def conversation_scores(
-    by_id: Mapping[CandidateKey, Memory], scores: Mapping[CandidateKey, float], top: int
+    by_id: Mapping[CandidateKey, Candidate], scores: Mapping[CandidateKey, float], top: int
 ) -> dict[CandidateKey, float]:
     """Per candidate, the summed score of the `top` strongest candidates from its conversation,
     relative to the best conversation's (0 when it has no conversation or none of them is there)."""
     strongest = sorted(scores, key=lambda mid: (-scores[mid], mid))[:top]
-    per_conversation: dict[uuid.UUID, float] = {}
+    per_conversation: dict[Hashable, float] = {}
     for memory_id in strongest:
         channel = by_id[memory_id].source_channel_id if memory_id in by_id else None
         if channel is not None:
@@ -247,19 +264,37 @@ def fuse_scores(
     when: bool = False,
     personal: bool = False,
 ) -> list[RecallHit]:
-    """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits.
-
-    Vector scores are min-max normalised over the candidates, text scores divided by the best one,
-    then mixed by `vector_weight`. Memories from the query's time window get `time_boost`; when the query
-    asks "When …?" (`when`), memories whose value names a time get `when_boost`; when it speaks for
-    the person (`personal`), memories stating a constraint get `constraint_boost`; then
-    memories from the same conversation as the strongest hits get up to `conversation_boost`
-    (facts told together tend to be asked together). Same-key rows merge as in `fuse`."""
+    """Fuse branch *scores* (`vector`: cosine similarity, `text`: BM25) into at most `limit` hits
+    (`fused_scores`); same-key rows merge as in `fuse`."""
     by_id = {m.id.int: m for m in rows}
     keyed = {name: {mid.int: score for mid, score in found.items()} for name, found in branch_scores.items()}
-    branches = sum(1 for name, scores in keyed.items() if scores and name in ("vector", "text"))
-    features = candidate_features(
+    scored, cosines = fused_scores(
         by_id, keyed, fusion=fusion, time_window=time_window, when=when, personal=personal
+    )
+    return _merged_by_key(by_id.values(), scored, limit=limit, cosines=cosines)
+
+
+def fused_scores(
+    by_id: Mapping[int, Candidate],
+    branch_scores: Mapping[str, Mapping[int, float]],
+    *,
+    fusion: ScoreFusion,
+    time_window: TimeWindow | None = None,
+    when: bool = False,
+    personal: bool = False,
+) -> tuple[dict[int, tuple[float, tuple[str, ...]]], dict[int, float]]:
+    """Each candidate's fused score with the branches that found it, and the raw cosine of each
+    the vector branch found; candidates and scores keyed by their id's integer (`CandidateKey`).
+
+    Vector scores are min-max normalised over the candidates, text scores divided by the best one,
+    then mixed by `vector_weight`. Candidates from the query's time window get `time_boost`; when the
+    query asks "When …?" (`when`), those whose value names a time get `when_boost`; when it speaks for
+    the person (`personal`), those stating a constraint get `constraint_boost`; then candidates from
+    the same conversation as the strongest hits get up to `conversation_boost` (facts told together
+    tend to be asked together)."""
+    branches = sum(1 for name, scores in branch_scores.items() if scores and name in ("vector", "text"))
+    features = candidate_features(
+        by_id, branch_scores, fusion=fusion, time_window=time_window, when=when, personal=personal
     )
     combined = {mid: first_stage_score(entry, fusion, branches) for mid, entry in features.items()}
     conversation_weight = fusion.conversation_boost
@@ -272,7 +307,7 @@ def fuse_scores(
     }
     scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
     cosines = {mid: entry["cosine"] for mid, entry in features.items() if entry["vector_rank"]}
-    return _merged_by_key(by_id.values(), scored, limit=limit, cosines=cosines)
+    return scored, cosines
 
 
 def _normalise(

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
-from store.model import Memory, RecallHit, RecallInclude, RecallItem, Revision, Turn, TurnHit
+from store.model import RecallHit, RecallInclude, RecallItem, Revision, Turn, TurnHit
 from store.rules.novelty import new_turn_indexes
-from store.rules.recall import ScoreFusion, fuse_scores, query_cues
+from store.rules.recall import ScoreFusion, fused_scores, query_cues
 
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
@@ -31,45 +32,24 @@ TURN_FUSION = ScoreFusion()
 # full text: a query word found only among the turns around a turn (its `search_text`) counts this
 # much beside one found in the turn's own text (the dialog unit's key weight, chosen on LoCoMo dev)
 CONTEXT_WORD_WEIGHT = 0.75
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def same_message(turn: Turn) -> tuple[uuid.UUID, int, str]:
-    """What makes two stored turns one message: the conversation, the position and the text (an
-    event sent once per participant stores each of its messages once per event)."""
-    return (turn.channel_id, turn.position, turn.text)
+def same_message(turn: Turn) -> tuple[int, int, str]:
+    """What makes two stored turns one message: the conversation (its uuid's integer, which hashes
+    in C), the position and the text (an event sent once per participant stores each of its
+    messages once per event)."""
+    return (turn.channel_id.int, turn.position, turn.text)
 
 
-def distinct_turns(hits: Sequence[TurnHit]) -> list[TurnHit]:
-    """The hits without a repeat of a message ranked higher (`same_message`), order kept."""
-    seen: set[tuple[uuid.UUID, int, str]] = set()
-    out: list[TurnHit] = []
-    for hit in hits:
-        key = same_message(hit.turn)
-        if key not in seen:
-            seen.add(key)
-            out.append(hit)
-    return out
+class TurnCandidate(NamedTuple):
+    """A turn as the score fusion reads a candidate (`store.rules.recall.Candidate`): its text the
+    key and value, its conversation the source, when it was said its time."""
 
-
-def turn_document(turn: Turn) -> Memory:
-    """A turn as the score fusion reads a candidate (`store.rules.recall.fuse_scores`): its text the
-    value, its conversation the source, when it was said its time, and one key per message (its
-    conversation, position and text), so a message stored by two events is one result."""
-    return Memory(
-        id=turn.id,
-        scope="user",
-        owner_id=turn.user_id,
-        user_id=None,
-        # the conversation as its 32 hex digits: one key per message as its hyphenated form would
-        # be, at a third of the cost (`str` of a UUID formats its `hex`, then slices and joins it)
-        key=f"{turn.channel_id.hex} {turn.position} {turn.text}",
-        value=turn.text,
-        source_channel_id=turn.channel_id,
-        confidence=1.0,
-        status="active",
-        created_at=turn.at,
-        updated_at=turn.at,
-    )
+    key: str
+    value: str
+    source_channel_id: int  # the conversation's uuid as an integer (`uuid.UUID.int`)
+    created_at: datetime
 
 
 def fuse_turn_scores(
@@ -82,23 +62,49 @@ def fuse_turn_scores(
     fusion: ScoreFusion = TURN_FUSION,
 ) -> list[TurnHit]:
     """A turn recall's branch scores (`vector`: cosine, `text`: full-text relevance) fused as the
-    memory recall fuses its own, with the query's cues (its time window, "When …?"), into hits,
-    best first, each message once (`distinct_turns`)."""
+    memory recall fuses its own (`store.rules.recall.fused_scores`), with the query's cues (its
+    time window, "When …?"), into at most `limit` hits, best first, each message once
+    (`same_message`: its copies' best score and cosine, their sources, the most recent copy shown)."""
     cues = query_cues(query, now=now)
-    hits = fuse_scores(
-        [turn_document(turn) for turn in turns.values()],
-        {name: {tid: s for tid, s in found.items() if tid in turns} for name, found in scores.items()},
-        limit=limit,
-        fusion=fusion,
-        time_window=cues.time_window,
-        when=cues.when,
+    by_id = {turn.id.int: turn for turn in turns.values()}
+    # the conversation by its uuid's integer: fusion looks it up for every candidate, and a uuid's
+    # `__hash__` and `__eq__` are Python calls
+    candidates = {
+        key: TurnCandidate(
+            key=turn.text, value=turn.text, source_channel_id=turn.channel_id.int, created_at=turn.at
+        )
+        for key, turn in by_id.items()
+    }
+    keyed = {
+        name: {key: score for tid, score in found.items() if (key := tid.int) in by_id}
+        for name, found in scores.items()
+    }
+    scored, cosines = fused_scores(
+        candidates, keyed, fusion=fusion, time_window=cues.time_window, when=cues.when
     )
-    return distinct_turns(
-        [
-            TurnHit(turn=turns[hit.memory.id], score=hit.score, sources=hit.sources, cosine=hit.cosine)
-            for hit in hits
-        ]
-    )
+    messages: dict[tuple[int, int, str], list[int]] = {}
+    for key, turn in by_id.items():
+        if key in scored:
+            messages.setdefault(same_message(turn), []).append(key)
+    fused: list[tuple[float, timedelta, int, tuple[str, ...], float | None]] = []
+    for copies in messages.values():
+        if len(copies) == 1:
+            (shown,) = copies
+            score, sources = scored[shown]
+            cosine = cosines.get(shown)
+        else:
+            score = max(scored[key][0] for key in copies)
+            found = {name for key in copies for name in scored[key][1]}
+            sources = tuple(name for name in ("vector", "text") if name in found)
+            cosine = max((cosines[key] for key in copies if key in cosines), default=None)
+            # the most recent copy, then the lowest id (as the memory merge picks among equals)
+            shown = min(copies, key=lambda key: (_EPOCH - by_id[key].at, key))
+        fused.append((-score, _EPOCH - by_id[shown].at, shown, sources, cosine))
+    fused.sort(key=lambda item: item[:3])
+    return [
+        TurnHit(turn=by_id[shown], score=-negative_score, sources=sources, cosine=cosine)
+        for negative_score, _, shown, sources, cosine in fused[:limit]
+    ]
 
 
 def facts_then_turns(
@@ -130,9 +136,9 @@ def facts_then_turns(
     if turn_limit <= 0:
         return items
     fresh = new_turn_indexes(
-        [hit.turn for hit in turns], message=message, shown=[hit.memory for hit in shown]
+        [hit.turn for hit in turns], message=message, shown=[hit.memory for hit in shown], limit=turn_limit
     )
-    for index in fresh[:turn_limit]:
+    for index in fresh:
         hit = turns[index]
         items.append(
             RecallItem(kind="turn", score=hit.score, turn=hit.turn, sources=hit.sources, cosine=hit.cosine)

@@ -97,7 +97,7 @@ def _full_text(own: Sequence[str], around: frozenset[str]) -> tuple[frozenset[st
 
 def once_each(turns: Sequence[Turn]) -> list[int]:
     """Indexes of `turns` holding each message once (`same_message`): the first of its copies."""
-    seen: set[tuple[uuid.UUID, int, str]] = set()
+    seen: set[tuple[int, int, str]] = set()
     kept: list[int] = []
     for index, turn in enumerate(turns):
         key = same_message(turn)

@@ -118,6 +118,14 @@ def test_new_turns_leave_out_restatements_filler_repeats_and_quoted_turns() -> N
     kept = new_turn_indexes(turns, message="What should I cook for dinner tonight?", shown=[quoting])
     assert kept == [1, 5]
     assert new_turn_indexes(turns, message="") == [0, 1, 4]
+    # the first that many only; the turns after them are not read
+    assert new_turn_indexes(
+        turns, message="What should I cook for dinner tonight?", shown=[quoting], limit=1
+    ) == [1]
+    assert new_turn_indexes(
+        [*turns[:2], None], message="What should I cook for dinner tonight?", limit=1
+    ) == [1]  # type: ignore[list-item]
+    assert new_turn_indexes(turns, message="", limit=0) == []
 
 
 def test_novelty_costs_linear_time_on_a_stranger_text() -> None:

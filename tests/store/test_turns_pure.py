@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,7 @@ from store.core.turns import KnownShares
 from store.model import Memory, Turn, TurnHit, TurnRole
 from store.postgres.turns_sql import window_rows
 from store.rules.hint import said_on, turn_bullet, turn_line
-from store.rules.turn_recall import distinct_turns, fuse_turn_scores, parse_include
+from store.rules.turn_recall import fuse_turn_scores, parse_include
 from store.sqlite.turn_ranking import (
     bm25_ranking,
     bm25_scores,
@@ -68,18 +68,22 @@ def stored_turn(channel: uuid.UUID, position: int, text: str) -> TurnHit:
     return TurnHit(turn=replace(turn(text), channel_id=channel, position=position), score=1.0)
 
 
-def test_distinct_turns_drops_a_message_repeated_lower_and_keeps_the_order() -> None:
+def test_a_message_stored_twice_is_one_hit_with_its_copies_best_and_the_newest_copy_shown() -> None:
     one, other = uuid.uuid4(), uuid.uuid4()
-    hits = [
-        stored_turn(one, 3, "we sailed"),
-        stored_turn(one, 4, "to Madeira"),
-        stored_turn(one, 3, "we sailed"),  # the same message, stored by the other event
-        stored_turn(other, 3, "we sailed"),  # another conversation: another message
-        stored_turn(one, 3, "we sailed again"),  # the same place, other words: another message
-    ]
-    kept = distinct_turns(hits)
-    assert kept == [hits[0], hits[1], hits[3], hits[4]]
-    assert distinct_turns([]) == []
+    sailed = replace(turn("we sailed"), channel_id=one, position=3)
+    copy = replace(sailed, id=uuid.uuid4(), event_id=uuid.uuid4(), at=sailed.at + timedelta(seconds=1))
+    elsewhere = replace(sailed, id=uuid.uuid4(), channel_id=other)  # another conversation: another message
+    again = replace(sailed, id=uuid.uuid4(), text="we sailed again")  # the same place, other words
+    turns = {t.id: t for t in (sailed, copy, elsewhere, again)}
+    scores = {
+        "vector": {sailed.id: 0.9, elsewhere.id: 0.2, again.id: 0.1, copy.id: 0.5},
+        "text": {copy.id: 3.0, again.id: 1.0},
+    }
+    hits = fuse_turn_scores(turns, scores, 10, query="Where did we sail?", now=NOW)
+    assert hits[0].turn.id == copy.id  # the newer copy shows the message
+    assert {hit.turn.id for hit in hits} == {copy.id, elsewhere.id, again.id}
+    assert hits[0].sources == ("vector", "text") and hits[0].cosine == 0.9
+    assert fuse_turn_scores(turns, scores, 2, query="Where did we sail?", now=NOW) == hits[:2]
 
 
 def test_a_word_only_around_a_turn_counts_less_than_its_own() -> None:
