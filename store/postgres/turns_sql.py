@@ -247,10 +247,14 @@ def window_rows(rows: Sequence[Mapping[str, Any]]) -> WindowRows:
     shares)."""
     ranked: dict[str, list[tuple[Turn, float]]] = {}
     share: dict[str, float] = {}
+    decoded: dict[uuid.UUID, Turn] = {}  # a turn both rankings found is decoded once
     for row in rows:
         source = row["source"]
         if source == "stats":
             share[row["word"]] = float(row["share"])
-        else:
-            ranked.setdefault(source, []).append((turn_from_row(row), float(row["score"])))
+            continue
+        turn = decoded.get(row["id"])
+        if turn is None:
+            turn = decoded[row["id"]] = turn_from_row(row)
+        ranked.setdefault(source, []).append((turn, float(row["score"])))
     return WindowRows(ranked=ranked, word_share=share)

@@ -194,14 +194,15 @@ def candidate_features(
             normalised = _normalise(scores, min_max=True, floor_rank=fusion.vector_floor_rank)
         else:
             normalised = _normalise(scores, min_max=False)
-        ranked = sorted(normalised, key=lambda mid: (-normalised[mid], mid))
-        for rank, memory_id in enumerate(ranked, start=1):
+        ranked = sorted(normalised.items(), key=lambda item: (-item[1], item[0]))
+        rank_name, vector = f"{name}_rank", name == "vector"
+        for rank, (memory_id, value) in enumerate(ranked, start=1):
             entry = features.get(memory_id)
             if entry is None:  # not `setdefault`: it would make a dict for every candidate
                 entry = features[memory_id] = dict.fromkeys(FEATURES, 0.0)
-            entry[name] = normalised[memory_id]
-            entry[f"{name}_rank"] = 1.0 / rank
-            if name == "vector":
+            entry[name] = value
+            entry[rank_name] = 1.0 / rank
+            if vector:
                 entry["cosine"] = float(scores[memory_id])
     window = time_window.widened(fusion.time_slack) if time_window is not None else None
     for memory_id, entry in features.items():
@@ -301,13 +302,16 @@ def fused_scores(
     if conversation_weight and combined:
         for memory_id, share in conversation_scores(by_id, combined, fusion.conversation_top).items():
             combined[memory_id] += conversation_weight * share
-    sources = {
-        mid: tuple(name for name in ("vector", "text") if entry[f"{name}_rank"])
-        for mid, entry in features.items()
-    }
-    scored = {mid: (score, sources[mid]) for mid, score in combined.items()}
+    scored = {mid: (score, _branches(features[mid])) for mid, score in combined.items()}
     cosines = {mid: entry["cosine"] for mid, entry in features.items() if entry["vector_rank"]}
     return scored, cosines
+
+
+def _branches(entry: Mapping[str, float]) -> tuple[str, ...]:
+    """The branches that found a candidate (its `candidate_features`), vector first."""
+    if entry["vector_rank"]:
+        return ("vector", "text") if entry["text_rank"] else ("vector",)
+    return ("text",) if entry["text_rank"] else ()
 
 
 def _normalise(
