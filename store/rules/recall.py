@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -354,36 +354,61 @@ def _merged_by_key(
     cosines: Mapping[int, float] | None = None,
 ) -> list[RecallHit]:
     """`merge_by_key` with `scored` and `cosines` keyed by each id's integer (`CandidateKey`)."""
-    groups: dict[str, list[Memory]] = {}
+    by_key: dict[int, Memory] = {}
+    groups: dict[str, list[int]] = {}
     for memory in rows:
-        groups.setdefault(normalize_key(memory.key), []).append(memory)
-    fused: list[tuple[float, tuple[int, float, timedelta, uuid.UUID], Memory, set[str], float | None]] = []
-    for members in groups.values():
-        best = 0.0
-        names: set[str] = set()
-        cosine: float | None = None
-        for m in members:
-            key = m.id.int
-            entry = scored.get(key)
-            if entry is not None:
-                best = max(best, entry[0])
-                names.update(entry[1])
-            if cosines is not None and key in cosines:
-                cosine = cosines[key] if cosine is None else max(cosine, cosines[key])
-        if not names:
-            continue
-        winner = members[0] if len(members) == 1 else min(members, key=_winner_order)
-        fused.append((-best, _winner_order(winner), winner, names, cosine))
-    fused.sort(key=lambda item: (item[0], item[1]))
+        by_key[memory.id.int] = memory
+        groups.setdefault(normalize_key(memory.key), []).append(memory.id.int)
+    merged = merged_groups(
+        groups.values(), scored, cosines or {}, order=lambda key: _winner_order(by_key[key])
+    )
     return [
-        RecallHit(
-            memory=winner,
-            score=-negative_score,
-            sources=tuple(sorted(names, key=lambda n: (_SOURCE_ORDER.get(n, 3), n))),
-            cosine=cosine,
-        )
-        for negative_score, _, winner, names, cosine in fused[:limit]
+        RecallHit(memory=by_key[shown], score=score, sources=sources, cosine=cosine)
+        for score, shown, sources, cosine in merged[:limit]
     ]
+
+
+Order = TypeVar("Order", bound=tuple[Any, ...])
+
+
+def _source_rank(name: str) -> tuple[int, str]:
+    # the branches as hits list them: vector, text, top, then any other by name
+    return (_SOURCE_ORDER.get(name, 3), name)
+
+
+def merged_groups(
+    groups: Iterable[Sequence[int]],
+    scored: Mapping[int, tuple[float, tuple[str, ...]]],
+    cosines: Mapping[int, float],
+    *,
+    order: Callable[[int], Order],
+) -> list[tuple[float, int, tuple[str, ...], float | None]]:
+    """One result per group of candidates (keyed by their id's integer) that `scored` holds one of:
+    the best score among them (0 at the least), the member shown (the least by `order`, scored or
+    not), the union of their branches and their best raw cosine; best score first, then the shown
+    member's `order`. The memory merge (groups by key) and the turn merge (by message) alike."""
+    fused: list[tuple[float, Order, int, tuple[str, ...], float | None]] = []
+    for members in groups:
+        if len(members) == 1:  # most groups: no copy, no override
+            (shown,) = members
+            entry = scored.get(shown)
+            if entry is None:
+                continue
+            score, sources = max(0.0, entry[0]), entry[1]
+            if len(sources) > 1:
+                sources = tuple(sorted(sources, key=_source_rank))
+            cosine = cosines.get(shown)
+        else:
+            found = [scored[key] for key in members if key in scored]
+            if not found:
+                continue
+            shown = min(members, key=order)
+            score = max(0.0, *(entry[0] for entry in found))
+            sources = tuple(sorted({name for _, names in found for name in names}, key=_source_rank))
+            cosine = max((cosines[key] for key in members if key in cosines), default=None)
+        fused.append((-score, order(shown), shown, sources, cosine))
+    fused.sort(key=lambda item: (item[0], item[1]))
+    return [(-negative, shown, sources, cosine) for negative, _, shown, sources, cosine in fused]
 
 
 def bm25_idf(documents: int, containing: int) -> float:

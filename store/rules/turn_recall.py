@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from store.model import RecallHit, RecallInclude, RecallItem, Revision, Turn, TurnHit
 from store.rules.novelty import new_turn_indexes
-from store.rules.recall import ScoreFusion, fused_scores, query_cues
+from store.rules.recall import ScoreFusion, fused_scores, merged_groups, query_cues
 
 # how many of a context's most recent turns a recall ranks (bounds its cost whatever the context's
 # size; with 90 days of history, a context needs ~45 turns a day to outgrow it)
@@ -84,26 +84,14 @@ def fuse_turn_scores(
     )
     messages: dict[tuple[int, int, str], list[int]] = {}
     for key, turn in by_id.items():
-        if key in scored:
-            messages.setdefault(same_message(turn), []).append(key)
-    fused: list[tuple[float, timedelta, int, tuple[str, ...], float | None]] = []
-    for copies in messages.values():
-        if len(copies) == 1:
-            (shown,) = copies
-            score, sources = scored[shown]
-            cosine = cosines.get(shown)
-        else:
-            score = max(scored[key][0] for key in copies)
-            found = {name for key in copies for name in scored[key][1]}
-            sources = tuple(name for name in ("vector", "text") if name in found)
-            cosine = max((cosines[key] for key in copies if key in cosines), default=None)
-            # the most recent copy, then the lowest id (as the memory merge picks among equals)
-            shown = min(copies, key=lambda key: (_EPOCH - by_id[key].at, key))
-        fused.append((-score, _EPOCH - by_id[shown].at, shown, sources, cosine))
-    fused.sort(key=lambda item: item[:3])
+        messages.setdefault(same_message(turn), []).append(key)
+    # of a message's copies the most recent is shown, then the lowest id (as among equal memories)
+    merged = merged_groups(
+        messages.values(), scored, cosines, order=lambda key: (_EPOCH - by_id[key].at, key)
+    )
     return [
-        TurnHit(turn=by_id[shown], score=-negative_score, sources=sources, cosine=cosine)
-        for negative_score, _, shown, sources, cosine in fused[:limit]
+        TurnHit(turn=by_id[shown], score=score, sources=sources, cosine=cosine)
+        for score, shown, sources, cosine in merged[:limit]
     ]
 
 
